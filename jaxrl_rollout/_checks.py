@@ -1,0 +1,180 @@
+"""Argument checks that run at trace or call time and cost nothing under jit."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnax.environments import spaces
+
+from jaxrl_rollout.types import PolicyOutput
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """Returns `value` as an int, or raises naming `name` if it is not a positive int."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be a positive Python int (static under jit), got "
+            f"{value!r} of type {type(value).__name__}."
+        )
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value}.")
+    return int(value)
+
+
+def _shape_dtype(x: Any) -> tuple[tuple[int, ...], np.dtype]:
+    return tuple(jnp.shape(x)), jnp.result_type(x)
+
+
+def check_action(action: Any, space: Any, batch_size: int, where: str = "action") -> None:
+    """Checks a batched action pytree against a gymnax action space.
+
+    Args:
+      action: [B, ...] pytree of actions.
+      space: the env's `action_space(env_params)`.
+      batch_size: B.
+      where: the name to report in errors (path inside the action pytree).
+
+    Raises:
+      ValueError: the structure, shape or dtype does not fit the space.
+    """
+    if isinstance(space, spaces.Discrete):
+        shape, dtype = _shape_dtype(action)
+        if shape != (batch_size,):
+            raise ValueError(
+                f"{where} must have shape [B]=({batch_size},) for the Discrete({space.n}) "
+                f"action space, got shape {shape}. Squeeze a trailing axis of size 1 "
+                "if your policy returns [B, 1]."
+            )
+        if not jnp.issubdtype(dtype, jnp.integer):
+            raise ValueError(
+                f"{where} must have an integer dtype for the Discrete({space.n}) action "
+                f"space, got {dtype}."
+            )
+    elif isinstance(space, spaces.Box):
+        space_shape = (space.shape,) if isinstance(space.shape, int) else tuple(space.shape)
+        expected = (batch_size, *space_shape)
+        shape, dtype = _shape_dtype(action)
+        if shape != expected:
+            raise ValueError(
+                f"{where} must have shape [B, *action_space.shape]={expected} for the "
+                f"Box action space of shape {space_shape}, got shape {shape}."
+            )
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(
+                f"{where} must have a floating dtype for the Box action space, got {dtype}."
+            )
+    elif isinstance(space, spaces.Dict):
+        if not isinstance(action, Mapping) or set(action) != set(space.spaces):
+            got = sorted(action) if isinstance(action, Mapping) else type(action).__name__
+            raise ValueError(
+                f"{where} must be a dict with keys {sorted(space.spaces)} for the Dict "
+                f"action space, got {got}."
+            )
+        for k, sub in space.spaces.items():
+            check_action(action[k], sub, batch_size, f"{where}[{k!r}]")
+    elif isinstance(space, spaces.Tuple):
+        if not isinstance(action, Sequence) or len(action) != len(space.spaces):
+            raise ValueError(
+                f"{where} must be a tuple of {len(space.spaces)} actions for the Tuple "
+                f"action space, got {type(action).__name__}."
+            )
+        for i, sub in enumerate(space.spaces):
+            check_action(action[i], sub, batch_size, f"{where}[{i}]")
+    else:
+        for path, leaf in jax.tree_util.tree_leaves_with_path(action):
+            shape = jnp.shape(leaf)
+            if not shape or shape[0] != batch_size:
+                raise ValueError(
+                    f"{where}{jax.tree_util.keystr(path)} must be batched with leading "
+                    f"axis B={batch_size}, got shape {tuple(shape)}."
+                )
+
+
+def check_policy_output(out: Any, batch_size: int, space: Any) -> PolicyOutput:
+    """Checks what a policy returned; returns it unchanged."""
+    if not isinstance(out, PolicyOutput):
+        raise TypeError(
+            "policy_fn must return a jaxrl_rollout.PolicyOutput(action, log_prob, value) "
+            f"(recurrent: a tuple (PolicyOutput, new_carry)), got {type(out).__name__}."
+        )
+    for name in ("log_prob", "value"):
+        shape, dtype = _shape_dtype(getattr(out, name))
+        if shape != (batch_size,):
+            raise ValueError(
+                f"policy_fn output {name} must have shape [B]=({batch_size},), got "
+                f"{shape}. A critic head of shape [B, 1] needs `.squeeze(-1)`."
+            )
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(f"policy_fn output {name} must be floating, got {dtype}.")
+    check_action(out.action, space, batch_size, "policy_fn output action")
+    return out
+
+
+def check_recurrent_output(out: Any, batch_size: int, space: Any, carry: Any) -> tuple:
+    """Checks a recurrent policy's `(PolicyOutput, new_carry)` result."""
+    if not (isinstance(out, tuple) and not isinstance(out, PolicyOutput) and len(out) == 2):
+        raise TypeError(
+            "a recurrent policy_fn (the rollout state holds a carry) must return "
+            f"(PolicyOutput, new_carry), got {type(out).__name__}."
+        )
+    policy_out, new_carry = out
+    check_policy_output(policy_out, batch_size, space)
+    old = jax.tree_util.tree_structure(carry)
+    new = jax.tree_util.tree_structure(new_carry)
+    if old != new:
+        raise ValueError(
+            f"policy_fn's new_carry must have the structure of the carry it was given: "
+            f"expected {old}, got {new}."
+        )
+    for a, b in zip(jax.tree_util.tree_leaves(carry), jax.tree_util.tree_leaves(new_carry)):
+        if jnp.shape(a) != jnp.shape(b) or jnp.result_type(a) != jnp.result_type(b):
+            raise ValueError(
+                "policy_fn's new_carry leaves must keep their shape and dtype: "
+                f"expected {jnp.shape(a)} {jnp.result_type(a)}, got {jnp.shape(b)} "
+                f"{jnp.result_type(b)}."
+            )
+    return policy_out, new_carry
+
+
+def check_carry(carry: Any, batch_size: int) -> None:
+    """Checks that every leaf of a recurrent carry is batched [B, ...]."""
+    leaves = jax.tree_util.tree_leaves_with_path(carry)
+    if not leaves:
+        raise ValueError("initial_carry must hold at least one array, got an empty pytree.")
+    for path, leaf in leaves:
+        shape = jnp.shape(leaf)
+        if not shape or shape[0] != batch_size:
+            raise ValueError(
+                f"initial_carry{jax.tree_util.keystr(path)} must have leading axis "
+                f"num_envs={batch_size}, got shape {tuple(shape)}."
+            )
+
+
+def unpack_step(result: Any, env: Any) -> tuple:
+    """Unpacks a gymnax 1.0 step result, rejecting the old 5-value API."""
+    if not isinstance(result, tuple) or len(result) != 6:
+        n = len(result) if isinstance(result, tuple) else type(result).__name__
+        hint = ""
+        if n == 5:
+            hint = (
+                " This looks like the pre-1.0 gymnax API (obs, state, reward, done, info); "
+                "jaxrl_rollout needs gymnax>=1.0.1, whose step returns terminated and "
+                "truncated separately and puts the pre-reset observation in "
+                "info['final_observation']."
+            )
+        raise TypeError(
+            f"env.step of {type(env).__name__} must return 6 values (obs, state, reward, "
+            f"terminated, truncated, info), got {n}.{hint}"
+        )
+    obs, state, reward, terminated, truncated, info = result
+    if not isinstance(info, Mapping) or "final_observation" not in info:
+        raise TypeError(
+            f"env.step of {type(env).__name__} must return an info dict holding "
+            "'final_observation' (the gymnax>=1.0.1 protocol)."
+        )
+    return obs, state, reward, terminated, truncated, info

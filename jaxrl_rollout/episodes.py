@@ -1,0 +1,36 @@
+"""Episode statistics read from a trajectory, without an env wrapper."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from jaxrl_rollout.types import EpisodeMetrics, Trajectory
+
+__all__ = ["episode_metrics"]
+
+
+def episode_metrics(traj: Trajectory) -> EpisodeMetrics:
+    """Mean return and length of the episodes that completed in `traj`.
+
+    Pools every episode that ended anywhere in the trajectory (all of its
+    leading axes); vmap it over a seed axis to get per-seed figures. Jittable.
+
+    Args:
+      traj: a `Trajectory` with `done`, `completed_return` and
+        `completed_length` of shape [T, B] (or any shape, pooled).
+
+    Returns:
+      `EpisodeMetrics`; the means are NaN, never 0, when no episode completed,
+      and `num_episodes` says how many did.
+    """
+    done = jnp.asarray(traj.done, dtype=bool)
+    count = jnp.sum(done, dtype=jnp.int32)
+    denom = jnp.maximum(count, 1).astype(jnp.float32)
+    total_return = jnp.sum(jnp.where(done, traj.completed_return, 0.0), dtype=jnp.float32)
+    total_length = jnp.sum(jnp.where(done, traj.completed_length, 0), dtype=jnp.float32)
+    nan = jnp.float32(jnp.nan)
+    return EpisodeMetrics(
+        mean_return=jnp.where(count > 0, total_return / denom, nan),
+        mean_length=jnp.where(count > 0, total_length / denom, nan),
+        num_episodes=count,
+    )

@@ -1,0 +1,81 @@
+"""Ready-made policy functions for `rollout` and `evaluate`.
+
+A policy is a plain callable `policy_fn(params, obs, key) -> PolicyOutput`; the
+rollout never imports a network library. These helpers turn an `apply_fn` (any
+function of `(params, obs)`, a flax `Module.apply` for example) into one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from gymnax.environments import spaces
+
+from jaxrl_rollout.types import PolicyOutput
+
+__all__ = ["categorical_policy", "uniform_random_policy"]
+
+
+def categorical_policy(
+    apply_fn: Callable[[Any, Any], tuple[jax.Array, jax.Array]],
+    deterministic: bool = False,
+) -> Callable[[Any, Any, jax.Array], PolicyOutput]:
+    """A policy over a Discrete action space from `apply_fn(params, obs) -> (logits, value)`.
+
+    Args:
+      apply_fn: returns logits [B, A] and values [B].
+      deterministic: act with the mode (argmax of the logits) instead of
+        sampling; `log_prob` is then that of the mode.
+
+    Returns:
+      `policy_fn(params, obs, key) -> PolicyOutput` with int32 actions [B].
+    """
+
+    def policy_fn(params, obs, key):
+        logits, value = apply_fn(params, obs)
+        if jnp.ndim(logits) != 2:
+            raise ValueError(
+                f"apply_fn must return logits of shape [B, A], got shape {jnp.shape(logits)}."
+            )
+        log_probs = jax.nn.log_softmax(logits, axis=-1)
+        if deterministic:
+            action = jnp.argmax(logits, axis=-1)
+        else:
+            action = jax.random.categorical(key, logits, axis=-1)
+        action = action.astype(jnp.int32)
+        log_prob = jnp.take_along_axis(log_probs, action[:, None], axis=-1)[:, 0]
+        return PolicyOutput(action=action, log_prob=log_prob, value=value)
+
+    return policy_fn
+
+
+def uniform_random_policy(action_space: Any) -> Callable[[Any, Any, jax.Array], PolicyOutput]:
+    """A policy that samples uniformly from a Discrete or bounded Box space.
+
+    Its value is 0 and its `log_prob` the exact log-density of the uniform
+    distribution. `params` are ignored (pass None).
+    """
+    if isinstance(action_space, spaces.Discrete):
+        log_density = -jnp.log(jnp.float32(action_space.n))
+    elif isinstance(action_space, spaces.Box):
+        width = jnp.broadcast_to(
+            jnp.asarray(action_space.high, jnp.float32) - jnp.asarray(action_space.low, jnp.float32),
+            action_space.shape,
+        )
+        log_density = -jnp.sum(jnp.log(width))
+    else:
+        raise TypeError(
+            "uniform_random_policy supports Discrete and Box action spaces, got "
+            f"{type(action_space).__name__}."
+        )
+
+    def policy_fn(params, obs, key):
+        del params
+        batch_size = jax.tree_util.tree_leaves(obs)[0].shape[0]
+        action = jax.vmap(action_space.sample)(jax.random.split(key, batch_size))
+        log_prob = jnp.full((batch_size,), log_density, dtype=jnp.float32)
+        return PolicyOutput(action, log_prob, jnp.zeros((batch_size,), jnp.float32))
+
+    return policy_fn

@@ -1,0 +1,358 @@
+"""The functional rollout core: `rollout_init`, `rollout` and `evaluate`.
+
+The env protocol is gymnax 1.0's `Environment`: `reset(key, params)` and
+`step(key, state, action, params) -> (obs, state, reward, terminated,
+truncated, info)` with same-step auto-reset and the pre-reset observation in
+`info["final_observation"]`. Any object with those two methods and an
+`action_space(params)` works, with no wrapper.
+
+Everything here is a pure function of its inputs: call it eagerly, inside your
+own `jax.jit`, or under `jax.vmap` over keys or params. `env`, `policy_fn` and
+the sizes are static (Python objects); keys, params, env_params and states
+are traced.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_rollout import _checks
+from jaxrl_rollout.types import EvalResult, PyTree, RolloutState, Trajectory
+
+__all__ = ["evaluate", "reset_carry", "rollout", "rollout_init"]
+
+
+def _batch_where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
+    """`where(mask[b], x[b], y[b])` on every leaf of two pytrees batched [B, ...]."""
+
+    def select(x, y):
+        m = jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(x) - mask.ndim))
+        return jnp.where(m, x, y)
+
+    return jax.tree.map(select, on_true, on_false)
+
+
+def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
+    """Zeroes a recurrent carry where an episode starts.
+
+    This is torch-ac's `memory * mask` and rlplay's `hx` reset, written as a
+    select so that a NaN in a stale carry cannot leak into the new episode.
+    Learners replaying `Trajectory.carry` use the same rule.
+
+    Args:
+      carry: pytree of [B, ...] arrays.
+      first: [B] bool, the observation about to be processed starts an episode.
+
+    Returns:
+      The carry with every leaf zeroed at rows where `first` is True.
+    """
+    first = jnp.asarray(first, dtype=bool)
+    return _batch_where(first, jax.tree.map(jnp.zeros_like, carry), carry)
+
+
+def _resolve_params(env: Any, env_params: Any) -> Any:
+    return env.default_params if env_params is None else env_params
+
+
+def _check_env(env: Any, env_params: Any, key: jax.Array) -> None:
+    """Traces one reset and step of a single env to check the step protocol."""
+    for method in ("reset", "step", "action_space"):
+        if not callable(getattr(env, method, None)):
+            raise TypeError(
+                f"env must follow the gymnax>=1.0.1 Environment protocol; "
+                f"{type(env).__name__} has no callable `{method}`."
+            )
+
+    def one_step(key, env_params):
+        _, state = env.reset(key, env_params)
+        action = env.action_space(env_params).sample(key)
+        return env.step(key, state, action, env_params)
+
+    _checks.unpack_step(jax.eval_shape(one_step, key, env_params), env)
+
+
+def rollout_init(
+    key: jax.Array,
+    env: Any,
+    env_params: Any,
+    num_envs: int,
+    initial_carry: Optional[PyTree] = None,
+) -> RolloutState:
+    """Resets `num_envs` copies of `env` and returns the state `rollout` starts from.
+
+    Args:
+      key: PRNG key; env i is reset with the i-th split of it.
+      env: a gymnax>=1.0.1 environment (static).
+      env_params: the env's params (traced; may be vmapped), or None for
+        `env.default_params`.
+      num_envs: B, a positive Python int.
+      initial_carry: for recurrent policies, the carry pytree with leaves
+        [B, ...] (its values are irrelevant at the first step, which resets
+        it to zeros). None for feedforward policies.
+
+    Returns:
+      A `RolloutState` with every `first` flag set.
+    """
+    num_envs = _checks.check_positive_int("num_envs", num_envs)
+    env_params = _resolve_params(env, env_params)
+    reset_key, key = jax.random.split(key)
+    _check_env(env, env_params, reset_key)
+    if initial_carry is not None:
+        _checks.check_carry(initial_carry, num_envs)
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(reset_key, num_envs), env_params
+    )
+    return RolloutState(
+        env_state=env_state,
+        obs=obs,
+        first=jnp.ones((num_envs,), dtype=bool),
+        episode_return=jnp.zeros((num_envs,), dtype=jnp.float32),
+        episode_length=jnp.zeros((num_envs,), dtype=jnp.int32),
+        carry=initial_carry,
+        key=key,
+    )
+
+
+def _act(policy_fn, params, obs, key, carry, first, batch_size, space):
+    """Calls the policy; for recurrent ones resets the carry where `first`.
+
+    Returns:
+      (PolicyOutput, new_carry), new_carry None for feedforward policies.
+    """
+    if carry is None:
+        out = policy_fn(params, obs, key)
+        return _checks.check_policy_output(out, batch_size, space), None
+    out = policy_fn(params, obs, key, reset_carry(carry, first))
+    return _checks.check_recurrent_output(out, batch_size, space, carry)
+
+
+def _value(policy_fn, params, obs, key, carry, first, batch_size, space) -> jax.Array:
+    """V(obs) from a policy call whose action and carry are discarded (and so DCE'd)."""
+    out, _ = _act(policy_fn, params, obs, key, carry, first, batch_size, space)
+    return out.value
+
+
+def _env_step(env, env_params, key, env_state, action, batch_size):
+    """Steps every env once; returns (obs, state, reward f32, terminated, truncated, final_obs)."""
+    keys = jax.random.split(key, batch_size)
+    result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
+    obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env)
+    for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+        if jnp.shape(x) != (batch_size,):
+            raise ValueError(
+                f"env.step must return a scalar {name} per env ([B]=({batch_size},) "
+                f"after vmap), got shape {jnp.shape(x)}."
+            )
+    return (
+        obs,
+        env_state,
+        jnp.asarray(reward, dtype=jnp.float32),
+        jnp.asarray(terminated, dtype=bool),
+        jnp.asarray(truncated, dtype=bool),
+        info["final_observation"],
+    )
+
+
+def rollout(
+    env: Any,
+    env_params: Any,
+    policy_fn: Any,
+    params: PyTree,
+    state: RolloutState,
+    num_steps: int,
+    *,
+    bootstrap_truncated: bool = True,
+) -> tuple[RolloutState, Trajectory]:
+    """Runs `num_steps` steps of the policy in every env with a `lax.scan`.
+
+    At each step the policy acts on `state.obs` ([B, ...]), every env is stepped
+    once (auto-resetting on done), and running episode statistics are updated.
+    After the scan one more policy call gives V of the last observation, so
+    `next_value[t]` is V(obs[t + 1]) everywhere, except where the transition
+    was truncated: there it is V(info["final_observation"]), the true next
+    state, computed by an extra value call (skipped under `lax.cond` when no
+    env truncated at that step). The values are those of `policy_fn`'s
+    `value` output; the action of those extra calls is discarded.
+
+    Recurrent policies: when `state.carry` is not None, `policy_fn` is called as
+    `policy_fn(params, obs, key, carry) -> (PolicyOutput, new_carry)` and the
+    carry is reset to zeros for each env whose `first` flag is set before the
+    call. The value of a final observation is computed with the carry that
+    continues the finished episode.
+
+    Args:
+      env: gymnax>=1.0.1 environment (static).
+      env_params: env params (traced), or None for `env.default_params`.
+      policy_fn: `policy_fn(params, obs, key) -> PolicyOutput` (static), or the
+        recurrent form above.
+      params: policy parameters (traced).
+      state: the `RolloutState` from `rollout_init` or a previous `rollout`.
+      num_steps: T, a positive Python int.
+      bootstrap_truncated: if False, skip the extra value call on final
+        observations: `next_value` is then V(obs[t + 1]) everywhere, the
+        convention of code that treats a time limit as termination (CleanRL,
+        PureJaxRL).
+
+    Returns:
+      `(state, trajectory)`: the state to continue from and a time-major
+      `Trajectory` with leaves [T, B, ...].
+    """
+    num_steps = _checks.check_positive_int("num_steps", num_steps)
+    if not isinstance(state, RolloutState):
+        raise TypeError(f"state must be a RolloutState from rollout_init, got {type(state).__name__}.")
+    env_params = _resolve_params(env, env_params)
+    batch_size = jnp.shape(state.first)[0]
+    space = env.action_space(env_params)
+    act = lambda obs, key, carry, first: _act(  # noqa: E731
+        policy_fn, params, obs, key, carry, first, batch_size, space
+    )
+    value = lambda obs, key, carry, first: _value(  # noqa: E731
+        policy_fn, params, obs, key, carry, first, batch_size, space
+    )
+
+    def step(state: RolloutState, _):
+        key, policy_key, env_key = jax.random.split(state.key, 3)
+        out, new_carry = act(state.obs, policy_key, state.carry, state.first)
+        obs, env_state, reward, terminated, truncated, final_obs = _env_step(
+            env, env_params, env_key, state.env_state, out.action, batch_size
+        )
+        done = terminated | truncated
+        truncated = truncated & ~terminated
+        ep_return = state.episode_return + reward
+        ep_length = state.episode_length + 1
+
+        if bootstrap_truncated:
+            no_reset = jnp.zeros_like(state.first)
+            final_key = jax.random.fold_in(policy_key, 1)
+            final_value = jax.lax.cond(
+                jnp.any(truncated),
+                lambda: value(final_obs, final_key, new_carry, no_reset).astype(out.value.dtype),
+                lambda: jnp.zeros_like(out.value),
+            )
+            truncation_value = jnp.where(truncated, final_value, jnp.zeros_like(final_value))
+        else:
+            truncation_value = jnp.zeros_like(out.value)
+
+        record = Trajectory(
+            obs=state.obs,
+            action=out.action,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            done=done,
+            first=state.first,
+            log_prob=out.log_prob,
+            value=out.value,
+            # Holds V(final_observation) until the scan is over; see below.
+            next_value=truncation_value,
+            completed_return=jnp.where(done, ep_return, 0.0),
+            completed_length=jnp.where(done, ep_length, 0),
+            carry=state.carry,
+        )
+        next_state = RolloutState(
+            env_state=env_state,
+            obs=obs,
+            first=done,
+            episode_return=jnp.where(done, 0.0, ep_return),
+            episode_length=jnp.where(done, 0, ep_length),
+            carry=new_carry,
+            key=key,
+        )
+        return next_state, record
+
+    state, traj = jax.lax.scan(step, state, None, length=num_steps)
+
+    # The bootstrap key is derived without advancing state.key, so two rollouts
+    # of T steps draw the same actions as one rollout of 2T steps.
+    last_value = value(state.obs, jax.random.fold_in(state.key, 2), state.carry, state.first)
+    following = jnp.concatenate([traj.value[1:], last_value[None].astype(traj.value.dtype)])
+    if bootstrap_truncated:
+        following = jnp.where(traj.truncated, traj.next_value, following)
+    return state, traj._replace(next_value=following)
+
+
+def evaluate(
+    env: Any,
+    env_params: Any,
+    policy_fn: Any,
+    params: PyTree,
+    key: jax.Array,
+    num_episodes: int,
+    max_steps: Optional[int] = None,
+    *,
+    initial_carry: Optional[PyTree] = None,
+) -> EvalResult:
+    """Runs `num_episodes` whole episodes in parallel and returns their outcomes.
+
+    Each episode runs in its own env copy. Once an env's episode is done, its
+    later steps are discarded (rlplay `evaluate`, ilpyt
+    `generate_test_episodes`): no reward or length is added and the auto-reset
+    episode is never counted. A `lax.while_loop` stops as soon as every episode
+    is done or `max_steps` steps have run, so the call is jittable and
+    vmappable.
+
+    For deterministic evaluation pass a policy that acts with the mode of its
+    action distribution, e.g. `categorical_policy(apply_fn, deterministic=True)`.
+
+    Args:
+      env: gymnax>=1.0.1 environment (static).
+      env_params: env params (traced), or None for `env.default_params`.
+      policy_fn: feedforward or recurrent policy, as in `rollout` (static).
+      params: policy parameters.
+      key: PRNG key for resets, actions and env transitions.
+      num_episodes: N, a positive Python int (one env per episode).
+      max_steps: the most steps to run; None uses
+        `env_params.max_steps_in_episode` (the env's own time limit).
+      initial_carry: recurrent carry with leaves [N, ...], None otherwise.
+
+    Returns:
+      An `EvalResult` with per-episode returns [N], lengths [N] and a
+      `completed` mask [N].
+    """
+    num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
+    env_params = _resolve_params(env, env_params)
+    if max_steps is None:
+        max_steps = getattr(env_params, "max_steps_in_episode", None)
+        if max_steps is None:
+            raise ValueError(
+                "max_steps is None and env_params has no max_steps_in_episode; "
+                "pass max_steps (a positive int) to bound the evaluation."
+            )
+    else:
+        max_steps = _checks.check_positive_int("max_steps", max_steps)
+    state = rollout_init(key, env, env_params, num_episodes, initial_carry)
+    space = env.action_space(env_params)
+
+    def cond(loop):
+        state, active, t = loop
+        return jnp.any(active) & (t < max_steps)
+
+    def body(loop):
+        state, active, t = loop
+        key, policy_key, env_key = jax.random.split(state.key, 3)
+        out, carry = _act(
+            policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space
+        )
+        obs, env_state, reward, terminated, truncated, _ = _env_step(
+            env, env_params, env_key, state.env_state, out.action, num_episodes
+        )
+        done = terminated | truncated
+        state = RolloutState(
+            env_state=env_state,
+            obs=obs,
+            first=done,
+            episode_return=state.episode_return + jnp.where(active, reward, 0.0),
+            episode_length=state.episode_length + active.astype(jnp.int32),
+            carry=carry,
+            key=key,
+        )
+        return state, active & ~done, t + 1
+
+    active = jnp.ones((num_episodes,), dtype=bool)
+    state, active, _ = jax.lax.while_loop(cond, body, (state, active, jnp.int32(0)))
+    return EvalResult(
+        returns=state.episode_return, lengths=state.episode_length, completed=~active
+    )

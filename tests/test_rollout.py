@@ -1,0 +1,238 @@
+"""The rollout core, pinned down step by step on CountingEnv (see toy_envs)."""
+
+import functools
+
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_rollout as jr
+from tests.toy_envs import (
+    CountingEnv,
+    mlp_policy,
+    obs_tag,
+    obs_time,
+    scripted_policy,
+    toy_value,
+)
+
+T, B = 8, 2
+TERM_AT = [2, 99]  # env 0 terminates on its 3rd step; env 1 is truncated at 5.
+
+
+def run_toy(key=0, num_steps=T, dict_obs=False, bootstrap_truncated=True, state=None):
+    env = CountingEnv(dict_obs=dict_obs)
+    params = env.default_params
+    if state is None:
+        state = jr.rollout_init(jax.random.key(key), env, params, B)
+    return jr.rollout(
+        env, params, scripted_policy(TERM_AT), None, state, num_steps,
+        bootstrap_truncated=bootstrap_truncated,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def toy_result(dict_obs=False, bootstrap_truncated=True):
+    return run_toy(dict_obs=dict_obs, bootstrap_truncated=bootstrap_truncated)
+
+
+# Worked out by hand: columns are env 0 and env 1, rows are t = 0..7.
+OBS_TIME = np.array([[0, 0], [1, 1], [2, 2], [0, 3], [1, 4], [2, 0], [0, 1], [1, 2]])
+REWARD = OBS_TIME + 1.0
+TERMINATED = np.array([[0, 0], [0, 0], [1, 0], [0, 0], [0, 0], [1, 0], [0, 0], [0, 0]], bool)
+TRUNCATED = np.array([[0, 0], [0, 0], [0, 0], [0, 0], [0, 1], [0, 0], [0, 0], [0, 0]], bool)
+FIRST = np.array([[1, 1], [0, 0], [0, 0], [1, 0], [0, 0], [0, 1], [1, 0], [0, 0]], bool)
+COMPLETED_RETURN = np.zeros((T, B), np.float32)
+COMPLETED_RETURN[2, 0] = COMPLETED_RETURN[5, 0] = 1 + 2 + 3
+COMPLETED_RETURN[4, 1] = 1 + 2 + 3 + 4 + 5
+COMPLETED_LENGTH = np.zeros((T, B), np.int32)
+COMPLETED_LENGTH[2, 0] = COMPLETED_LENGTH[5, 0] = 3
+COMPLETED_LENGTH[4, 1] = 5
+
+
+def test_flags_rewards_and_auto_reset_step_by_step():
+    state, traj = toy_result()
+    np.testing.assert_array_equal(obs_time(traj.obs), OBS_TIME)
+    np.testing.assert_array_equal(traj.reward, REWARD)
+    np.testing.assert_array_equal(traj.terminated, TERMINATED)
+    np.testing.assert_array_equal(traj.truncated, TRUNCATED)
+    np.testing.assert_array_equal(traj.done, TERMINATED | TRUNCATED)
+    np.testing.assert_array_equal(traj.first, FIRST)
+    np.testing.assert_array_equal(traj.action, (OBS_TIME >= np.array(TERM_AT)).astype(np.int32))
+    np.testing.assert_array_equal(traj.log_prob, -OBS_TIME)
+    assert traj.reward.dtype == jnp.float32 and traj.done.dtype == jnp.bool_
+    # A new tag is drawn at every reset and only there.
+    tags = np.asarray(obs_tag(traj.obs))
+    changed = np.concatenate([np.ones((1, B), bool), tags[1:] != tags[:-1]])
+    np.testing.assert_array_equal(changed, FIRST)
+    # The state continues the running episodes.
+    np.testing.assert_array_equal(obs_time(state.obs), [2, 3])
+    np.testing.assert_array_equal(state.first, [False, False])
+    np.testing.assert_array_equal(state.episode_return, [1 + 2, 1 + 2 + 3])
+    np.testing.assert_array_equal(state.episode_length, [2, 3])
+
+
+def test_next_value_bootstraps_from_final_observation_on_truncation():
+    state, traj = toy_result()
+    np.testing.assert_allclose(traj.value, toy_value(traj.obs), rtol=1e-6)
+    tags = np.asarray(obs_tag(traj.obs))
+    # Where not truncated: V(obs[t + 1]), and V(state.obs) after the last step.
+    following = np.concatenate([np.asarray(traj.value[1:]), np.asarray(toy_value(state.obs))[None]])
+    expected = following.copy()
+    # Env 1 is truncated at t = 4: the true next state has time 5, the same tag.
+    expected[4, 1] = 5.0 + 100.0 * tags[4, 1]
+    np.testing.assert_allclose(traj.next_value, expected, rtol=1e-6)
+    assert following[4, 1] != pytest.approx(expected[4, 1])  # the reset obs differs
+    # Terminated steps keep V(reset obs); estimators multiply it by zero.
+    np.testing.assert_allclose(traj.next_value[2, 0], traj.value[3, 0], rtol=1e-6)
+
+
+def test_bootstrap_truncated_false_uses_the_reset_observation():
+    _, traj = toy_result(bootstrap_truncated=False)
+    _, ref = toy_result()
+    np.testing.assert_allclose(traj.next_value[4, 1], traj.value[5, 1], rtol=1e-6)
+    mask = ~TRUNCATED
+    np.testing.assert_array_equal(np.asarray(traj.next_value)[mask], np.asarray(ref.next_value)[mask])
+
+
+def test_episode_statistics_and_metrics():
+    _, traj = toy_result()
+    np.testing.assert_array_equal(traj.completed_return, COMPLETED_RETURN)
+    np.testing.assert_array_equal(traj.completed_length, COMPLETED_LENGTH)
+    m = jr.episode_metrics(traj)
+    assert int(m.num_episodes) == 3
+    np.testing.assert_allclose(m.mean_return, (6 + 6 + 15) / 3, rtol=1e-6)
+    np.testing.assert_allclose(m.mean_length, (3 + 3 + 5) / 3, rtol=1e-6)
+
+
+def test_episode_metrics_is_nan_not_zero_when_no_episode_completed():
+    _, traj = run_toy(num_steps=2)
+    m = jax.jit(jr.episode_metrics)(traj)
+    assert int(m.num_episodes) == 0
+    assert np.isnan(m.mean_return) and np.isnan(m.mean_length)
+
+
+def test_episode_statistics_carry_across_rollout_calls():
+    state, first_half = run_toy(num_steps=4)
+    state, second_half = run_toy(state=state, num_steps=4)
+    _, whole = toy_result()
+    joined = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), first_half, second_half)
+    for name, a, b in zip(whole._fields, joined, whole):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_pytree_observations_are_carried_and_stored():
+    _, traj = toy_result(dict_obs=True)
+    _, ref = toy_result()
+    assert set(traj.obs) == {"time", "tag"}
+    assert traj.obs["time"].shape == (T, B) and traj.obs["tag"].shape == (T, B, 1)
+    assert traj.obs["time"].dtype == jnp.int32
+    for name in ("reward", "terminated", "truncated", "first", "next_value"):
+        np.testing.assert_array_equal(getattr(traj, name), getattr(ref, name), err_msg=name)
+
+
+# --- determinism, jit, eager and vmap on CartPole with an MLP policy ---------------------
+
+@functools.lru_cache(maxsize=None)
+def cartpole():
+    env, env_params = gymnax.make("CartPole-v1")
+    with jax.ensure_compile_time_eval():  # first called under jit: keep params concrete
+        policy_fn, params = mlp_policy(jax.random.key(42))
+    return env, env_params, policy_fn, params
+
+
+def cartpole_run(key, num_steps=64, num_envs=4):
+    env, env_params, policy_fn, params = cartpole()
+    state = jr.rollout_init(key, env, env_params, num_envs)
+    return jr.rollout(env, env_params, policy_fn, params, state, num_steps)
+
+
+def _data(x):
+    return jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+
+def assert_trees_equal(a, b):
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(_data(x), _data(y)), a, b)
+
+
+def test_same_key_same_trajectory_and_other_key_differs():
+    run = jax.jit(cartpole_run)
+    a = run(jax.random.key(3))
+    assert_trees_equal(a, run(jax.random.key(3)))
+    b = run(jax.random.key(4))
+    assert not np.array_equal(a[1].obs, b[1].obs)
+
+
+def test_jit_and_eager_agree_exactly():
+    key = jax.random.key(5)
+    jitted = jax.jit(cartpole_run, static_argnums=(1, 2))(key, 24, 3)
+    # Without an outer jit (JAX's eager mode: the scan body is still compiled).
+    assert_trees_equal(jitted, cartpole_run(key, 24, 3))
+    # Op-by-op interpretation: exact on the toy env, whose dynamics are integers ...
+    with jax.disable_jit():
+        assert_trees_equal(run_toy(key=1), jax.jit(run_toy, static_argnums=(1, 2, 3))(1, T, False, True))
+        eager = cartpole_run(key, 24, 3)
+    # ... and within float32 rounding on CartPole, where XLA fuses the physics
+    # differently from op-by-op execution; discrete data agree exactly.
+    jax.tree.map(
+        lambda x, y: np.testing.assert_allclose(_data(x), _data(y), rtol=1e-6, atol=1e-7), jitted, eager
+    )
+    for name in ("action", "done", "first"):
+        np.testing.assert_array_equal(getattr(jitted[1], name), getattr(eager[1], name))
+
+
+def test_vmap_over_keys_equals_a_loop_of_single_runs():
+    keys = jax.random.split(jax.random.key(6), 3)
+    batched = jax.jit(jax.vmap(cartpole_run))(keys)
+    single = jax.jit(cartpole_run)
+    for i in range(3):
+        one = single(keys[i])
+        jax.tree.map(
+            lambda x, y: np.testing.assert_allclose(_data(x)[i], _data(y), rtol=1e-6, atol=1e-6),
+            batched,
+            one,
+        )
+        # Discrete data (actions, flags, episode ends) agree exactly.
+        for name in ("action", "done", "terminated", "truncated", "first"):
+            np.testing.assert_array_equal(getattr(batched[1], name)[i], getattr(one[1], name))
+
+
+def test_vmap_over_env_and_policy_params():
+    env = CountingEnv()
+    limits = jnp.array([3, 4, 6])
+
+    def run(limit, scale, key):
+        env_params = env.default_params.replace(max_steps_in_episode=limit)
+        policy = scripted_policy([99, 99])
+
+        def scaled(params, obs, key):
+            out = policy(params, obs, key)
+            return out._replace(value=out.value * params)
+
+        state = jr.rollout_init(key, env, env_params, B)
+        return jr.rollout(env, env_params, scaled, scale, state, 10)
+
+    scales = jnp.array([1.0, 2.0, 3.0])
+    key = jax.random.key(0)
+    batched = jax.jit(jax.vmap(run, in_axes=(0, 0, None)))(limits, scales, key)
+    for i in range(3):
+        assert_trees_equal(jax.tree.map(lambda x: x[i], batched), run(int(limits[i]), scales[i], key))
+    # Each env runs episodes of exactly `limit` steps.
+    lengths = batched[1].completed_length
+    for i, limit in enumerate([3, 4, 6]):
+        assert set(np.unique(lengths[i])) == {0, limit}
+
+
+def test_rollout_inside_a_users_jitted_function_with_gradients():
+    env, env_params, policy_fn, params = cartpole()
+
+    def objective(params, key):
+        state = jr.rollout_init(key, env, env_params, 4)
+        _, traj = jr.rollout(env, env_params, policy_fn, params, state, 16)
+        return jnp.mean(traj.log_prob), traj
+
+    (value, traj), grads = jax.jit(jax.value_and_grad(objective, has_aux=True))(params, jax.random.key(0))
+    assert np.isfinite(value)
+    assert any(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(grads))
