@@ -54,17 +54,25 @@ def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
 
 
 def _resolve_params(env: Any, env_params: Any) -> Any:
-    return env.default_params if env_params is None else env_params
-
-
-def _check_env(env: Any, env_params: Any, key: jax.Array) -> None:
-    """Traces one reset and step of a single env to check the step protocol."""
+    """Checks that `env` has the gymnax methods; returns its params or the defaults."""
     for method in ("reset", "step", "action_space"):
         if not callable(getattr(env, method, None)):
             raise TypeError(
                 f"env must follow the gymnax>=1.0.1 Environment protocol; "
                 f"{type(env).__name__} has no callable `{method}`."
             )
+    if env_params is None:
+        if not hasattr(env, "default_params"):
+            raise TypeError(
+                f"env_params is None and {type(env).__name__} has no default_params; "
+                "pass the env's params."
+            )
+        return env.default_params
+    return env_params
+
+
+def _check_env(env: Any, env_params: Any, key: jax.Array) -> None:
+    """Traces one reset and step of a single env to check the step protocol."""
 
     def one_step(key, env_params):
         _, state = env.reset(key, env_params)

@@ -167,13 +167,13 @@ def test_same_key_same_trajectory_and_other_key_differs():
 
 def test_jit_and_eager_agree_exactly():
     key = jax.random.key(5)
-    jitted = jax.jit(cartpole_run, static_argnums=(1, 2))(key, 24, 3)
+    jitted = jax.jit(cartpole_run, static_argnums=(1, 2))(key, 12, 2)
     # Without an outer jit (JAX's eager mode: the scan body is still compiled).
-    assert_trees_equal(jitted, cartpole_run(key, 24, 3))
+    assert_trees_equal(jitted, cartpole_run(key, 12, 2))
     # Op-by-op interpretation: exact on the toy env, whose dynamics are integers ...
     with jax.disable_jit():
         assert_trees_equal(run_toy(key=1), jax.jit(run_toy, static_argnums=(1, 2, 3))(1, T, False, True))
-        eager = cartpole_run(key, 24, 3)
+        eager = cartpole_run(key, 12, 2)
     # ... and within float32 rounding on CartPole, where XLA fuses the physics
     # differently from op-by-op execution; discrete data agree exactly.
     jax.tree.map(
@@ -236,3 +236,17 @@ def test_rollout_inside_a_users_jitted_function_with_gradients():
     (value, traj), grads = jax.jit(jax.value_and_grad(objective, has_aux=True))(params, jax.random.key(0))
     assert np.isfinite(value)
     assert any(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(grads))
+
+
+def test_termination_on_the_time_limit_step_counts_as_terminated_only():
+    # Env 0 terminates on its 5th step, which is also the time limit.
+    env = CountingEnv()
+    state = jr.rollout_init(jax.random.key(0), env, env.default_params, 2)
+    _, traj = jr.rollout(env, env.default_params, scripted_policy([4, 99]), None, state, 6)
+    np.testing.assert_array_equal(traj.terminated[:, 0], [0, 0, 0, 0, 1, 0])
+    np.testing.assert_array_equal(traj.truncated[:, 0], [0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(traj.truncated[:, 1], [0, 0, 0, 0, 1, 0])
+    np.testing.assert_array_equal(traj.done[4], [True, True])
+    # No bootstrap from the final observation for the terminated env.
+    np.testing.assert_allclose(traj.next_value[4, 0], traj.value[5, 0], rtol=1e-6)
+    assert float(traj.next_value[4, 1]) != pytest.approx(float(traj.value[5, 1]))

@@ -1,0 +1,114 @@
+"""Bad input gets a clear error naming the argument, at trace or call time."""
+
+import gymnax
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxrl_rollout as jr
+from tests.toy_envs import CountingEnv, OldApiEnv, scripted_policy
+
+
+def init(num_envs=2, env=None, **kw):
+    env = env or CountingEnv()
+    return jr.rollout_init(jax.random.key(0), env, env.default_params, num_envs, **kw)
+
+
+def policy_returning(**fields):
+    def policy_fn(params, obs, key):
+        b = obs.shape[0]
+        out = jr.PolicyOutput(jnp.zeros((b,), jnp.int32), jnp.zeros((b,)), jnp.zeros((b,)))
+        return out._replace(**fields)
+
+    return policy_fn
+
+
+def run(policy_fn, state=None, num_steps=3, env=None):
+    env = env or CountingEnv()
+    return jr.rollout(env, env.default_params, policy_fn, None, state or init(), num_steps)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "4", None])
+def test_num_envs_must_be_a_positive_int(bad):
+    with pytest.raises((TypeError, ValueError), match="num_envs"):
+        init(num_envs=bad)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.0, False])
+def test_num_steps_must_be_a_positive_int(bad):
+    with pytest.raises((TypeError, ValueError), match="num_steps"):
+        run(scripted_policy([0, 0]), num_steps=bad)
+
+
+def test_num_steps_traced_under_jit_is_rejected_clearly():
+    with pytest.raises(TypeError, match="num_steps must be a positive Python int"):
+        jax.jit(lambda n: run(scripted_policy([0, 0]), num_steps=n))(3)
+
+
+def test_five_value_step_env_is_rejected_with_the_reason():
+    with pytest.raises(TypeError, match=r"6 values.*got 5.*pre-1.0 gymnax"):
+        init(env=OldApiEnv())
+
+
+def test_action_with_a_trailing_axis_is_not_broadcast():
+    bad = policy_returning(action=jnp.zeros((2, 1), jnp.int32))
+    with pytest.raises(ValueError, match=r"action must have shape \[B\]=\(2,\).*\(2, 1\)"):
+        run(bad)
+
+
+def test_float_action_for_a_discrete_space():
+    with pytest.raises(ValueError, match="action must have an integer dtype"):
+        run(policy_returning(action=jnp.zeros((2,), jnp.float32)))
+
+
+def test_box_action_shape_and_dtype():
+    env, env_params = gymnax.make("Pendulum-v1")
+    state = jr.rollout_init(jax.random.key(0), env, env_params, 3)
+
+    def policy(action):
+        return lambda p, o, k: jr.PolicyOutput(action, jnp.zeros(3), jnp.zeros(3))
+
+    with pytest.raises(ValueError, match=r"shape \[B, \*action_space.shape\]=\(3, 1\)"):
+        jr.rollout(env, env_params, policy(jnp.zeros((3,))), None, state, 2)
+    with pytest.raises(ValueError, match="floating dtype"):
+        jr.rollout(env, env_params, policy(jnp.zeros((3, 1), jnp.int32)), None, state, 2)
+    # The right shape runs.
+    _, traj = jr.rollout(env, env_params, policy(jnp.zeros((3, 1))), None, state, 2)
+    assert traj.action.shape == (2, 3, 1)
+
+
+@pytest.mark.parametrize("field", ["value", "log_prob"])
+def test_unbatched_value_or_log_prob(field):
+    with pytest.raises(ValueError, match=rf"{field} must have shape \[B\]=\(2,\).*\(2, 1\)"):
+        run(policy_returning(**{field: jnp.zeros((2, 1))}))
+    with pytest.raises(ValueError, match=rf"{field} must have shape \[B\]"):
+        run(policy_returning(**{field: jnp.zeros(())}))
+
+
+def test_policy_must_return_policy_output():
+    def bad(params, obs, key):
+        return jnp.zeros((2,), jnp.int32), jnp.zeros(2), jnp.zeros(2)
+
+    with pytest.raises(TypeError, match="PolicyOutput"):
+        run(bad)
+
+
+def test_recurrent_policy_contract():
+    carry = jnp.zeros((2, 3))
+    state = init(initial_carry=carry)
+    with pytest.raises(TypeError, match=r"\(PolicyOutput, new_carry\)"):
+        run(lambda p, o, k, c: policy_returning()(p, o, k), state=state)
+    with pytest.raises(ValueError, match="new_carry leaves must keep their shape"):
+        run(lambda p, o, k, c: (policy_returning()(p, o, k), jnp.zeros((2, 4))), state=state)
+    with pytest.raises(ValueError, match=r"initial_carry.*leading axis num_envs=2"):
+        init(initial_carry=jnp.zeros((3, 4)))
+
+
+def test_state_must_be_a_rollout_state():
+    with pytest.raises(TypeError, match="state must be a RolloutState"):
+        run(scripted_policy([0, 0]), state=(1, 2))
+
+
+def test_env_without_the_protocol():
+    with pytest.raises(TypeError, match=r"gymnax>=1.0.1 Environment protocol.*no callable `reset`"):
+        jr.rollout_init(jax.random.key(0), object(), None, 2)
