@@ -1,0 +1,114 @@
+"""Flatten orders and minibatch permutations for the learner.
+
+Two flatten orders appear in the PyTorch references (../SEMANTICS.md, 13.7):
+time-major k = t * B + b (CleanRL, ARENA, ilpyt: `reshape(-1)` /
+`flatten(0, 1)` of [T, B]) and env-major k = b * T + t (torch-ac, SB3, A2C:
+transpose to [B, T] first). Minibatch indices are data, so a PyTorch run's
+permutations can be passed in and replayed exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "flatten_env_major",
+    "flatten_time_major",
+    "minibatch_indices",
+    "sequence_minibatch_indices",
+    "take",
+    "take_sequences",
+]
+
+
+def _leading(tree: Any, name: str, rank: int) -> tuple[int, ...]:
+    leaves = jax.tree_util.tree_leaves(tree)
+    if not leaves:
+        raise ValueError(f"{name} must hold at least one array.")
+    lead = tuple(jnp.shape(leaves[0])[:rank])
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if tuple(jnp.shape(leaf)[:rank]) != lead or len(lead) < rank:
+            raise ValueError(
+                f"every leaf of {name} must share the leading [T, B] axes {lead}; "
+                f"{name}{jax.tree_util.keystr(path)} has shape {tuple(jnp.shape(leaf))}."
+            )
+    return lead
+
+
+def flatten_time_major(tree: Any) -> Any:
+    """[T, B, ...] -> [T * B, ...] with row k = t * B + b (CleanRL, ARENA, ilpyt)."""
+    _leading(tree, "tree", 2)
+    return jax.tree.map(lambda x: jnp.reshape(x, (-1, *jnp.shape(x)[2:])), tree)
+
+
+def flatten_env_major(tree: Any) -> Any:
+    """[T, B, ...] -> [B * T, ...] with row k = b * T + t (torch-ac, SB3, A2C)."""
+    _leading(tree, "tree", 2)
+    return jax.tree.map(lambda x: jnp.reshape(jnp.swapaxes(x, 0, 1), (-1, *jnp.shape(x)[2:])), tree)
+
+
+def _check_split(total: int, total_name: str, num_minibatches: int) -> int:
+    for name, value in ((total_name, total), ("num_minibatches", num_minibatches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive Python int, got {value!r}.")
+    if total % num_minibatches:
+        raise ValueError(
+            f"{total_name}={total} does not divide into num_minibatches={num_minibatches} "
+            "equal minibatches."
+        )
+    return total // num_minibatches
+
+
+def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int, num_epochs: int = 1) -> jax.Array:
+    """Shuffled minibatch indices: one permutation of the batch per epoch.
+
+    Each epoch permutes `arange(batch_size)` and cuts it into contiguous
+    minibatches (CleanRL's `np.random.shuffle` + slices, ARENA's
+    `permutation(B).reshape(M, mb)`, SB3's `permutation`).
+
+    Returns:
+      int32 [num_epochs, num_minibatches, batch_size // num_minibatches].
+    """
+    size = _check_split(batch_size, "batch_size", num_minibatches)
+    if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs <= 0:
+        raise ValueError(f"num_epochs must be a positive Python int, got {num_epochs!r}.")
+    keys = jax.random.split(key, num_epochs)
+    perms = jax.vmap(lambda k: jax.random.permutation(k, batch_size))(keys)
+    return perms.reshape(num_epochs, num_minibatches, size).astype(jnp.int32)
+
+
+def sequence_minibatch_indices(
+    key: jax.Array, num_envs: int, num_minibatches: int, num_epochs: int = 1
+) -> jax.Array:
+    """Env indices for recurrent minibatches that keep each env's sequence whole.
+
+    Returns:
+      int32 [num_epochs, num_minibatches, num_envs // num_minibatches]; use with
+      `take_sequences`.
+    """
+    _check_split(num_envs, "num_envs", num_minibatches)
+    return minibatch_indices(key, num_envs, num_minibatches, num_epochs)
+
+
+def take(flat: Any, indices: jax.Array) -> Any:
+    """Gathers rows of a flattened batch: leaves [N, ...] -> [*indices.shape, ...]."""
+    return jax.tree.map(lambda x: jnp.take(x, indices, axis=0), flat)
+
+
+def take_sequences(tree: Any, env_indices: jax.Array) -> Any:
+    """Gathers whole env sequences: leaves [T, B, ...] -> [*env_indices.shape[:-1], T, b, ...].
+
+    For `env_indices` of shape [M, b] the result is M time-major minibatches
+    [T, b, ...], so a recurrent learner can replay each env from its first step.
+    """
+    _leading(tree, "tree", 2)
+    env_indices = jnp.asarray(env_indices)
+
+    def gather(x):
+        picked = jnp.take(x, env_indices, axis=1)  # [T, *idx_shape, ...]
+        return jnp.moveaxis(picked, 0, env_indices.ndim - 1)
+
+    return jax.tree.map(gather, tree)

@@ -1,0 +1,59 @@
+"""Flatten orders and minibatch permutations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_rollout import batching
+
+T, B = 3, 4
+GRID = jnp.arange(T * B).reshape(T, B)  # value = t * B + b
+
+
+def test_flatten_orders_match_torch_reshape_and_transpose():
+    x = np.random.default_rng(0).normal(size=(T, B, 2))
+    tree = {"x": x, "t": np.broadcast_to(np.arange(T)[:, None], (T, B))}
+    tm = batching.flatten_time_major(tree)
+    em = batching.flatten_env_major(tree)
+    np.testing.assert_array_equal(tm["x"], x.reshape(-1, 2))                       # torch flatten(0, 1)
+    np.testing.assert_array_equal(em["x"], x.transpose(1, 0, 2).reshape(-1, 2))    # transpose(0, 1).reshape
+    np.testing.assert_array_equal(tm["t"], np.repeat(np.arange(T), B))
+    np.testing.assert_array_equal(em["t"], np.tile(np.arange(T), B))
+
+
+def test_minibatch_indices_are_permutations_per_epoch():
+    idx = batching.minibatch_indices(jax.random.key(0), 12, 3, num_epochs=4)
+    assert idx.shape == (4, 3, 4) and idx.dtype == jnp.int32
+    for e in range(4):
+        assert sorted(np.asarray(idx[e]).ravel()) == list(range(12))
+    assert not np.array_equal(idx[0], idx[1])
+    np.testing.assert_array_equal(idx, batching.minibatch_indices(jax.random.key(0), 12, 3, num_epochs=4))
+
+
+def test_take_replays_given_permutations():
+    flat = batching.flatten_time_major({"g": GRID})
+    perm = np.array([[5, 0, 11], [3, 2, 1]])
+    np.testing.assert_array_equal(batching.take(flat, perm)["g"], perm)
+
+
+def test_sequences_stay_whole():
+    idx = batching.sequence_minibatch_indices(jax.random.key(1), B, 2, num_epochs=2)
+    assert idx.shape == (2, 2, 2)
+    mb = batching.take_sequences({"g": GRID}, idx[0])
+    assert mb["g"].shape == (2, T, 2)
+    for m in range(2):
+        for j in range(2):
+            env = int(idx[0, m, j])
+            np.testing.assert_array_equal(mb["g"][m, :, j], np.arange(T) * B + env)
+
+
+def test_indivisible_batches_are_rejected():
+    with pytest.raises(ValueError, match=r"batch_size=10 does not divide into num_minibatches=4"):
+        batching.minibatch_indices(jax.random.key(0), 10, 4)
+    with pytest.raises(ValueError, match=r"num_envs=3 does not divide into num_minibatches=2"):
+        batching.sequence_minibatch_indices(jax.random.key(0), 3, 2)
+    with pytest.raises(ValueError, match="num_epochs must be a positive"):
+        batching.minibatch_indices(jax.random.key(0), 8, 4, num_epochs=0)
+    with pytest.raises(ValueError, match=r"leading \[T, B\] axes"):
+        batching.flatten_time_major({"a": jnp.zeros((3, 4)), "b": jnp.zeros((3, 5))})
