@@ -12,7 +12,7 @@ GRID = jnp.arange(T * B).reshape(T, B)  # value = t * B + b
 
 
 def test_flatten_orders_match_torch_reshape_and_transpose():
-    x = np.random.default_rng(0).normal(size=(T, B, 2))
+    x = np.random.default_rng(0).normal(size=(T, B, 2)).astype(np.float32)
     tree = {"x": x, "t": np.broadcast_to(np.arange(T)[:, None], (T, B))}
     tm = batching.flatten_time_major(tree)
     em = batching.flatten_env_major(tree)
