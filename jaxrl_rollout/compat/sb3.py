@@ -1,0 +1,73 @@
+"""Stable-Baselines3: `RolloutBuffer.compute_returns_and_advantage` and the time-limit bootstrap.
+
+SB3's `collect_rollouts` adds gamma * V(terminal observation) to the reward of
+a step that hit a time limit (done, `TimeLimit.truncated`, terminal
+observation present) and stores that augmented reward; the done flag stays set,
+so the GAE trace is cut there. `episode_starts` are start flags, all ones at
+the start of `learn`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_rollout.advantages import gae, starts_to_ends
+from jaxrl_rollout.types import Trajectory
+
+__all__ = ["compute_returns_and_advantage", "from_trajectory", "timeout_rewards"]
+
+
+def compute_returns_and_advantage(
+    rewards: jax.Array,
+    values: jax.Array,
+    episode_starts: jax.Array,
+    last_values: jax.Array,
+    dones: jax.Array,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[jax.Array, jax.Array]:
+    """SB3's GAE: the CleanRL loop with `episode_starts` for `dones`.
+
+    Args:
+      rewards: [T, B] stored rewards (already augmented on timeouts).
+      values: [T, B].
+      episode_starts: [T, B] start flags.
+      last_values: [B] V(obs) after the last step.
+      dones: [B] whether the last step ended an episode.
+      gamma, gae_lambda: floats.
+
+    Returns:
+      (advantages, returns), each [T, B].
+    """
+    ends = starts_to_ends(episode_starts, dones)
+    values = jnp.asarray(values)
+    next_values = jnp.concatenate([values[1:], jnp.asarray(last_values, values.dtype)[None]])
+    return gae(rewards, values, next_values, ends, ends, gamma, gae_lambda)
+
+
+def timeout_rewards(
+    rewards: jax.Array, truncated: jax.Array, terminal_values: jax.Array, gamma: float
+) -> jax.Array:
+    """r_t + gamma V(terminal_obs_t) where the step was truncated by a time limit, else r_t."""
+    rewards = jnp.asarray(rewards)
+    bonus = gamma * jnp.asarray(terminal_values, rewards.dtype)
+    return jnp.where(jnp.asarray(truncated, bool), rewards + bonus, rewards)
+
+
+def from_trajectory(
+    traj: Trajectory, gamma: float, gae_lambda: float
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """What SB3 stores and computes for a `rollout` trajectory.
+
+    Needs `rollout(..., bootstrap_truncated=True)` (the default), whose
+    `next_value` is V(final observation) where truncated.
+
+    Returns:
+      (stored_rewards, advantages, returns), each [T, B].
+    """
+    rewards = timeout_rewards(traj.reward, traj.truncated, traj.next_value, gamma)
+    advantages, returns = compute_returns_and_advantage(
+        rewards, traj.value, traj.first, traj.next_value[-1], traj.done[-1], gamma, gae_lambda
+    )
+    return rewards, advantages, returns
