@@ -9,10 +9,63 @@ masked value does not propagate (unlike the multiplicative masks elsewhere).
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple, Optional
+
 import jax
 import jax.numpy as jnp
 
-__all__ = ["gae", "returns"]
+from jaxrl_rollout import _checks
+from jaxrl_rollout.rollout import _act, _batch_where, _env_step, _resolve_params, reset_carry
+from jaxrl_rollout.types import PolicyOutput
+
+__all__ = ["Context", "Fragment", "collect", "context", "evaluate", "gae", "returns"]
+
+
+class Context(NamedTuple):
+    """rlplay's running context: the latest row (stepno, x_t, a_{t-1}, r_t, fin_t), hx, env states.
+
+    Attributes:
+      stepno: [B] int32 steps since the episode's reset.
+      obs: [B, ...] x_t.
+      act: [B, ...] a_{t-1} (undefined, zeros, in a fresh context).
+      rew: [B] float32 r_t (0 in a fresh context).
+      fin: [B] bool, the transition into t ended an episode (True in a fresh context).
+      hx: recurrent state h_t (leaves [B, ...]) or None.
+      env_state: gymnax env states [B].
+      key: PRNG key.
+    """
+
+    stepno: jax.Array
+    obs: Any
+    act: Any
+    rew: jax.Array
+    fin: jax.Array
+    hx: Optional[Any]
+    env_state: Any
+    key: jax.Array
+
+
+class Fragment(NamedTuple):
+    """A (1 + T) x B trajectory fragment.
+
+    Attributes:
+      stepno, obs, act, rew, fin: [T + 1, B, ...] rows of the context; row 0
+        repeats the previous fragment's last row.
+      actor: `PolicyOutput` [T + 1, B, ...]; row T is the virtual bootstrap step.
+      hx: the recurrent state at row 0 (None for feedforward policies).
+      stuck: [T + 1, B] bool, sticky mode only: env not stepped into this row,
+        so its `act` entry (a fresh actor action that was never taken) is
+        meaningless; always False in non-sticky mode.
+    """
+
+    stepno: jax.Array
+    obs: Any
+    act: Any
+    rew: jax.Array
+    fin: jax.Array
+    actor: PolicyOutput
+    hx: Optional[Any]
+    stuck: jax.Array
 
 
 def _check_fragment(rew, fin, value):
@@ -59,3 +112,186 @@ def returns(rew: jax.Array, fin: jax.Array, value: jax.Array, gamma: float) -> j
     rew, fin, value = _check_fragment(rew, fin, value)
     coefs = jnp.broadcast_to(jnp.asarray(gamma, rew.dtype), rew.shape)
     return _reverse_select(rew, coefs, fin, value[-1])
+
+
+def context(key: jax.Array, env: Any, env_params: Any, num_envs: int, hx: Optional[Any] = None) -> Context:
+    """A fresh context: every env reset, fin = True, rew = 0, stepno = 0, act zeros.
+
+    Args:
+      key: PRNG key; env i is reset with the i-th split.
+      env, env_params: gymnax env and params (None for defaults).
+      num_envs: B.
+      hx: initial recurrent state (leaves [B, ...]) or None.
+    """
+    num_envs = _checks.check_positive_int("num_envs", num_envs)
+    env_params = _resolve_params(env, env_params)
+    if hx is not None:
+        _checks.check_carry(hx, num_envs)
+    reset_key, key = jax.random.split(key)
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    space = env.action_space(env_params)
+    act = jax.tree.map(lambda a: jnp.zeros((num_envs, *a.shape), a.dtype), jax.eval_shape(space.sample, key))
+    return Context(
+        stepno=jnp.zeros((num_envs,), jnp.int32),
+        obs=obs,
+        act=act,
+        rew=jnp.zeros((num_envs,), jnp.float32),
+        fin=jnp.ones((num_envs,), bool),
+        hx=hx,
+        env_state=env_state,
+        key=key,
+    )
+
+
+def _row(ctx: Context) -> tuple:
+    return ctx.stepno, ctx.obs, ctx.act, ctx.rew, ctx.fin
+
+
+def collect(
+    env: Any,
+    env_params: Any,
+    policy_fn: Any,
+    params: Any,
+    ctx: Context,
+    num_steps: int,
+    *,
+    sticky: bool = False,
+) -> tuple[Context, Fragment]:
+    """rlplay's `collect`: a (1 + T) x B fragment and the context to continue from.
+
+    The actor acts on every row t = 0..T (row T is the virtual bootstrap step,
+    whose action is not taken). An env that finishes is reset at once and its
+    hx zeroed (non-sticky), or, in sticky mode, is not stepped again within the
+    fragment: rew 0, obs and fin frozen at (x_*, True), stepno frozen; its hx
+    keeps being advanced by the actor on the frozen input, as in rlplay, and is
+    zeroed at the end of the fragment. The rewards of a finishing step are never
+    altered.
+
+    Args:
+      env, env_params, policy_fn, params: as in `rollout`; a recurrent policy
+        (ctx.hx not None) is called with the hx as its carry, unreset: rlplay
+        resets hx itself when an env finishes.
+      ctx: the running `Context` from `context` or a previous `collect`.
+      num_steps: T.
+      sticky: stop interacting with finished envs until the next fragment.
+
+    Returns:
+      (ctx, fragment).
+    """
+    num_steps = _checks.check_positive_int("num_steps", num_steps)
+    env_params = _resolve_params(env, env_params)
+    batch_size = jnp.shape(ctx.fin)[0]
+    space = env.action_space(env_params)
+    never = jnp.zeros((batch_size,), bool)
+
+    def react(ctx, key):
+        # rlplay resets hx when an env finishes, not when the actor reads it.
+        return _act(policy_fn, params, ctx.obs, key, ctx.hx, never, batch_size, space)
+
+    def step(carry, t):
+        ctx, stuck = carry
+        key, policy_key, env_key = jax.random.split(ctx.key, 3)
+        out, hx = react(ctx, policy_key)
+        obs, env_state, rew, terminated, truncated, _ = _env_step(
+            env, env_params, env_key, ctx.env_state, out.action, batch_size
+        )
+        fin = terminated | truncated
+        frozen = (ctx.fin & (t > 0)) if sticky else never
+        if hx is not None:
+            hx = reset_carry(hx, fin & ~frozen)
+        stepno = jnp.where(fin, 0, ctx.stepno + 1)
+        new = Context(
+            stepno=jnp.where(frozen, ctx.stepno, stepno),
+            obs=_batch_where(frozen, ctx.obs, obs),
+            act=out.action,
+            rew=jnp.where(frozen, 0.0, rew),
+            fin=jnp.where(frozen, ctx.fin, fin),
+            hx=hx,
+            env_state=_batch_where(frozen, ctx.env_state, env_state),
+            key=key,
+        )
+        return (new, frozen), (_row(ctx), stuck, out)
+
+    start_hx = ctx.hx
+    (ctx, stuck_last), (rows, stuck, actor) = jax.lax.scan(step, (ctx, never), jnp.arange(num_steps))
+    last_out, _ = react(ctx, jax.random.fold_in(ctx.key, 1))  # the virtual lookahead step
+    append = lambda seq, last: jnp.concatenate([seq, last[None]])  # noqa: E731
+    stepno, obs, act, rew, fin = (jax.tree.map(append, r, l) for r, l in zip(rows, _row(ctx)))
+    actor = jax.tree.map(append, actor, last_out)
+    if sticky and ctx.hx is not None:
+        ctx = ctx._replace(hx=reset_carry(ctx.hx, ctx.fin))
+    fragment = Fragment(
+        stepno=stepno, obs=obs, act=act, rew=rew, fin=fin, actor=actor, hx=start_hx,
+        stuck=append(stuck, stuck_last),
+    )
+    return ctx, fragment
+
+
+def evaluate(
+    env: Any,
+    env_params: Any,
+    policy_fn: Any,
+    params: Any,
+    key: jax.Array,
+    num_envs: int,
+    n_steps: int,
+    hx: Optional[Any] = None,
+) -> tuple[jax.Array, PolicyOutput, jax.Array]:
+    """rlplay's `evaluate`: step until every env is done or `n_steps` steps have run.
+
+    Envs that finished (at t > 0) get reward 0 and are not reset (their obs
+    stays the terminal observation); hx is not reset either. A fresh context
+    starts with fin = True, which does not freeze anything at t = 0.
+
+    Returns:
+      (rewards, info, num_steps): rlplay's (T, B) rewards are
+      `rewards[:num_steps]` (rows past it are 0; sum over time for the episode
+      returns), and its (1 + T, B) actor info is `info[:num_steps + 1]`, the
+      last row being the virtual lookahead step. Buffers have n_steps (+ 1) rows.
+    """
+    n_steps = _checks.check_positive_int("n_steps", n_steps)
+    ctx = context(key, env, env_params, num_envs, hx)
+    env_params = _resolve_params(env, env_params)
+    batch_size = jnp.shape(ctx.fin)[0]
+    space = env.action_space(env_params)
+    never = jnp.zeros((batch_size,), bool)
+
+    def react(ctx, key):
+        return _act(policy_fn, params, ctx.obs, key, ctx.hx, never, batch_size, space)
+
+    def cond(loop):
+        ctx, t, _, _ = loop
+        return (t < n_steps) & ~((t > 0) & jnp.all(ctx.fin))
+
+    def body(loop):
+        ctx, t, rewards, info = loop
+        key, policy_key, env_key = jax.random.split(ctx.key, 3)
+        out, hx = react(ctx, policy_key)
+        obs, env_state, rew, terminated, truncated, final_obs = _env_step(
+            env, env_params, env_key, ctx.env_state, out.action, batch_size
+        )
+        frozen = ctx.fin & (t > 0)
+        fin = terminated | truncated
+        obs = _batch_where(fin, final_obs, obs)  # evaluate does not reset a finished env
+        ctx = Context(
+            stepno=jnp.where(frozen, ctx.stepno, jnp.where(fin, 0, ctx.stepno + 1)),
+            obs=_batch_where(frozen, ctx.obs, obs),
+            act=out.action,
+            rew=jnp.where(frozen, 0.0, rew),
+            fin=jnp.where(frozen, ctx.fin, fin),
+            hx=hx,
+            env_state=_batch_where(frozen, ctx.env_state, env_state),
+            key=key,
+        )
+        info = jax.tree.map(lambda buf, x: buf.at[t].set(x), info, out)
+        return ctx, t + 1, rewards.at[t].set(ctx.rew), info
+
+    shapes = jax.eval_shape(react, ctx, ctx.key)[0]
+    info = jax.tree.map(lambda x: jnp.zeros((n_steps + 1, *x.shape), x.dtype), shapes)
+    rewards = jnp.zeros((n_steps, batch_size), jnp.float32)
+    ctx, num_steps, rewards, info = jax.lax.while_loop(
+        cond, body, (ctx, jnp.int32(0), rewards, info)
+    )
+    last, _ = react(ctx, jax.random.fold_in(ctx.key, 1))  # the virtual lookahead step
+    info = jax.tree.map(lambda buf, x: buf.at[num_steps].set(x), info, last)
+    return rewards, info, num_steps

@@ -41,12 +41,53 @@ def estimator_fixtures() -> dict:
     return data
 
 
+def collector_fixtures() -> dict:
+    """JAX runs sample the actions; the PyTorch references replay them and compute the rest."""
+    from tests.golden import collector_references as ref
+    from tests.golden import collector_runs as runs
+    from tests.golden import walk
+
+    weights = walk.make_weights()
+    data = _meta()
+
+    def put(run, inputs, outputs):
+        for k, v in inputs.items():
+            data[f"{run}/in/{k}"] = np.asarray(v)
+        for k, v in outputs.items():
+            data[f"{run}/out/{k}"] = np.asarray(v)
+
+    g, lam = runs.GAMMA, runs.LAM
+    for recurrent in (False, True):
+        jax_out = runs.torch_ac_run(recurrent)
+        actions = [jax_out["call0/actions"], jax_out["call1/actions"]]
+        outputs = ref.torch_ac(weights, actions, recurrent, reshape=not recurrent, gamma=g, gae_lambda=lam)
+        put(f"torch_ac_{'recurrent' if recurrent else 'feedforward'}",
+            {"call0/actions": actions[0], "call1/actions": actions[1]}, outputs)
+    jax_out = runs.ilpyt_run()
+    inputs = {k: jax_out[k] for k in ("batch0/actions", "batch1/actions", "episodes/step_actions")}
+    outputs = ref.ilpyt(weights, [inputs["batch0/actions"], inputs["batch1/actions"]],
+                        inputs["episodes/step_actions"], num_episodes=5, max_steps=6)
+    put("ilpyt", inputs, outputs)
+    for sticky in (False, True):
+        for recurrent in (False, True):
+            jax_out = runs.rlplay_run(sticky, recurrent)
+            inputs = {k: jax_out[k] for k in ("frag0/actor.action", "frag1/actor.action")}
+            outputs = ref.rlplay_collect(weights, [inputs["frag0/actor.action"], inputs["frag1/actor.action"]],
+                                         sticky, recurrent, g, lam, max_steps=6)
+            put(f"rlplay_{'sticky' if sticky else 'plain'}_{'recurrent' if recurrent else 'feedforward'}",
+                inputs, outputs)
+    jax_out = runs.rlplay_evaluate_run()
+    put("rlplay_evaluate", {"info/action": jax_out["info/action"]},
+        ref.rlplay_evaluate(weights, jax_out["info/action"], n_steps=20, max_steps=6))
+    return data
+
+
 def main() -> None:
     if not torch.__version__.startswith(TORCH_PIN):
         raise SystemExit(f"fixtures are generated with torch=={TORCH_PIN}, found {torch.__version__}")
     torch.set_num_threads(1)
     FIXTURES.mkdir(exist_ok=True)
-    for name, build in [("estimators", estimator_fixtures)]:
+    for name, build in [("estimators", estimator_fixtures), ("collectors", collector_fixtures)]:
         path = FIXTURES / f"{name}.npz"
         np.savez_compressed(path, **build())
         print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
