@@ -4,7 +4,9 @@
     python -m tests.golden.make_fixtures
 
 Writes tests/golden/fixtures/*.npz with the inputs, the references' outputs
-and the versions that produced them (float32 throughout, on CPU).
+and the versions that produced them (float32 throughout, on CPU): the
+estimator recipes, the collectors (torch-ac, ilpyt, rlplay) and the
+end-to-end CartPole run (tests/golden/cartpole_reference.py).
 """
 
 from __future__ import annotations
@@ -87,7 +89,14 @@ def main() -> None:
         raise SystemExit(f"fixtures are generated with torch=={TORCH_PIN}, found {torch.__version__}")
     torch.set_num_threads(1)
     FIXTURES.mkdir(exist_ok=True)
-    for name, build in [("estimators", estimator_fixtures), ("collectors", collector_fixtures)]:
+    from tests.golden import make_cartpole_fixture
+
+    builders = [
+        ("estimators", estimator_fixtures),
+        ("collectors", collector_fixtures),
+        ("cartpole_e2e", make_cartpole_fixture.build),
+    ]
+    for name, build in builders:
         path = FIXTURES / f"{name}.npz"
         np.savez_compressed(path, **build())
         print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
