@@ -109,3 +109,26 @@ def native_inputs(c: dict) -> dict:
 def all_cases():
     for name, seed, shape, pattern, gamma, lam in CASE_SPECS:
         yield name, native_inputs(_canonical(seed, shape, pattern, gamma, lam))
+
+
+def distribution_cases():
+    """Logits with -inf entries and extreme scales; probs with zeros and saturated rows."""
+    for name, seed, batch, num_actions, scale in [
+        ("small", 20, 6, 3, 1.0), ("wide", 21, 32, 7, 5.0), ("saturated", 22, 16, 4, 40.0),
+    ]:
+        rng = np.random.default_rng(seed)
+        logits = (rng.normal(size=(batch, num_actions)) * scale).astype(F32)
+        logits[0, 1] = -np.inf
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs = (probs / probs.sum(-1, keepdims=True)).astype(F32)
+        probs[1] = 0.0
+        probs[1, 0] = 1.0
+        actions = rng.integers(0, num_actions, size=batch)
+        actions[0] = 0
+        values = rng.normal(size=batch).astype(F32)
+        returns = rng.normal(size=batch).astype(F32) * 3
+        yield name, {
+            "logits": logits, "probs": probs, "actions": actions,
+            "a2c": {"values": values, "probs": probs, "actions": actions, "returns": returns,
+                    "value_loss_coef": F32(0.5), "entropy_coef": F32(0.01)},
+        }

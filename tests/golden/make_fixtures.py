@@ -43,6 +43,25 @@ def estimator_fixtures() -> dict:
     return data
 
 
+def distribution_fixtures() -> dict:
+    """Categorical log-probs and entropies (both torch paths) and the A2C loss with gradients."""
+    from tests.golden import cases
+
+    data = _meta()
+    for case, inputs in cases.distribution_cases():
+        outputs = references.categorical(**{k: inputs[k] for k in ("logits", "probs", "actions")})
+        outputs.update({f"a2c/{k}": v for k, v in references.a2c_loss(**inputs["a2c"]).items()})
+        for k, v in inputs.items():
+            if k == "a2c":
+                for kk, vv in v.items():
+                    data[f"{case}/in/a2c/{kk}"] = np.asarray(vv)
+            else:
+                data[f"{case}/in/{k}"] = np.asarray(v)
+        for k, v in outputs.items():
+            data[f"{case}/out/{k}"] = np.asarray(v)
+    return data
+
+
 def collector_fixtures() -> dict:
     """JAX runs sample the actions; the PyTorch references replay them and compute the rest."""
     from tests.golden import collector_references as ref
@@ -94,6 +113,7 @@ def main() -> None:
     builders = [
         ("estimators", estimator_fixtures),
         ("collectors", collector_fixtures),
+        ("distributions", distribution_fixtures),
         ("cartpole_e2e", make_cartpole_fixture.build),
     ]
     for name, build in builders:

@@ -183,3 +183,35 @@ ESTIMATOR_REFERENCES = {
     "ilpyt": ilpyt_compute_target,
     "rlplay": rlplay_gae,
 }
+
+
+def categorical(logits, probs, actions):
+    """torch.distributions.Categorical from logits and from probs: log_prob and entropy."""
+    from_logits = torch.distributions.Categorical(logits=_t(logits))
+    from_probs = torch.distributions.Categorical(probs=_t(probs))
+    a = _t(actions).to(torch.int64)
+    return {
+        "logits_log_prob": from_logits.log_prob(a).numpy(),
+        "logits_entropy": from_logits.entropy().numpy(),
+        "probs_log_prob": from_probs.log_prob(a).numpy(),
+        "probs_entropy": from_probs.entropy().numpy(),
+    }
+
+
+def a2c_loss(values, probs, actions, returns, value_loss_coef, entropy_coef):
+    """The A2C seed's `_update_network` loss, with autograd gradients w.r.t. values and probs."""
+    values = _t(values).clone().requires_grad_(True)
+    probs = _t(probs).clone().requires_grad_(True)
+    dist = torch.distributions.Categorical(probs)
+    log_probs = dist.log_prob(_t(actions).to(torch.int64))
+    advantages = _t(returns) - values
+    value_loss = advantages.pow(2).mean()
+    action_loss = -(advantages.detach() * log_probs).mean()
+    entropy = dist.entropy().mean()
+    total = action_loss + float(value_loss_coef) * value_loss - float(entropy_coef) * entropy
+    total.backward()
+    return {
+        "total": total.detach().numpy(), "value_loss": value_loss.detach().numpy(),
+        "action_loss": action_loss.detach().numpy(), "entropy": entropy.detach().numpy(),
+        "grad_values": values.grad.numpy(), "grad_probs": probs.grad.numpy(),
+    }

@@ -1,0 +1,119 @@
+"""compat recipes on rollout trajectories: conventions that the golden fixtures do not pin."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_rollout as jr
+from jaxrl_rollout import advantages
+from jaxrl_rollout.compat import a2c, arena, cleanrl, ilpyt, rlplay, sb3
+from tests.toy_envs import CountingEnv, scripted_policy
+
+G, L = 0.9, 0.8
+
+
+@functools.lru_cache(maxsize=None)
+def toy(bootstrap_truncated=True, num_steps=9):
+    # Env 0 terminates every 3 steps; env 1 is truncated every 5 (see toy_envs).
+    env = CountingEnv()
+    state = jr.rollout_init(jax.random.key(0), env, env.default_params, 2)
+    return jr.rollout(env, env.default_params, scripted_policy([2, 99]), None, state, num_steps,
+                      bootstrap_truncated=bootstrap_truncated)
+
+
+def test_cleanrl_treats_truncation_as_termination():
+    _, traj = toy()
+    adv_c, ret_c = cleanrl.from_trajectory(traj, G, L)
+    as_termination = advantages.gae(traj.reward, traj.value, traj.next_value, traj.done, traj.done, G, L)
+    ends = traj.done
+    following = jnp.concatenate([traj.value[1:], traj.next_value[-1:]])
+    manual = advantages.gae(traj.reward, traj.value, following, ends, ends, G, L)
+    np.testing.assert_allclose(adv_c, manual[0], rtol=1e-6)
+    np.testing.assert_allclose(ret_c, manual[1], rtol=1e-6)
+    # Apart from the truncated step, bootstrapping from V(final obs) is irrelevant.
+    np.testing.assert_allclose(adv_c[5:], as_termination[0][5:], rtol=1e-6)
+    assert bool(traj.truncated[4, 1]) and not np.isclose(adv_c[4, 1], advantages.trajectory_gae(traj, G, L)[0][4, 1])
+    # Either rollout setting gives CleanRL the same numbers.
+    _, traj_off = toy(bootstrap_truncated=False)
+    np.testing.assert_allclose(cleanrl.from_trajectory(traj_off, G, L)[0], adv_c, rtol=1e-6)
+
+
+def test_sb3_timeout_bootstrap_equals_truncation_aware_gae():
+    _, traj = toy()
+    rewards, adv_s, ret_s = sb3.from_trajectory(traj, G, L)
+    adv_t, ret_t = advantages.trajectory_gae(traj, G, L)
+    np.testing.assert_allclose(adv_s, adv_t, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ret_s, ret_t, rtol=1e-5, atol=1e-5)
+    # The stored reward carries gamma * V(terminal obs) at the time limit, and only there.
+    bonus = np.array(rewards - traj.reward)
+    np.testing.assert_allclose(bonus[4, 1], G * traj.next_value[4, 1], rtol=1e-6)
+    bonus[4, 1] = 0.0
+    assert not bonus.any()
+
+
+def test_arena_play_steps_flags_terminations_only_and_minibatches_flatten_time_major():
+    env = CountingEnv()
+    state = jr.rollout_init(jax.random.key(0), env, env.default_params, 2)
+    state, memory, next_value, next_term = arena.play_steps(
+        env, env.default_params, scripted_policy([2, 99]), None, state, 8, jnp.zeros(2, bool)
+    )
+    # Start flags: env 0 terminated at t = 2 and 5; env 1's time limit at t = 4 is ignored.
+    np.testing.assert_array_equal(np.where(memory.terminated[:, 0])[0], [3, 6])
+    assert not memory.terminated[:, 1].any()
+    assert not bool(next_term[0]) and not bool(next_term[1])
+    idx = arena.get_minibatch_indices(jax.random.key(1), 16, 4)
+    assert idx.shape == (4, 4) and sorted(np.asarray(idx).ravel()) == list(range(16))
+    indices = jnp.stack([idx, idx[::-1]])  # two passes (batches_per_learning_phase = 2)
+    mbs = arena.get_minibatches(memory, next_value, next_term, G, L, indices)
+    adv = arena.compute_advantages(next_value, next_term, memory.rewards, memory.values, memory.terminated, G, L)
+    flat = np.asarray(adv).reshape(-1)  # torch flatten(0, 1): time-major
+    np.testing.assert_allclose(mbs["advantages"], flat[np.asarray(indices)], rtol=1e-6)
+    np.testing.assert_allclose(mbs["returns"], (flat + np.asarray(memory.values).reshape(-1))[np.asarray(indices)], rtol=1e-6)
+    assert mbs["obs"].shape == (2, 4, 4, 2)
+    with pytest.raises(ValueError, match="batch_size=10 is not a multiple of minibatch_size=4"):
+        arena.get_minibatch_indices(jax.random.key(0), 10, 4)
+
+
+def test_a2c_never_reads_the_bootstrap_when_the_last_step_is_done():
+    rewards = jnp.ones((2, 3))
+    dones = jnp.array([[0, 0, 1], [0, 0, 0]], bool)
+    out = a2c.runner_returns(rewards, dones, jnp.array([jnp.nan, 2.0]), 0.5)
+    np.testing.assert_allclose(out[0], [1.75, 1.5, 1.0])
+    np.testing.assert_allclose(out[1], [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(a2c.discount_with_dones(jnp.ones(3), jnp.array([0, 0, 0]), 0.5), [1.75, 1.5, 1.0])
+    with pytest.raises(ValueError, match=r"rewards and dones \[N, T\] and last_values \[N\]"):
+        a2c.runner_returns(rewards, dones, jnp.zeros(3), 0.5)
+
+
+def test_rlplay_select_masking_drops_nan_where_masked():
+    rew = jnp.array([[0.0], [1.0], [1.0]])
+    fin = jnp.array([[True], [True], [False]])
+    value = jnp.array([[0.5], [jnp.nan], [1.0]])
+    # delta_0 = where(fin_1, 0, gamma v_1) + (r_1 - v_0): v_1 is NaN but masked by fin_1.
+    g = rlplay.gae(rew, fin, value, 0.9, 0.9)
+    assert np.isfinite(g[0, 0])
+    # The multiplicative masks of the torch-style estimators propagate it, as torch does.
+    ends = fin[1:]
+    mult = advantages.gae(rew[1:], value[:-1], value[1:], ends, ends, 0.9, 0.9)[0]
+    assert np.isnan(mult[0, 0])
+    with pytest.raises(ValueError, match=r"fragment shape \[T \+ 1, ...\]"):
+        rlplay.gae(rew[:1], fin[:1], value[:1], 0.9, 0.9)
+
+
+def test_ilpyt_episode_rewards_ignore_a_trailing_partial_episode():
+    rewards = jnp.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    dones = jnp.array([0, 1, 0, 1, 0])
+    assert ilpyt.episode_rewards_list(rewards, dones) == [3.0, 7.0]
+    assert ilpyt.episode_rewards_list(rewards, jnp.zeros(5)) == []
+
+
+def test_ilpyt_generate_episodes_reports_too_few_steps():
+    env = CountingEnv()
+    state = jr.rollout_init(jax.random.key(0), env, env.default_params, 2)
+    _, eps = ilpyt.generate_episodes(env, None, scripted_policy([99, 99]), None, jax.random.key(1), state, 3, 4)
+    assert int(eps.num_completed) == 0
+    with pytest.raises(ValueError, match="only 0 of num_episodes=3 episodes completed; raise max_steps"):
+        ilpyt.episodes_to_lists(eps, 3)
