@@ -243,3 +243,29 @@ def test_shape_errors_name_the_argument():
         adv.n_step_returns(x, x, x, x, 0.9, 0)
     with pytest.raises(ValueError, match="rank >= 1"):
         adv.gae(jnp.float32(1.0), 1.0, 1.0, 0, 0, 0.9, 0.9)
+
+
+ESTIMATORS = {
+    "gae": lambda r, v, nv, term, done, g, lam: adv.gae(r, v, nv, term, done, g, lam),
+    "lambda_returns": lambda r, v, nv, term, done, g, lam: adv.lambda_returns(r, nv, term, done, g, lam),
+    "n_step_returns": lambda r, v, nv, term, done, g, lam: adv.n_step_returns(r, nv, term, done, g, 3),
+    "discounted_returns": lambda r, v, nv, term, done, g, lam: adv.discounted_returns(r, done, nv[-1], g),
+    "vtrace": lambda r, v, nv, term, done, g, lam: adv.vtrace(r, v, nv, term, done, jnp.exp(v - nv), g, lam),
+}
+
+
+@settings(max_examples=15, deadline=None)
+@given(episodes(shapes=((6, 2), (9, 3))), st.sampled_from(sorted(ESTIMATORS)))
+def test_jit_vmap_and_eager_agree_for_every_estimator(case, name):
+    f = ESTIMATORS[name]
+    eager = f(*case)
+    jitted = jax.jit(f)(*case)
+    # vmap over a leading axis of two copies, the second with rewards doubled.
+    r2 = np.stack([case[0], 2 * case[0]])
+    stacked = (r2,) + tuple(np.stack([x, x]) for x in case[1:5]) + case[5:]
+    batched = jax.vmap(f, in_axes=(0, 0, 0, 0, 0, None, None))(*stacked)
+    second = f(2 * case[0], *case[1:])
+    for e, j, b, s in zip(*(jax.tree.leaves(x) for x in (eager, jitted, batched, second))):
+        np.testing.assert_allclose(j, e, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(b[0], e, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(b[1], s, rtol=1e-6, atol=1e-6)

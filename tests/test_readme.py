@@ -29,3 +29,9 @@ def test_quickstart_runs():
     assert namespace["traj"].reward.shape == (128, 8)
     assert namespace["result"].returns.shape == (10,)
     assert namespace["trajs"].reward.shape == (16, 128, 8)
+    # The estimators section continues from the quickstart's namespace.
+    code = re.search(r"## Advantages, batching and the PyTorch recipes\n\n```python\n(.*?)```", README, flags=re.S).group(1)
+    exec(compile(code, "README-advantages", "exec"), namespace)
+    assert namespace["flat"]["adv"].shape == (128 * 8,)
+    assert namespace["idx"].shape == (4, 4, 256)
+    assert namespace["cleanrl_adv"].shape == (128, 8)
