@@ -56,6 +56,12 @@ def _check_same_shape(**arrays) -> tuple[int, ...]:
     return tuple(shape)
 
 
+def _check_batch_shape(name: str, x, of: str, shape: tuple[int, ...]) -> None:
+    """`x` has the batch shape `shape` (the trailing axes of `of`), or raise naming it."""
+    if tuple(jnp.shape(x)) != tuple(shape):
+        raise ValueError(f"{name} must have the batch shape of {of} {tuple(shape)}, got {tuple(jnp.shape(x))}.")
+
+
 def _per_step(x: Scalar, name: str, shape: tuple[int, ...], dtype) -> jax.Array:
     """Broadcasts a scalar, [T] or [T, ...] coefficient to `shape`, or raises naming it."""
     x = jnp.asarray(x, dtype=dtype)
@@ -162,11 +168,7 @@ def discounted_returns(
       [T, ...] returns.
     """
     shape = _check_same_shape(rewards=rewards, done=done)
-    if jnp.shape(bootstrap_value) != shape[1:]:
-        raise ValueError(
-            f"bootstrap_value must have the batch shape of rewards {shape[1:]}, got "
-            f"{tuple(jnp.shape(bootstrap_value))}."
-        )
+    _check_batch_shape("bootstrap_value", bootstrap_value, "rewards", shape[1:])
     dtype = _float_dtype(rewards, bootstrap_value)
     coefs = _per_step(gamma, "gamma", shape, dtype) * _mask(done, dtype)
     return _reverse_accumulate(jnp.asarray(rewards, dtype), coefs, jnp.asarray(bootstrap_value, dtype))
@@ -348,11 +350,7 @@ def starts_to_ends(starts: jax.Array, next_start: jax.Array) -> jax.Array:
       [T, ...] end flags, dtype of `starts`.
     """
     starts = jnp.asarray(starts)
-    if jnp.shape(next_start) != starts.shape[1:]:
-        raise ValueError(
-            f"next_start must have the batch shape of starts {starts.shape[1:]}, got "
-            f"{tuple(jnp.shape(next_start))}."
-        )
+    _check_batch_shape("next_start", next_start, "starts", starts.shape[1:])
     return jnp.concatenate([starts[1:], jnp.asarray(next_start, starts.dtype)[None]])
 
 
@@ -367,9 +365,5 @@ def ends_to_starts(ends: jax.Array, first_start: jax.Array) -> jax.Array:
       [T, ...] start flags, dtype of `ends`.
     """
     ends = jnp.asarray(ends)
-    if jnp.shape(first_start) != ends.shape[1:]:
-        raise ValueError(
-            f"first_start must have the batch shape of ends {ends.shape[1:]}, got "
-            f"{tuple(jnp.shape(first_start))}."
-        )
+    _check_batch_shape("first_start", first_start, "ends", ends.shape[1:])
     return jnp.concatenate([jnp.asarray(first_start, ends.dtype)[None], ends[:-1]])

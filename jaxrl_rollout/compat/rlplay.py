@@ -147,6 +147,47 @@ def _row(ctx: Context) -> tuple:
     return ctx.stepno, ctx.obs, ctx.act, ctx.rew, ctx.fin
 
 
+def _reactor(env, env_params, policy_fn, params, batch_size):
+    """The actor's REACT: a policy call on the context; hx is handed over unreset
+    (rlplay resets hx when an env finishes, not when the actor reads it)."""
+    space = env.action_space(env_params)
+    never = jnp.zeros((batch_size,), bool)
+    return lambda ctx, key: _act(policy_fn, params, ctx.obs, key, ctx.hx, never, batch_size, space)
+
+
+def _advance(ctx, t, react, env, env_params, batch_size, *, freeze_finished, reset_finished):
+    """One REACT + STEP of rlplay's loop; returns (next context, actor output, frozen mask).
+
+    freeze_finished: an env that finished earlier (t > 0) is not stepped: rew 0,
+      obs, fin, stepno and env state kept (sticky `collect`, `evaluate`).
+    reset_finished: a finishing env continues from its reset observation with
+      hx zeroed (`collect`); otherwise it keeps its terminal observation and hx
+      (`evaluate`).
+    """
+    key, policy_key, env_key = jax.random.split(ctx.key, 3)
+    out, hx = react(ctx, policy_key)
+    obs, env_state, rew, terminated, truncated, final_obs = _env_step(
+        env, env_params, env_key, ctx.env_state, out.action, batch_size
+    )
+    fin = terminated | truncated
+    frozen = ctx.fin & (t > 0) if freeze_finished else jnp.zeros_like(fin)
+    if not reset_finished:
+        obs = _batch_where(fin, final_obs, obs)
+    elif hx is not None:
+        hx = reset_carry(hx, fin & ~frozen)
+    new = Context(
+        stepno=jnp.where(frozen, ctx.stepno, jnp.where(fin, 0, ctx.stepno + 1)),
+        obs=_batch_where(frozen, ctx.obs, obs),
+        act=out.action,
+        rew=jnp.where(frozen, 0.0, rew),
+        fin=jnp.where(frozen, ctx.fin, fin),
+        hx=hx,
+        env_state=_batch_where(frozen, ctx.env_state, env_state),
+        key=key,
+    )
+    return new, out, frozen
+
+
 def collect(
     env: Any,
     env_params: Any,
@@ -181,38 +222,17 @@ def collect(
     num_steps = _checks.check_positive_int("num_steps", num_steps)
     env_params = _resolve_params(env, env_params)
     batch_size = jnp.shape(ctx.fin)[0]
-    space = env.action_space(env_params)
-    never = jnp.zeros((batch_size,), bool)
-
-    def react(ctx, key):
-        # rlplay resets hx when an env finishes, not when the actor reads it.
-        return _act(policy_fn, params, ctx.obs, key, ctx.hx, never, batch_size, space)
+    react = _reactor(env, env_params, policy_fn, params, batch_size)
 
     def step(carry, t):
         ctx, stuck = carry
-        key, policy_key, env_key = jax.random.split(ctx.key, 3)
-        out, hx = react(ctx, policy_key)
-        obs, env_state, rew, terminated, truncated, _ = _env_step(
-            env, env_params, env_key, ctx.env_state, out.action, batch_size
-        )
-        fin = terminated | truncated
-        frozen = (ctx.fin & (t > 0)) if sticky else never
-        if hx is not None:
-            hx = reset_carry(hx, fin & ~frozen)
-        stepno = jnp.where(fin, 0, ctx.stepno + 1)
-        new = Context(
-            stepno=jnp.where(frozen, ctx.stepno, stepno),
-            obs=_batch_where(frozen, ctx.obs, obs),
-            act=out.action,
-            rew=jnp.where(frozen, 0.0, rew),
-            fin=jnp.where(frozen, ctx.fin, fin),
-            hx=hx,
-            env_state=_batch_where(frozen, ctx.env_state, env_state),
-            key=key,
+        new, out, frozen = _advance(
+            ctx, t, react, env, env_params, batch_size, freeze_finished=sticky, reset_finished=True
         )
         return (new, frozen), (_row(ctx), stuck, out)
 
     start_hx = ctx.hx
+    never = jnp.zeros((batch_size,), bool)
     (ctx, stuck_last), (rows, stuck, actor) = jax.lax.scan(step, (ctx, never), jnp.arange(num_steps))
     last_out, _ = react(ctx, jax.random.fold_in(ctx.key, 1))  # the virtual lookahead step
     append = lambda seq, last: jnp.concatenate([seq, last[None]])  # noqa: E731
@@ -253,11 +273,7 @@ def evaluate(
     ctx = context(key, env, env_params, num_envs, hx)
     env_params = _resolve_params(env, env_params)
     batch_size = jnp.shape(ctx.fin)[0]
-    space = env.action_space(env_params)
-    never = jnp.zeros((batch_size,), bool)
-
-    def react(ctx, key):
-        return _act(policy_fn, params, ctx.obs, key, ctx.hx, never, batch_size, space)
+    react = _reactor(env, env_params, policy_fn, params, batch_size)
 
     def cond(loop):
         ctx, t, _, _ = loop
@@ -265,23 +281,8 @@ def evaluate(
 
     def body(loop):
         ctx, t, rewards, info = loop
-        key, policy_key, env_key = jax.random.split(ctx.key, 3)
-        out, hx = react(ctx, policy_key)
-        obs, env_state, rew, terminated, truncated, final_obs = _env_step(
-            env, env_params, env_key, ctx.env_state, out.action, batch_size
-        )
-        frozen = ctx.fin & (t > 0)
-        fin = terminated | truncated
-        obs = _batch_where(fin, final_obs, obs)  # evaluate does not reset a finished env
-        ctx = Context(
-            stepno=jnp.where(frozen, ctx.stepno, jnp.where(fin, 0, ctx.stepno + 1)),
-            obs=_batch_where(frozen, ctx.obs, obs),
-            act=out.action,
-            rew=jnp.where(frozen, 0.0, rew),
-            fin=jnp.where(frozen, ctx.fin, fin),
-            hx=hx,
-            env_state=_batch_where(frozen, ctx.env_state, env_state),
-            key=key,
+        ctx, out, _ = _advance(
+            ctx, t, react, env, env_params, batch_size, freeze_finished=True, reset_finished=False
         )
         info = jax.tree.map(lambda buf, x: buf.at[t].set(x), info, out)
         return ctx, t + 1, rewards.at[t].set(ctx.rew), info
