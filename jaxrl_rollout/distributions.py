@@ -1,7 +1,11 @@
 """Action distributions with torch.distributions' numerics.
 
-`Categorical` follows torch's two construction paths exactly
-(../SEMANTICS.md section 10):
+Both distributions are NamedTuples of arrays, so they pass through `jit`,
+`vmap` and `lax.scan` (a scan stacks them along a new leading axis) and can be
+indexed like any pytree. Their methods follow torch's formulas term by term
+(../SEMANTICS.md section 10).
+
+`Categorical` follows torch's two construction paths exactly:
 
 - from logits: logits are normalised as l - logsumexp(l); probs = softmax(l);
   the entropy clamps the logits at finfo.min, so a -inf logit contributes 0
@@ -10,18 +14,41 @@
   log(clamp(p, eps, 1 - eps)) with eps = finfo.eps, without renormalising, so
   log_prob saturates at log(eps) = -15.94 in float32.
 
-Sampling uses `jax.random`, whose stream cannot reproduce torch.multinomial;
-golden tests teacher-force the recorded actions.
+`DiagGaussian` is torch `Normal(mean, exp(log_std))` with log_prob and entropy
+summed over the last (action) axis, as CleanRL's continuous PPO does:
+
+    log_prob(x) = sum_a [ -(x - mu)^2 / (2 sigma^2) - log sigma - log sqrt(2 pi) ]
+    entropy     = sum_a [ 0.5 + 0.5 log(2 pi) + log sigma ]
+
+with the terms grouped as torch groups them. `jax.scipy.stats.norm.logpdf`
+computes -(log(2 pi sigma^2) + (x - mu)^2 / sigma^2) / 2 instead, which differs
+by a few ulps on ordinary inputs (SEMANTICS.md: 2.8e-7 relative) and returns
+-inf where sigma^2 overflows float32 (log sigma > 44), where torch's quadratic
+term just vanishes and its log_prob stays finite.
+
+Sampling uses `jax.random`, whose streams cannot reproduce torch.multinomial
+or torch.normal; golden tests teacher-force the recorded actions.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Categorical", "categorical_from_logits", "categorical_from_probs"]
+__all__ = [
+    "Categorical",
+    "DiagGaussian",
+    "categorical_from_logits",
+    "categorical_from_probs",
+    "diag_gaussian",
+]
+
+# Python floats, as in torch's Normal, rounded to float32 when they meet an array.
+_LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+_ENTROPY_CONST = 0.5 + 0.5 * math.log(2 * math.pi)
 
 
 class Categorical(NamedTuple):
@@ -79,3 +106,82 @@ def categorical_from_probs(probs: jax.Array) -> Categorical:
     probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
     eps = jnp.finfo(probs.dtype).eps
     return Categorical(logits=jnp.log(jnp.clip(probs, eps, 1.0 - eps)), probs=probs)
+
+
+class DiagGaussian(NamedTuple):
+    """A diagonal Gaussian over the last axis, batched over the others.
+
+    torch `Normal(mean, exp(log_std))` with `log_prob` and `entropy` summed over
+    the action axis (CleanRL `ppo_continuous_action.py`). Build it with
+    `diag_gaussian`, which checks shapes and broadcasts `log_std` to the shape
+    of `mean` so that both fields stack and slice together.
+
+    Attributes:
+      mean: [..., A] float, mu.
+      log_std: [..., A] (or anything broadcastable to it) float, log sigma.
+    """
+
+    mean: jax.Array
+    log_std: jax.Array
+
+    def _check_value(self, x: jax.Array) -> jax.Array:
+        x = jnp.asarray(x)
+        if x.shape != jnp.shape(self.mean):
+            raise ValueError(
+                f"x must have the distribution's event shape [..., A]={jnp.shape(self.mean)} "
+                f"(batch and action axes), got {x.shape}."
+            )
+        return x
+
+    def log_prob(self, x: jax.Array) -> jax.Array:
+        """sum_a -(x - mu)^2 / (2 sigma^2) - log sigma - log sqrt(2 pi): [...] for x [..., A]."""
+        x = self._check_value(x)
+        std = jnp.exp(self.log_std)
+        var = std**2
+        # torch computes log(scale) of scale = exp(log_std); log_std itself is
+        # within 1 ulp of that and is what XLA would simplify log(exp(.)) to anyway.
+        per_dim = -((x - self.mean) ** 2) / (2 * var) - self.log_std - _LOG_SQRT_2PI
+        return jnp.sum(per_dim, axis=-1)
+
+    def entropy(self) -> jax.Array:
+        """sum_a 0.5 + 0.5 log(2 pi) + log sigma: [...]."""
+        per_dim = _ENTROPY_CONST + jnp.broadcast_to(self.log_std, jnp.shape(self.mean))
+        return jnp.sum(per_dim, axis=-1)
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        """mean + sigma * N(0, 1) of shape [..., A] (the raw sample, not clipped)."""
+        shape = jnp.broadcast_shapes(jnp.shape(self.mean), jnp.shape(self.log_std))
+        noise = jax.random.normal(key, shape, dtype=jnp.result_type(self.mean))
+        return self.mean + jnp.exp(self.log_std) * noise
+
+    def mode(self) -> jax.Array:
+        """The mean, [..., A]."""
+        shape = jnp.broadcast_shapes(jnp.shape(self.mean), jnp.shape(self.log_std))
+        return jnp.broadcast_to(self.mean, shape)
+
+
+def diag_gaussian(mean: jax.Array, log_std: jax.Array) -> DiagGaussian:
+    """torch `Normal(mean, exp(log_std))` over the last axis, log_std broadcast to mean.
+
+    Args:
+      mean: [..., A] floating, rank >= 1.
+      log_std: floating, broadcastable to `mean`'s shape without enlarging it
+        (e.g. a state-independent [A] parameter).
+
+    Returns:
+      A `DiagGaussian` whose `log_std` has the shape of `mean`.
+    """
+    mean = _check_events(mean, "mean")
+    log_std = jnp.asarray(log_std)
+    if not jnp.issubdtype(log_std.dtype, jnp.floating):
+        raise ValueError(f"log_std must be a floating array, got {log_std.dtype}{log_std.shape}.")
+    try:
+        shape = jnp.broadcast_shapes(mean.shape, log_std.shape)
+    except ValueError:
+        shape = None
+    if shape != mean.shape:
+        raise ValueError(
+            f"log_std of shape {log_std.shape} must broadcast to mean's shape {mean.shape} "
+            "([..., A]) without enlarging it."
+        )
+    return DiagGaussian(mean=mean, log_std=jnp.broadcast_to(log_std, mean.shape).astype(mean.dtype))

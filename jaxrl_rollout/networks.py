@@ -1,0 +1,525 @@
+"""Flax linen actor-critics with PyTorch's orthogonal init, and policies built from them.
+
+This is the only module of the package that imports `flax.linen`; the rollout
+itself only sees plain callables.
+
+Modules (all return a distribution from `jaxrl_rollout.distributions` and a
+value of the batch shape):
+
+- `ActorCriticMLP`: `obs [B, O] -> (dist, value [B])`, separate actor and
+  critic trunks (CleanRL `ppo.py` / `ppo_continuous_action.py`, PureJaxRL) or
+  a shared one; `Categorical` logits or a `DiagGaussian` with a
+  state-independent learned `log_std` initialised to 0.
+- `ActorCriticCNN`: MinAtar-style images `[B, H, W, C] -> (dist, value [B])`.
+- `ActorCriticGRU`: one recurrent step
+  `(carry [B, H], obs [B, ...]) -> (new_carry, (dist, value [B]))`. It never
+  resets its carry: the rollout zeroes it at episode starts
+  (`jaxrl_rollout.reset_carry`) and `unroll` replays that rule for a learner.
+
+Every Dense (and Conv) kernel is `nn.initializers.orthogonal(scale=gain)` with
+zero bias, which on a flax (in, out) kernel mirrors torch's
+`orthogonal_(W, gain)` on the (out, in) weight (../SEMANTICS.md section 11):
+gain sqrt(2) for hidden layers, 0.01 for the actor head and 1.0 for the critic
+head (ARENA / CleanRL `layer_init`). The GRU cell keeps flax's own init
+(torch's `nn.GRU` has no `layer_init` counterpart in the references).
+
+Policies:
+
+- `feedforward_policy(module)` -> `policy_fn(params, obs, key) -> PolicyOutput`
+- `recurrent_policy(module)` -> `policy_fn(params, obs, key, carry) ->
+  (PolicyOutput, new_carry)`
+- `unroll(module, params, initial_carry, obs, first)` replays a recurrent
+  module over a `[T, B, ...]` trajectory to recompute log-probs and values.
+
+Bringing your own network: `module` may be any flax linen module (its `apply`
+is used) or any plain function `apply_fn(params, obs) -> (dist, value)`
+(recurrent: `apply_fn(params, carry, obs) -> (new_carry, (dist, value))`),
+where `dist` has `sample(key)`, `mode()` and `log_prob(action)` (build it with
+`distributions.categorical_from_logits` or `distributions.diag_gaussian`) and
+`value` has the batch shape [B]. A flax nnx model plugs in through
+`nnx.split` / `nnx.merge`::
+
+    graphdef, state = nnx.split(model)          # model(obs) -> (dist, value)
+    policy_fn = feedforward_policy(lambda state, obs: nnx.merge(graphdef, state)(obs))
+    # pass `state` as the rollout's params
+
+A network that returns logits rather than a distribution can be wrapped the
+same way (`lambda p, obs: (categorical_from_logits(l), v)` after calling it),
+or used directly with `jaxrl_rollout.categorical_policy`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any, Callable, Union
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_rollout.distributions import (
+    Categorical,
+    DiagGaussian,
+    categorical_from_logits,
+    diag_gaussian,
+)
+from jaxrl_rollout.rollout import reset_carry
+from jaxrl_rollout.types import PolicyOutput, PyTree
+
+__all__ = [
+    "ACTIVATIONS",
+    "ACTOR_HEAD_GAIN",
+    "CRITIC_HEAD_GAIN",
+    "HIDDEN_GAIN",
+    "ActorCriticCNN",
+    "ActorCriticGRU",
+    "ActorCriticMLP",
+    "feedforward_policy",
+    "recurrent_policy",
+    "unroll",
+]
+
+HIDDEN_GAIN = math.sqrt(2.0)
+ACTOR_HEAD_GAIN = 0.01
+CRITIC_HEAD_GAIN = 1.0
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
+
+Distribution = Union[Categorical, DiagGaussian]
+
+
+# --------------------------------------------------------------------------
+# Construction checks and layers
+# --------------------------------------------------------------------------
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+
+
+def _check_sizes(name: str, sizes: Any) -> None:
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+        raise ValueError(f"{name} must be a sequence of positive ints, got {sizes!r}.")
+    for i, size in enumerate(sizes):
+        _check_positive_int(f"{name}[{i}]", size)
+
+
+def _check_activation(activation: Any) -> None:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(
+            f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}."
+        )
+
+
+def _check_head_config(module: nn.Module) -> None:
+    _check_positive_int("action_dim", module.action_dim)
+    if not isinstance(module.continuous, (bool, np.bool_)):
+        raise ValueError(f"continuous must be a bool, got {module.continuous!r}.")
+    _check_activation(module.activation)
+
+
+def _dense(features: int, gain: float, name: str) -> nn.Dense:
+    """torch `layer_init(nn.Linear(in, features), std=gain)`: orthogonal kernel, zero bias."""
+    return nn.Dense(
+        features,
+        kernel_init=nn.initializers.orthogonal(scale=gain),
+        bias_init=nn.initializers.zeros,
+        name=name,
+    )
+
+
+def _mlp(x: jax.Array, sizes: Sequence[int], activation: str, prefix: str) -> jax.Array:
+    act = ACTIVATIONS[activation]
+    for i, size in enumerate(sizes):
+        x = act(_dense(size, HIDDEN_GAIN, f"{prefix}_{i}")(x))
+    return x
+
+
+def _heads(module: nn.Module, actor_x: jax.Array, critic_x: jax.Array) -> tuple[Distribution, jax.Array]:
+    """The actor head (logits or mean, plus log_std) and the critic head of `module`.
+
+    Called inside the module's compact `__call__`, so the layers and the
+    `log_std` parameter belong to it.
+    """
+    head = _dense(module.action_dim, ACTOR_HEAD_GAIN, "actor_head")(actor_x)
+    if module.continuous:
+        # CleanRL: a state-independent nn.Parameter(torch.zeros(1, A)), expanded to the mean.
+        log_std = module.param("log_std", nn.initializers.zeros, (module.action_dim,), jnp.float32)
+        dist: Distribution = diag_gaussian(head, log_std)
+    else:
+        dist = categorical_from_logits(head)
+    value = _dense(1, CRITIC_HEAD_GAIN, "critic_head")(critic_x)[..., 0]
+    return dist, value
+
+
+def _as_float(x: Any, name: str, min_rank: int, expected: str) -> jax.Array:
+    x = jnp.asarray(x)
+    if x.ndim < min_rank:
+        raise ValueError(f"{name} must have shape {expected}, got shape {x.shape}.")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.float32)  # MinAtar observations are bool, discrete ones int
+    return x
+
+
+# --------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------
+
+
+class ActorCriticMLP(nn.Module):
+    """An MLP actor-critic (CleanRL `Agent`, PureJaxRL `ActorCritic`).
+
+    Separate trunks (default): actor = hidden layers -> Dense(A, gain 0.01),
+    critic = hidden layers -> Dense(1, gain 1.0). With `shared_trunk=True`
+    both heads read one set of hidden layers.
+
+    Attributes:
+      action_dim: A, the number of discrete actions or action dimensions.
+      continuous: False for `Categorical(logits)`, True for a `DiagGaussian`
+        with a learned state-independent `log_std` [A] initialised to 0.
+      hidden_sizes: widths of the hidden layers (empty for a linear policy).
+      activation: one of `ACTIVATIONS` ("tanh", "relu").
+      shared_trunk: share the hidden layers between actor and critic.
+
+    Parameter names: `actor_hidden_{i}`, `critic_hidden_{i}` (or
+    `shared_hidden_{i}`), `actor_head`, `critic_head`, and `log_std`.
+    """
+
+    action_dim: int
+    continuous: bool = False
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    shared_trunk: bool = False
+
+    def __post_init__(self) -> None:
+        _check_head_config(self)
+        _check_sizes("hidden_sizes", self.hidden_sizes)
+        if not isinstance(self.shared_trunk, bool):
+            raise ValueError(f"shared_trunk must be a bool, got {self.shared_trunk!r}.")
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[Distribution, jax.Array]:
+        """Action distribution and value.
+
+        Args:
+          obs: [B, O] observations (any leading batch axes [..., O] work).
+
+        Returns:
+          `(dist, value)`: dist with batch shape [B] (logits or mean [B, A]),
+          value [B] float32.
+        """
+        obs = _as_float(obs, "obs", 2, "[B, O] (at least one batch axis)")
+        if self.shared_trunk:
+            actor_x = critic_x = _mlp(obs, self.hidden_sizes, self.activation, "shared_hidden")
+        else:
+            actor_x = _mlp(obs, self.hidden_sizes, self.activation, "actor_hidden")
+            critic_x = _mlp(obs, self.hidden_sizes, self.activation, "critic_hidden")
+        return _heads(self, actor_x, critic_x)
+
+
+class ActorCriticCNN(nn.Module):
+    """A MinAtar-style convolutional actor-critic with a shared trunk.
+
+    Conv(`conv_features`, k x k, stride 1, VALID) -> activation -> flatten ->
+    Dense(`hidden_size`) -> activation, then Dense(A, gain 0.01) and
+    Dense(1, gain 1.0) heads (the MinAtar DQN torso; for 10x10xC inputs the
+    flattened conv output is 8 * 8 * 16 = 1024).
+
+    Attributes:
+      action_dim: A.
+      continuous: as in `ActorCriticMLP` (MinAtar is discrete).
+      conv_features: output channels of the conv layer.
+      kernel_size: k, the square kernel's side.
+      hidden_size: width of the dense layer after the conv.
+      activation: one of `ACTIVATIONS`.
+
+    Parameter names: `conv`, `dense`, `actor_head`, `critic_head` (`log_std`).
+    """
+
+    action_dim: int
+    continuous: bool = False
+    conv_features: int = 16
+    kernel_size: int = 3
+    hidden_size: int = 128
+    activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        _check_head_config(self)
+        for name in ("conv_features", "kernel_size", "hidden_size"):
+            _check_positive_int(name, getattr(self, name))
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[Distribution, jax.Array]:
+        """Action distribution and value.
+
+        Args:
+          obs: [B, H, W, C] channels-last images, bool or float (any leading
+            batch axes [..., H, W, C] work); H, W >= `kernel_size`.
+
+        Returns:
+          `(dist, value)`: dist with batch shape [B], value [B] float32.
+        """
+        obs = _as_float(obs, "obs", 4, "[B, H, W, C] (channels last)")
+        if min(obs.shape[-3:-1]) < self.kernel_size:
+            raise ValueError(
+                f"obs images [H, W]={obs.shape[-3:-1]} must be at least kernel_size="
+                f"{self.kernel_size} on each side (obs shape {obs.shape}, expected [B, H, W, C])."
+            )
+        act = ACTIVATIONS[self.activation]
+        x = nn.Conv(
+            self.conv_features,
+            (self.kernel_size, self.kernel_size),
+            padding="VALID",
+            kernel_init=nn.initializers.orthogonal(scale=HIDDEN_GAIN),
+            bias_init=nn.initializers.zeros,
+            name="conv",
+        )(obs)
+        x = act(x)
+        x = x.reshape(x.shape[:-3] + (-1,))
+        x = act(_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
+        return _heads(self, x, x)
+
+
+class ActorCriticGRU(nn.Module):
+    """One step of a recurrent actor-critic (PureJaxRL `ppo_rnn`).
+
+    Dense(`embed_size`) -> activation -> GRUCell(`hidden_size`) -> for each
+    of actor and critic, Dense(`head_sizes`) -> activation -> head. The carry
+    is used as given: zeroing it at episode starts is the caller's job
+    (`jaxrl_rollout.rollout` does it, and so does `unroll`).
+
+    Attributes:
+      action_dim: A.
+      continuous: as in `ActorCriticMLP`.
+      hidden_size: H, the GRU state size.
+      embed_size: width of the observation embedding.
+      head_sizes: hidden widths of each head after the GRU (empty: heads read
+        the GRU output directly).
+      activation: one of `ACTIVATIONS`, for the embedding and head layers.
+
+    Parameter names: `embed`, `gru`, `actor_hidden_{i}`, `critic_hidden_{i}`,
+    `actor_head`, `critic_head` (`log_std`).
+    """
+
+    action_dim: int
+    continuous: bool = False
+    hidden_size: int = 128
+    embed_size: int = 128
+    head_sizes: Sequence[int] = (128,)
+    activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        _check_head_config(self)
+        _check_positive_int("hidden_size", self.hidden_size)
+        _check_positive_int("embed_size", self.embed_size)
+        _check_sizes("head_sizes", self.head_sizes)
+        super().__post_init__()
+
+    @nn.nowrap
+    def initial_carry(self, batch_size: int) -> jax.Array:
+        """Zeros [B, H] float32: the carry to pass to `rollout_init(initial_carry=...)`."""
+        _check_positive_int("batch_size", batch_size)
+        return jnp.zeros((batch_size, self.hidden_size), jnp.float32)
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, obs: jax.Array) -> tuple[jax.Array, tuple[Distribution, jax.Array]]:
+        """One recurrent step.
+
+        Args:
+          carry: [B, H] float GRU state (already reset where an episode starts).
+          obs: [B, ...] observations; trailing axes are flattened.
+
+        Returns:
+          `(new_carry [B, H], (dist, value [B]))`, dist with batch shape [B].
+        """
+        carry = jnp.asarray(carry)
+        if carry.shape[-1:] != (self.hidden_size,) or carry.ndim != 2:
+            raise ValueError(
+                f"carry must have shape [B, H] with H=hidden_size={self.hidden_size}, got {carry.shape}."
+            )
+        obs = _as_float(obs, "obs", 1, "[B, ...]")
+        if obs.shape[0] != carry.shape[0]:
+            raise ValueError(
+                f"obs [B, ...] and carry [B, H] must share B, got obs {obs.shape} and carry {carry.shape}."
+            )
+        x = obs.reshape(obs.shape[0], -1)
+        x = ACTIVATIONS[self.activation](_dense(self.embed_size, HIDDEN_GAIN, "embed")(x))
+        new_carry, h = nn.GRUCell(self.hidden_size, name="gru")(carry, x)
+        actor_x = _mlp(h, self.head_sizes, self.activation, "actor_hidden")
+        critic_x = _mlp(h, self.head_sizes, self.activation, "critic_hidden")
+        return new_carry, _heads(self, actor_x, critic_x)
+
+
+# --------------------------------------------------------------------------
+# Policies
+# --------------------------------------------------------------------------
+
+
+def _as_apply_fn(module: Any) -> Callable:
+    if isinstance(module, nn.Module):
+        return module.apply
+    if callable(module):
+        return module
+    raise TypeError(
+        "module must be a flax linen Module or a callable apply_fn(params, ...), got "
+        f"{type(module).__name__}."
+    )
+
+
+def _check_dist(dist: Any, where: str) -> None:
+    missing = [m for m in ("sample", "mode", "log_prob") if not callable(getattr(dist, m, None))]
+    if missing:
+        raise TypeError(
+            f"{where} must return a distribution with sample(key), mode() and log_prob(action) "
+            f"(e.g. distributions.categorical_from_logits(logits)); got {type(dist).__name__} "
+            f"without {missing}. For a network returning (logits, value) use "
+            "jaxrl_rollout.categorical_policy."
+        )
+
+
+def _split_output(out: Any, where: str) -> tuple[Any, jax.Array]:
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(f"{where} must return (dist, value), got {type(out).__name__}.")
+    dist, value = out
+    _check_dist(dist, where)
+    return dist, value
+
+
+def _act(dist: Any, value: jax.Array, key: jax.Array, deterministic: bool, where: str) -> PolicyOutput:
+    action = dist.mode() if deterministic else dist.sample(key)
+    log_prob = dist.log_prob(action)
+    if jnp.shape(value) != jnp.shape(log_prob):
+        raise ValueError(
+            f"{where} must return a value of the distribution's batch shape "
+            f"{jnp.shape(log_prob)} ([B]), got {jnp.shape(value)}; squeeze a critic output [B, 1]."
+        )
+    return PolicyOutput(action=action, log_prob=log_prob, value=value)
+
+
+def _check_deterministic(deterministic: Any) -> None:
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {deterministic!r}.")
+
+
+def feedforward_policy(
+    module: Any, deterministic: bool = False
+) -> Callable[[PyTree, PyTree, jax.Array], PolicyOutput]:
+    """A rollout policy from a module returning `(dist, value)`.
+
+    Args:
+      module: a flax linen module with `__call__(obs) -> (dist, value)` (e.g.
+        `ActorCriticMLP`, `ActorCriticCNN`), or any function
+        `apply_fn(params, obs) -> (dist, value)`.
+      deterministic: act with `dist.mode()` (argmax, or the mean) instead of
+        sampling; `log_prob` is then that of the mode.
+
+    Returns:
+      `policy_fn(params, obs [B, ...], key) -> PolicyOutput(action, log_prob [B],
+      value [B])`. For continuous actions the action is the raw, unclipped
+      sample and `log_prob` is its density (CleanRL); clip only when sending it
+      to the env.
+    """
+    _check_deterministic(deterministic)
+    apply_fn = _as_apply_fn(module)
+
+    def policy_fn(params: PyTree, obs: PyTree, key: jax.Array) -> PolicyOutput:
+        dist, value = _split_output(apply_fn(params, obs), "apply_fn(params, obs)")
+        return _act(dist, value, key, deterministic, "apply_fn(params, obs)")
+
+    return policy_fn
+
+
+def _split_recurrent(out: Any, where: str) -> tuple[PyTree, Any, jax.Array]:
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(f"{where} must return (new_carry, (dist, value)), got {type(out).__name__}.")
+    new_carry, dist_value = out
+    dist, value = _split_output(dist_value, where)
+    return new_carry, dist, value
+
+
+def recurrent_policy(
+    module: Any, deterministic: bool = False
+) -> Callable[[PyTree, PyTree, jax.Array, PyTree], tuple[PolicyOutput, PyTree]]:
+    """A recurrent rollout policy from a module stepping `(carry, obs)`.
+
+    Args:
+      module: a flax linen module with `__call__(carry, obs) -> (new_carry,
+        (dist, value))` (e.g. `ActorCriticGRU`), or any function
+        `apply_fn(params, carry, obs) -> (new_carry, (dist, value))`.
+      deterministic: act with `dist.mode()` instead of sampling.
+
+    Returns:
+      `policy_fn(params, obs [B, ...], key, carry) -> (PolicyOutput, new_carry)`,
+      the rollout's recurrent signature. The carry it receives has already been
+      reset by the rollout where an episode starts.
+    """
+    _check_deterministic(deterministic)
+    apply_fn = _as_apply_fn(module)
+    where = "apply_fn(params, carry, obs)"
+
+    def policy_fn(params: PyTree, obs: PyTree, key: jax.Array, carry: PyTree) -> tuple[PolicyOutput, PyTree]:
+        new_carry, dist, value = _split_recurrent(apply_fn(params, carry, obs), where)
+        return _act(dist, value, key, deterministic, where), new_carry
+
+    return policy_fn
+
+
+def unroll(
+    module: Any,
+    params: PyTree,
+    initial_carry: PyTree,
+    obs: PyTree,
+    first: jax.Array,
+) -> tuple[Any, jax.Array]:
+    """Replays a recurrent module over a time-major sequence, as the rollout ran it.
+
+    Before step t the carry is `reset_carry(carry, first[t])`, exactly the
+    rollout's rule, so with `initial_carry = traj.carry[0]` (the raw carry at
+    the start of the rollout), `obs = traj.obs` and `first = traj.first`,
+    `dist.log_prob(traj.action)` and `value` reproduce `traj.log_prob` and
+    `traj.value` (torch-ac's recurrent `evaluate` with `memory * mask`).
+
+    Args:
+      module: a recurrent linen module or `apply_fn(params, carry, obs) ->
+        (new_carry, (dist, value))`, as in `recurrent_policy`.
+      params: the module's parameters.
+      initial_carry: pytree of [B, ...] arrays, the carry before the reset for
+        `first[0]`.
+      obs: pytree of [T, B, ...] observations.
+      first: [T, B] bool, obs[t] starts an episode.
+
+    Returns:
+      `(dist, value)`: the distributions stacked over time (batch shape
+      [T, B], e.g. logits [T, B, A]) and values [T, B].
+    """
+    apply_fn = _as_apply_fn(module)
+    first = jnp.asarray(first)
+    if first.ndim != 2:
+        raise ValueError(f"first must have shape [T, B], got {first.shape}.")
+    num_steps, batch_size = first.shape
+    for path, leaf in jax.tree_util.tree_leaves_with_path(obs):
+        if jnp.shape(leaf)[:2] != (num_steps, batch_size):
+            raise ValueError(
+                f"obs{jax.tree_util.keystr(path)} must have shape [T, B, ...] with "
+                f"[T, B]={first.shape} from first, got {jnp.shape(leaf)}."
+            )
+    for path, leaf in jax.tree_util.tree_leaves_with_path(initial_carry):
+        if jnp.shape(leaf)[:1] != (batch_size,):
+            raise ValueError(
+                f"initial_carry{jax.tree_util.keystr(path)} must have shape [B, ...] with "
+                f"B={batch_size} from first, got {jnp.shape(leaf)}."
+            )
+    where = "apply_fn(params, carry, obs)"
+
+    def step(carry, inputs):
+        obs_t, first_t = inputs
+        new_carry, dist, value = _split_recurrent(apply_fn(params, reset_carry(carry, first_t), obs_t), where)
+        return new_carry, (dist, value)
+
+    _, (dist, value) = jax.lax.scan(step, initial_carry, (obs, first))
+    return dist, value

@@ -1,0 +1,427 @@
+"""Actor-critic modules, policies built from them, and `DiagGaussian`.
+
+Init is tested by its properties (SEMANTICS.md section 11): torch's
+`orthogonal_(W, gain)` makes the smaller Gram matrix of W (out, in) equal to
+gain^2 I, i.e. W^T W = gain^2 I when W is square or tall. The rollout tests
+run each policy through `jaxrl_rollout.rollout` on gymnax envs, and the GRU
+test replays the trajectory with `unroll` to recover the rollout's log-probs
+and values.
+
+Compile time dominates these tests (each orthogonal kernel costs a QR and a
+threefry draw to compile), so the four initialised modules share one jitted
+`init`, and the other tests use random parameters of the right shapes drawn
+with NumPy from `jax.eval_shape(module.init, ...)`, which compiles nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_rollout as jr
+from jaxrl_rollout import networks
+from jaxrl_rollout.distributions import Categorical, DiagGaussian, categorical_from_logits, diag_gaussian
+from jaxrl_rollout.networks import ActorCriticCNN, ActorCriticGRU, ActorCriticMLP
+
+B = 4
+SMALL_GRU = dict(hidden_size=16, embed_size=16, head_sizes=(16,))
+
+# name -> (module, observation shape). The first three also run in rollouts:
+# CartPole (obs 4, 2 actions) and Pendulum (obs 3, one action dimension).
+MLP = ActorCriticMLP(2)
+MLP_CONT_SHARED = ActorCriticMLP(1, continuous=True, shared_trunk=True, hidden_sizes=(32,), activation="relu")
+GRU = ActorCriticGRU(2, **SMALL_GRU)
+CNN = ActorCriticCNN(3)
+INIT_MODULES = {
+    "mlp": (MLP, (4,)),
+    "mlp_cont_shared": (MLP_CONT_SHARED, (3,)),
+    "gru": (GRU, (4,)),
+    "cnn": (CNN, (10, 10, 4)),
+}
+
+
+def _init(module, key, obs_shape):
+    obs = jnp.zeros((1,) + obs_shape)
+    if isinstance(module, ActorCriticGRU):
+        return module.init(key, module.initial_carry(1), obs)
+    return module.init(key, obs)
+
+
+def _init_all(key):
+    return {n: _init(m, key, s) for n, (m, s) in INIT_MODULES.items()}
+
+
+def run_once(fn, *args):
+    """`jax.jit(fn)(*args)` compiled without XLA's optimisation passes.
+
+    Every program here runs once on tiny arrays, so optimising it only costs
+    time: this halves the compiles (e.g. the init below, 4.7 s -> 1.9 s on 2
+    CPU cores). Values agree with an optimised build to float32 rounding.
+    """
+    compiled = jax.jit(fn).lower(*args).compile(compiler_options={"xla_backend_optimization_level": 0})
+    return compiled(*args)
+
+
+INIT = run_once(_init_all, jax.random.key(0))
+
+
+def random_params(module, obs_shape, seed=0, scale=0.5):
+    """Parameters of `module`'s shapes with N(0, scale^2) entries, drawn by NumPy (no compile)."""
+    rng = np.random.default_rng(seed)
+    shapes = jax.eval_shape(lambda key: _init(module, key, obs_shape), jax.random.key(0))
+    return jax.tree.map(lambda s: (scale * rng.standard_normal(s.shape)).astype(np.float32), shapes)
+
+
+def torch_gram(kernel: np.ndarray) -> np.ndarray:
+    """The Gram matrix torch's orthogonal_ makes gain^2 I, from a flax kernel (..., out)."""
+    w = np.asarray(kernel, np.float64).reshape(-1, kernel.shape[-1]).T  # torch layout (out, fan_in)
+    return w.T @ w if w.shape[0] >= w.shape[1] else w @ w.T
+
+
+def expected_gain(layer: str) -> float:
+    return {"actor_head": 0.01, "critic_head": 1.0}.get(layer, math.sqrt(2.0))
+
+
+def check_init(params: dict) -> list[str]:
+    """Asserts orthogonal kernels with the layer's gain and zero biases; returns the layers seen."""
+    seen = []
+    for layer, leaves in params["params"].items():
+        if layer == "gru":  # flax's own GRUCell init (no layer_init counterpart)
+            continue
+        if layer == "log_std":
+            np.testing.assert_array_equal(leaves, 0.0)
+            continue
+        gain = expected_gain(layer)
+        gram = torch_gram(leaves["kernel"])
+        np.testing.assert_allclose(gram, gain**2 * np.eye(len(gram)), atol=1e-5, err_msg=layer)
+        np.testing.assert_array_equal(leaves["bias"], 0.0, err_msg=layer)
+        seen.append(layer)
+    return sorted(seen)
+
+
+# --------------------------------------------------------------------------
+# Init
+# --------------------------------------------------------------------------
+
+
+def test_mlp_init_is_torch_orthogonal_with_cleanrl_gains():
+    # Wide (4 -> 64), square (64 -> 64) and tall (64 -> 2, 64 -> 1) kernels.
+    assert check_init(INIT["mlp"]) == [
+        "actor_head", "actor_hidden_0", "actor_hidden_1", "critic_head", "critic_hidden_0", "critic_hidden_1",
+    ]
+    assert check_init(INIT["mlp_cont_shared"]) == ["actor_head", "critic_head", "shared_hidden_0"]
+    assert INIT["mlp_cont_shared"]["params"]["log_std"].shape == (1,)
+
+
+def test_cnn_and_gru_init():
+    # conv kernel (3, 3, 4, 16) is torch's (16, 36) weight; dense (1024, 128).
+    assert INIT["cnn"]["params"]["conv"]["kernel"].shape == (3, 3, 4, 16)
+    assert INIT["cnn"]["params"]["dense"]["kernel"].shape == (1024, 128)
+    assert check_init(INIT["cnn"]) == ["actor_head", "conv", "critic_head", "dense"]
+    assert check_init(INIT["gru"]) == [
+        "actor_head", "actor_hidden_0", "critic_head", "critic_hidden_0", "embed",
+    ]
+
+
+def test_gram_check_catches_a_wrong_gain():
+    kernel = np.linalg.qr(np.random.default_rng(0).standard_normal((64, 64)))[0]  # gain 1
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(torch_gram(kernel), 2.0 * np.eye(64), atol=1e-5)
+
+
+# --------------------------------------------------------------------------
+# Shapes, dtypes and validation
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "module, obs_shape",
+    [
+        (MLP, (4,)),
+        (ActorCriticMLP(3, continuous=True), (5,)),
+        (ActorCriticMLP(4, shared_trunk=True, hidden_sizes=(8,), activation="relu"), (6,)),
+        (ActorCriticMLP(2, continuous=True, hidden_sizes=()), (3,)),
+        (CNN, (10, 10, 4)),
+    ],
+)
+def test_feedforward_output_shapes_and_dtypes(module, obs_shape):
+    # Traced only (eval_shape): shapes and dtypes need no compile.
+    params = random_params(module, obs_shape)
+    obs = jax.ShapeDtypeStruct((B,) + obs_shape, jnp.float32)
+    dist, value = jax.eval_shape(module.apply, params, obs)
+    assert isinstance(dist, DiagGaussian if module.continuous else Categorical)
+    assert value.shape == (B,) and value.dtype == jnp.float32
+    for field in dist:
+        assert field.shape == (B, module.action_dim) and field.dtype == jnp.float32
+    out = jax.eval_shape(networks.feedforward_policy(module), params, obs, jax.random.key(1))
+    assert out.log_prob.shape == (B,) and out.value.shape == (B,)
+    assert out.log_prob.dtype == out.value.dtype == jnp.float32
+    if module.continuous:
+        assert out.action.shape == (B, module.action_dim) and out.action.dtype == jnp.float32
+    else:
+        assert out.action.shape == (B,) and out.action.dtype == jnp.int32
+
+
+def test_extra_batch_axes_and_bool_images():
+    dist, value = jax.eval_shape(MLP.apply, INIT["mlp"], jax.ShapeDtypeStruct((3, B, 4), jnp.float32))
+    assert dist.logits.shape == (3, B, 2) and value.shape == (3, B)  # [T, B, O] works too
+    obs = jax.random.bernoulli(jax.random.key(1), 0.3, (B, 10, 10, 4))  # MinAtar's dtype
+    params = random_params(CNN, (10, 10, 4), scale=0.1)
+    def logits(obs):
+        return [CNN.apply(params, o)[0].logits for o in (obs, obs.astype(jnp.float32))]
+
+    from_bool, from_float = run_once(logits, obs)
+    np.testing.assert_array_equal(from_bool, from_float)
+
+
+def test_gru_step_shapes_and_carry_is_not_reset():
+    gru = ActorCriticGRU(2, continuous=True, **SMALL_GRU)
+    carry = gru.initial_carry(B)
+    assert carry.shape == (B, 16) and carry.dtype == jnp.float32 and not carry.any()
+    params = random_params(gru, (3,))
+
+    def two_steps(carry, obs):
+        new_carry, (dist, value) = gru.apply(params, carry, obs)
+        again, (_, value_again) = gru.apply(params, new_carry, obs)
+        return new_carry, dist, value, again, value_again
+
+    new_carry, dist, value, again, value_again = run_once(two_steps, carry, jnp.ones((B, 3)))
+    assert new_carry.shape == (B, 16) and value.shape == (B,)
+    assert dist.mean.shape == dist.log_std.shape == (B, 2)
+    # The module steps from the carry it is given, never from zeros.
+    assert not np.allclose(again, new_carry) and not np.allclose(value_again, value)
+
+
+def test_invalid_arguments_are_rejected_with_their_names():
+    with pytest.raises(ValueError, match=r"activation must be one of \['relu', 'tanh'\], got 'gelu'"):
+        ActorCriticMLP(2, activation="gelu")
+    with pytest.raises(ValueError, match="action_dim"):
+        ActorCriticMLP(0)
+    with pytest.raises(ValueError, match=r"hidden_sizes\[1\]"):
+        ActorCriticMLP(2, hidden_sizes=(8, -1))
+    with pytest.raises(ValueError, match="kernel_size"):
+        ActorCriticCNN(2, kernel_size=0)
+    with pytest.raises(ValueError, match="continuous must be a bool"):
+        ActorCriticGRU(2, continuous="yes")
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"obs must have shape \[B, O\]"):
+        jax.eval_shape(MLP.init, key, jnp.zeros((4,)))
+    with pytest.raises(ValueError, match="at least kernel_size"):
+        jax.eval_shape(CNN.init, key, jnp.zeros((1, 2, 2, 4)))
+    with pytest.raises(ValueError, match="hidden_size=16"):
+        jax.eval_shape(GRU.init, key, jnp.zeros((B, 8)), jnp.zeros((B, 3)))
+    with pytest.raises(ValueError, match="must share B"):
+        jax.eval_shape(GRU.init, key, GRU.initial_carry(B), jnp.zeros((B + 1, 3)))
+    with pytest.raises(TypeError, match="linen Module or a callable"):
+        networks.feedforward_policy(3)
+    with pytest.raises(TypeError, match="deterministic must be a bool"):
+        networks.recurrent_policy(GRU, deterministic="yes")
+
+
+def test_policy_rejects_logits_and_column_values():
+    obs = jax.ShapeDtypeStruct((B, 2), jnp.float32)
+    logits_net = networks.feedforward_policy(lambda p, obs: (obs, obs[:, 0]))
+    with pytest.raises(TypeError, match="categorical_policy"):
+        jax.eval_shape(logits_net, None, obs, jax.random.key(0))
+    column = networks.feedforward_policy(lambda p, obs: (categorical_from_logits(obs), obs[:, :1]))
+    with pytest.raises(ValueError, match=r"batch shape \(4,\).*got \(4, 1\)"):
+        jax.eval_shape(column, None, obs, jax.random.key(0))
+    no_step = lambda p, c, o: None  # noqa: E731 -- never called: the shapes are checked first
+    with pytest.raises(ValueError, match="first must have shape"):
+        networks.unroll(no_step, None, jnp.zeros((B, 2)), jnp.zeros((3, B, 1)), jnp.zeros((3,)))
+    with pytest.raises(ValueError, match=r"obs must have shape \[T, B, ...\]"):
+        networks.unroll(no_step, None, jnp.zeros((B, 2)), jnp.zeros((3, B + 1)), jnp.zeros((3, B)))
+    with pytest.raises(ValueError, match=r"initial_carry must have shape \[B, ...\]"):
+        networks.unroll(no_step, None, jnp.zeros((B + 1, 2)), jnp.zeros((3, B)), jnp.zeros((3, B)))
+
+
+def test_diag_gaussian_validation():
+    with pytest.raises(ValueError, match="log_std of shape"):
+        diag_gaussian(jnp.zeros((B, 2)), jnp.zeros((3,)))
+    with pytest.raises(ValueError, match="without enlarging"):
+        diag_gaussian(jnp.zeros((2,)), jnp.zeros((B, 2)))
+    with pytest.raises(ValueError, match="mean must be a floating array"):
+        diag_gaussian(jnp.zeros((B, 2), jnp.int32), jnp.zeros((2,)))
+    with pytest.raises(ValueError, match="log_std must be a floating array"):
+        diag_gaussian(jnp.zeros((B, 2)), jnp.zeros((2,), jnp.int32))
+    with pytest.raises(ValueError, match=r"x must have the distribution's event shape"):
+        diag_gaussian(jnp.zeros((B, 2)), jnp.zeros((2,))).log_prob(jnp.zeros((B,)))
+
+
+# --------------------------------------------------------------------------
+# Distributions
+# --------------------------------------------------------------------------
+
+
+def test_diag_gaussian_by_hand():
+    # Standard normal at x = 1, two dims: per dim -1/2 - 0 - log sqrt(2 pi) = -1.4189385;
+    # entropy per dim 1/2 + log(2 pi)/2 = 1.4189385. With sigma = e, the log-density at
+    # the mean is -1 - 0.9189385 and the entropy is 1 + 1.4189385.
+    def by_hand():
+        standard = diag_gaussian(jnp.zeros((1, 2)), jnp.zeros((2,)))
+        wide = diag_gaussian(jnp.zeros((1, 1)), jnp.ones((1,)))
+        return jnp.concatenate([standard.log_prob(jnp.ones((1, 2))), standard.entropy(),
+                                wide.log_prob(jnp.zeros((1, 1))), wide.entropy()])
+
+    np.testing.assert_allclose(run_once(by_hand), [-2.837877, 2.837877, -1.9189385, 2.4189385], rtol=1e-6)
+
+
+def _sample_stats(key):
+    n = 20_000
+    gauss_key, cat_key = jax.random.split(key)
+    dist = diag_gaussian(jnp.broadcast_to(jnp.array([2.0, -1.0]), (n, 2)), jnp.array([0.5, -1.0]))
+    x = dist.sample(gauss_key)
+    cat = categorical_from_logits(jnp.broadcast_to(jnp.log(jnp.array([0.1, 0.2, 0.7])), (n, 3)))
+    a = cat.sample(cat_key)
+    return dict(
+        x_dtype=jnp.zeros((), x.dtype), x_mean=x.mean(0), x_std=x.std(0),
+        # Monte-Carlo entropy: E[-log p(x)] = H.
+        gauss_nll=-dist.log_prob(x).mean(), gauss_entropy=dist.entropy()[0],
+        mode_is_mean=jnp.all(dist.mode() == dist.mean),
+        a_dtype=jnp.zeros((), a.dtype), freq=jnp.bincount(a, length=3) / n,
+        cat_nll=-cat.log_prob(a).mean(), cat_entropy=cat.entropy()[0], cat_mode=cat.mode()[0],
+    )
+
+
+def test_sample_statistics():
+    s = run_once(_sample_stats, jax.random.key(0))
+    assert s["x_dtype"].dtype == jnp.float32 and s["a_dtype"].dtype == jnp.int32
+    np.testing.assert_allclose(s["x_mean"], [2.0, -1.0], atol=0.05)
+    np.testing.assert_allclose(s["x_std"], np.exp([0.5, -1.0]), rtol=0.03)
+    np.testing.assert_allclose(s["gauss_nll"], s["gauss_entropy"], rtol=0.02)
+    assert bool(s["mode_is_mean"])
+    np.testing.assert_allclose(s["freq"], [0.1, 0.2, 0.7], atol=0.015)
+    np.testing.assert_allclose(s["cat_nll"], s["cat_entropy"], rtol=0.03)
+    assert int(s["cat_mode"]) == 2
+
+
+# --------------------------------------------------------------------------
+# Policies through the rollout
+# --------------------------------------------------------------------------
+
+
+def rollout_and_replay(env_name: str, module, params, num_steps: int, initial_carry=None):
+    """One jitted rollout of `module`'s policy, plus the learner's recomputation from the trajectory.
+
+    Returns `(traj, dist, value, stale)`: dist and value come from applying
+    the module to `traj.obs` (feedforward) or from `unroll` over the
+    trajectory (recurrent); `stale` is, for recurrent modules, the values of
+    an unroll that ignores every episode start after t = 0 (None otherwise).
+    """
+    env, env_params = gymnax.make(env_name)
+    recurrent = initial_carry is not None
+    policy_fn = (networks.recurrent_policy if recurrent else networks.feedforward_policy)(module)
+
+    def run(params, key):
+        state = jr.rollout_init(key, env, env_params, B, initial_carry=initial_carry)
+        _, traj = jr.rollout(env, env_params, policy_fn, params, state, num_steps, bootstrap_truncated=False)
+        if not recurrent:
+            return traj, *module.apply(params, traj.obs), None
+        dist, value = networks.unroll(module, params, traj.carry[0], traj.obs, traj.first)
+        _, stale = networks.unroll(module, params, traj.carry[0], traj.obs, traj.first.at[1:].set(False))
+        return traj, dist, value, stale
+
+    return run_once(run, params, jax.random.key(1))
+
+
+def test_mlp_policy_on_cartpole():
+    traj, dist, value, _ = rollout_and_replay("CartPole-v1", MLP, INIT["mlp"], 24)
+    assert traj.action.shape == (24, B) and traj.action.dtype == jnp.int32
+    np.testing.assert_allclose(dist.log_prob(traj.action), traj.log_prob, atol=1e-6)
+    np.testing.assert_allclose(value, traj.value, atol=1e-6)
+
+
+def test_continuous_policy_on_pendulum_keeps_the_raw_sample():
+    params = jax.tree.map(lambda x: x, INIT["mlp_cont_shared"])
+    params["params"]["log_std"] = jnp.full((1,), 1.5)  # sigma 4.5: many samples beyond the +-2 bound
+    traj, dist, value, _ = rollout_and_replay("Pendulum-v1", MLP_CONT_SHARED, params, 24)
+    assert traj.action.shape == (24, B, 1) and traj.action.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(traj.action))) > 2.0  # not clipped to the action space
+    np.testing.assert_allclose(dist.log_prob(traj.action), traj.log_prob, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(value, traj.value, atol=1e-6)
+
+
+def test_gru_unroll_reproduces_the_rollout():
+    # Random weights (not the init's 0.01 actor head) so log-probs vary; a
+    # non-zero initial carry, which the rollout and unroll must both reset at t = 0.
+    carry = jnp.full((B, 16), 3.0)
+    traj, dist, value, stale = rollout_and_replay("CartPole-v1", GRU, random_params(GRU, (4,)), 64, carry)
+    assert bool(traj.first[1:].any()), "the rollout should cross episode boundaries"
+    assert dist.logits.shape == (64, B, 2) and value.shape == (64, B)
+    np.testing.assert_allclose(dist.log_prob(traj.action), traj.log_prob, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value, traj.value, rtol=1e-5, atol=1e-5)
+    # Without the resets after t = 0 the replay would not match.
+    assert not np.allclose(stale, traj.value, atol=1e-3)
+
+
+def test_continuous_gru_unroll_stacks_the_gaussian():
+    module = ActorCriticGRU(2, continuous=True, **SMALL_GRU)
+    obs = jax.ShapeDtypeStruct((5, B, 3), jnp.float32)
+    first = jax.ShapeDtypeStruct((5, B), bool)
+    params = random_params(module, (3,))
+    dist, value = jax.eval_shape(
+        lambda obs, first: networks.unroll(module, params, module.initial_carry(B), obs, first), obs, first
+    )
+    assert dist.mean.shape == dist.log_std.shape == (5, B, 2) and value.shape == (5, B)
+    assert jax.eval_shape(lambda d: d.log_prob(d.mean), dist).shape == (5, B)
+
+
+def test_deterministic_policies_return_the_mode():
+    discrete = ActorCriticMLP(3, hidden_sizes=(8,))
+    continuous = ActorCriticMLP(2, continuous=True, hidden_sizes=(8,))
+    gru = ActorCriticGRU(3, **SMALL_GRU)
+    params = {name: random_params(m, (3,)) for name, m in (("d", discrete), ("c", continuous), ("g", gru))}
+    obs = np.random.default_rng(1).standard_normal((B, 3)).astype(np.float32)
+    carry = np.random.default_rng(2).standard_normal((B, 16)).astype(np.float32)
+
+    def run(params, key):  # one deterministic step of each policy
+        out = {}
+        for name, module in (("d", discrete), ("c", continuous)):
+            policy = networks.feedforward_policy(module, deterministic=True)
+            dist, _ = module.apply(params[name], obs)
+            out[name] = (policy(params[name], obs, key), dist.mode(), dist.log_prob(dist.mode()))
+        gru_out, new_carry = networks.recurrent_policy(gru, deterministic=True)(params["g"], obs, key, carry)
+        expected_carry, (dist, _) = gru.apply(params["g"], carry, obs)
+        out["g"] = (gru_out, jnp.argmax(dist.logits, -1), new_carry, expected_carry)
+        return out
+
+    first, second = run_once(lambda p: [run(p, jax.random.key(i)) for i in (1, 2)], params)
+    for name in ("d", "c"):
+        (policy_out, mode, mode_log_prob), (other, _, _) = first[name], second[name]
+        np.testing.assert_array_equal(policy_out.action, other.action)  # the key is ignored
+        np.testing.assert_array_equal(policy_out.action, mode)
+        np.testing.assert_allclose(policy_out.log_prob, mode_log_prob, rtol=1e-6)
+    gru_out, argmax, new_carry, expected_carry = first["g"]
+    np.testing.assert_array_equal(gru_out.action, argmax)
+    np.testing.assert_allclose(new_carry, expected_carry, rtol=1e-6, atol=1e-6)
+
+
+def test_bring_your_own_apply_fn_and_nnx_module():
+    from flax import nnx
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.actor, self.critic = nnx.Linear(3, 2, rngs=rngs), nnx.Linear(3, 1, rngs=rngs)
+
+        def __call__(self, obs):
+            return categorical_from_logits(self.actor(obs)), self.critic(obs)[:, 0]
+
+    # Abstract init plus NumPy values: an eager nnx init would compile every initializer.
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Net(nnx.Rngs(0))))
+    rng = np.random.default_rng(0)
+    state = jax.tree.map(lambda s: rng.standard_normal(s.shape).astype(np.float32), state)
+    policy_fn = networks.feedforward_policy(lambda state, obs: nnx.merge(graphdef, state)(obs))
+    obs = jnp.ones((B, 3))
+
+    def run(state, key):
+        dist, value = nnx.merge(graphdef, state)(obs)
+        return policy_fn(state, obs, key), dist, value
+
+    out, dist, value = run_once(run, state, jax.random.key(0))
+    np.testing.assert_array_equal(out.value, value)
+    np.testing.assert_array_equal(out.log_prob, dist.log_prob(out.action))
