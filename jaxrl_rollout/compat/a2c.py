@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxrl_rollout import losses
 from jaxrl_rollout.advantages import discounted_returns
 from jaxrl_rollout.distributions import categorical_from_probs
 
@@ -71,9 +72,7 @@ def a2c_loss(
       (total_loss, {"value_loss", "action_loss", "entropy"}).
     """
     dist = categorical_from_probs(probs)
-    advantages = returns - values
-    value_loss = jnp.mean(advantages**2)
-    action_loss = -jnp.mean(jax.lax.stop_gradient(advantages) * dist.log_prob(actions))
-    entropy = jnp.mean(dist.entropy())
-    total = action_loss + value_loss_coef * value_loss - entropy_coef * entropy
-    return total, {"value_loss": value_loss, "action_loss": action_loss, "entropy": entropy}
+    total, parts = losses.a2c_loss(
+        dist.log_prob(actions), values, returns, dist.entropy(), value_loss_coef, entropy_coef
+    )
+    return total, {"value_loss": parts["value_loss"], "action_loss": parts["policy_loss"], "entropy": parts["entropy"]}

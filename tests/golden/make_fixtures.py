@@ -62,6 +62,22 @@ def distribution_fixtures() -> dict:
     return data
 
 
+def update_fixtures() -> dict:
+    """One CleanRL PPO update and one A2C seed update from the same weights and batch."""
+    from tests.golden import ppo_reference
+
+    case = ppo_reference.make_case()
+    data = _meta()
+    for k, v in case.items():
+        if k == "weights":
+            data.update({f"in/weights/{name}": w for name, w in v.items()})
+        else:
+            data[f"in/{k}"] = np.asarray(v)
+    data.update({f"ppo/{k}": np.asarray(v) for k, v in ppo_reference.ppo_update(case).items()})
+    data.update({f"a2c/{k}": np.asarray(v) for k, v in ppo_reference.a2c_update(case).items()})
+    return data
+
+
 def collector_fixtures() -> dict:
     """JAX runs sample the actions; the PyTorch references replay them and compute the rest."""
     from tests.golden import collector_references as ref
@@ -108,12 +124,15 @@ def main() -> None:
         raise SystemExit(f"fixtures are generated with torch=={TORCH_PIN}, found {torch.__version__}")
     torch.set_num_threads(1)
     FIXTURES.mkdir(exist_ok=True)
-    from tests.golden import make_cartpole_fixture
+    from tests.golden import make_cartpole_fixture, make_network_fixture, make_optim_fixture
 
     builders = [
         ("estimators", estimator_fixtures),
         ("collectors", collector_fixtures),
         ("distributions", distribution_fixtures),
+        ("updates", update_fixtures),
+        ("optim", make_optim_fixture.build),
+        ("networks", make_network_fixture.build),
         ("cartpole_e2e", make_cartpole_fixture.build),
     ]
     for name, build in builders:

@@ -1,0 +1,129 @@
+"""Pieces shared by the algorithms: env construction, networks, config checks, metrics."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+from gymnax.environments import spaces
+
+__all__ = [
+    "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
+    "init_params_and_rollout", "make_env", "make_network", "setup",
+]
+
+NETWORKS = ("mlp", "cnn", "gru")
+
+
+def check_positive(name: str, value: Any) -> None:
+    """A positive Python int, or a ValueError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}.")
+
+
+def make_env(env_id: str):
+    """`gymnax.make(env_id)`; an unknown id raises a ValueError that suggests close names."""
+    import gymnax
+
+    if env_id not in gymnax.registered_envs:
+        close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}.")
+    return gymnax.make(env_id)
+
+
+def action_info(env, env_params) -> tuple[int, bool]:
+    """(action_dim, continuous) for a Discrete or 1-D Box action space."""
+    space = env.action_space(env_params)
+    if isinstance(space, spaces.Discrete):
+        return int(space.n), False
+    if isinstance(space, spaces.Box) and len(tuple(space.shape)) == 1:
+        return int(space.shape[0]), True
+    raise ValueError(f"unsupported action space {space!r}: expected Discrete or a 1-D Box.")
+
+
+def make_network(network: str, action_dim: int, continuous: bool, hidden_sizes, activation: str):
+    """The flax module for a config's network name."""
+    from jaxrl_rollout import networks
+
+    if network == "mlp":
+        return networks.ActorCriticMLP(
+            action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation
+        )
+    if network == "cnn":
+        return networks.ActorCriticCNN(action_dim=action_dim)
+    return networks.ActorCriticGRU(action_dim=action_dim, continuous=continuous, hidden_size=hidden_sizes[0])
+
+
+def explained_variance(values: jax.Array, returns: jax.Array) -> jax.Array:
+    """1 - Var[R - v] / Var[R] (CleanRL); NaN when Var[R] is 0."""
+    var_returns = jnp.var(returns)
+    return jnp.where(var_returns == 0, jnp.nan, 1.0 - jnp.var(returns - values) / var_returns)
+
+
+def clip_action(action: jax.Array, space) -> jax.Array:
+    """Clip a raw continuous action to the Box bounds when it is sent to the env."""
+    return jnp.clip(action, space.low, space.high)
+
+
+class Setup(NamedTuple):
+    """What every algorithm builds from its config: env, network and policies."""
+
+    env: Any
+    env_params: Any
+    module: Any
+    policy_fn: Callable
+    eval_policy_fn: Callable
+
+
+def setup(env_id: str, network: str, hidden_sizes, activation: str) -> Setup:
+    """Env (with actions clipped to Box bounds at the env), flax module and rollout policies."""
+    from jaxrl_rollout import networks
+    from jaxrl_rollout.envs import ClipAction
+
+    env, env_params = make_env(env_id)
+    action_dim, continuous = action_info(env, env_params)
+    if continuous:
+        env = ClipAction(env)
+    module = make_network(network, action_dim, continuous, hidden_sizes, activation)
+    make = networks.recurrent_policy if network == "gru" else networks.feedforward_policy
+    return Setup(env, env_params, module, make(module), make(module, deterministic=True))
+
+
+def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool):
+    """(params, RolloutState, key) for a fresh run; the carry starts at zeros."""
+    from jaxrl_rollout.rollout import rollout_init
+
+    net_key, env_key, key = jax.random.split(key, 3)
+    carry = s.module.initial_carry(num_envs) if recurrent else None
+    state = rollout_init(env_key, s.env, s.env_params, num_envs, initial_carry=carry)
+    one_obs = jax.tree.map(lambda x: x[:1], state.obs)
+    if recurrent:
+        params = s.module.init(net_key, s.module.initial_carry(1), one_obs)
+    else:
+        params = s.module.init(net_key, one_obs)
+    return params, state, key
+
+
+def check_common_config(cfg) -> None:
+    """Checks the fields PPO and A2C configs share; raises ValueError naming the field."""
+    for name in ("num_envs", "num_steps", "total_timesteps"):
+        check_positive(name, getattr(cfg, name))
+    check_choice("network", cfg.network, NETWORKS)
+    check_choice("activation", cfg.activation, ("tanh", "relu"))
+    if not cfg.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in cfg.hidden_sizes):
+        raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {cfg.hidden_sizes!r}.")
+    object.__setattr__(cfg, "hidden_sizes", tuple(cfg.hidden_sizes))
+    batch = cfg.num_envs * cfg.num_steps
+    if cfg.total_timesteps < batch:
+        raise ValueError(
+            f"total_timesteps={cfg.total_timesteps} is less than one batch of num_envs * num_steps = {batch} steps."
+        )
+    make_env(cfg.env_id)  # unknown ids fail here, with suggestions

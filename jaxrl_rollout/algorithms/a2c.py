@@ -1,0 +1,209 @@
+"""A2C (the A2C seed: baselines runner and `_update_network`) as a pure `train(key, hparams)`.
+
+Each update rolls out `num_steps` (n) steps in every env, computes the
+runner's n-step returns (bootstrapped from V of the observation after the last
+step unless that step ended the episode), and takes one gradient step on
+loss = -mean(A log pi) + vf_coef mean(A^2) - ent_coef mean(H) with torch's
+`clip_grad_norm_` and `RMSprop(lr, alpha, eps)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_rollout import batching, networks, optim
+from jaxrl_rollout.advantages import lambda_returns
+from jaxrl_rollout.algorithms import _common
+from jaxrl_rollout.distributions import Categorical, categorical_from_probs
+from jaxrl_rollout.episodes import episode_metrics
+from jaxrl_rollout.losses import a2c_loss
+from jaxrl_rollout.rollout import rollout
+from jaxrl_rollout.types import RolloutState
+
+__all__ = [
+    "A2C", "A2CConfig", "A2CHParams", "A2CMetrics", "A2CState", "batch_loss", "learn_batch", "make_a2c",
+    "make_train",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class A2CConfig:
+    """Static configuration; defaults follow the A2C seed (16 workers, 5 steps).
+
+    Attributes:
+      env_id, num_envs, num_steps, total_timesteps, network, hidden_sizes,
+      activation: as in `PPOConfig`.
+      bootstrap_on_truncation: bootstrap time limits from V(final observation);
+        False treats them as terminations, as the seed's runner does.
+      anneal_lr: baselines' linear schedule (the seed keeps lr constant).
+      rms_alpha, rms_eps: RMSprop's smoothing constant and epsilon (outside
+        the square root, as torch); static because they fix the optimiser.
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 16
+    num_steps: int = 5
+    total_timesteps: int = 500_000
+    network: str = "mlp"
+    hidden_sizes: tuple = (64, 64)
+    activation: str = "tanh"
+    bootstrap_on_truncation: bool = True
+    anneal_lr: bool = False
+    rms_alpha: float = 0.99
+    rms_eps: float = 1e-5
+
+    def __post_init__(self):
+        _common.check_common_config(self)
+        if not 0.0 <= self.rms_alpha <= 1.0:
+            raise ValueError(f"rms_alpha must be in [0, 1], got {self.rms_alpha!r}.")
+        if not self.rms_eps >= 0.0:
+            raise ValueError(f"rms_eps must be >= 0, got {self.rms_eps!r}.")
+
+    @property
+    def recurrent(self) -> bool:
+        return self.network == "gru"
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+
+class A2CHParams(NamedTuple):
+    """Traced hyperparameters; defaults are the seed's (baselines) values."""
+
+    lr: float = 7e-4
+    gamma: float = 0.99
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+
+
+class A2CState(NamedTuple):
+    params: Any
+    opt_state: Any
+    rollout: RolloutState
+
+
+class A2CMetrics(NamedTuple):
+    """Per-update metrics; episode_return / episode_length are NaN when no episode completed."""
+
+    env_steps: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+    num_episodes: jax.Array
+    policy_loss: jax.Array
+    value_loss: jax.Array
+    entropy: jax.Array
+    explained_variance: jax.Array
+
+
+class A2C(NamedTuple):
+    init: Callable
+    update: Callable
+    train: Callable
+    policy_fn: Callable
+    eval_policy_fn: Callable
+    env: Any
+    env_params: Any
+    module: Any
+
+
+def _hparams(hparams: Optional[A2CHParams]) -> A2CHParams:
+    if hparams is None:
+        return A2CHParams()
+    if not isinstance(hparams, A2CHParams):
+        raise TypeError(f"hparams must be an A2CHParams, got {type(hparams).__name__}.")
+    return hparams
+
+
+def batch_loss(module, params, batch: dict, hp: A2CHParams):
+    """The seed's loss on a batch: `(loss, parts)`.
+
+    `batch` holds obs, action and returns, flat [N, ...] (env-major, as the
+    seed flattens) for feedforward modules, or [T, B, ...] plus `first` and
+    `carry0` for recurrent ones. A categorical policy is rebuilt from its
+    softmax probabilities, as the seed's `Categorical(pi)`: torch's probs path.
+    """
+    if "carry0" in batch:
+        dist, value = networks.unroll(module, params, batch["carry0"], batch["obs"], batch["first"])
+    else:
+        dist, value = module.apply(params, batch["obs"])
+    if isinstance(dist, Categorical):
+        dist = categorical_from_probs(dist.probs)
+    return a2c_loss(dist.log_prob(batch["action"]), value, batch["returns"], dist.entropy(), hp.vf_coef, hp.ent_coef)
+
+
+def learn_batch(module, tx, params, opt_state, batch: dict, hp: A2CHParams):
+    """One A2C gradient step (`_update_network`): returns (params, opt_state, parts with grad_norm)."""
+    (loss, parts), grads = jax.value_and_grad(batch_loss, argnums=1, has_aux=True)(module, params, batch, hp)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    parts = dict(parts, loss=loss, grad_norm=optax.tree.norm(grads))
+    return optax.apply_updates(params, updates), opt_state, parts
+
+
+def make_a2c(config: A2CConfig) -> A2C:
+    """Builds A2C's pure functions for a validated config."""
+    if not isinstance(config, A2CConfig):
+        raise TypeError(f"config must be an A2CConfig, got {type(config).__name__}.")
+    built = _common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
+    module = built.module
+
+    def optimizer(hp: A2CHParams) -> optax.GradientTransformation:
+        lr = optim.linear_annealing(hp.lr, config.num_updates, 1) if config.anneal_lr else hp.lr
+        return optax.chain(
+            optim.clip_grad_norm_torch(hp.max_grad_norm), optim.torch_rmsprop(lr, alpha=config.rms_alpha, eps=config.rms_eps)
+        )
+
+    def init(key: jax.Array, hparams: Optional[A2CHParams] = None) -> A2CState:
+        params, state, _ = _common.init_params_and_rollout(key, built, config.num_envs, config.recurrent)
+        return A2CState(params, optimizer(_hparams(hparams)).init(params), state)
+
+    def update(state: A2CState, hparams: Optional[A2CHParams] = None):
+        hp = _hparams(hparams)
+        rollout_state, traj = rollout(
+            built.env, built.env_params, built.policy_fn, state.params, state.rollout, config.num_steps,
+            bootstrap_truncated=config.bootstrap_on_truncation,
+        )
+        # lambda = 1 gives the runner's n-step returns: R_t = r_t + gamma (1 - d_t) R_{t+1},
+        # R_T = V(last obs), never read when the last step ended the episode.
+        terminated = traj.terminated if config.bootstrap_on_truncation else traj.done
+        returns = lambda_returns(traj.reward, traj.next_value, terminated, traj.done, hp.gamma, 1.0)
+
+        if config.recurrent:
+            batch = {"obs": traj.obs, "action": traj.action, "returns": returns, "first": traj.first,
+                     "carry0": traj.carry[0]}
+        else:
+            batch = batching.flatten_env_major({"obs": traj.obs, "action": traj.action, "returns": returns})
+        params, opt_state, parts = learn_batch(module, optimizer(hp), state.params, state.opt_state, batch, hp)
+        parts = {k: v for k, v in parts.items() if k in A2CMetrics._fields}
+        episodes = episode_metrics(traj)
+        metrics = A2CMetrics(
+            env_steps=jnp.int32(config.batch_size),
+            episode_return=episodes.mean_return,
+            episode_length=episodes.mean_length,
+            num_episodes=episodes.num_episodes,
+            explained_variance=_common.explained_variance(traj.value, returns),
+            **parts,
+        )
+        return A2CState(params, opt_state, rollout_state), metrics
+
+    def train(key: jax.Array, hparams: Optional[A2CHParams] = None):
+        hp = _hparams(hparams)
+        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
+        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
+
+    return A2C(init, update, train, built.policy_fn, built.eval_policy_fn, built.env, built.env_params, module)
+
+
+def make_train(config: A2CConfig) -> Callable:
+    """`train(key, hparams=None) -> (A2CState, A2CMetrics [num_updates])`, pure and jittable."""
+    return make_a2c(config).train

@@ -1,0 +1,311 @@
+"""PPO (CleanRL `ppo.py` / PureJaxRL semantics) as a pure, jittable, vmappable `train(key, hparams)`.
+
+One code path serves discrete and continuous actions and feedforward and
+recurrent networks; the only difference is how a minibatch is evaluated
+(flattened transitions, or whole env sequences replayed from the rollout's
+starting carry).
+
+    train = make_train(PPOConfig())                  # static: shapes and trip counts
+    state, metrics = jax.jit(train)(key)             # one seed
+    jax.jit(jax.vmap(train))(keys)                   # many seeds
+    jax.jit(jax.vmap(train, in_axes=(None, 0)))(key, hparams_batch)   # a sweep
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_rollout import batching, networks, optim
+from jaxrl_rollout.advantages import gae, trajectory_gae
+from jaxrl_rollout.algorithms import _common
+from jaxrl_rollout.episodes import episode_metrics
+from jaxrl_rollout.losses import ppo_loss
+from jaxrl_rollout.rollout import rollout
+from jaxrl_rollout.types import RolloutState
+
+__all__ = [
+    "PPO", "PPOConfig", "PPOHParams", "PPOMetrics", "PPOState", "learn_minibatches", "make_ppo",
+    "make_train", "minibatch_loss",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Everything that fixes shapes or trip counts (static under jit).
+
+    Defaults are the CleanRL / PureJaxRL CartPole-v1 configuration.
+
+    Attributes:
+      env_id: a gymnax env id.
+      num_envs: parallel envs B.
+      num_steps: rollout length T per update.
+      total_timesteps: env steps in the whole run; num_updates =
+        total_timesteps // (num_envs * num_steps).
+      update_epochs: passes over each batch.
+      num_minibatches: minibatches per epoch (must divide the batch, or the
+        envs for a recurrent network, which keeps env sequences whole).
+      network: "mlp", "cnn" (image observations) or "gru" (recurrent).
+      hidden_sizes: MLP hidden layers; the GRU uses hidden_sizes[0] units.
+      activation: "tanh" or "relu" (MLP).
+      bootstrap_on_truncation: bootstrap time limits from V(final observation)
+        (True) or treat them as terminations like CleanRL and PureJaxRL (False).
+      anneal_lr: CleanRL's linear learning-rate annealing per update.
+      normalize_advantages: CleanRL's per-minibatch `norm_adv`.
+      clip_value_loss: CleanRL's `clip_vloss`.
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 4
+    num_steps: int = 128
+    total_timesteps: int = 500_000
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    network: str = "mlp"
+    hidden_sizes: tuple = (64, 64)
+    activation: str = "tanh"
+    bootstrap_on_truncation: bool = True
+    anneal_lr: bool = True
+    normalize_advantages: bool = True
+    clip_value_loss: bool = True
+
+    def __post_init__(self):
+        _common.check_common_config(self)
+        for name in ("update_epochs", "num_minibatches"):
+            _common.check_positive(name, getattr(self, name))
+        if self.recurrent:
+            if self.num_envs % self.num_minibatches:
+                raise ValueError(
+                    f"a recurrent network keeps env sequences whole, so num_envs={self.num_envs} must "
+                    f"divide into num_minibatches={self.num_minibatches}."
+                )
+        elif self.batch_size % self.num_minibatches:
+            raise ValueError(
+                f"the batch num_envs * num_steps = {self.batch_size} does not divide into "
+                f"num_minibatches={self.num_minibatches}."
+            )
+
+    @property
+    def recurrent(self) -> bool:
+        return self.network == "gru"
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+
+class PPOHParams(NamedTuple):
+    """Traced hyperparameters (vmappable for sweeps); defaults are CleanRL's CartPole values."""
+
+    lr: float = 2.5e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+
+
+class PPOState(NamedTuple):
+    """The whole training state: enough to resume a run exactly.
+
+    Attributes:
+      params: network parameters.
+      opt_state: optimiser state (its count drives the learning-rate schedule).
+      rollout: the `RolloutState` (env states, observations, episode
+        statistics, recurrent carry, rollout key).
+      key: PRNG key for minibatch permutations.
+    """
+
+    params: Any
+    opt_state: Any
+    rollout: RolloutState
+    key: jax.Array
+
+
+class PPOMetrics(NamedTuple):
+    """Per-update metrics (leading axis: updates; per seed under vmap).
+
+    episode_return and episode_length are NaN for an update in which no
+    episode completed; num_episodes says how many did.
+    """
+
+    env_steps: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+    num_episodes: jax.Array
+    policy_loss: jax.Array
+    value_loss: jax.Array
+    entropy: jax.Array
+    approx_kl: jax.Array
+    clip_fraction: jax.Array
+    explained_variance: jax.Array
+
+
+class PPO(NamedTuple):
+    """The pure functions of a configured PPO.
+
+    Attributes:
+      init: `init(key, hparams) -> PPOState`.
+      update: `update(state, hparams) -> (state, PPOMetrics for one update)`.
+      train: `train(key, hparams=None) -> (state, PPOMetrics [num_updates])`.
+      policy_fn: the rollout policy (stochastic); `eval_policy_fn` acts with the mode.
+    """
+
+    init: Callable
+    update: Callable
+    train: Callable
+    policy_fn: Callable
+    eval_policy_fn: Callable
+    env: Any
+    env_params: Any
+    module: Any
+
+
+def _hparams(hparams: Optional[PPOHParams]) -> PPOHParams:
+    if hparams is None:
+        return PPOHParams()
+    if not isinstance(hparams, PPOHParams):
+        raise TypeError(f"hparams must be a PPOHParams, got {type(hparams).__name__}.")
+    return hparams
+
+
+def minibatch_loss(module, params, mb: dict, hp: PPOHParams, *, clip_value_loss=True, normalize=True):
+    """PPO's loss on one minibatch: `(loss, parts)`.
+
+    `mb` holds obs, action, log_prob, value, advantage and returns, flat [N,
+    ...] for feedforward modules; recurrent ones get [T, b, ...] sequences plus
+    `first` [T, b] and `carry0` (the raw carry at the rollout's start, [b, H]),
+    replayed with `networks.unroll`.
+    """
+    if "carry0" in mb:
+        dist, value = networks.unroll(module, params, mb["carry0"], mb["obs"], mb["first"])
+    else:
+        dist, value = module.apply(params, mb["obs"])
+    return ppo_loss(
+        dist.log_prob(mb["action"]), mb["log_prob"], mb["advantage"], value, mb["value"], mb["returns"],
+        dist.entropy(), hp.clip_eps, hp.vf_coef, hp.ent_coef, clip_value_loss=clip_value_loss, normalize=normalize,
+    )
+
+
+def learn_minibatches(module, tx, params, opt_state, data: dict, indices: jax.Array, hp: PPOHParams, *,
+                      recurrent=False, clip_value_loss=True, normalize=True):
+    """All epochs and minibatches of one PPO update (CleanRL's inner loops), as one `lax.scan`.
+
+    Args:
+      module: the network (or apply function).
+      tx: the optimiser (clip_grad_norm then Adam).
+      params, opt_state: before the update.
+      data: feedforward: flat [N, ...] fields (see `minibatch_loss`);
+        recurrent: [T, B, ...] fields plus `carry0` [B, ...].
+      indices: int [U, mb] rows (or [U, b] envs when recurrent), one row per
+        gradient step, e.g. epochs x minibatches flattened; pass a PyTorch
+        run's permutations to replay it.
+      hp: hyperparameters.
+
+    Returns:
+      (params, opt_state, parts) with parts [U] per step: the loss terms and
+      grad_norm (the global norm before clipping, as clip_grad_norm_ returns).
+    """
+
+    def step(carry, index):
+        params, opt_state = carry
+        if recurrent:
+            mb = batching.take_sequences({k: v for k, v in data.items() if k != "carry0"}, index)
+            mb["carry0"] = jax.tree.map(lambda c: c[index], data["carry0"])
+        else:
+            mb = batching.take(data, index)
+        (loss, parts), grads = jax.value_and_grad(minibatch_loss, argnums=1, has_aux=True)(
+            module, params, mb, hp, clip_value_loss=clip_value_loss, normalize=normalize
+        )
+        updates, opt_state = tx.update(grads, opt_state, params)
+        parts = dict(parts, loss=loss, grad_norm=optax.tree.norm(grads))
+        return (optax.apply_updates(params, updates), opt_state), parts
+
+    (params, opt_state), parts = jax.lax.scan(step, (params, opt_state), indices)
+    return params, opt_state, parts
+
+
+def make_ppo(config: PPOConfig) -> PPO:
+    """Builds PPO's pure functions for a validated config."""
+    if not isinstance(config, PPOConfig):
+        raise TypeError(f"config must be a PPOConfig, got {type(config).__name__}.")
+    built = _common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
+    env, env_params, module, policy_fn = built.env, built.env_params, built.module, built.policy_fn
+    updates_per_iteration = config.update_epochs * config.num_minibatches
+
+    def optimizer(hp: PPOHParams) -> optax.GradientTransformation:
+        lr = optim.linear_annealing(hp.lr, config.num_updates, updates_per_iteration) if config.anneal_lr else hp.lr
+        return optax.chain(optim.clip_grad_norm_torch(hp.max_grad_norm), optim.torch_adam(lr, eps=1e-5))
+
+    def init(key: jax.Array, hparams: Optional[PPOHParams] = None) -> PPOState:
+        hp = _hparams(hparams)
+        params, state, key = _common.init_params_and_rollout(key, built, config.num_envs, config.recurrent)
+        return PPOState(params=params, opt_state=optimizer(hp).init(params), rollout=state, key=key)
+
+    def update(state: PPOState, hparams: Optional[PPOHParams] = None):
+        hp = _hparams(hparams)
+        rollout_state, traj = rollout(
+            env, env_params, policy_fn, state.params, state.rollout, config.num_steps,
+            bootstrap_truncated=config.bootstrap_on_truncation,
+        )
+        if config.bootstrap_on_truncation:
+            advantages, returns = trajectory_gae(traj, hp.gamma, hp.gae_lambda)
+        else:
+            advantages, returns = gae(
+                traj.reward, traj.value, traj.next_value, traj.done, traj.done, hp.gamma, hp.gae_lambda
+            )
+        data = {"obs": traj.obs, "action": traj.action, "log_prob": traj.log_prob, "value": traj.value,
+                "advantage": advantages, "returns": returns}
+        key, perm_key = jax.random.split(state.key)
+        if config.recurrent:
+            data.update(first=traj.first, carry0=traj.carry[0])
+            indices = batching.sequence_minibatch_indices(
+                perm_key, config.num_envs, config.num_minibatches, config.update_epochs
+            )
+        else:
+            data = batching.flatten_time_major(data)
+            indices = batching.minibatch_indices(
+                perm_key, config.batch_size, config.num_minibatches, config.update_epochs
+            )
+        params, opt_state, parts = learn_minibatches(
+            module, optimizer(hp), state.params, state.opt_state, data,
+            indices.reshape(updates_per_iteration, -1), hp, recurrent=config.recurrent,
+            clip_value_loss=config.clip_value_loss, normalize=config.normalize_advantages,
+        )
+        parts = {k: v for k, v in parts.items() if k in PPOMetrics._fields}
+        episodes = episode_metrics(traj)
+        metrics = PPOMetrics(
+            env_steps=jnp.int32(config.batch_size),
+            episode_return=episodes.mean_return,
+            episode_length=episodes.mean_length,
+            num_episodes=episodes.num_episodes,
+            explained_variance=_common.explained_variance(traj.value, returns),
+            **{k: jnp.mean(v) for k, v in parts.items()},
+        )
+        return PPOState(params, opt_state, rollout_state, key), metrics
+
+    def train(key: jax.Array, hparams: Optional[PPOHParams] = None):
+        hp = _hparams(hparams)
+        state = init(key, hp)
+        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), state, None, length=config.num_updates)
+        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
+
+    return PPO(init, update, train, policy_fn, built.eval_policy_fn, env, env_params, module)
+
+
+def make_train(config: PPOConfig) -> Callable:
+    """`train(key, hparams=None) -> (PPOState, PPOMetrics [num_updates])`, pure and jittable."""
+    return make_ppo(config).train

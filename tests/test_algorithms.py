@@ -1,0 +1,107 @@
+"""PPO and A2C: pure make_train functions, determinism, one compile, sweeps and bad configs."""
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
+
+SMALL = ppo.PPOConfig(total_timesteps=4 * 512)
+
+
+def tree_close(a, b, **tol):
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), **tol), a, b)
+
+
+def params_of(state):
+    return state.params
+
+
+def test_seed_i_of_a_vmapped_call_equals_a_single_call():
+    train = ppo.make_train(SMALL)
+    keys = jax.random.split(jax.random.key(3), 3)
+    batched_state, batched = jax.jit(jax.vmap(train))(keys)
+    single = jax.jit(train)
+    for i in range(3):
+        state, metrics = single(keys[i])
+        tree_close(jax.tree.map(lambda x: x[i], params_of(batched_state)), params_of(state), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(batched.num_episodes[i], metrics.num_episodes)
+        np.testing.assert_allclose(batched.episode_return[i], metrics.episode_return, rtol=1e-6)
+
+
+def test_same_key_same_run_and_different_keys_differ():
+    train = jax.jit(ppo.make_train(SMALL))
+    a, b, c = train(jax.random.key(0)), train(jax.random.key(0)), train(jax.random.key(1))
+    jax.tree.map(np.testing.assert_array_equal, params_of(a[0]), params_of(b[0]))
+    assert not np.array_equal(a[1].policy_loss, c[1].policy_loss)
+
+
+def test_update_compiles_once():
+    made = ppo.make_ppo(SMALL)
+    update = jax.jit(chex.assert_max_traces(made.update, n=1))
+    state = made.init(jax.random.key(0), ppo.PPOHParams())
+    for lr in (2.5e-4, 1e-3, 3e-4):  # new hyperparameter values must not retrace
+        state, metrics = update(state, ppo.PPOHParams(lr=lr))
+    assert int(metrics.env_steps) == SMALL.batch_size
+    chex.clear_trace_counter()
+
+
+def test_vmapped_hyperparameter_sweep_equals_single_runs():
+    train = ppo.make_train(SMALL)
+    points = [ppo.PPOHParams(lr=1e-3, ent_coef=0.0), ppo.PPOHParams(lr=3e-4, ent_coef=0.01)]
+    grid = stack_hparams(points)
+    assert grid.lr.shape == (2,) and grid.gamma.shape == (2,)
+    key = jax.random.key(1)
+    states, metrics = jax.jit(jax.vmap(train, in_axes=(None, 0)))(key, grid)
+    for i, hp in enumerate(points):
+        state, single = jax.jit(train)(key, hp)
+        np.testing.assert_allclose(metrics.policy_loss[i], single.policy_loss, rtol=1e-4, atol=1e-6)
+    assert not np.allclose(metrics.entropy[0], metrics.entropy[1])
+
+
+def test_metrics_are_per_update_and_nan_without_episodes():
+    _, m = jax.jit(ppo.make_train(SMALL))(jax.random.key(0))
+    assert m.episode_return.shape == (4,)
+    np.testing.assert_array_equal(m.env_steps, [512, 1024, 1536, 2048])
+    assert np.all(np.isfinite(m.approx_kl)) and np.all(np.isfinite(m.explained_variance))
+    # Pendulum episodes last 200 steps: the first 32-step rollout completes none.
+    _, mp = jax.jit(ppo.make_train(ppo.PPOConfig(env_id="Pendulum-v1", num_steps=8, total_timesteps=32 * 4)))(
+        jax.random.key(0)
+    )
+    assert int(mp.num_episodes[0]) == 0 and np.isnan(mp.episode_return[0])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_minibatches=3), r"num_envs \* num_steps = 512 does not divide into num_minibatches=3"),
+        (dict(network="gru", num_envs=4, num_minibatches=8), r"keeps env sequences whole, so num_envs=4"),
+        (dict(env_id="CartPole-v2"), r"unknown env_id 'CartPole-v2'. Did you mean CartPole-v1"),
+        (dict(num_envs=0), r"num_envs must be a positive int, got 0"),
+        (dict(update_epochs=-1), r"update_epochs must be a positive int"),
+        (dict(total_timesteps=100), r"total_timesteps=100 is less than one batch"),
+        (dict(network="transformer"), r"network must be one of 'mlp', 'cnn', 'gru'"),
+        (dict(activation="gelu"), r"activation must be one of 'tanh', 'relu'"),
+        (dict(hidden_sizes=()), r"hidden_sizes must be a non-empty tuple"),
+    ],
+)
+def test_bad_configs_are_rejected_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ppo.PPOConfig(**kwargs)
+
+
+def test_bad_a2c_config_and_hparams():
+    with pytest.raises(ValueError, match=r"rms_alpha must be in \[0, 1\]"):
+        a2c.A2CConfig(rms_alpha=1.5)
+    with pytest.raises(TypeError, match="hparams must be a PPOHParams"):
+        ppo.make_train(SMALL)(jax.random.key(0), {"lr": 1e-3})
+    with pytest.raises(TypeError, match="config must be a PPOConfig"):
+        ppo.make_train(a2c.A2CConfig())
+
+
+def test_configs_are_frozen_and_derive_sizes():
+    cfg = ppo.PPOConfig()
+    assert (cfg.batch_size, cfg.minibatch_size, cfg.num_updates) == (512, 128, 976)
+    with pytest.raises(Exception):
+        cfg.num_envs = 8
