@@ -1,0 +1,45 @@
+"""Learning checks, kept tight: each is one jitted, vmapped call over 8 seeds.
+
+Measured on the 2-core CI machine (2026-11-21): PPO CartPole default config,
+8 seeds x 5e5 steps, every seed ends at 500 (about 7 s compile + 21 s run);
+A2C CartPole, 8 seeds x 2e5 steps: mean return 20 -> 243 (10 s); PPO
+Pendulum without observation/reward normalisation, 8 seeds x 2e5 steps:
+-1184 -> -1025 (28 s).
+"""
+
+import jax
+import numpy as np
+
+from jaxrl_rollout.algorithms import a2c, ppo
+
+
+def episode_weighted(metrics, updates: slice) -> np.ndarray:
+    """Per seed: mean return of the episodes completed in the given updates."""
+    r, n = np.asarray(metrics.episode_return)[:, updates], np.asarray(metrics.num_episodes)[:, updates]
+    assert np.all(n.sum(1) > 0), "no episode completed in the window"
+    return np.nansum(np.nan_to_num(r) * n, 1) / n.sum(1)
+
+
+def run(make_train, config, seeds=8):
+    keys = jax.random.split(jax.random.key(0), seeds)
+    return jax.jit(jax.vmap(make_train(config)))(keys)[1]
+
+
+def test_ppo_solves_cartpole_over_8_vmapped_seeds():
+    metrics = run(ppo.make_train, ppo.PPOConfig())
+    final = episode_weighted(metrics, slice(-20, None))
+    assert final.mean() >= 470, final  # PureJaxRL's reference reaches about 490
+
+
+def test_a2c_clearly_learns_cartpole():
+    metrics = run(a2c.make_train, a2c.A2CConfig(total_timesteps=200_000))
+    first, last = episode_weighted(metrics, slice(0, 20)), episode_weighted(metrics, slice(-20, None))
+    assert first.mean() < 30 and last.mean() > 150, (first, last)
+
+
+def test_continuous_ppo_improves_on_pendulum():
+    config = ppo.PPOConfig(env_id="Pendulum-v1", total_timesteps=200_000, num_envs=8, num_steps=256,
+                           update_epochs=10, num_minibatches=8)
+    metrics = run(ppo.make_train, config)
+    first, last = episode_weighted(metrics, slice(0, 20)), episode_weighted(metrics, slice(-20, None))
+    assert last.mean() > first.mean() + 100 and np.all(last > first.mean()), (first, last)
