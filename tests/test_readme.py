@@ -35,3 +35,7 @@ def test_quickstart_runs():
     assert namespace["flat"]["adv"].shape == (128 * 8,)
     assert namespace["idx"].shape == (4, 4, 256)
     assert namespace["cleanrl_adv"].shape == (128, 8)
+    code = re.search(r"## Training: PPO and A2C as pure functions\n\n```python\n(.*?)```", README, flags=re.S).group(1)
+    exec(compile(code, "README-training", "exec"), namespace)
+    assert namespace["per_seed"].episode_return.shape == (4, 40)
+    assert namespace["sweep"].episode_return.shape == (2, 40)
