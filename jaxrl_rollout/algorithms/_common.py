@@ -10,8 +10,8 @@ import jax.numpy as jnp
 from gymnax.environments import spaces
 
 __all__ = [
-    "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
-    "init_params_and_rollout", "make_env", "make_network", "setup",
+    "Algorithm", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
+    "init_params_and_rollout", "make_env", "make_network", "make_train_loop", "resolve_hparams", "setup",
 ]
 
 NETWORKS = ("mlp", "cnn", "gru")
@@ -71,6 +71,47 @@ def explained_variance(values: jax.Array, returns: jax.Array) -> jax.Array:
 def clip_action(action: jax.Array, space) -> jax.Array:
     """Clip a raw continuous action to the Box bounds when it is sent to the env."""
     return jnp.clip(action, space.low, space.high)
+
+
+class Algorithm(NamedTuple):
+    """The pure functions of a configured algorithm (`make_ppo`, `make_a2c`).
+
+    Attributes:
+      init: `init(key, hparams=None) -> state`.
+      update: `update(state, hparams=None) -> (state, metrics of one update)`.
+      train: `train(key, hparams=None) -> (state, metrics [num_updates])`.
+      policy_fn: the rollout policy (samples); eval_policy_fn acts with the mode.
+      env, env_params, module: what the policies act on and with.
+    """
+
+    init: Callable
+    update: Callable
+    train: Callable
+    policy_fn: Callable
+    eval_policy_fn: Callable
+    env: Any
+    env_params: Any
+    module: Any
+
+
+def resolve_hparams(hparams: Any, cls: type) -> Any:
+    """`cls()` for None, the record itself if it is a `cls`, else a TypeError naming the argument."""
+    if hparams is None:
+        return cls()
+    if not isinstance(hparams, cls):
+        raise TypeError(f"hparams must be a {cls.__name__}, got {type(hparams).__name__}.")
+    return hparams
+
+
+def make_train_loop(init: Callable, update: Callable, num_updates: int, hparams_cls: type) -> Callable:
+    """`train(key, hparams=None)`: init, then `num_updates` updates in one `lax.scan`; env_steps cumulative."""
+
+    def train(key: jax.Array, hparams: Any = None):
+        hp = resolve_hparams(hparams, hparams_cls)
+        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=num_updates)
+        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
+
+    return train
 
 
 class Setup(NamedTuple):

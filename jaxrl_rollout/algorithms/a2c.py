@@ -106,23 +106,8 @@ class A2CMetrics(NamedTuple):
     explained_variance: jax.Array
 
 
-class A2C(NamedTuple):
-    init: Callable
-    update: Callable
-    train: Callable
-    policy_fn: Callable
-    eval_policy_fn: Callable
-    env: Any
-    env_params: Any
-    module: Any
-
-
-def _hparams(hparams: Optional[A2CHParams]) -> A2CHParams:
-    if hparams is None:
-        return A2CHParams()
-    if not isinstance(hparams, A2CHParams):
-        raise TypeError(f"hparams must be an A2CHParams, got {type(hparams).__name__}.")
-    return hparams
+A2C = _common.Algorithm
+"""`make_a2c`'s result: init, update, train, policies, env and module (see `_common.Algorithm`)."""
 
 
 def batch_loss(module, params, batch: dict, hp: A2CHParams):
@@ -165,10 +150,10 @@ def make_a2c(config: A2CConfig) -> A2C:
 
     def init(key: jax.Array, hparams: Optional[A2CHParams] = None) -> A2CState:
         params, state, _ = _common.init_params_and_rollout(key, built, config.num_envs, config.recurrent)
-        return A2CState(params, optimizer(_hparams(hparams)).init(params), state)
+        return A2CState(params, optimizer(_common.resolve_hparams(hparams, A2CHParams)).init(params), state)
 
     def update(state: A2CState, hparams: Optional[A2CHParams] = None):
-        hp = _hparams(hparams)
+        hp = _common.resolve_hparams(hparams, A2CHParams)
         rollout_state, traj = rollout(
             built.env, built.env_params, built.policy_fn, state.params, state.rollout, config.num_steps,
             bootstrap_truncated=config.bootstrap_on_truncation,
@@ -196,10 +181,7 @@ def make_a2c(config: A2CConfig) -> A2C:
         )
         return A2CState(params, opt_state, rollout_state), metrics
 
-    def train(key: jax.Array, hparams: Optional[A2CHParams] = None):
-        hp = _hparams(hparams)
-        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
-        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
+    train = _common.make_train_loop(init, update, config.num_updates, A2CHParams)
 
     return A2C(init, update, train, built.policy_fn, built.eval_policy_fn, built.env, built.env_params, module)
 

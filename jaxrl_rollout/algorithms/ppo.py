@@ -154,32 +154,8 @@ class PPOMetrics(NamedTuple):
     explained_variance: jax.Array
 
 
-class PPO(NamedTuple):
-    """The pure functions of a configured PPO.
-
-    Attributes:
-      init: `init(key, hparams) -> PPOState`.
-      update: `update(state, hparams) -> (state, PPOMetrics for one update)`.
-      train: `train(key, hparams=None) -> (state, PPOMetrics [num_updates])`.
-      policy_fn: the rollout policy (stochastic); `eval_policy_fn` acts with the mode.
-    """
-
-    init: Callable
-    update: Callable
-    train: Callable
-    policy_fn: Callable
-    eval_policy_fn: Callable
-    env: Any
-    env_params: Any
-    module: Any
-
-
-def _hparams(hparams: Optional[PPOHParams]) -> PPOHParams:
-    if hparams is None:
-        return PPOHParams()
-    if not isinstance(hparams, PPOHParams):
-        raise TypeError(f"hparams must be a PPOHParams, got {type(hparams).__name__}.")
-    return hparams
+PPO = _common.Algorithm
+"""`make_ppo`'s result: init, update, train, policies, env and module (see `_common.Algorithm`)."""
 
 
 def minibatch_loss(module, params, mb: dict, hp: PPOHParams, *, clip_value_loss=True, normalize=True):
@@ -251,12 +227,12 @@ def make_ppo(config: PPOConfig) -> PPO:
         return optax.chain(optim.clip_grad_norm_torch(hp.max_grad_norm), optim.torch_adam(lr, eps=1e-5))
 
     def init(key: jax.Array, hparams: Optional[PPOHParams] = None) -> PPOState:
-        hp = _hparams(hparams)
+        hp = _common.resolve_hparams(hparams, PPOHParams)
         params, state, key = _common.init_params_and_rollout(key, built, config.num_envs, config.recurrent)
         return PPOState(params=params, opt_state=optimizer(hp).init(params), rollout=state, key=key)
 
     def update(state: PPOState, hparams: Optional[PPOHParams] = None):
-        hp = _hparams(hparams)
+        hp = _common.resolve_hparams(hparams, PPOHParams)
         rollout_state, traj = rollout(
             env, env_params, policy_fn, state.params, state.rollout, config.num_steps,
             bootstrap_truncated=config.bootstrap_on_truncation,
@@ -297,11 +273,7 @@ def make_ppo(config: PPOConfig) -> PPO:
         )
         return PPOState(params, opt_state, rollout_state, key), metrics
 
-    def train(key: jax.Array, hparams: Optional[PPOHParams] = None):
-        hp = _hparams(hparams)
-        state = init(key, hp)
-        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), state, None, length=config.num_updates)
-        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
+    train = _common.make_train_loop(init, update, config.num_updates, PPOHParams)
 
     return PPO(init, update, train, policy_fn, built.eval_policy_fn, env, env_params, module)
 

@@ -23,7 +23,7 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TORCH_PIN = "2.13.0"
 
 
-def _meta() -> dict:
+def meta() -> dict:
     return {
         "meta/torch": np.array(torch.__version__),
         "meta/numpy": np.array(np.__version__),
@@ -32,7 +32,7 @@ def _meta() -> dict:
 
 
 def estimator_fixtures() -> dict:
-    data = _meta()
+    data = meta()
     for case, recipes in cases.all_cases():
         for recipe, inputs in recipes.items():
             outputs = references.ESTIMATOR_REFERENCES[recipe](**inputs)
@@ -47,7 +47,7 @@ def distribution_fixtures() -> dict:
     """Categorical log-probs and entropies (both torch paths) and the A2C loss with gradients."""
     from tests.golden import cases
 
-    data = _meta()
+    data = meta()
     for case, inputs in cases.distribution_cases():
         outputs = references.categorical(**{k: inputs[k] for k in ("logits", "probs", "actions")})
         outputs.update({f"a2c/{k}": v for k, v in references.a2c_loss(**inputs["a2c"]).items()})
@@ -67,7 +67,7 @@ def update_fixtures() -> dict:
     from tests.golden import ppo_reference
 
     case = ppo_reference.make_case()
-    data = _meta()
+    data = meta()
     for k, v in case.items():
         if k == "weights":
             data.update({f"in/weights/{name}": w for name, w in v.items()})
@@ -85,7 +85,7 @@ def collector_fixtures() -> dict:
     from tests.golden import walk
 
     weights = walk.make_weights()
-    data = _meta()
+    data = meta()
 
     def put(run, inputs, outputs):
         for k, v in inputs.items():
@@ -119,11 +119,18 @@ def collector_fixtures() -> dict:
     return data
 
 
-def main() -> None:
+def write_fixture(name: str, build) -> None:
+    """Builds one fixture with the pinned torch on one thread and writes fixtures/<name>.npz."""
     if not torch.__version__.startswith(TORCH_PIN):
         raise SystemExit(f"fixtures are generated with torch=={TORCH_PIN}, found {torch.__version__}")
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # torch's orthogonal_ init depends on the thread count
     FIXTURES.mkdir(exist_ok=True)
+    path = FIXTURES / f"{name}.npz"
+    np.savez_compressed(path, **build())
+    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+def main() -> None:
     from tests.golden import make_cartpole_fixture, make_network_fixture, make_optim_fixture
 
     builders = [
@@ -136,9 +143,7 @@ def main() -> None:
         ("cartpole_e2e", make_cartpole_fixture.build),
     ]
     for name, build in builders:
-        path = FIXTURES / f"{name}.npz"
-        np.savez_compressed(path, **build())
-        print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+        write_fixture(name, build)
 
 
 if __name__ == "__main__":

@@ -11,24 +11,16 @@ that produced them under `meta/`. See tests/golden/network_reference.py.
 
 from __future__ import annotations
 
-import pathlib
-import platform
 
 import numpy as np
-import torch
 
 from tests.golden import network_reference
+from tests.golden.make_fixtures import meta
 
-FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "networks.npz"
-TORCH_PIN = "2.13.0"
 
 
 def build() -> dict[str, np.ndarray]:
-    data = {
-        "meta/torch": np.array(torch.__version__),
-        "meta/numpy": np.array(np.__version__),
-        "meta/python": np.array(platform.python_version()),
-    }
+    data = meta()
     for family, cases in (("mlp", network_reference.mlp_cases()), ("normal", network_reference.normal_cases())):
         for case, result in cases.items():
             for kind in ("in", "out"):
@@ -38,12 +30,9 @@ def build() -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    if not torch.__version__.startswith(TORCH_PIN):
-        raise SystemExit(f"the network fixture is generated with torch=={TORCH_PIN}, found {torch.__version__}")
-    torch.set_num_threads(1)
-    FIXTURE.parent.mkdir(exist_ok=True)
-    np.savez_compressed(FIXTURE, **build())
-    print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size / 1024:.0f} KiB)")
+    from tests.golden.make_fixtures import write_fixture
+
+    write_fixture("networks", build)
 
 
 if __name__ == "__main__":

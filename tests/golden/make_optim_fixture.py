@@ -17,24 +17,16 @@ Writes tests/golden/fixtures/optim.npz (see tests/golden/optim_reference.py):
 from __future__ import annotations
 
 import json
-import pathlib
-import platform
 
 import numpy as np
-import torch
 
 from tests.golden import optim_reference as ref
+from tests.golden.make_fixtures import meta
 
-FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "optim.npz"
-TORCH_PIN = "2.13.0"
 
 
 def build() -> dict[str, np.ndarray]:
-    data = {
-        "meta/torch": np.array(torch.__version__),
-        "meta/numpy": np.array(np.__version__),
-        "meta/python": np.array(platform.python_version()),
-    }
+    data = meta()
     for name, value in ref.initial_params().items():
         data[f"in/params/{name}"] = value
     for name, value in ref.gradient_sequence().items():
@@ -53,12 +45,9 @@ def build() -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    if not torch.__version__.startswith(TORCH_PIN):
-        raise SystemExit(f"the optimizer fixture is generated with torch=={TORCH_PIN}, found {torch.__version__}")
-    torch.set_num_threads(1)
-    FIXTURE.parent.mkdir(exist_ok=True)
-    np.savez_compressed(FIXTURE, **build())
-    print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size / 1024:.0f} KiB)")
+    from tests.golden.make_fixtures import write_fixture
+
+    write_fixture("optim", build)
 
 
 if __name__ == "__main__":
