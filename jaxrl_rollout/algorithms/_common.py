@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from gymnax.environments import spaces
 
 __all__ = [
-    "Algorithm", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
+    "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
     "init_params_and_rollout", "make_env", "make_network", "make_train_loop", "resolve_hparams", "setup",
 ]
 
@@ -71,6 +71,22 @@ def explained_variance(values: jax.Array, returns: jax.Array) -> jax.Array:
 def clip_action(action: jax.Array, space) -> jax.Array:
     """Clip a raw continuous action to the Box bounds when it is sent to the env."""
     return jnp.clip(action, space.low, space.high)
+
+
+class ConfigSizes:
+    """Derived sizes shared by the algorithm configs (frozen dataclasses inherit them)."""
+
+    @property
+    def recurrent(self) -> bool:
+        return self.network == "gru"
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.batch_size
 
 
 class Algorithm(NamedTuple):

@@ -32,7 +32,7 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class A2CConfig:
+class A2CConfig(_common.ConfigSizes):
     """Static configuration; defaults follow the A2C seed (16 workers, 5 steps).
 
     Attributes:
@@ -63,18 +63,6 @@ class A2CConfig:
             raise ValueError(f"rms_alpha must be in [0, 1], got {self.rms_alpha!r}.")
         if not self.rms_eps >= 0.0:
             raise ValueError(f"rms_eps must be >= 0, got {self.rms_eps!r}.")
-
-    @property
-    def recurrent(self) -> bool:
-        return self.network == "gru"
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_updates(self) -> int:
-        return self.total_timesteps // self.batch_size
 
 
 class A2CHParams(NamedTuple):

@@ -35,7 +35,7 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(_common.ConfigSizes):
     """Everything that fixes shapes or trip counts (static under jit).
 
     Defaults are the CleanRL / PureJaxRL CartPole-v1 configuration.
@@ -89,21 +89,10 @@ class PPOConfig:
                 f"num_minibatches={self.num_minibatches}."
             )
 
-    @property
-    def recurrent(self) -> bool:
-        return self.network == "gru"
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
 
     @property
     def minibatch_size(self) -> int:
         return self.batch_size // self.num_minibatches
-
-    @property
-    def num_updates(self) -> int:
-        return self.total_timesteps // self.batch_size
 
 
 class PPOHParams(NamedTuple):
