@@ -15,15 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from tests.golden.cartpole_reference import orthogonal_linear
+
 OBS_DIM, NUM_ACTIONS, HIDDEN = 4, 2, 64
-
-
-def _linear(n_in, n_out, gain):
-    layer = nn.Linear(n_in, n_out)
-    with torch.no_grad():
-        nn.init.orthogonal_(layer.weight, gain=gain)
-        layer.bias.zero_()
-    return layer
 
 
 class Agent(nn.Module):
@@ -31,10 +25,10 @@ class Agent(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.critic = nn.Sequential(_linear(OBS_DIM, HIDDEN, math.sqrt(2)), nn.Tanh(),
-                                    _linear(HIDDEN, HIDDEN, math.sqrt(2)), nn.Tanh(), _linear(HIDDEN, 1, 1.0))
-        self.actor = nn.Sequential(_linear(OBS_DIM, HIDDEN, math.sqrt(2)), nn.Tanh(),
-                                   _linear(HIDDEN, HIDDEN, math.sqrt(2)), nn.Tanh(), _linear(HIDDEN, NUM_ACTIONS, 0.01))
+        self.critic = nn.Sequential(orthogonal_linear(OBS_DIM, HIDDEN, math.sqrt(2)), nn.Tanh(),
+                                    orthogonal_linear(HIDDEN, HIDDEN, math.sqrt(2)), nn.Tanh(), orthogonal_linear(HIDDEN, 1, 1.0))
+        self.actor = nn.Sequential(orthogonal_linear(OBS_DIM, HIDDEN, math.sqrt(2)), nn.Tanh(),
+                                   orthogonal_linear(HIDDEN, HIDDEN, math.sqrt(2)), nn.Tanh(), orthogonal_linear(HIDDEN, NUM_ACTIONS, 0.01))
 
     def evaluate(self, obs, action):
         dist = torch.distributions.Categorical(logits=self.actor(obs))
