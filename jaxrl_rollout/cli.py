@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 import time
 from typing import Optional, Sequence
@@ -21,26 +20,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def make_env(env_id: str):
-    """`gymnax.make(env_id)`, with a suggestion of close names for an unknown id."""
-    import gymnax
-
-    if env_id not in gymnax.registered_envs:
-        close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(
-            f"unknown env id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}."
-        )
-    return gymnax.make(env_id)
-
-
 def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int) -> dict:
     """Rolls out a uniform random policy, then evaluates it; prints and returns the figures."""
     import jax
 
     import jaxrl_rollout as jr
+    from jaxrl_rollout import envs
 
-    env, env_params = make_env(env_id)
+    env, env_params = envs.make(env_id)
     policy_fn = jr.uniform_random_policy(env.action_space(env_params))
 
     @jax.jit

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
+from jaxrl_rollout import envs
+
 __all__ = [
     "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
-    "init_params_and_rollout", "make_env", "make_network", "make_train_loop", "resolve_hparams", "setup",
+    "init_params_and_rollout", "make_network", "make_train_loop", "resolve_hparams", "setup",
 ]
 
 NETWORKS = ("mlp", "cnn", "gru")
@@ -26,17 +27,6 @@ def check_positive(name: str, value: Any) -> None:
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}.")
-
-
-def make_env(env_id: str):
-    """`gymnax.make(env_id)`; an unknown id raises a ValueError that suggests close names."""
-    import gymnax
-
-    if env_id not in gymnax.registered_envs:
-        close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}.")
-    return gymnax.make(env_id)
 
 
 def action_info(env, env_params) -> tuple[int, bool]:
@@ -66,11 +56,6 @@ def explained_variance(values: jax.Array, returns: jax.Array) -> jax.Array:
     """1 - Var[R - v] / Var[R] (CleanRL); NaN when Var[R] is 0."""
     var_returns = jnp.var(returns)
     return jnp.where(var_returns == 0, jnp.nan, 1.0 - jnp.var(returns - values) / var_returns)
-
-
-def clip_action(action: jax.Array, space) -> jax.Array:
-    """Clip a raw continuous action to the Box bounds when it is sent to the env."""
-    return jnp.clip(action, space.low, space.high)
 
 
 class ConfigSizes:
@@ -143,12 +128,11 @@ class Setup(NamedTuple):
 def setup(env_id: str, network: str, hidden_sizes, activation: str) -> Setup:
     """Env (with actions clipped to Box bounds at the env), flax module and rollout policies."""
     from jaxrl_rollout import networks
-    from jaxrl_rollout.envs import ClipAction
 
-    env, env_params = make_env(env_id)
+    env, env_params = envs.make(env_id)
     action_dim, continuous = action_info(env, env_params)
     if continuous:
-        env = ClipAction(env)
+        env = envs.ClipAction(env)
     module = make_network(network, action_dim, continuous, hidden_sizes, activation)
     make = networks.recurrent_policy if network == "gru" else networks.feedforward_policy
     return Setup(env, env_params, module, make(module), make(module, deterministic=True))
@@ -183,4 +167,4 @@ def check_common_config(cfg) -> None:
         raise ValueError(
             f"total_timesteps={cfg.total_timesteps} is less than one batch of num_envs * num_steps = {batch} steps."
         )
-    make_env(cfg.env_id)  # unknown ids fail here, with suggestions
+    envs.make(cfg.env_id)  # unknown ids fail here, with suggestions

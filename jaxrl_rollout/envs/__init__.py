@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import jax.numpy as jnp
 
-__all__ = ["ClipAction"]
+__all__ = ["ClipAction", "make"]
+
+
+def make(env_id: str):
+    """`gymnax.make(env_id)`; an unknown id raises a ValueError that suggests close names."""
+    import gymnax
+
+    if env_id not in gymnax.registered_envs:
+        close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}.")
+    return gymnax.make(env_id)
 
 
 class ClipAction:

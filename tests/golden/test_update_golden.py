@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import pytest
 
 from jaxrl_rollout import optim
 from jaxrl_rollout.algorithms import a2c, ppo
