@@ -1,0 +1,137 @@
+"""A run's outputs: long-format metrics CSV, learning-curve PNG and the final-return summary.
+
+"Final return" of a run is the episode-weighted mean episode return over the
+last 10% of its updates (at least one update): the mean over every episode
+that ended in that window. Per grid point the summary gives its mean over
+seeds and a 95% Student-t interval across seeds,
+mean +- t_{0.975, S-1} * sd / sqrt(S) (sd with ddof=1; none for one seed).
+A run with no episode in the window is left out and counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import pathlib
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from jaxrl_rollout.runner import RunSpec, chunk_return
+
+__all__ = ["GridSummary", "final_returns", "format_summary", "summarize", "write_learning_curve",
+           "write_metrics_csv"]
+
+
+def _label(spec: RunSpec, g: int) -> str:
+    swept = spec.swept()
+    return ", ".join(f"{k}={getattr(spec.grid[g], k):g}" for k in swept) if swept else "default"
+
+
+def write_metrics_csv(path, spec: RunSpec, metrics: dict) -> None:
+    """Long format, one row per (grid point, seed, update, metric).
+
+    Columns: grid_point, seed, update, step (cumulative env steps of the run
+    after that update), one column per swept hyperparameter, metric, value.
+    Floats are written with 9 significant digits (float32 round-trips); NaN
+    marks an update in which no episode ended.
+    """
+    swept = spec.swept()
+    batch = spec.config.batch_size
+    names = sorted(metrics)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["grid_point", "seed", "update", "step", *swept, "metric", "value"])
+        for r in range(spec.num_runs):
+            g, s = divmod(r, spec.num_seeds)
+            hp = [f"{getattr(spec.grid[g], k):g}" for k in swept]
+            for u in range(metrics[names[0]].shape[1]):
+                head = [g, s, u, (u + 1) * batch, *hp]
+                for name in names:
+                    value = metrics[name][r, u]
+                    writer.writerow([*head, name, f"{value:.9g}" if np.issubdtype(value.dtype, np.floating)
+                                     else int(value)])
+
+
+def write_learning_curve(path, spec: RunSpec, metrics: dict) -> None:
+    """Episode return against env steps: mean across seeds and a +-1 sd band, one line per grid point.
+
+    Each update's value per seed is the mean return of the episodes that
+    ended in it; updates where no seed finished an episode are gaps.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    steps = (np.arange(metrics["episode_return"].shape[1]) + 1) * spec.config.batch_size
+    returns = metrics["episode_return"].reshape(len(spec.grid), spec.num_seeds, -1).astype(np.float64)
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no episode ended yet
+        for g in range(len(spec.grid)):
+            mean, sd = np.nanmean(returns[g], axis=0), np.nanstd(returns[g], axis=0)
+            (line,) = ax.plot(steps, mean, lw=1.2, label=_label(spec, g))
+            ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_xlabel("env steps per run")
+    ax.set_ylabel("episode return")
+    ax.set_title(f"{spec.algo.upper()} on {spec.config.env_id}: mean over {spec.num_seeds} seeds, band +-1 sd")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=120)
+
+
+def final_returns(spec: RunSpec, metrics: dict) -> np.ndarray:
+    """[G, S] final return per run (episode-weighted mean over the last 10% of updates)."""
+    updates = metrics["episode_return"].shape[1]
+    window = max(1, updates // 10)
+    tail = {k: metrics[k][:, updates - window:] for k in ("episode_return", "num_episodes")}
+    return chunk_return(tail).reshape(len(spec.grid), spec.num_seeds)
+
+
+class GridSummary(NamedTuple):
+    """Final return of one grid point: mean and 95% t-interval across seeds with a finite final return."""
+
+    grid_point: int
+    label: str
+    mean: float
+    low: float
+    high: float
+    num_seeds: int
+    missing: int
+
+
+def summarize(spec: RunSpec, metrics: dict) -> list[GridSummary]:
+    """One `GridSummary` per grid point."""
+    from scipy import stats
+
+    rows = []
+    for g, values in enumerate(final_returns(spec, metrics)):
+        finite = values[np.isfinite(values)]
+        n = finite.size
+        mean = float(finite.mean()) if n else math.nan
+        half = float(stats.t.ppf(0.975, n - 1) * finite.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+        rows.append(GridSummary(g, _label(spec, g), mean, mean - half, mean + half, n, values.size - n))
+    return rows
+
+
+def format_summary(rows: list[GridSummary], window_updates: int) -> str:
+    """The summary as a text table."""
+    width = max(len("grid point"), *(len(r.label) for r in rows))
+    lines = [f"  final return (episode-weighted mean over the last {window_updates} updates; 95% t-interval "
+             "across seeds)", f"  {'#':>3}  {'grid point':<{width}}  {'mean':>9}  {'95% interval':>21}  seeds"]
+    for r in rows:
+        interval = f"[{r.low:9.2f}, {r.high:9.2f}]" if math.isfinite(r.low) else f"{'n/a':>21}"
+        seeds = f"{r.num_seeds}" + (f" ({r.missing} without episodes)" if r.missing else "")
+        lines.append(f"  {r.grid_point:>3}  {r.label:<{width}}  {r.mean:9.2f}  {interval}  {seeds}")
+    return "\n".join(lines)
+
+
+def write_outputs(folder, spec: RunSpec, metrics: dict) -> list[pathlib.Path]:
+    """Writes metrics.csv and learning_curve.png into `folder`; returns their paths."""
+    folder = pathlib.Path(folder)
+    csv_path, png_path = folder / "metrics.csv", folder / "learning_curve.png"
+    write_metrics_csv(csv_path, spec, metrics)
+    write_learning_curve(png_path, spec, metrics)
+    return [csv_path, png_path]

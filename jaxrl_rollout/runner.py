@@ -1,0 +1,383 @@
+"""Chunked, jitted training of a sweep (grid points x seeds): progress, checkpoints, sharding.
+
+A run of a `RunSpec` trains R = G x S runs (G hyperparameter grid points, S
+seeds) as one flat vmapped axis, run r = g * S + s: grid point g's
+hyperparameters and seed s's key, `jax.random.split(jax.random.key(seed), S)[s]`
+(every grid point sees the same S seeds). Training is a jitted chunk, a
+`lax.scan` of `chunk_updates` updates vmapped over the runs, called from a
+short Python loop that prints progress and saves checkpoints; the last chunk is
+shorter when `chunk_updates` does not divide the number of updates (a second
+compiled program). When R runs do not fit in one program, `max_parallel` splits
+them into groups of at most that many runs, each group a call of the same
+compiled chunk, one after another.
+
+Each group's runs are sharded over a 1-D `jax.sharding.Mesh` ("runs") of the
+devices with `NamedSharding(mesh, P("runs"))` on the leading axis of the state,
+the hyperparameters and the metrics; `jax.jit` partitions the vmapped program,
+so nothing in the algorithms knows about devices. A group's size must be a
+multiple of the device count: by default the runner uses the largest device
+count that divides every group, and a `devices` count that does not divide is
+an error.
+
+    spec = RunSpec("ppo", ppo.PPOConfig(total_timesteps=20_480), grid=(ppo.PPOHParams(),), num_seeds=4)
+    result = train(spec, folder="runs/demo")         # checkpoints in runs/demo
+    result = train(spec, folder="runs/demo", resume=True)   # continues, bit-identically
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import sys
+import time
+from typing import Any, NamedTuple, Optional, Sequence, TextIO
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxrl_rollout import checkpoint
+from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
+
+__all__ = ["ALGORITHMS", "RunResult", "RunSpec", "default_chunk_updates", "make_algorithm", "train"]
+
+FORMAT = "jaxrl_rollout.run/1"
+
+ALGORITHMS = {
+    "ppo": (ppo.PPOConfig, ppo.PPOHParams, ppo.make_ppo),
+    "a2c": (a2c.A2CConfig, a2c.A2CHParams, a2c.make_a2c),
+}
+"""algo name -> (config class, hyperparameter class, factory)."""
+
+
+def default_chunk_updates(num_updates: int) -> int:
+    """Updates per chunk: a divisor of num_updates giving 10 to 100 chunks if one exists, else ~20 chunks."""
+    divisors = [d for d in range(1, num_updates + 1) if num_updates % d == 0 and 10 <= num_updates // d <= 100]
+    if divisors:
+        return min(divisors, key=lambda d: abs(num_updates // d - 20))
+    return max(1, math.ceil(num_updates / 20))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """Everything that determines a sweep's results (saved as the run's config.json).
+
+    Attributes:
+      algo: "ppo" or "a2c".
+      config: the algorithm's static config (`PPOConfig` / `A2CConfig`).
+      grid: G hyperparameter records (`PPOHParams` / `A2CHParams`), one per grid point.
+      num_seeds: S seeds per grid point.
+      seed: the root PRNG seed.
+      chunk_updates: updates per jitted chunk (0: `default_chunk_updates`).
+      max_parallel: the most runs in one program (None: all G x S); more are
+        run in groups one after another.
+    """
+
+    algo: str
+    config: Any
+    grid: tuple
+    num_seeds: int
+    seed: int = 0
+    chunk_updates: int = 0
+    max_parallel: Optional[int] = None
+
+    def __post_init__(self):
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"algo must be one of {', '.join(ALGORITHMS)}, got {self.algo!r}.")
+        config_cls, hparams_cls, _ = ALGORITHMS[self.algo]
+        if not isinstance(self.config, config_cls):
+            raise TypeError(f"config must be a {config_cls.__name__} for {self.algo}, got {type(self.config).__name__}.")
+        object.__setattr__(self, "grid", tuple(self.grid))
+        if not self.grid or any(not isinstance(h, hparams_cls) for h in self.grid):
+            raise TypeError(f"grid must be a non-empty sequence of {hparams_cls.__name__}.")
+        for name in ("num_seeds", "chunk_updates") + (("max_parallel",) if self.max_parallel is not None else ()):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "chunk_updates" else 1):
+                raise ValueError(f"{name} must be a {'non-negative' if name == 'chunk_updates' else 'positive'} int, "
+                                 f"got {value!r}.")
+        if self.chunk_updates == 0:
+            object.__setattr__(self, "chunk_updates", default_chunk_updates(self.config.num_updates))
+        if self.chunk_updates > self.config.num_updates:
+            raise ValueError(f"chunk_updates={self.chunk_updates} is more than the run's "
+                             f"{self.config.num_updates} updates.")
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.grid) * self.num_seeds
+
+    @property
+    def chunk_lengths(self) -> list[int]:
+        """Updates in each chunk: full chunks, then the remainder."""
+        n, c = self.config.num_updates, self.chunk_updates
+        return [c] * (n // c) + ([n % c] if n % c else [])
+
+    @property
+    def groups(self) -> list[tuple[int, int]]:
+        """[start, stop) run ranges trained in one program each."""
+        size = self.max_parallel or self.num_runs
+        return [(a, min(a + size, self.num_runs)) for a in range(0, self.num_runs, size)]
+
+    def run_keys(self) -> jax.Array:
+        """[R] PRNG keys: seed s's key for every grid point."""
+        keys = jax.random.split(jax.random.key(self.seed), self.num_seeds)
+        return keys[np.tile(np.arange(self.num_seeds), len(self.grid))]
+
+    def run_hparams(self) -> Any:
+        """The hyperparameter record with [R] float32 leaves."""
+        return stack_hparams([h for h in self.grid for _ in range(self.num_seeds)])
+
+    def swept(self) -> list[str]:
+        """Hyperparameter names that take more than one value in the grid."""
+        return [k for k in self.grid[0]._fields if len({getattr(h, k) for h in self.grid}) > 1]
+
+    def to_json(self) -> dict:
+        config = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.config).items()}
+        return {"format": FORMAT, "algo": self.algo, "config": config, "grid": [h._asdict() for h in self.grid],
+                "num_seeds": self.num_seeds, "seed": self.seed, "chunk_updates": self.chunk_updates,
+                "max_parallel": self.max_parallel}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RunSpec":
+        """Inverse of `to_json`; a ValueError names what is missing or unknown."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} config.")
+        algo = data.get("algo")
+        if algo not in ALGORITHMS:
+            raise ValueError(f"unknown algo {algo!r} in the saved config.")
+        config_cls, hparams_cls, _ = ALGORITHMS[algo]
+        defaults = {f.name: f.default for f in dataclasses.fields(config_cls)}
+        unknown = set(data["config"]) - set(defaults)
+        if unknown:
+            raise ValueError(f"saved config has fields {sorted(unknown)} that {config_cls.__name__} does not know.")
+        fields = {k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in data["config"].items()}
+        grid = []
+        for point in data["grid"]:
+            unknown = set(point) - set(hparams_cls._fields)
+            if unknown:
+                raise ValueError(f"saved grid has hyperparameters {sorted(unknown)} that {hparams_cls.__name__} "
+                                 "does not know.")
+            grid.append(hparams_cls(**point))
+        return cls(algo, config_cls(**fields), tuple(grid), data["num_seeds"], data["seed"], data["chunk_updates"],
+                   data["max_parallel"])
+
+
+def make_algorithm(spec: RunSpec):
+    """The spec's `Algorithm` (init, update, policies, env)."""
+    return ALGORITHMS[spec.algo][2](spec.config)
+
+
+class RunResult(NamedTuple):
+    """What `train` returns.
+
+    Attributes:
+      state: the training state of every run, leaves [R, ...] (device arrays).
+      metrics: name -> float/int array [R, updates_done] (env_steps left out:
+        the cumulative step of update u is (u + 1) * batch_size).
+      updates_done, chunks_done: progress (all updates when complete).
+      updates_run: updates run by this call (fewer than updates_done after a resume).
+      complete: every chunk has run.
+      compile_s: seconds spent compiling in this call; run_s: seconds in the chunk loop.
+      num_devices: devices each group was sharded over.
+    """
+
+    state: Any
+    metrics: dict
+    updates_done: int
+    updates_run: int
+    chunks_done: int
+    complete: bool
+    compile_s: float
+    run_s: float
+    num_devices: int
+
+
+def choose_devices(group_sizes: Sequence[int], requested: Optional[int] = None) -> list:
+    """The devices to shard over: `requested` of them, or the most that divide every group size."""
+    available = jax.devices()
+    if requested is not None:
+        bad = [g for g in group_sizes if g % requested]
+        if bad:
+            raise ValueError(
+                f"a group of {bad[0]} runs (grid points x seeds, or max_parallel) does not divide over {requested} "
+                f"devices: make the runs per group a multiple of {requested} or pass another devices count."
+            )
+        if requested > len(available):
+            raise ValueError(f"devices={requested} but only {len(available)} are available ({available[0].platform}).")
+        return available[:requested]
+    common = math.gcd(*group_sizes)
+    return available[:max(d for d in range(1, len(available) + 1) if common % d == 0)]
+
+
+_COMPILED: dict = {}
+
+
+def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, sharding: NamedSharding, args):
+    """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process."""
+    cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat))
+    if cache_key not in _COMPILED:
+        if kind == "init":
+            fn = jax.vmap(algorithm.init)
+        else:
+            def chunk(state, hparams):
+                return jax.lax.scan(lambda s, _: algorithm.update(s, hparams), state, None, length=length)
+
+            fn = jax.vmap(chunk)
+        jitted = jax.jit(fn, in_shardings=(sharding, sharding), out_shardings=sharding)
+        _COMPILED[cache_key] = jitted.lower(*args).compile()
+    return _COMPILED[cache_key]
+
+
+def _to_host(x) -> np.ndarray:
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def gather_state(states: Sequence[Any]) -> Any:
+    """Concatenates per-group states into one host state (numpy leaves, PRNG keys rewrapped)."""
+    flat = [checkpoint.flatten(s) for s in states]
+    _, impls, treedef = flat[0]
+    leaves = [np.concatenate([_to_host(f[0][i]) for f in flat]) for i in range(len(impls))]
+    return checkpoint.unflatten(treedef, leaves, impls)
+
+
+def _metric_arrays(metrics: Any) -> dict:
+    return {k: _to_host(v) for k, v in metrics._asdict().items() if k != "env_steps"}
+
+
+def chunk_return(metrics: dict) -> np.ndarray:
+    """[R] episode-weighted mean return over a metrics window [R, U]; NaN where no episode ended."""
+    counts = metrics["num_episodes"].astype(np.float64)
+    total = np.where(counts > 0, np.nan_to_num(metrics["episode_return"].astype(np.float64)), 0.0) * counts
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts.sum(1) > 0, total.sum(1) / counts.sum(1), np.nan)
+
+
+def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray) -> str:
+    batch = spec.config.batch_size
+    total = spec.config.num_updates * batch
+    rate = steps_run / elapsed if elapsed > 0 else float("nan")
+    finite = returns[np.isfinite(returns)]
+    ret = (f"return {finite.mean():.1f} +- {finite.std():.1f} (min {finite.min():.1f}, max {finite.max():.1f}, "
+           f"{finite.size}/{returns.size} runs)" if finite.size else "return n/a (no episode ended)")
+    return (f"  step {updates * batch:>{len(f'{total:,}')},}/{total:,} ({100 * updates / spec.config.num_updates:5.1f}%)"
+            f"  {rate:,.0f} steps/s  {ret}")
+
+
+def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional[int] = None,
+          checkpoint_every: int = 5, stop_after_chunks: Optional[int] = None,
+          progress: Optional[TextIO] = sys.stderr) -> RunResult:
+    """Trains every run of `spec` in jitted chunks; saves checkpoints to `folder` if given.
+
+    Args:
+      spec: the sweep.
+      folder: where checkpoints go (must exist); None trains without saving.
+      resume: continue from the checkpoint in `folder`, which must be of the
+        same spec (the caller checks config.json; the checkpoint's structure,
+        shapes and dtypes are checked here). A resumed run ends bit-identical
+        to an uninterrupted one with the same spec on the same devices.
+      devices: how many devices to shard each group over (None: the most that
+        divide every group).
+      checkpoint_every: save after every this many chunks (and after the last,
+        and when stopping early or on KeyboardInterrupt).
+      stop_after_chunks: stop (with a checkpoint) after this many chunks in this
+        call, as if interrupted; for tests and for splitting a run across jobs.
+      progress: stream for the progress lines (stderr), or None for silence.
+
+    Returns:
+      A `RunResult`.
+    """
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}.")
+    if resume and folder is None:
+        raise ValueError("resume needs the folder of the run to continue.")
+    algorithm = make_algorithm(spec)
+    groups = spec.groups
+    mesh = Mesh(np.asarray(choose_devices([b - a for a, b in groups], devices)), ("runs",))
+    sharding = NamedSharding(mesh, PartitionSpec("runs"))
+    keys, hparams = spec.run_keys(), spec.run_hparams()
+    take = lambda tree, a, b: jax.device_put(jax.tree.map(lambda x: x[a:b], tree), sharding)  # noqa: E731
+    group_hparams = [take(hparams, a, b) for a, b in groups]
+    lengths = spec.chunk_lengths
+    say = (lambda line: print(line, file=progress, flush=True)) if progress and jax.process_index() == 0 else (
+        lambda line: None)
+
+    compile_start = time.perf_counter()
+    states = None
+    if resume:
+        template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
+        host_state, extras, manifest = checkpoint.load(folder, template)
+        chunks_done = manifest["meta"]["chunks_done"]
+        states = [take(host_state, a, b) for a, b in groups]
+        metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
+    else:
+        chunks_done, metrics = 0, {}
+    if states is None:
+        states = [
+            _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
+            for (a, b), h in zip(groups, group_hparams)
+        ]
+    executables = {}
+    for length in sorted(set(lengths[chunks_done:])):
+        for (a, b), state, h in zip(groups, states, group_hparams):
+            executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding, (state, h))
+    jax.block_until_ready(states)
+    compile_s = time.perf_counter() - compile_start
+    updates_done = sum(lengths[:chunks_done])
+    say(f"  compile {compile_s:.1f} s; {spec.num_runs} runs in {len(groups)} group(s) over {mesh.size} "
+        f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunks of {spec.chunk_updates} updates"
+        + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
+
+    def save(state_list):
+        if folder is None:
+            return
+        host = gather_state(state_list)
+        if jax.process_index() == 0:
+            checkpoint.save(folder, chunks_done, host, {f"metrics/{k}": v for k, v in metrics.items()},
+                            {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
+
+    run_start = time.perf_counter()
+    steps_run, last_saved, ran = 0, chunks_done, 0
+    try:
+        while chunks_done < len(lengths) and (stop_after_chunks is None or ran < stop_after_chunks):
+            length = lengths[chunks_done]
+            outputs = [executables[b - a, length](s, h) for (a, b), s, h in zip(groups, states, group_hparams)]
+            chunk = [_metric_arrays(m) for _, m in outputs]
+            chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
+            # Only now, with every group's chunk done, does the run advance: an interrupt
+            # before this point leaves `states` at the last whole chunk.
+            states = [s for s, _ in outputs]
+            metrics = {k: np.concatenate([metrics[k], v], axis=1) if k in metrics else v for k, v in chunk.items()}
+            chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
+            steps_run += length * spec.config.batch_size * spec.num_runs
+            say(_progress_line(spec, updates_done, time.perf_counter() - run_start, steps_run, chunk_return(chunk)))
+            if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):
+                save(states)
+                last_saved = chunks_done
+    except KeyboardInterrupt:
+        if chunks_done > last_saved:
+            save(states)
+        say(f"  interrupted after chunk {chunks_done}" + (f"; checkpoint saved in {folder}" if folder else ""))
+        raise
+    if chunks_done > last_saved:
+        save(states)
+    run_s = time.perf_counter() - run_start
+    merged = states[0] if len(states) == 1 else jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *states)
+    updates_run = sum(lengths[chunks_done - ran:chunks_done])
+    return RunResult(merged, metrics, updates_done, updates_run, chunks_done, chunks_done == len(lengths), compile_s, run_s,
+                     mesh.size)
+
+
+def read_spec(folder) -> RunSpec:
+    """The `RunSpec` saved in `folder`/config.json; a ValueError says what is wrong."""
+    path = pathlib.Path(folder) / "config.json"
+    if not path.exists():
+        raise ValueError(f"{folder} holds no run: config.json is missing.")
+    try:
+        return RunSpec.from_json(json.loads(path.read_text()))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} is not a valid run config: {error}") from None
