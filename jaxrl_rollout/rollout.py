@@ -19,7 +19,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import _checks
+from jaxrl_rollout import _checks, normalization
 from jaxrl_rollout.types import EvalResult, PyTree, RolloutState, Trajectory
 
 __all__ = ["evaluate", "reset_carry", "rollout", "rollout_init"]
@@ -88,6 +88,8 @@ def rollout_init(
     env_params: Any,
     num_envs: int,
     initial_carry: Optional[PyTree] = None,
+    *,
+    normalize_observations: bool = False,
 ) -> RolloutState:
     """Resets `num_envs` copies of `env` and returns the state `rollout` starts from.
 
@@ -100,6 +102,11 @@ def rollout_init(
       initial_carry: for recurrent policies, the carry pytree with leaves
         [B, ...] (its values are irrelevant at the first step, which resets
         it to zeros). None for feedforward policies.
+      normalize_observations: keep running observation statistics, shared
+        by the B envs, in `state.obs_rms` (started from the reset
+        observations); `rollout` then updates them every step and the policy
+        acts on normalised observations (see `jaxrl_rollout.normalization`).
+        Needs a single array observation.
 
     Returns:
       A `RolloutState` with every `first` flag set.
@@ -113,6 +120,14 @@ def rollout_init(
     obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
         jax.random.split(reset_key, num_envs), env_params
     )
+    obs_rms = None
+    if normalize_observations:
+        if not isinstance(obs, jax.Array) or not jnp.issubdtype(obs.dtype, jnp.number):
+            raise ValueError(
+                "normalize_observations=True needs the env's observation to be a single numeric array; "
+                f"got {jax.tree.structure(obs)} with dtypes {[x.dtype for x in jax.tree.leaves(obs)]}."
+            )
+        obs_rms = normalization.rms_update(normalization.rms_init(obs.shape[1:]), obs)
     return RolloutState(
         env_state=env_state,
         obs=obs,
@@ -121,6 +136,7 @@ def rollout_init(
         episode_length=jnp.zeros((num_envs,), dtype=jnp.int32),
         carry=initial_carry,
         key=key,
+        obs_rms=obs_rms,
     )
 
 
@@ -173,6 +189,8 @@ def rollout(
     num_steps: int,
     *,
     bootstrap_truncated: bool = True,
+    obs_clip: Optional[float] = 10.0,
+    obs_epsilon: float = 1e-8,
 ) -> tuple[RolloutState, Trajectory]:
     """Runs `num_steps` steps of the policy in every env with a `lax.scan`.
 
@@ -203,6 +221,10 @@ def rollout(
         observations: `next_value` is then V(obs[t + 1]) everywhere, the
         convention of code that treats a time limit as termination (CleanRL,
         PureJaxRL).
+      obs_clip, obs_epsilon: when `state.obs_rms` is set (see
+        `rollout_init`'s normalize_observations), the policy acts on
+        `clip((obs - mean) / sqrt(var + obs_epsilon), -obs_clip, obs_clip)`
+        (CleanRL's NormalizeObservation then clip at 10); None skips the clip.
 
     Returns:
       `(state, trajectory)`: the state to continue from and a time-major
@@ -220,13 +242,18 @@ def rollout(
     value = lambda obs, key, carry, first: _value(  # noqa: E731
         policy_fn, params, obs, key, carry, first, batch_size, space
     )
+    normalizing = state.obs_rms is not None
+    seen = lambda obs, rms: normalization.normalize(rms, obs, obs_clip, obs_epsilon) if normalizing else obs  # noqa: E731
 
     def step(state: RolloutState, _):
         key, policy_key, env_key = jax.random.split(state.key, 3)
-        out, new_carry = act(state.obs, policy_key, state.carry, state.first)
+        policy_obs = seen(state.obs, state.obs_rms)
+        out, new_carry = act(policy_obs, policy_key, state.carry, state.first)
         obs, env_state, reward, terminated, truncated, final_obs = _env_step(
             env, env_params, env_key, state.env_state, out.action, batch_size
         )
+        obs_rms = normalization.rms_update(state.obs_rms, obs) if normalizing else None
+        final_obs = seen(final_obs, obs_rms)
         done = terminated | truncated
         truncated = truncated & ~terminated
         ep_return = state.episode_return + reward
@@ -245,7 +272,7 @@ def rollout(
             truncation_value = jnp.zeros_like(out.value)
 
         record = Trajectory(
-            obs=state.obs,
+            obs=policy_obs,
             action=out.action,
             reward=reward,
             terminated=terminated,
@@ -268,6 +295,7 @@ def rollout(
             episode_length=jnp.where(done, 0, ep_length),
             carry=new_carry,
             key=key,
+            obs_rms=obs_rms,
         )
         return next_state, record
 
@@ -275,7 +303,7 @@ def rollout(
 
     # The bootstrap key is derived without advancing state.key, so two rollouts
     # of T steps draw the same actions as one rollout of 2T steps.
-    last_value = value(state.obs, jax.random.fold_in(state.key, 2), state.carry, state.first)
+    last_value = value(seen(state.obs, state.obs_rms), jax.random.fold_in(state.key, 2), state.carry, state.first)
     following = jnp.concatenate([traj.value[1:], last_value[None].astype(traj.value.dtype)])
     if bootstrap_truncated:
         following = jnp.where(traj.truncated, traj.next_value, following)

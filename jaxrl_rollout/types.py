@@ -55,6 +55,9 @@ class RolloutState(NamedTuple):
       carry: recurrent policy state (leaves [B, ...]) as left by the last step,
         not yet reset for `first`; None for feedforward policies.
       key: PRNG key for the next steps.
+      obs_rms: running observation statistics (`normalization.RunningMeanStd`)
+        when the rollout normalises observations, else None. `obs` stays raw;
+        the policy sees it normalised with these statistics.
     """
 
     env_state: PyTree
@@ -64,6 +67,7 @@ class RolloutState(NamedTuple):
     episode_length: jax.Array
     carry: Optional[PyTree]
     key: jax.Array
+    obs_rms: Optional[Any] = None
 
 
 class Trajectory(NamedTuple):
@@ -72,7 +76,8 @@ class Trajectory(NamedTuple):
     Transition t takes `obs[t]` with `action[t]` to the next state.
 
     Attributes:
-      obs: [T, B, ...] the observation the policy acted on.
+      obs: [T, B, ...] the observation the policy acted on (normalised when
+        the rollout normalises observations).
       action: [T, B, ...] the action taken.
       reward: [T, B] float32 reward of transition t.
       terminated: [T, B] bool, transition t reached a true terminal state.

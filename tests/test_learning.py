@@ -2,9 +2,10 @@
 
 Measured on the 2-core CI machine (2026-11-21): PPO CartPole default config,
 8 seeds x 5e5 steps, every seed ends at 500 (about 7 s compile + 21 s run);
-A2C CartPole, 8 seeds x 2e5 steps: mean return 20 -> 243 (10 s); PPO
-Pendulum without observation/reward normalisation, 8 seeds x 2e5 steps:
--1184 -> -1025 (28 s).
+A2C CartPole, 8 seeds x 2e5 steps: mean return 20 -> 243 (10 s). PPO
+Pendulum, 8 seeds x 2e5 steps (8 envs x 256 steps, 10 epochs, 8 minibatches):
+with observation normalisation and reward scaling -1197 -> -766 (every seed
+improves by 290 or more); the same config without them -1184 -> -1025.
 """
 
 import jax
@@ -38,8 +39,10 @@ def test_a2c_clearly_learns_cartpole():
 
 
 def test_continuous_ppo_improves_on_pendulum():
+    # CleanRL's continuous-control stack: shared running observation and reward normalisation.
     config = ppo.PPOConfig(env_id="Pendulum-v1", total_timesteps=200_000, num_envs=8, num_steps=256,
-                           update_epochs=10, num_minibatches=8)
+                           update_epochs=10, num_minibatches=8, normalize_observations=True,
+                           normalize_rewards=True)
     metrics = run(ppo.make_train, config)
     first, last = episode_weighted(metrics, slice(0, 20)), episode_weighted(metrics, slice(-20, None))
-    assert last.mean() > first.mean() + 100 and np.all(last > first.mean()), (first, last)
+    assert last.mean() > first.mean() + 300 and np.all(last > first + 150), (first, last)

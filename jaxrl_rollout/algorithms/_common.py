@@ -82,7 +82,12 @@ class Algorithm(NamedTuple):
       update: `update(state, hparams=None) -> (state, metrics of one update)`.
       train: `train(key, hparams=None) -> (state, metrics [num_updates])`.
       policy_fn: the rollout policy (samples); eval_policy_fn acts with the mode.
+        Both act on raw env observations with `policy_params(state)`, so
+        `evaluate(env, env_params, eval_policy_fn, policy_params(state), key, n)`
+        works for every config (with observation normalisation they
+        normalise with the state's frozen statistics).
       env, env_params, module: what the policies act on and with.
+      policy_params: `policy_params(state)`, the params the policies take.
     """
 
     init: Callable
@@ -93,6 +98,7 @@ class Algorithm(NamedTuple):
     env: Any
     env_params: Any
     module: Any
+    policy_params: Callable = lambda state: state.params
 
 
 def resolve_hparams(hparams: Any, cls: type) -> Any:
@@ -138,13 +144,44 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str) -> Setup:
     return Setup(env, env_params, module, make(module), make(module, deterministic=True))
 
 
-def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool):
+def acting_policies(s: Setup, cfg) -> dict:
+    """`Algorithm`'s policy_fn, eval_policy_fn and policy_params, acting on raw observations.
+
+    Without observation normalisation the policies are the setup's and take
+    `state.params`; with it they normalise with the frozen statistics and take
+    `(state.rollout.obs_rms, state.params)`.
+    """
+    from jaxrl_rollout.normalization import normalized_policy
+
+    if not getattr(cfg, "normalize_observations", False):
+        return dict(policy_fn=s.policy_fn, eval_policy_fn=s.eval_policy_fn, policy_params=lambda state: state.params)
+    return dict(
+        policy_fn=normalized_policy(s.policy_fn, cfg.obs_clip),
+        eval_policy_fn=normalized_policy(s.eval_policy_fn, cfg.obs_clip),
+        policy_params=lambda state: (state.rollout.obs_rms, state.params),
+    )
+
+
+def check_normalization_config(cfg) -> None:
+    """The normalisation flags are bools and the clips positive numbers or None."""
+    for name in ("normalize_observations", "normalize_rewards"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ValueError(f"{name} must be a bool, got {getattr(cfg, name)!r}.")
+    for name in ("obs_clip", "reward_clip"):
+        value = getattr(cfg, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
+
+
+def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, normalize_observations: bool = False):
     """(params, RolloutState, key) for a fresh run; the carry starts at zeros."""
     from jaxrl_rollout.rollout import rollout_init
 
     net_key, env_key, key = jax.random.split(key, 3)
     carry = s.module.initial_carry(num_envs) if recurrent else None
-    state = rollout_init(env_key, s.env, s.env_params, num_envs, initial_carry=carry)
+    state = rollout_init(
+        env_key, s.env, s.env_params, num_envs, initial_carry=carry, normalize_observations=normalize_observations
+    )
     one_obs = jax.tree.map(lambda x: x[:1], state.obs)
     if recurrent:
         params = s.module.init(net_key, s.module.initial_carry(1), one_obs)

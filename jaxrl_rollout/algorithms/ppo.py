@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_rollout import batching, networks, optim
+from jaxrl_rollout import batching, networks, normalization, optim
 from jaxrl_rollout.advantages import gae, trajectory_gae
 from jaxrl_rollout.algorithms import _common
 from jaxrl_rollout.episodes import episode_metrics
@@ -57,6 +57,13 @@ class PPOConfig(_common.ConfigSizes):
       anneal_lr: CleanRL's linear learning-rate annealing per update.
       normalize_advantages: CleanRL's per-minibatch `norm_adv`.
       clip_value_loss: CleanRL's `clip_vloss`.
+      normalize_observations: running observation normalisation shared by
+        the envs (CleanRL's continuous-control NormalizeObservation), its
+        statistics in `state.rollout.obs_rms`; see `jaxrl_rollout.normalization`.
+      normalize_rewards: scale rewards by the running std of the discounted
+        return (NormalizeReward with the hparam gamma), its state in
+        `state.reward_scale`. Episode metrics stay in raw rewards.
+      obs_clip, reward_clip: clip after normalising (CleanRL: 10); None for none.
     """
 
     env_id: str = "CartPole-v1"
@@ -72,9 +79,14 @@ class PPOConfig(_common.ConfigSizes):
     anneal_lr: bool = True
     normalize_advantages: bool = True
     clip_value_loss: bool = True
+    normalize_observations: bool = False
+    normalize_rewards: bool = False
+    obs_clip: Optional[float] = 10.0
+    reward_clip: Optional[float] = 10.0
 
     def __post_init__(self):
         _common.check_common_config(self)
+        _common.check_normalization_config(self)
         for name in ("update_epochs", "num_minibatches"):
             _common.check_positive(name, getattr(self, name))
         if self.recurrent:
@@ -116,12 +128,16 @@ class PPOState(NamedTuple):
       rollout: the `RolloutState` (env states, observations, episode
         statistics, recurrent carry, rollout key).
       key: PRNG key for minibatch permutations.
+      reward_scale: the reward scaler's running return and statistics
+        (`normalization.RewardScaleState`) with `normalize_rewards`, else None.
+        Observation statistics live in `rollout.obs_rms`.
     """
 
     params: Any
     opt_state: Any
     rollout: RolloutState
     key: jax.Array
+    reward_scale: Optional[normalization.RewardScaleState] = None
 
 
 class PPOMetrics(NamedTuple):
@@ -209,6 +225,7 @@ def make_ppo(config: PPOConfig) -> PPO:
         raise TypeError(f"config must be a PPOConfig, got {type(config).__name__}.")
     built = _common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
     env, env_params, module, policy_fn = built.env, built.env_params, built.module, built.policy_fn
+    acting = _common.acting_policies(built, config)
     updates_per_iteration = config.update_epochs * config.num_minibatches
 
     def optimizer(hp: PPOHParams) -> optax.GradientTransformation:
@@ -217,20 +234,29 @@ def make_ppo(config: PPOConfig) -> PPO:
 
     def init(key: jax.Array, hparams: Optional[PPOHParams] = None) -> PPOState:
         hp = _common.resolve_hparams(hparams, PPOHParams)
-        params, state, key = _common.init_params_and_rollout(key, built, config.num_envs, config.recurrent)
-        return PPOState(params=params, opt_state=optimizer(hp).init(params), rollout=state, key=key)
+        params, state, key = _common.init_params_and_rollout(
+            key, built, config.num_envs, config.recurrent, config.normalize_observations
+        )
+        reward_scale = normalization.reward_scale_init(config.num_envs) if config.normalize_rewards else None
+        return PPOState(params, optimizer(hp).init(params), state, key, reward_scale)
 
     def update(state: PPOState, hparams: Optional[PPOHParams] = None):
         hp = _common.resolve_hparams(hparams, PPOHParams)
         rollout_state, traj = rollout(
             env, env_params, policy_fn, state.params, state.rollout, config.num_steps,
-            bootstrap_truncated=config.bootstrap_on_truncation,
+            bootstrap_truncated=config.bootstrap_on_truncation, obs_clip=config.obs_clip,
         )
+        reward_scale, learn_traj = state.reward_scale, traj
+        if config.normalize_rewards:
+            reward_scale, scaled = normalization.scale_rewards(
+                reward_scale, traj.reward, traj.done, hp.gamma, config.reward_clip
+            )
+            learn_traj = traj._replace(reward=scaled)
         if config.bootstrap_on_truncation:
-            advantages, returns = trajectory_gae(traj, hp.gamma, hp.gae_lambda)
+            advantages, returns = trajectory_gae(learn_traj, hp.gamma, hp.gae_lambda)
         else:
             advantages, returns = gae(
-                traj.reward, traj.value, traj.next_value, traj.done, traj.done, hp.gamma, hp.gae_lambda
+                learn_traj.reward, traj.value, traj.next_value, traj.done, traj.done, hp.gamma, hp.gae_lambda
             )
         data = {"obs": traj.obs, "action": traj.action, "log_prob": traj.log_prob, "value": traj.value,
                 "advantage": advantages, "returns": returns}
@@ -260,11 +286,11 @@ def make_ppo(config: PPOConfig) -> PPO:
             explained_variance=_common.explained_variance(traj.value, returns),
             **{k: jnp.mean(v) for k, v in parts.items()},
         )
-        return PPOState(params, opt_state, rollout_state, key), metrics
+        return PPOState(params, opt_state, rollout_state, key, reward_scale), metrics
 
     train = _common.make_train_loop(init, update, config.num_updates, PPOHParams)
 
-    return PPO(init, update, train, policy_fn, built.eval_policy_fn, env, env_params, module)
+    return PPO(init=init, update=update, train=train, env=env, env_params=env_params, module=module, **acting)
 
 
 def make_train(config: PPOConfig) -> Callable:
