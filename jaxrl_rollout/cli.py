@@ -1,13 +1,32 @@
-"""The `jaxrl-rollout` command line (also `python -m jaxrl_rollout`)."""
+"""The `jaxrl-rollout` command line (also `python -m jaxrl_rollout`).
+
+    jaxrl-rollout                                   # = train: PPO on CartPole-v1, 8 seeds, default config
+    jaxrl-rollout train --lr 1e-3,3e-4 --ent-coef 0,0.01 --seeds 4 --out runs/sweep
+    jaxrl-rollout train --resume runs/sweep         # continue an interrupted run
+    jaxrl-rollout evaluate runs/sweep               # deterministic and stochastic returns per seed
+    jaxrl-rollout rollout                           # a uniform random policy's episode statistics
+
+Every static config field (`PPOConfig`, `A2CConfig`) is an option taking one
+value; every hyperparameter (`PPOHParams`, `A2CHParams`) takes a comma list,
+and the grid is their cartesian product, trained with every seed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
+import itertools
+import json
+import math
+import os
+import pathlib
 import sys
 import time
 from typing import Optional, Sequence
 
 DEFAULT_ENV = "CartPole-v1"
+DEFAULT_SEEDS = 8
 
 
 def _positive_int(text: str) -> int:
@@ -18,6 +37,318 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _int_tuple(text: str) -> tuple:
+    try:
+        return tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _float_list(text: str) -> list:
+    """A sweep value: one number or a comma list (duplicates are an error)."""
+    values = [_float(t.strip()) for t in text.split(",")]
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct values, got {text!r}")
+    return values
+
+
+def _algorithms():
+    from jaxrl_rollout.runner import ALGORITHMS
+
+    return ALGORITHMS
+
+
+# Config fields with their own option names (--env, --total-steps).
+_RENAMED = {"env_id": "env", "total_timesteps": "total_steps"}
+# Options that are not config fields or hyperparameters but still fix the run's results.
+_RUN_OPTIONS = ("algo", "env", "seeds", "total_steps", "seed", "chunk_updates", "max_parallel")
+
+
+def _config_fields() -> dict:
+    """Option name -> (default per algo, parser) for the static config fields of every algorithm."""
+    fields: dict = {}
+    for algo, (config_cls, _, _) in _algorithms().items():
+        for f in dataclasses.fields(config_cls):
+            if f.name in _RENAMED:
+                continue
+            kind = type(f.default)
+            parse = {bool: _bool, int: _int, float: _float, tuple: _int_tuple}.get(kind, str)
+            fields.setdefault(f.name, ({}, parse))[0][algo] = f.default
+    return fields
+
+
+def _hparam_fields() -> dict:
+    """Hyperparameter name -> {algo: default}."""
+    fields: dict = {}
+    for algo, (_, hparams_cls, _) in _algorithms().items():
+        for name, default in hparams_cls._field_defaults.items():
+            fields.setdefault(name, {})[algo] = default
+    return fields
+
+
+def _defaults_text(defaults: dict) -> str:
+    return ", ".join(f"{algo}: {','.join(map(str, v)) if isinstance(v, tuple) else v}" for algo, v in defaults.items())
+
+
+def _add_train_arguments(train: argparse.ArgumentParser) -> None:
+    # Every default is None so that `--resume` can tell which options were given.
+    run = train.add_argument_group("run")
+    run.add_argument("--algo", choices=tuple(_algorithms()), help="algorithm (default: ppo)")
+    run.add_argument("--env", help=f"gymnax env id (default: {DEFAULT_ENV})")
+    run.add_argument("--seeds", type=_positive_int, help=f"seeds per grid point (default: {DEFAULT_SEEDS})")
+    run.add_argument("--total-steps", type=_positive_int, help="env steps per run (default: the config's, 500000)")
+    run.add_argument("--seed", type=_int, help="root PRNG seed (default: 0)")
+    run.add_argument("--out", metavar="FOLDER", help="output folder for a new run (default: runs/ALGO-ENV-TIME)")
+    run.add_argument("--resume", metavar="FOLDER", help="continue the run saved in FOLDER (same config)")
+    run.add_argument("--chunk-updates", type=_positive_int,
+                     help="updates per jitted chunk (default: a divisor of the updates giving 10-100 chunks)")
+    run.add_argument("--checkpoint-every", type=_positive_int, default=5,
+                     help="save a checkpoint every N chunks and at the end (default: %(default)s)")
+    run.add_argument("--max-parallel", type=_positive_int,
+                     help="most runs (grid points x seeds) in one program; more run in groups one after another "
+                          "(default: all in one)")
+    run.add_argument("--devices", type=_positive_int,
+                     help="devices to shard runs over (default: the most that divide the runs per group)")
+    run.add_argument("--distributed", action="store_true",
+                     help="call jax.distributed.initialize() first (multi-host; run the same command on every host)")
+    run.add_argument("--num-eval", type=_positive_int, default=10,
+                     help="deterministic evaluation episodes per run at the end (default: %(default)s)")
+    run.add_argument("--stop-after-chunks", type=_positive_int, help=argparse.SUPPRESS)
+    config = train.add_argument_group("static config (one value each)")
+    for name, (defaults, parse) in _config_fields().items():
+        config.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse,
+                            help=f"default: {_defaults_text(defaults)}")
+    sweep = train.add_argument_group("hyperparameters (comma lists; the grid is their cartesian product)")
+    for name, defaults in _hparam_fields().items():
+        sweep.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_float_list, metavar="X[,X...]",
+                           help=f"default: {_defaults_text(defaults)}")
+
+
+def _given(args: argparse.Namespace) -> dict:
+    """The run-defining options given on the command line (option name -> value)."""
+    names = [*_RUN_OPTIONS, *_config_fields(), *_hparam_fields()]
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def _spec_options(spec) -> dict:
+    """A RunSpec as option name -> value, the inverse of `_build_spec`."""
+    config = dataclasses.asdict(spec.config)
+    options = {"algo": spec.algo, "env": config.pop("env_id"), "seeds": spec.num_seeds,
+               "total_steps": config.pop("total_timesteps"), "seed": spec.seed, "chunk_updates": spec.chunk_updates,
+               "max_parallel": spec.max_parallel, **config}
+    for name in spec.grid[0]._fields:
+        options[name] = list(dict.fromkeys(getattr(h, name) for h in spec.grid))
+    return options
+
+
+def _build_spec(given: dict):
+    """The RunSpec for the given options and the defaults; ValueError names a bad option."""
+    from jaxrl_rollout.runner import RunSpec
+
+    algo = given.get("algo", "ppo")
+    config_cls, hparams_cls, _ = _algorithms()[algo]
+    config_names = {f.name for f in dataclasses.fields(config_cls)}
+    fields = {"env_id": given.get("env", DEFAULT_ENV)}
+    if "total_steps" in given:
+        fields["total_timesteps"] = given["total_steps"]
+    for name in _config_fields():
+        if name in given:
+            if name not in config_names:
+                raise ValueError(f"--{name.replace('_', '-')} is not an option of {algo.upper()} "
+                                 f"({config_cls.__name__} has no field {name}).")
+            fields[name] = given[name]
+    for name in _hparam_fields():
+        if name in given and name not in hparams_cls._fields:
+            raise ValueError(f"--{name.replace('_', '-')} is not a hyperparameter of {algo.upper()}; it has "
+                             f"{', '.join('--' + f.replace('_', '-') for f in hparams_cls._fields)}.")
+    config = config_cls(**fields)
+    axes = {name: given[name] for name in hparams_cls._fields if name in given}
+    grid = tuple(hparams_cls(**dict(zip(axes, point))) for point in itertools.product(*axes.values()))
+    return RunSpec(algo, config, grid, given.get("seeds", DEFAULT_SEEDS), given.get("seed", 0),
+                   given.get("chunk_updates", 0), given.get("max_parallel"))
+
+
+def _differences(saved: dict, wanted: dict, names) -> list[str]:
+    norm = lambda v: json.loads(json.dumps(v))  # noqa: E731  tuples and lists compare equal
+    return [f"--{n.replace('_', '-')}: {norm(saved.get(n))} there, {norm(wanted.get(n))} here"
+            for n in names if norm(saved.get(n)) != norm(wanted.get(n))]
+
+
+def _write_json_atomic(path: pathlib.Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _prepare_folder(args, given: dict):
+    """(spec, folder, resume) after every check; nothing is written before they pass."""
+    from jaxrl_rollout import checkpoint
+    from jaxrl_rollout.runner import read_spec
+
+    if args.resume:
+        if args.out:
+            raise ValueError("--out and --resume both given: a resumed run writes to its own folder.")
+        folder = pathlib.Path(args.resume)
+        saved = read_spec(folder)
+        checkpoint.read_manifest(folder)
+        diff = _differences(_spec_options(saved), given, given)
+        if diff:
+            raise ValueError(f"--resume {folder}: the run there has a different config:\n  " + "\n  ".join(diff))
+        return saved, folder, True
+    spec = _build_spec(given)
+    if args.out:
+        folder = pathlib.Path(args.out)
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        folder = pathlib.Path("runs") / f"{spec.algo}-{spec.config.env_id}-{stamp}"
+    if folder.exists():
+        if not folder.is_dir():
+            raise ValueError(f"--out {folder} is a file, not a folder.")
+        if (folder / "config.json").exists():
+            saved = read_spec(folder)
+            diff = _differences(_spec_options(saved), _spec_options(spec), _spec_options(spec))
+            if diff:
+                raise ValueError(f"--out {folder} already holds a different run:\n  " + "\n  ".join(diff))
+            raise ValueError(f"--out {folder} already holds this run; continue it with --resume {folder} "
+                             "or choose another --out.")
+        if any(folder.iterdir()):
+            raise ValueError(f"--out {folder} is not empty and holds no jaxrl-rollout run; choose another --out.")
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(folder / "config.json", spec.to_json())
+    return spec, folder, False
+
+
+def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
+    """[R, num_episodes] returns of every run's policy (mode actions if deterministic), one vmapped call."""
+    import jax
+    import numpy as np
+
+    import jaxrl_rollout as jr
+    from jaxrl_rollout.runner import make_algorithm
+
+    algorithm = make_algorithm(spec)
+    policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
+    run = jax.jit(jax.vmap(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
+                                                    num_episodes).returns))
+    return np.asarray(run(state.params, jax.random.split(key, spec.num_runs)))
+
+
+def _coarse_curve(metrics: dict) -> str:
+    import numpy as np
+
+    from jaxrl_rollout.runner import chunk_return
+
+    updates = metrics["episode_return"].shape[1]
+    window = max(1, updates // 10)
+    parts = []
+    for lo in range(0, updates, window):
+        per_run = chunk_return({k: metrics[k][:, lo:lo + window] for k in ("episode_return", "num_episodes")})
+        finite = per_run[np.isfinite(per_run)]
+        parts.append(f"{finite.mean():.0f}" if finite.size else "n/a")
+    return " ".join(parts)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """The `train` command: checks, trains in chunks, writes outputs, prints the summary."""
+    if args.distributed:
+        import jax
+
+        jax.distributed.initialize()  # before anything else touches the devices
+    import jax
+    import numpy as np
+
+    from jaxrl_rollout import report, runner
+
+    given = _given(args)
+    spec, folder, resume = _prepare_folder(args, given)
+    cfg = spec.config
+    steps = cfg.num_updates * cfg.batch_size
+    grid = f"{len(spec.grid)} grid points x " if len(spec.grid) > 1 else ""
+    print(f"jaxrl_rollout: {spec.algo.upper()} on {cfg.env_id}, {grid}{spec.num_seeds} seeds x {steps:,} steps "
+          f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
+          + f" (backend {jax.default_backend()}), output in {folder}")
+    try:
+        result = runner.train(spec, folder, resume=resume, devices=args.devices,
+                              checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks)
+    except KeyboardInterrupt:
+        print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
+        return 130
+    print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s "
+          f"({result.updates_run * cfg.batch_size * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
+          "over all runs"
+          + (", this session" if resume else "") + ")")
+    if not result.complete:
+        print(f"  stopped after chunk {result.chunks_done} of {len(spec.chunk_lengths)}; "
+              f"continue with: jaxrl-rollout train --resume {folder}")
+        return 0
+    if jax.process_index() != 0:
+        return 0
+    paths = report.write_outputs(folder, spec, result.metrics)
+    print("  mean episode return by tenth of training: " + _coarse_curve(result.metrics))
+    window = max(1, result.updates_done // 10)
+    print(report.format_summary(report.summarize(spec, result.metrics), window))
+    returns = evaluate_runs(spec, result.state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
+                            deterministic=True).mean(axis=1)
+    print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():.1f} "
+          f"(std over runs {returns.std():.1f}); per run: " + " ".join(f"{r:.0f}" for r in returns))
+    print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths])} and the checkpoint")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """The `evaluate` command: per-run returns of a saved run's policies, deterministic and stochastic."""
+    import jax
+
+    from jaxrl_rollout import checkpoint, report
+    from jaxrl_rollout.runner import make_algorithm, read_spec
+
+    spec = read_spec(args.folder)
+    algorithm = make_algorithm(spec)
+    template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
+    state, _, manifest = checkpoint.load(args.folder, template)
+    chunks_done, chunks = manifest["meta"]["chunks_done"], len(spec.chunk_lengths)
+    key = jax.random.key(args.seed)
+    det = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 0), deterministic=True)
+    sto = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 1), deterministic=False)
+    status = "final" if chunks_done == chunks else f"after chunk {chunks_done} of {chunks} (run incomplete)"
+    print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "
+          f"{status}), {args.num_episodes} episodes per run; return mean (std)")
+    labels = [report._label(spec, g) for g in range(len(spec.grid))]
+    width = max(len("grid point"), *map(len, labels))
+    print(f"  {'grid point':<{width}}  seed  {'deterministic':>17}  {'stochastic':>17}")
+    for r in range(spec.num_runs):
+        g, s = divmod(r, spec.num_seeds)
+        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  "
+              f"{sto[r].mean():9.2f} ({sto[r].std():5.1f})")
+    return 0
 
 
 def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int) -> dict:
@@ -64,49 +395,6 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     return {"metrics": metrics, "eval": result, "compile_s": compile_s, "run_s": run_s}
 
 
-def run_train(algo: str, env_id: str, num_seeds: int, total_steps: Optional[int], seed: int, num_eval: int) -> dict:
-    """Trains `num_seeds` seeds in one vmapped, jitted call; prints and returns the figures."""
-    import jax
-    import numpy as np
-
-    import jaxrl_rollout as jr
-    from jaxrl_rollout.algorithms import a2c, ppo
-
-    module, config_cls = (ppo, ppo.PPOConfig) if algo == "ppo" else (a2c, a2c.A2CConfig)
-    fields = {"env_id": env_id}
-    if total_steps is not None:
-        fields["total_timesteps"] = total_steps
-    config = config_cls(**fields)
-    made = module.make_ppo(config) if algo == "ppo" else module.make_a2c(config)
-    keys = jax.random.split(jax.random.key(seed), num_seeds)
-    train = jax.jit(jax.vmap(made.train))
-    start = time.perf_counter()
-    compiled = train.lower(keys).compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    state, metrics = jax.block_until_ready(compiled(keys))
-    run_s = time.perf_counter() - start
-    steps = config.num_updates * config.batch_size * num_seeds
-    print(f"jaxrl_rollout: {algo.upper()} on {env_id}, {num_seeds} seeds x {config.num_updates * config.batch_size:,} "
-          f"steps in one vmapped call (backend {jax.default_backend()})")
-    print(f"  compile {compile_s:.1f} s, run {run_s:.1f} s ({steps / run_s:,.0f} env steps/s)")
-    returns = np.asarray(metrics.episode_return)
-    counts = np.asarray(metrics.num_episodes)
-    window = max(1, config.num_updates // 10)
-    curve = []
-    for lo in range(0, config.num_updates, window):
-        n = counts[:, lo:lo + window]
-        total = np.nansum(np.nan_to_num(returns[:, lo:lo + window]) * n)
-        curve.append(total / n.sum() if n.sum() else float("nan"))
-    print("  mean episode return by tenth of training: " + " ".join(f"{c:.0f}" for c in curve))
-    evaluate = jax.jit(jax.vmap(lambda p, k: jr.evaluate(made.env, made.env_params, made.eval_policy_fn, p, k, num_eval)))
-    result = evaluate(state.params, jax.random.split(jax.random.fold_in(jax.random.key(seed), 1), num_seeds))
-    per_seed = np.asarray(result.returns).mean(axis=1)
-    print(f"  deterministic evaluation, {num_eval} episodes per seed: mean {per_seed.mean():.1f} "
-          f"(std over seeds {per_seed.std():.1f}); per seed: " + " ".join(f"{r:.0f}" for r in per_seed))
-    return {"metrics": metrics, "eval_returns": per_seed, "compile_s": compile_s, "run_s": run_s}
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jaxrl-rollout",
@@ -114,14 +402,13 @@ def build_parser() -> argparse.ArgumentParser:
         "With no command, trains PPO on CartPole-v1 with the default config over 8 vmapped seeds.",
     )
     sub = parser.add_subparsers(dest="command")
-    train = sub.add_parser("train", help="train PPO or A2C over vmapped seeds (the default command)")
-    train.add_argument("--algo", choices=("ppo", "a2c"), default="ppo", help="algorithm (default: %(default)s)")
-    train.add_argument("--env", default=DEFAULT_ENV, help="gymnax env id (default: %(default)s)")
-    train.add_argument("--seeds", type=_positive_int, default=8, help="seeds trained in one vmapped call (default: %(default)s)")
-    train.add_argument("--total-steps", type=_positive_int, default=None,
-                       help="env steps per seed (default: the config's, 500000)")
-    train.add_argument("--num-eval", type=_positive_int, default=10, help="evaluation episodes per seed (default: %(default)s)")
-    train.add_argument("--seed", type=int, default=0, help="PRNG seed (default: %(default)s)")
+    train = sub.add_parser("train", help="train PPO or A2C over vmapped seeds and sweep grids (the default command)")
+    _add_train_arguments(train)
+    evaluate = sub.add_parser("evaluate", help="evaluate a saved run's policies per seed")
+    evaluate.add_argument("folder", help="a run folder written by train")
+    evaluate.add_argument("--num-episodes", type=_positive_int, default=10,
+                          help="episodes per run and mode (default: %(default)s)")
+    evaluate.add_argument("--seed", type=_int, default=0, help="PRNG seed of the evaluation (default: %(default)s)")
     roll = sub.add_parser("rollout", help="roll out a random policy and print episode statistics")
     roll.add_argument("--env", default=DEFAULT_ENV, help="gymnax env id (default: %(default)s)")
     roll.add_argument("--num-envs", type=_positive_int, default=8, help="parallel envs (default: %(default)s)")
@@ -134,15 +421,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in {"train", "rollout", "-h", "--help"}:
+    if not argv or argv[0] not in {"train", "evaluate", "rollout", "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
-            run_train(args.algo, args.env, args.seeds, args.total_steps, args.seed, args.num_eval)
-        else:
-            run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval)
-    except ValueError as error:
+            return run_train(args)
+        if args.command == "evaluate":
+            return run_evaluate(args)
+        run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval)
+    except ValueError as error:  # bad configs, folders and checkpoints (CheckpointError is a ValueError)
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 2
     return 0

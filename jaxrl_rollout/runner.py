@@ -32,7 +32,7 @@ import math
 import pathlib
 import sys
 import time
-from typing import Any, NamedTuple, Optional, Sequence, TextIO
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
@@ -270,7 +270,7 @@ def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, 
 
 def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional[int] = None,
           checkpoint_every: int = 5, stop_after_chunks: Optional[int] = None,
-          progress: Optional[TextIO] = sys.stderr) -> RunResult:
+          progress: Any = True) -> RunResult:
     """Trains every run of `spec` in jitted chunks; saves checkpoints to `folder` if given.
 
     Args:
@@ -286,7 +286,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
         and when stopping early or on KeyboardInterrupt).
       stop_after_chunks: stop (with a checkpoint) after this many chunks in this
         call, as if interrupted; for tests and for splitting a run across jobs.
-      progress: stream for the progress lines (stderr), or None for silence.
+      progress: True for progress lines on sys.stderr, a stream, or None / False for silence.
 
     Returns:
       A `RunResult`.
@@ -303,7 +303,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     take = lambda tree, a, b: jax.device_put(jax.tree.map(lambda x: x[a:b], tree), sharding)  # noqa: E731
     group_hparams = [take(hparams, a, b) for a, b in groups]
     lengths = spec.chunk_lengths
-    say = (lambda line: print(line, file=progress, flush=True)) if progress and jax.process_index() == 0 else (
+    stream = sys.stderr if progress is True else progress
+    say = (lambda line: print(line, file=stream, flush=True)) if stream and jax.process_index() == 0 else (
         lambda line: None)
 
     compile_start = time.perf_counter()

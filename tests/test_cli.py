@@ -1,16 +1,137 @@
-"""The main job's command line."""
+"""The command line: the main job, sweeps, interrupted and resumed runs, evaluate, bad input."""
 
+import csv
+import json
+import re
+import shutil
+
+import numpy as np
 import pytest
 
 from jaxrl_rollout import cli
+from jaxrl_rollout.algorithms import ppo
+
+# The config of tests/test_runner.py's SPEC (one compile when both modules run in one process):
+# 2 grid points x 2 seeds, 7 updates in chunks of 3 (+ a tail of 1), groups of 2 runs.
+SWEEP = ["--algo", "a2c", "--num-envs", "4", "--num-steps", "8", "--total-steps", "224", "--lr", "1e-3,3e-4",
+         "--seeds", "2", "--chunk-updates", "3", "--max-parallel", "2", "--num-eval", "2"]
 
 
-def test_default_command_trains_ppo_on_cartpole(capsys):
-    assert cli.main(["--seeds", "2", "--total-steps", "2048", "--num-eval", "2"]) == 0
-    out = capsys.readouterr().out
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _npz_arrays(folder):
+    manifest = json.loads((folder / "checkpoint.json").read_text())
+    with np.load(folder / manifest["file"]) as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sweep") / "run"
+    assert cli.main(["train", *SWEEP, "--out", str(folder)]) == 0
+    return folder
+
+
+def test_no_arguments_is_the_readme_main_job():
+    spec = cli._build_spec(cli._given(cli.build_parser().parse_args(["train"])))
+    assert spec.algo == "ppo" and spec.config == ppo.PPOConfig() and spec.grid == (ppo.PPOHParams(),)
+    assert spec.num_seeds == 8 and spec.seed == 0 and spec.max_parallel is None
+    assert spec.chunk_updates == 61 and len(spec.chunk_lengths) == 16  # 976 updates
+
+
+def test_default_command_trains_ppo_on_cartpole(capsys, tmp_path):
+    folder = tmp_path / "ppo"
+    assert cli.main(["--seeds", "2", "--total-steps", "2048", "--num-eval", "2", "--out", str(folder)]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
     assert "PPO on CartPole-v1, 2 seeds x 2,048 steps in one vmapped call" in out
+    assert "compile" in out and "env steps/s over all runs" in out
     assert "mean episode return by tenth of training" in out
-    assert "deterministic evaluation, 2 episodes per seed" in out
+    assert "final return (episode-weighted mean over the last 1 updates; 95% t-interval across seeds)" in out
+    assert "deterministic evaluation, 2 episodes per run" in out
+    assert "step 2,048/2,048 (100.0%)" in captured.err and "steps/s  return" in captured.err
+    assert {"config.json", "metrics.csv", "learning_curve.png", "checkpoint.json"} <= set(_files(folder))
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["config"]["total_timesteps"] == 2048 and saved["num_seeds"] == 2
+    with open(folder / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["grid_point", "seed", "update", "step", "metric", "value"]
+    assert len(rows) == 2 * 4 * (len(ppo.PPOMetrics._fields) - 1)  # seeds x updates x metrics
+    assert {r["step"] for r in rows} == {"512", "1024", "1536", "2048"}
+    assert (folder / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_outputs(sweep_run, capsys):
+    with open(sweep_run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["grid_point", "seed", "update", "step", "lr", "metric", "value"]
+    assert {(r["grid_point"], r["seed"], r["lr"]) for r in rows} == {
+        ("0", "0", "0.001"), ("0", "1", "0.001"), ("1", "0", "0.0003"), ("1", "1", "0.0003")}
+    assert len(rows) == 4 * 7 * 7  # runs x updates x metrics
+    saved = json.loads((sweep_run / "config.json").read_text())
+    assert [p["lr"] for p in saved["grid"]] == [1e-3, 3e-4] and saved["chunk_updates"] == 3
+
+
+def test_interrupted_and_resumed_cli_run_ends_identical(sweep_run, tmp_path, capsys):
+    folder = tmp_path / "part"
+    assert cli.main(["train", *SWEEP, "--out", str(folder), "--stop-after-chunks", "1"]) == 0
+    assert f"stopped after chunk 1 of 3; continue with: jaxrl-rollout train --resume {folder}" in capsys.readouterr().out
+    assert "metrics.csv" not in _files(folder)
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "lr=0.001" in out and "lr=0.0003" in out
+    assert _files(folder)["metrics.csv"] == _files(sweep_run)["metrics.csv"]
+    whole, resumed = _npz_arrays(sweep_run), _npz_arrays(folder)
+    assert whole.keys() == resumed.keys()
+    for k in whole:
+        assert np.array_equal(whole[k], resumed[k], equal_nan=whole[k].dtype.kind == "f"), k
+
+
+def test_evaluate_prints_per_seed_returns(sweep_run, capsys):
+    assert cli.main(["evaluate", str(sweep_run), "--num-episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint final), 2 episodes per run" in out
+    # "  lr=0.001     0      26.00 (  0.0)      21.00 (  5.0)": label, seed, mean (std) per mode
+    rows = [re.findall(r"lr=[\d.]+|[\d.]+", line) for line in out.splitlines() if line.startswith("  lr=")]
+    assert [(r[0], r[1]) for r in rows] == [("lr=0.001", "0"), ("lr=0.001", "1"), ("lr=0.0003", "0"),
+                                            ("lr=0.0003", "1")]
+    assert all(len(r) == 6 and float(r[2]) >= 8 and float(r[4]) >= 8 for r in rows)  # CartPole lasts >= 8 steps
+
+
+def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, capsys):
+    before = _files(sweep_run)
+    other = [a if a != "1e-3,3e-4" else "1e-3" for a in SWEEP]
+    assert cli.main(["train", *other, "--out", str(sweep_run)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a different run" in err and "--lr: [0.001, 0.0003] there, [0.001] here" in err
+    assert cli.main(["train", *SWEEP, "--out", str(sweep_run)]) == 2
+    assert f"already holds this run; continue it with --resume {sweep_run}" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(sweep_run), "--lr", "5e-4", "--seeds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "the run there has a different config" in err and "--lr: [0.001, 0.0003] there, [0.0005] here" in err
+    assert "--seeds" not in err  # the same value is no difference
+    assert _files(sweep_run) == before
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(sweep_run, corrupt)
+    npz = next(corrupt.glob("checkpoint-*.npz"))
+    npz.write_bytes(npz.read_bytes()[:-100])
+    before = _files(corrupt)
+    assert cli.main(["train", "--resume", str(corrupt)]) == 2
+    assert "corrupt checkpoint: the sha256" in capsys.readouterr().err
+    assert cli.main(["evaluate", str(corrupt)]) == 2
+    assert _files(corrupt) == before
+
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("mine")
+    assert cli.main(["train", *SWEEP, "--out", str(stranger)]) == 2
+    assert "is not empty and holds no jaxrl-rollout run" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(stranger)]) == 2
+    assert "holds no run: config.json is missing" in capsys.readouterr().err
+    assert _files(stranger) == {"notes.txt": b"mine"}
 
 
 def test_rollout_command(capsys):
@@ -20,15 +141,44 @@ def test_rollout_command(capsys):
     assert "completed episodes, mean return" in out
 
 
-def test_unknown_env_suggests_close_names(capsys):
-    assert cli.main(["train", "--env", "CartPol-v1"]) == 2
+def test_unknown_env_suggests_close_names(capsys, tmp_path):
+    assert cli.main(["train", "--env", "CartPol-v1", "--out", str(tmp_path / "x")]) == 2
     assert "Did you mean CartPole-v1" in capsys.readouterr().err
     assert cli.main(["rollout", "--env", "CartPol-v1"]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
+    out = str(tmp_path / "x")
+    cases = {
+        ("--num-minibatches", "3"): "does not divide into num_minibatches=3",
+        ("--network", "lstm"): "network must be one of 'mlp', 'cnn', 'gru', got 'lstm'",
+        ("--algo", "a2c", "--clip-eps", "0.1"): "--clip-eps is not a hyperparameter of A2C",
+        ("--algo", "a2c", "--update-epochs", "2"): "--update-epochs is not an option of A2C",
+        ("--total-steps", "256"): "less than one batch",
+        ("--chunk-updates", "2000"): "chunk_updates=2000 is more than the run's 976 updates",
+        ("--out", out, "--resume", out): "--out and --resume both given",
+    }
+    for argv, message in cases.items():
+        assert cli.main(["train", *argv, "--out", out] if "--out" not in argv else ["train", *argv]) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert not (tmp_path / "x").exists()
 
 
 def test_bad_values_exit_non_zero(capsys):
-    for argv in (["rollout", "--num-steps", "0"], ["train", "--algo", "dqn"], ["train", "--seeds", "-1"]):
+    cases = {
+        ("rollout", "--num-steps", "0"): "expected a positive integer",
+        ("train", "--algo", "dqn"): "invalid choice: 'dqn'",
+        ("train", "--seeds", "-1"): "--seeds: expected a positive integer",
+        ("train", "--lr", "abc"): "--lr: expected a number, got 'abc'",
+        ("train", "--lr", "1e-3,1e-3"): "--lr: expected distinct values",
+        ("train", "--ent-coef", "nan"): "--ent-coef: expected a finite number",
+        ("train", "--bootstrap-on-truncation", "maybe"): "expected true or false, got 'maybe'",
+        ("train", "--hidden-sizes", "64,x"): "expected comma-separated integers",
+        ("train", "--no-such-option", "1"): "unrecognized arguments: --no-such-option",
+    }
+    for argv, message in cases.items():
         with pytest.raises(SystemExit) as info:
-            cli.main(argv)
-        assert info.value.code == 2
-    assert "--seeds: expected a positive integer" in capsys.readouterr().err
+            cli.main(list(argv))
+        assert info.value.code == 2, argv
+        assert message in capsys.readouterr().err, argv
