@@ -1,0 +1,1 @@
+"""Speed and memory measurements (not tests). See BENCHMARKS.md for the figures and commands."""

@@ -1,0 +1,170 @@
+"""Shared pieces of the benchmark scripts: timing, machine record, tables, JSON.
+
+Timing rules used by every script:
+- Compared variants are timed in alternation (A B A B ..., the order flipped
+  every round) and each figure is the median over rounds, so a burst of load
+  from another process hits both sides of a ratio alike.
+- Every timed call ends with `jax.block_until_ready`, so asynchronous dispatch
+  is never mistaken for speed.
+- A sample repeats a call until it has run for at least `min_sample_s`, so
+  sub-millisecond calls are not lost in timer noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages, as /proc/loadavg prints them."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict:
+    """What the figures depend on: CPU, core count, JAX backend and versions, load.
+
+    JAX is only asked about its backend if the script already imported it, so
+    the torch baseline never starts XLA's thread pool.
+    """
+    info = {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg_start": loadavg(),
+    }
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        info.update(jax=jax.__version__, backend=jax.default_backend(), devices=[str(d) for d in jax.devices()])
+    if "torch" in sys.modules:
+        info["torch"] = sys.modules["torch"].__version__
+    return info
+
+
+def block(x: Any) -> Any:
+    import jax
+
+    return jax.block_until_ready(x)
+
+
+def sample_time(fn: Callable[[], Any], min_sample_s: float) -> float:
+    """Seconds per call of `fn`, repeating it until `min_sample_s` has passed."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        block(fn())
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_sample_s:
+            return elapsed / calls
+
+
+def interleaved(fns: Mapping[str, Callable[[], Any]], rounds: int, min_sample_s: float = 0.05) -> dict:
+    """Median seconds per call of each fn, timed in alternating order.
+
+    Each fn is called once first (warm-up: compilation, caches). Then `rounds`
+    rounds each take one sample of every fn; odd rounds run in reverse order.
+
+    Returns:
+      {name: {"median_s": float, "samples_s": [float]}}
+    """
+    names = list(fns)
+    for name in names:
+        block(fns[name]())
+    samples = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            samples[name].append(sample_time(fns[name], min_sample_s))
+    return {n: {"median_s": statistics.median(s), "samples_s": s} for n, s in samples.items()}
+
+
+def paired_ratios(samples: dict, numerator: str, denominator: str) -> dict:
+    """Median and range of the per-round ratios numerator/denominator (same round, adjacent in time)."""
+    ratios = [a / b for a, b in zip(samples[numerator]["samples_s"], samples[denominator]["samples_s"])]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table; every cell is str()-ed."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """An ArgumentParser with the options every script shares."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--json", metavar="PATH", help="also write the results (and machine record) as JSON here")
+    return p
+
+
+def int_list(text: str) -> list[int]:
+    """'4,64,1024' -> [4, 64, 1024] (for argparse)."""
+    return [int(x) for x in text.split(",") if x]
+
+
+def report(name: str, args: argparse.Namespace, machine: dict, results: Any, table: str, command: str) -> dict:
+    """Prints the table with its machine line; writes JSON if asked. Returns the record."""
+    machine = dict(machine, loadavg_end=loadavg())
+    record = {"benchmark": name, "command": command, "machine": machine, "results": results, "table": table}
+    print(table)
+    versions = ", ".join(f"{k} {machine[k]}" for k in ("backend", "jax", "torch") if k in machine)
+    print(
+        f"\n{machine['cpu']}, {machine['cpu_count']} cores, {versions}; "
+        f"load average at start {machine['loadavg_start']}, at end {machine['loadavg_end']}"
+    )
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"wrote {args.json}")
+    return record
+
+
+def command_line() -> str:
+    """How this script was invoked, for the report."""
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    prog = f"python -m {spec.name}" if spec is not None else f"python {os.path.relpath(sys.argv[0], REPO_ROOT)}"
+    args = [a.replace(REPO_ROOT + os.sep, "") for a in sys.argv[1:]]
+    return " ".join([prog] + args)
