@@ -138,7 +138,11 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--devices", type=_positive_int,
                      help="devices to shard runs over (default: the most that divide the runs per group)")
     run.add_argument("--distributed", action="store_true",
-                     help="call jax.distributed.initialize() first (multi-host; run the same command on every host)")
+                     help="call jax.distributed.initialize() first (multi-host; run the same command on every host); "
+                          "it detects SLURM, Open MPI, Kubernetes and Cloud TPU, else pass the next three")
+    run.add_argument("--coordinator", metavar="HOST:PORT", help="with --distributed: process 0's address")
+    run.add_argument("--num-processes", type=_positive_int, help="with --distributed: how many processes")
+    run.add_argument("--process-id", type=_int, help="with --distributed: this process's id, 0 to N-1")
     run.add_argument("--num-eval", type=_positive_int, default=10,
                      help="deterministic evaluation episodes per run at the end (default: %(default)s)")
     run.add_argument("--stop-after-chunks", type=_positive_int, help=argparse.SUPPRESS)
@@ -278,10 +282,14 @@ def _coarse_curve(metrics: dict) -> str:
 
 def run_train(args: argparse.Namespace) -> int:
     """The `train` command: checks, trains in chunks, writes outputs, prints the summary."""
+    cluster = {"coordinator_address": args.coordinator, "num_processes": args.num_processes,
+               "process_id": args.process_id}
+    if any(v is not None for v in cluster.values()) and not args.distributed:
+        raise ValueError("--coordinator, --num-processes and --process-id need --distributed.")
     if args.distributed:
         import jax
 
-        jax.distributed.initialize()  # before anything else touches the devices
+        jax.distributed.initialize(**cluster)  # before anything else touches the devices
     import jax
     import numpy as np
 
