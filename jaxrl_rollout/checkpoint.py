@@ -87,6 +87,9 @@ def _write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make checkpoints private
         os.replace(tmp, folder / name)
     except BaseException:
         if os.path.exists(tmp):

@@ -291,7 +291,6 @@ def run_train(args: argparse.Namespace) -> int:
 
         jax.distributed.initialize(**cluster)  # before anything else touches the devices
     import jax
-    import numpy as np
 
     from jaxrl_rollout import report, runner
 
@@ -349,7 +348,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     status = "final" if chunks_done == chunks else f"after chunk {chunks_done} of {chunks} (run incomplete)"
     print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "
           f"{status}), {args.num_episodes} episodes per run; return mean (std)")
-    labels = [report._label(spec, g) for g in range(len(spec.grid))]
+    labels = [report.grid_label(spec, g) for g in range(len(spec.grid))]
     width = max(len("grid point"), *map(len, labels))
     print(f"  {'grid point':<{width}}  seed  {'deterministic':>17}  {'stochastic':>17}")
     for r in range(spec.num_runs):

@@ -20,11 +20,12 @@ import numpy as np
 
 from jaxrl_rollout.runner import RunSpec, chunk_return
 
-__all__ = ["GridSummary", "final_returns", "format_summary", "summarize", "write_learning_curve",
-           "write_metrics_csv"]
+__all__ = ["GridSummary", "final_returns", "format_summary", "grid_label", "summarize", "write_learning_curve",
+           "write_metrics_csv", "write_outputs"]
 
 
-def _label(spec: RunSpec, g: int) -> str:
+def grid_label(spec: RunSpec, g: int) -> str:
+    """Grid point g's swept hyperparameters, e.g. 'lr=0.001, ent_coef=0' ('default' without a sweep)."""
     swept = spec.swept()
     return ", ".join(f"{k}={getattr(spec.grid[g], k):g}" for k in swept) if swept else "default"
 
@@ -72,7 +73,7 @@ def write_learning_curve(path, spec: RunSpec, metrics: dict) -> None:
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no episode ended yet
         for g in range(len(spec.grid)):
             mean, sd = np.nanmean(returns[g], axis=0), np.nanstd(returns[g], axis=0)
-            (line,) = ax.plot(steps, mean, lw=1.2, label=_label(spec, g))
+            (line,) = ax.plot(steps, mean, lw=1.2, label=grid_label(spec, g))
             ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.2, lw=0)
     ax.set_xlabel("env steps per run")
     ax.set_ylabel("episode return")
@@ -112,7 +113,7 @@ def summarize(spec: RunSpec, metrics: dict) -> list[GridSummary]:
         n = finite.size
         mean = float(finite.mean()) if n else math.nan
         half = float(stats.t.ppf(0.975, n - 1) * finite.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-        rows.append(GridSummary(g, _label(spec, g), mean, mean - half, mean + half, n, values.size - n))
+        rows.append(GridSummary(g, grid_label(spec, g), mean, mean - half, mean + half, n, values.size - n))
     return rows
 
 
