@@ -16,9 +16,9 @@ value of the batch shape):
   resets its carry: the rollout zeroes it at episode starts
   (`jaxrl_rollout.reset_carry`) and `unroll` replays that rule for a learner.
 
-Every Dense (and Conv) kernel is `nn.initializers.orthogonal(scale=gain)` with
-zero bias, which on a flax (in, out) kernel mirrors torch's
-`orthogonal_(W, gain)` on the (out, in) weight (../SEMANTICS.md section 11):
+Every Dense (and Conv) kernel is `orthogonal(gain)` with zero bias, which on a
+flax (in, out) kernel mirrors torch's `orthogonal_(W, gain)` on the (out, in)
+weight (../SEMANTICS.md section 11):
 gain sqrt(2) for hidden layers, 0.01 for the actor head and 1.0 for the critic
 head (ARENA / CleanRL `layer_init`). The GRU cell keeps flax's own init
 (torch's `nn.GRU` has no `layer_init` counterpart in the references).
@@ -121,11 +121,70 @@ def _check_head_config(module: nn.Module) -> None:
     _check_activation(module.activation)
 
 
+def _householder_q(a: jax.Array) -> jax.Array:
+    """Q [m, n] of the QR decomposition of a [m, n] (m >= n) whose R has a non-negative diagonal.
+
+    Householder reflections in plain jnp ops (a `fori_loop` over columns), so
+    no LAPACK custom call is emitted. jaxlib's CPU `geqrf` kernel splits a
+    batched QR (what `vmap` over seeds makes of an init) into tasks on XLA's
+    intra-op thread pool and blocks a pool thread until they finish; with two
+    such kernels running at once on a 2-thread pool the process deadlocks
+    (seen on this project's 2-core CI machine). The Q of a full-rank matrix
+    with R's diagonal made non-negative is unique, so this equals
+    `jnp.linalg.qr` followed by the sign fix up to float rounding.
+    """
+    m, n = a.shape
+    rows = jnp.arange(m)
+    hi = jax.lax.Precision.HIGHEST
+
+    def reflect(k, carry):
+        r, q = carry
+        x = jnp.where(rows >= k, r[:, k], 0.0)
+        norm = jnp.sqrt(jnp.sum(x * x))
+        alpha = jnp.where(x[k] >= 0, -norm, norm)  # the sign that avoids cancellation
+        v = x - alpha * (rows == k)
+        v_norm = jnp.sqrt(jnp.sum(v * v))
+        v = jnp.where(v_norm > 0, v / jnp.where(v_norm > 0, v_norm, 1.0), 0.0)
+        r = r - 2.0 * jnp.outer(v, jnp.dot(v, r, precision=hi))
+        q = q - 2.0 * jnp.outer(jnp.dot(q, v, precision=hi), v)
+        return r, q
+
+    r, q = jax.lax.fori_loop(0, n, reflect, (a, jnp.eye(m, dtype=a.dtype)))
+    q = q[:, :n]
+    return q * jnp.where(jnp.diagonal(r)[:n] < 0, -1.0, 1.0).astype(a.dtype)
+
+
+def orthogonal(scale: float = 1.0, column_axis: int = -1) -> Callable:
+    """Orthogonal kernel initializer (torch's `orthogonal_`), with no LAPACK call.
+
+    The same construction as `jax.nn.initializers.orthogonal`: a standard
+    normal matrix shaped (rows, cols), transposed when wide, its QR's Q with
+    sign(diag R) applied, transposed back and scaled. Only the QR differs
+    (`_householder_q`), which keeps vmapped inits off the CPU LAPACK kernel.
+    """
+
+    def init(key, shape, dtype=jnp.float32):
+        if len(shape) < 2:
+            raise ValueError(f"orthogonal init needs a kernel of rank >= 2, got shape {tuple(shape)}.")
+        cols = shape[column_axis]
+        rows = int(np.prod(shape)) // cols
+        wide = rows < cols
+        a = jax.random.normal(key, (cols, rows) if wide else (rows, cols), jnp.float32)
+        q = _householder_q(a)
+        if wide:
+            q = q.T
+        other = tuple(d for i, d in enumerate(shape) if i != column_axis % len(shape))
+        q = jnp.moveaxis(q.reshape(other + (cols,)), -1, column_axis)
+        return (scale * q).astype(dtype)
+
+    return init
+
+
 def _dense(features: int, gain: float, name: str) -> nn.Dense:
     """torch `layer_init(nn.Linear(in, features), std=gain)`: orthogonal kernel, zero bias."""
     return nn.Dense(
         features,
-        kernel_init=nn.initializers.orthogonal(scale=gain),
+        kernel_init=orthogonal(gain),
         bias_init=nn.initializers.zeros,
         name=name,
     )
@@ -275,7 +334,7 @@ class ActorCriticCNN(nn.Module):
             self.conv_features,
             (self.kernel_size, self.kernel_size),
             padding="VALID",
-            kernel_init=nn.initializers.orthogonal(scale=HIDDEN_GAIN),
+            kernel_init=orthogonal(HIDDEN_GAIN),
             bias_init=nn.initializers.zeros,
             name="conv",
         )(obs)
@@ -349,7 +408,8 @@ class ActorCriticGRU(nn.Module):
             )
         x = obs.reshape(obs.shape[0], -1)
         x = ACTIVATIONS[self.activation](_dense(self.embed_size, HIDDEN_GAIN, "embed")(x))
-        new_carry, h = nn.GRUCell(self.hidden_size, name="gru")(carry, x)
+        # flax's default recurrent init (orthogonal), built without LAPACK (see `_householder_q`).
+        new_carry, h = nn.GRUCell(self.hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(carry, x)
         actor_x = _mlp(h, self.head_sizes, self.activation, "actor_hidden")
         critic_x = _mlp(h, self.head_sizes, self.activation, "critic_hidden")
         return new_carry, _heads(self, actor_x, critic_x)

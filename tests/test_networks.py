@@ -128,6 +128,36 @@ def test_cnn_and_gru_init():
     ]
 
 
+@pytest.mark.parametrize("shape", [(4, 64), (64, 64), (64, 2), (3, 3, 4, 16), (1024, 128)])
+def test_orthogonal_equals_jax_initializer_without_lapack(shape):
+    # Same normal draw, same sign-fixed Q: equal to jax's QR-based initializer up to float rounding.
+    key, gain = jax.random.key(shape[0] + shape[-1]), 2.0**0.5
+    ours = networks.orthogonal(gain)(key, shape)
+    np.testing.assert_allclose(ours, jax.nn.initializers.orthogonal(gain)(key, shape), atol=2e-5 * gain)
+    # Batched (what vmap over seeds makes of an init), it emits no LAPACK custom call: jaxlib's
+    # CPU geqrf kernel can deadlock XLA's intra-op pool on a 2-core machine when two run at once.
+    hlo = jax.jit(jax.vmap(lambda k: networks.orthogonal(gain)(k, shape))).lower(
+        jax.random.split(key, 2)).as_text()
+    assert "lapack" not in hlo and "custom_call" not in hlo
+
+
+def test_vmapped_network_inits_have_no_lapack_calls():
+    obs = {"mlp": jnp.zeros((1, 4)), "cnn": jnp.zeros((1, 10, 10, 4))}
+    for name, module in (("mlp", networks.ActorCriticMLP(action_dim=2)),
+                         ("cnn", networks.ActorCriticCNN(action_dim=3))):
+        hlo = jax.jit(jax.vmap(lambda k: module.init(k, obs[name]))).lower(jax.random.split(jax.random.key(0), 2))
+        assert "lapack" not in hlo.as_text(), name
+    gru = networks.ActorCriticGRU(action_dim=2)
+    hlo = jax.jit(jax.vmap(lambda k: gru.init(k, gru.initial_carry(1), obs["mlp"]))).lower(
+        jax.random.split(jax.random.key(0), 2))
+    assert "lapack" not in hlo.as_text()
+
+
+def test_orthogonal_rejects_a_vector_shape():
+    with pytest.raises(ValueError, match=r"rank >= 2, got shape \(5,\)"):
+        networks.orthogonal()(jax.random.key(0), (5,))
+
+
 def test_gram_check_catches_a_wrong_gain():
     kernel = np.linalg.qr(np.random.default_rng(0).standard_normal((64, 64)))[0]  # gain 1
     with pytest.raises(AssertionError):
