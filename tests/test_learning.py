@@ -6,6 +6,9 @@ A2C CartPole, 8 seeds x 2e5 steps: mean return 20 -> 243 (10 s). PPO
 Pendulum, 8 seeds x 2e5 steps (8 envs x 256 steps, 10 epochs, 8 minibatches):
 with observation normalisation and reward scaling -1197 -> -766 (every seed
 improves by 290 or more); the same config without them -1184 -> -1025.
+Recurrent PPO on MemoryChain-bsuite (memory_length 5), 4 seeds x 1e5 steps:
+GRU 0.55 -> 0.96 (last 10 updates, per seed 1, 1, 1, 0.83), the same config
+with the MLP -0.00 -> 0.00 (about 45 s and 25 s).
 """
 
 import jax
@@ -46,3 +49,20 @@ def test_continuous_ppo_improves_on_pendulum():
     metrics = run(ppo.make_train, config)
     first, last = episode_weighted(metrics, slice(0, 20)), episode_weighted(metrics, slice(-20, None))
     assert last.mean() > first.mean() + 300 and np.all(last > first + 150), (first, last)
+
+
+def test_recurrent_ppo_solves_a_memory_task_feedforward_cannot():
+    # MemoryChain-bsuite: the context bit (+-1) is visible only in the first observations; 5 steps
+    # later the agent is paid +1 for the action that matches it and -1 otherwise. A feedforward
+    # policy never sees the bit when it is paid, so its best expected return is 0.
+    fields = dict(env_id="MemoryChain-bsuite", total_timesteps=100_000, num_envs=16, num_steps=32,
+                  hidden_sizes=(64, 64), anneal_lr=False)
+    hparams = ppo.PPOHParams(lr=1e-3)
+    keys = jax.random.split(jax.random.key(0), 4)
+    finals = {}
+    for network in ("gru", "mlp"):
+        train = ppo.make_train(ppo.PPOConfig(network=network, **fields))
+        metrics = jax.jit(jax.vmap(train, in_axes=(0, None)))(keys, hparams)[1]
+        finals[network] = episode_weighted(metrics, slice(-10, None))
+    assert finals["gru"].mean() >= 0.8 and finals["gru"].min() >= 0.5, finals
+    assert abs(finals["mlp"].mean()) <= 0.2, finals
