@@ -262,7 +262,8 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
     run = jax.jit(jax.vmap(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
                                                     num_episodes).returns))
-    return np.asarray(run(state.params, jax.random.split(key, spec.num_runs)))
+    params = jax.vmap(algorithm.policy_params)(state)  # with observation normalisation: (obs_rms, params)
+    return np.asarray(run(params, jax.random.split(key, spec.num_runs)))
 
 
 def _coarse_curve(metrics: dict) -> str:

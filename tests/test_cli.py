@@ -182,3 +182,32 @@ def test_bad_values_exit_non_zero(capsys):
             cli.main(list(argv))
         assert info.value.code == 2, argv
         assert message in capsys.readouterr().err, argv
+
+
+def test_evaluate_uses_the_saved_observation_statistics(tmp_path, capsys):
+    # A run with observation normalisation acts on normalised observations, so its saved policy must be
+    # evaluated through the saved running statistics (Algorithm.policy_params), not the raw params.
+    import jax
+
+    import jaxrl_rollout as jr
+    from jaxrl_rollout import checkpoint
+    from jaxrl_rollout.runner import make_algorithm, read_spec
+
+    folder = tmp_path / "norm"
+    args = ["--env", "Pendulum-v1", "--normalize-observations", "true", "--normalize-rewards", "true",
+            "--num-envs", "2", "--num-steps", "8", "--total-steps", "32", "--update-epochs", "1",
+            "--num-minibatches", "1", "--seeds", "2", "--num-eval", "1", "--out", str(folder)]
+    assert cli.main(args) == 0
+    spec = read_spec(folder)
+    algo = make_algorithm(spec)
+    template = jax.eval_shape(jax.vmap(algo.init), spec.run_keys(), spec.run_hparams())
+    state, _, _ = checkpoint.load(folder, template)
+    assert state.rollout.obs_rms.count.shape == (2,) and state.reward_scale.returns.shape == (2, 2)
+    key = jax.random.key(4)
+    got = cli.evaluate_runs(spec, state, 1, key, deterministic=True)
+    keys = jax.random.split(key, spec.num_runs)
+    for r in range(spec.num_runs):
+        run = jax.tree.map(lambda x: x[r], state)
+        want = jr.evaluate(algo.env, algo.env_params, algo.eval_policy_fn, (run.rollout.obs_rms, run.params),
+                           keys[r], 1).returns
+        np.testing.assert_allclose(got[r], want, rtol=1e-5)
