@@ -24,10 +24,10 @@ import numpy as np
 from benchmarks import _common
 
 
-def numpy_gae(rewards, values, next_values, terminated, done, gamma, lam):
-    """CleanRL-style reverse loop in NumPy; inputs [T, B] float32 (flags as float32 0/1)."""
-    advantages = np.zeros_like(rewards)
-    last = np.zeros_like(rewards[0])
+def loop_gae(zeros_like, rewards, values, next_values, terminated, done, gamma, lam):
+    """CleanRL-style reverse loop over t, vectorised over B; works on NumPy arrays and torch tensors alike."""
+    advantages = zeros_like(rewards)
+    last = zeros_like(rewards[0])
     not_term, not_done = 1.0 - terminated, 1.0 - done
     for t in reversed(range(rewards.shape[0])):
         delta = rewards[t] + gamma * next_values[t] * not_term[t] - values[t]
@@ -36,17 +36,15 @@ def numpy_gae(rewards, values, next_values, terminated, done, gamma, lam):
     return advantages, advantages + values
 
 
-def torch_gae(torch, rewards, values, next_values, terminated, done, gamma, lam):
-    """The same loop on torch tensors (CleanRL's code path)."""
+def numpy_gae(*args):
+    """The loop in NumPy; inputs [T, B] float32 (flags as float32 0/1)."""
+    return loop_gae(np.zeros_like, *args)
+
+
+def torch_gae(torch, *args):
+    """The same loop on torch tensors (CleanRL's code path), without autograd."""
     with torch.no_grad():
-        advantages = torch.zeros_like(rewards)
-        last = torch.zeros_like(rewards[0])
-        not_term, not_done = 1.0 - terminated, 1.0 - done
-        for t in reversed(range(rewards.shape[0])):
-            delta = rewards[t] + gamma * next_values[t] * not_term[t] - values[t]
-            last = delta + gamma * lam * not_done[t] * last
-            advantages[t] = last
-        return advantages, advantages + values
+        return loop_gae(torch.zeros_like, *args)
 
 
 def make_inputs(t: int, b: int, seed: int = 0) -> dict:
