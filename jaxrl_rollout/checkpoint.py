@@ -31,7 +31,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-__all__ = ["CheckpointError", "MANIFEST", "flatten", "load", "save", "unflatten"]
+__all__ = ["CheckpointError", "MANIFEST", "flatten", "load", "save", "unflatten", "write_atomic"]
 
 MANIFEST = "checkpoint.json"
 FORMAT = "jaxrl_rollout.checkpoint/1"
@@ -79,7 +79,7 @@ def _sha256(path: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
-def _write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
+def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
     """Writes via `write(file)` to a temporary file in `folder`, fsyncs, then renames it to `name`."""
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     try:
@@ -117,14 +117,14 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     arrays = {f"state/{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
     arrays.update({f"extra/{k}": np.asarray(v) for k, v in extras.items()})
     name = f"checkpoint-{step:06d}.npz"
-    npz = _write_atomic(folder, name, lambda f: np.savez(f, **arrays))
+    npz = write_atomic(folder, name, lambda f: np.savez(f, **arrays))
     manifest = {
         "format": FORMAT, "file": name, "sha256": _sha256(npz), "step": step, "treedef": treedef_str,
         "leaves": specs, "key_impls": impls, "extras": {k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
                                     for k, v in extras.items()},
         "meta": meta,
     }
-    path = _write_atomic(folder, MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+    path = write_atomic(folder, MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
     for old in folder.glob("checkpoint-*.npz"):
         if old.name != name:
             old.unlink()

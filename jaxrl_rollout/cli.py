@@ -19,7 +19,6 @@ import datetime
 import itertools
 import json
 import math
-import os
 import pathlib
 import sys
 import time
@@ -206,12 +205,6 @@ def _differences(saved: dict, wanted: dict, names) -> list[str]:
             for n in names if norm(saved.get(n)) != norm(wanted.get(n))]
 
 
-def _write_json_atomic(path: pathlib.Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def _prepare_folder(args, given: dict):
     """(spec, folder, resume) after every check; nothing is written before they pass."""
     from jaxrl_rollout import checkpoint
@@ -246,7 +239,8 @@ def _prepare_folder(args, given: dict):
         if any(folder.iterdir()):
             raise ValueError(f"--out {folder} is not empty and holds no jaxrl-rollout run; choose another --out.")
     folder.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(folder / "config.json", spec.to_json())
+    text = json.dumps(spec.to_json(), indent=1) + "\n"
+    checkpoint.write_atomic(folder, "config.json", lambda f: f.write(text.encode()))
     return spec, folder, False
 
 
