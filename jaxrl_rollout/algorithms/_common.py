@@ -98,7 +98,7 @@ class Algorithm(NamedTuple):
     env: Any
     env_params: Any
     module: Any
-    policy_params: Callable = lambda state: state.params
+    policy_params: Callable
 
 
 def resolve_hparams(hparams: Any, cls: type) -> Any:

@@ -171,7 +171,8 @@ def make_a2c(config: A2CConfig) -> A2C:
 
     train = _common.make_train_loop(init, update, config.num_updates, A2CHParams)
 
-    return A2C(init, update, train, built.policy_fn, built.eval_policy_fn, built.env, built.env_params, module)
+    return A2C(init=init, update=update, train=train, env=built.env, env_params=built.env_params, module=module,
+               **_common.acting_policies(built, config))
 
 
 def make_train(config: A2CConfig) -> Callable:
