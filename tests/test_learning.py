@@ -2,10 +2,10 @@
 
 Measured on the 2-core CI machine (2026-11-21): PPO CartPole default config,
 8 seeds x 5e5 steps, every seed ends at 500 (about 7 s compile + 21 s run);
-A2C CartPole, 8 seeds x 2e5 steps: mean return 20 -> 243 (10 s). PPO
+A2C CartPole, 8 seeds x 2e5 steps: mean return 20 -> 238 (10 s). PPO
 Pendulum, 8 seeds x 2e5 steps (8 envs x 256 steps, 10 epochs, 8 minibatches):
-with observation normalisation and reward scaling -1197 -> -766 (every seed
-improves by 290 or more); the same config without them -1184 -> -1025.
+with observation normalisation and reward scaling -1194 -> -768 (every seed
+improves by 276 or more); the same config without them -1177 -> -1016.
 Recurrent PPO on MemoryChain-bsuite (memory_length 5), 4 seeds x 1e5 steps:
 GRU 0.55 -> 0.96 (last 10 updates, per seed 1, 1, 1, 0.83), the same config
 with the MLP -0.00 -> 0.00 (about 45 s and 25 s).
