@@ -6,9 +6,13 @@ A2C CartPole, 8 seeds x 2e5 steps: mean return 20 -> 238 (10 s). PPO
 Pendulum, 8 seeds x 2e5 steps (8 envs x 256 steps, 10 epochs, 8 minibatches):
 with observation normalisation and reward scaling -1194 -> -768 (every seed
 improves by 276 or more); the same config without them -1177 -> -1016.
-Recurrent PPO on MemoryChain-bsuite (memory_length 5), 4 seeds x 1e5 steps:
-GRU 0.55 -> 0.96 (last 10 updates, per seed 1, 1, 1, 0.83), the same config
-with the MLP -0.00 -> 0.00 (about 45 s and 25 s).
+Recurrent PPO on MemoryChain-bsuite (memory_length 5), 4 seeds x 5e4 steps
+with CleanRL's learning-rate annealing: every GRU seed ends at 0.99 or more
+(8 of 8 seeds in a wider check), the same config with the MLP at 0.00 +- 0.05
+(about 15 s and 8 s). Without annealing (an earlier form of this test, 1e5
+steps at a constant lr of 1e-3) single seeds learned and then collapsed late
+in training: a rounding-level change to the optimiser turned one of 4 seeds'
+final 0.83 into 0.01.
 """
 
 import jax
@@ -55,8 +59,8 @@ def test_recurrent_ppo_solves_a_memory_task_feedforward_cannot():
     # MemoryChain-bsuite: the context bit (+-1) is visible only in the first observations; 5 steps
     # later the agent is paid +1 for the action that matches it and -1 otherwise. A feedforward
     # policy never sees the bit when it is paid, so its best expected return is 0.
-    fields = dict(env_id="MemoryChain-bsuite", total_timesteps=100_000, num_envs=16, num_steps=32,
-                  hidden_sizes=(64, 64), anneal_lr=False)
+    fields = dict(env_id="MemoryChain-bsuite", total_timesteps=50_000, num_envs=16, num_steps=32,
+                  hidden_sizes=(64, 64))
     hparams = ppo.PPOHParams(lr=1e-3)
     keys = jax.random.split(jax.random.key(0), 4)
     finals = {}
@@ -64,5 +68,5 @@ def test_recurrent_ppo_solves_a_memory_task_feedforward_cannot():
         train = ppo.make_train(ppo.PPOConfig(network=network, **fields))
         metrics = jax.jit(jax.vmap(train, in_axes=(0, None)))(keys, hparams)[1]
         finals[network] = episode_weighted(metrics, slice(-10, None))
-    assert finals["gru"].mean() >= 0.8 and finals["gru"].min() >= 0.5, finals
+    assert finals["gru"].min() >= 0.9, finals
     assert abs(finals["mlp"].mean()) <= 0.2, finals

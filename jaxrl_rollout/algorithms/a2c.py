@@ -27,6 +27,7 @@ from jaxrl_rollout.types import RolloutState
 
 __all__ = [
     "A2C", "A2CConfig", "A2CHParams", "A2CMetrics", "A2CState", "batch_loss", "learn_batch", "make_a2c",
+    "make_optimizer",
     "make_train",
 ]
 
@@ -123,6 +124,20 @@ def learn_batch(module, tx, params, opt_state, batch: dict, hp: A2CHParams):
     return optax.apply_updates(params, updates), opt_state, parts
 
 
+def make_optimizer(config: A2CConfig, hp: A2CHParams) -> optax.GradientTransformation:
+    """The seed's optimiser: `clip_grad_norm_(max_grad_norm)` then RMSprop(lr, alpha, eps), torch-exact.
+
+    With `anneal_lr` the learning rate decays linearly once per update. As in
+    PPO (`ppo.make_optimizer`), the chain runs on the parameters raveled into
+    one vector (`optax.flatten`); RMSprop is elementwise, and only the clipping
+    norm's rounding differs from torch's per-tensor sum.
+    """
+    lr = optim.linear_annealing(hp.lr, config.num_updates, 1) if config.anneal_lr else hp.lr
+    return optax.flatten(optax.chain(
+        optim.clip_grad_norm_torch(hp.max_grad_norm), optim.torch_rmsprop(lr, alpha=config.rms_alpha, eps=config.rms_eps)
+    ))
+
+
 def make_a2c(config: A2CConfig) -> A2C:
     """Builds A2C's pure functions for a validated config."""
     if not isinstance(config, A2CConfig):
@@ -130,11 +145,7 @@ def make_a2c(config: A2CConfig) -> A2C:
     built = _common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
     module = built.module
 
-    def optimizer(hp: A2CHParams) -> optax.GradientTransformation:
-        lr = optim.linear_annealing(hp.lr, config.num_updates, 1) if config.anneal_lr else hp.lr
-        return optax.chain(
-            optim.clip_grad_norm_torch(hp.max_grad_norm), optim.torch_rmsprop(lr, alpha=config.rms_alpha, eps=config.rms_eps)
-        )
+    optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
     def init(key: jax.Array, hparams: Optional[A2CHParams] = None) -> A2CState:
         params, state, _ = _common.init_params_and_rollout(key, built, config.num_envs, config.recurrent)

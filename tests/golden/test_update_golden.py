@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from jaxrl_rollout import optim
 from jaxrl_rollout.algorithms import a2c, ppo
@@ -48,12 +49,31 @@ def torch_weights_from(prefix: str, out: dict) -> dict:
 WEIGHTS = {k[len("weights/"):]: v for k, v in CASE.items() if k.startswith("weights/")}
 
 
+# Each update is checked with the optimiser chain built per tensor, as torch runs it, and with
+# the algorithm's own `make_optimizer`, which runs the same chain on the raveled parameters.
+OPTIMIZERS = ("per_tensor", "algorithm")
+
+
+def ppo_optimizer(form: str) -> optax.GradientTransformation:
+    if form == "algorithm":
+        return ppo.make_optimizer(ppo.PPOConfig(anneal_lr=False), PPO_HP)
+    return optax.chain(optim.clip_grad_norm_torch(PPO_HP.max_grad_norm), optim.torch_adam(PPO_HP.lr, eps=1e-5))
+
+
+def a2c_optimizer(form: str) -> optax.GradientTransformation:
+    if form == "algorithm":
+        return a2c.make_optimizer(a2c.A2CConfig(anneal_lr=False, rms_alpha=0.99, rms_eps=1e-5), A2C_HP)
+    return optax.chain(
+        optim.clip_grad_norm_torch(A2C_HP.max_grad_norm), optim.torch_rmsprop(A2C_HP.lr, alpha=0.99, eps=1e-5)
+    )
+
+
 @functools.lru_cache(maxsize=None)
-def ppo_result():
+def ppo_result(form: str):
     data = {"obs": CASE["obs"], "action": CASE["actions"], "log_prob": CASE["old_log_prob"],
             "value": CASE["old_value"], "advantage": CASE["advantages"], "returns": CASE["returns"]}
     params = flax_params(WEIGHTS)
-    tx = optax.chain(optim.clip_grad_norm_torch(PPO_HP.max_grad_norm), optim.torch_adam(PPO_HP.lr, eps=1e-5))
+    tx = ppo_optimizer(form)
     indices = CASE["indices"].reshape(-1, CASE["indices"].shape[-1])
     learn = jax.jit(lambda p, s: ppo.learn_minibatches(MODULE, tx, p, s, data, indices, PPO_HP))
     new_params, _, parts = learn(params, tx.init(params))
@@ -67,8 +87,9 @@ def assert_params(flax_tree, torch_flat, **tol):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), **tol), flax_tree, expected)
 
 
-def test_ppo_update_losses_match_per_minibatch():
-    _, parts, _ = ppo_result()
+@pytest.mark.parametrize("form", OPTIMIZERS)
+def test_ppo_update_losses_match_per_minibatch(form):
+    _, parts, _ = ppo_result(form)
     assert parts["loss"].shape == (8,)  # 2 epochs x 4 minibatches
     for name in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
         np.testing.assert_allclose(parts[name], PPO_OUT[name], rtol=1e-5, atol=1e-6, err_msg=name)
@@ -76,16 +97,18 @@ def test_ppo_update_losses_match_per_minibatch():
     assert PPO_OUT["clip_fraction"].max() > 0.2  # the case exercises clipping
 
 
-def test_ppo_update_gradients_and_parameters_match():
-    new_params, _, grads = ppo_result()
+@pytest.mark.parametrize("form", OPTIMIZERS)
+def test_ppo_update_gradients_and_parameters_match(form):
+    new_params, _, grads = ppo_result(form)
     assert_params(grads, torch_weights_from("grad0/", PPO_OUT), rtol=1e-4, atol=1e-6)
     assert_params(new_params, torch_weights_from("params/", PPO_OUT), rtol=1e-5, atol=1e-6)
 
 
-def test_a2c_update_matches_the_seed():
+@pytest.mark.parametrize("form", OPTIMIZERS)
+def test_a2c_update_matches_the_seed(form):
     params = flax_params(WEIGHTS)
     batch = {"obs": CASE["obs"], "action": CASE["actions"], "returns": CASE["returns"]}
-    tx = optax.chain(optim.clip_grad_norm_torch(A2C_HP.max_grad_norm), optim.torch_rmsprop(A2C_HP.lr, alpha=0.99, eps=1e-5))
+    tx = a2c_optimizer(form)
     new_params, _, parts = jax.jit(lambda p, s: a2c.learn_batch(MODULE, tx, p, s, batch, A2C_HP))(params, tx.init(params))
     for name in ("loss", "policy_loss", "value_loss", "entropy", "grad_norm"):
         np.testing.assert_allclose(parts[name], A2C_OUT[name], rtol=1e-5, atol=1e-6, err_msg=name)
