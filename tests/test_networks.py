@@ -35,6 +35,7 @@ SMALL_GRU = dict(hidden_size=16, embed_size=16, head_sizes=(16,))
 # CartPole (obs 4, 2 actions) and Pendulum (obs 3, one action dimension).
 MLP = ActorCriticMLP(2)
 MLP_CONT_SHARED = ActorCriticMLP(1, continuous=True, shared_trunk=True, hidden_sizes=(32,), activation="relu")
+MLP_64_32 = ActorCriticMLP(2, hidden_sizes=(64, 32))
 GRU = ActorCriticGRU(2, **SMALL_GRU)
 CNN = ActorCriticCNN(3)
 INIT_MODULES = {
@@ -53,7 +54,14 @@ def _init(module, key, obs_shape):
 
 
 def _init_all(key):
-    return {n: _init(m, key, s) for n, (m, s) in INIT_MODULES.items()}
+    out = {n: _init(m, key, s) for n, (m, s) in INIT_MODULES.items()}
+    for name in ("mlp", "mlp_cont_shared", "cnn"):
+        module, shape = INIT_MODULES[name]
+        out[f"{name}_batched"] = networks.batched_init(module, key, jnp.zeros((1,) + shape))
+    out["mlp_batched_key1"] = networks.batched_init(MLP, jax.random.key(1), jnp.zeros((1, 4)))
+    # Kernels of different heights (64 and 32 rows), so some are padded to the common 64 x 64.
+    out["mlp_64_32_batched"] = networks.batched_init(MLP_64_32, key, jnp.zeros((1, 4)))
+    return out
 
 
 def run_once(fn, *args):
@@ -118,6 +126,23 @@ def test_mlp_init_is_torch_orthogonal_with_cleanrl_gains():
     assert INIT["mlp_cont_shared"]["params"]["log_std"].shape == (1,)
 
 
+def test_batched_init_is_module_inits_distribution_in_one_draw():
+    # Same structure, shapes and recipe (orthogonal kernels with CleanRL's gains, zero biases and
+    # log_std) as module.init; other values, since the key is used differently.
+    for name in ("mlp", "mlp_cont_shared"):
+        batched, reference = INIT[f"{name}_batched"], INIT[name]
+        assert jax.tree.structure(batched) == jax.tree.structure(reference)
+        assert jax.tree.map(jnp.shape, batched) == jax.tree.map(jnp.shape, reference)
+        assert check_init(batched) == check_init(reference)
+    assert check_init(INIT["mlp_64_32_batched"]) == check_init(INIT["mlp"])
+    assert INIT["mlp_64_32_batched"]["params"]["actor_head"]["kernel"].shape == (32, 2)
+    a, b = INIT["mlp_batched"]["params"], INIT["mlp_batched_key1"]["params"]
+    assert not np.allclose(a["actor_hidden_1"]["kernel"], b["actor_hidden_1"]["kernel"])
+    assert not np.allclose(a["actor_hidden_1"]["kernel"], a["critic_hidden_1"]["kernel"])
+    # Modules other than the MLP fall back to module.init.
+    jax.tree.map(np.testing.assert_array_equal, INIT["cnn_batched"], INIT["cnn"])
+
+
 def test_cnn_and_gru_init():
     # conv kernel (3, 3, 4, 16) is torch's (16, 36) weight; dense (1024, 128).
     assert INIT["cnn"]["params"]["conv"]["kernel"].shape == (3, 3, 4, 16)
@@ -147,6 +172,10 @@ def test_vmapped_network_inits_have_no_lapack_calls():
                          ("cnn", networks.ActorCriticCNN(action_dim=3))):
         hlo = jax.jit(jax.vmap(lambda k: module.init(k, obs[name]))).lower(jax.random.split(jax.random.key(0), 2))
         assert "lapack" not in hlo.as_text(), name
+    mlp = networks.ActorCriticMLP(action_dim=2)
+    hlo = jax.jit(jax.vmap(lambda k: networks.batched_init(mlp, k, obs["mlp"]))).lower(
+        jax.random.split(jax.random.key(0), 2))
+    assert "lapack" not in hlo.as_text() and "custom_call" not in hlo.as_text()
     gru = networks.ActorCriticGRU(action_dim=2)
     hlo = jax.jit(jax.vmap(lambda k: gru.init(k, gru.initial_carry(1), obs["mlp"]))).lower(
         jax.random.split(jax.random.key(0), 2))

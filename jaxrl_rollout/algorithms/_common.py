@@ -174,7 +174,12 @@ def check_normalization_config(cfg) -> None:
 
 
 def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, normalize_observations: bool = False):
-    """(params, RolloutState, key) for a fresh run; the carry starts at zeros."""
+    """(params, RolloutState, key) for a fresh run; the carry starts at zeros.
+
+    Feedforward networks are initialised by `networks.batched_init` (module.init's
+    distribution at a fraction of its compile time).
+    """
+    from jaxrl_rollout import networks
     from jaxrl_rollout.rollout import rollout_init
 
     net_key, env_key, key = jax.random.split(key, 3)
@@ -186,7 +191,7 @@ def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, norma
     if recurrent:
         params = s.module.init(net_key, s.module.initial_carry(1), one_obs)
     else:
-        params = s.module.init(net_key, one_obs)
+        params = networks.batched_init(s.module, net_key, one_obs)
     return params, state, key
 
 
