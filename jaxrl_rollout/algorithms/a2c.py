@@ -127,15 +127,12 @@ def learn_batch(module, tx, params, opt_state, batch: dict, hp: A2CHParams):
 def make_optimizer(config: A2CConfig, hp: A2CHParams) -> optax.GradientTransformation:
     """The seed's optimiser: `clip_grad_norm_(max_grad_norm)` then RMSprop(lr, alpha, eps), torch-exact.
 
-    With `anneal_lr` the learning rate decays linearly once per update. As in
-    PPO (`ppo.make_optimizer`), the chain runs on the parameters raveled into
-    one vector (`optax.flatten`); RMSprop is elementwise, and only the clipping
-    norm's rounding differs from torch's per-tensor sum.
+    With `anneal_lr` the learning rate decays linearly once per update.
     """
     lr = optim.linear_annealing(hp.lr, config.num_updates, 1) if config.anneal_lr else hp.lr
-    return optax.flatten(optax.chain(
+    return optax.chain(
         optim.clip_grad_norm_torch(hp.max_grad_norm), optim.torch_rmsprop(lr, alpha=config.rms_alpha, eps=config.rms_eps)
-    ))
+    )
 
 
 def make_a2c(config: A2CConfig) -> A2C:

@@ -49,8 +49,8 @@ def torch_weights_from(prefix: str, out: dict) -> dict:
 WEIGHTS = {k[len("weights/"):]: v for k, v in CASE.items() if k.startswith("weights/")}
 
 
-# Each update is checked with the optimiser chain built per tensor, as torch runs it, and with
-# the algorithm's own `make_optimizer`, which runs the same chain on the raveled parameters.
+# Each update is checked with the optimiser chain built here and with the algorithm's own
+# `make_optimizer`, so the algorithms' optimiser is held to torch directly.
 OPTIMIZERS = ("per_tensor", "algorithm")
 
 
