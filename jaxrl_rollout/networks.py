@@ -314,7 +314,9 @@ def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
     `ActorCriticMLP` this function gives the same initialisation (orthogonal
     kernels with the layer's gain, zero biases and `log_std`) from one normal
     draw and one batched Householder loop over all kernels, each zero-padded
-    to a common square size (`_householder_q` leaves the padding out of Q).
+    to a common square size. The padding changes only rounding: no reflection
+    touches a zero row and a zero column reflects nothing, so the top-left
+    block of each padded Q is the Q of the kernel's own normal matrix.
 
     The distribution is module.init's, the values are not: the key is used
     differently. Any other module, or an MLP wider than 256 units, gets
