@@ -9,10 +9,10 @@ improves by 273 or more); the same config without them -1191 -> -1017.
 Recurrent PPO on MemoryChain-bsuite (memory_length 5), 4 seeds x 5e4 steps
 with CleanRL's learning-rate annealing: every GRU seed ends at 1.00 (8 of 8
 seeds at 0.99 or more in a wider check), the same config with the MLP at
-0.00 +- 0.05 (about 15 s and 8 s). Without annealing (an earlier form of this test, 1e5
-steps at a constant lr of 1e-3) single seeds learned and then collapsed late
-in training: a rounding-level change to the optimiser (since reverted) turned
-one of 4 seeds' final 0.83 into 0.01.
+0.00 +- 0.05 (about 15 s and 8 s). Without annealing (an earlier form of this
+test, 1e5 steps at a constant lr of 1e-3) single seeds learned and then
+collapsed late in training: a rounding-level change to the optimiser (since
+reverted) turned one of 4 seeds' final 0.83 into 0.01.
 """
 
 import jax

@@ -106,6 +106,11 @@ class PPOConfig(_common.ConfigSizes):
     def minibatch_size(self) -> int:
         return self.batch_size // self.num_minibatches
 
+    @property
+    def updates_per_iteration(self) -> int:
+        """Gradient steps per PPO update: update_epochs x num_minibatches."""
+        return self.update_epochs * self.num_minibatches
+
 
 class PPOHParams(NamedTuple):
     """Traced hyperparameters (vmappable for sweeps); defaults are CleanRL's CartPole values."""
@@ -229,8 +234,7 @@ def make_optimizer(config: PPOConfig, hp: PPOHParams) -> optax.GradientTransform
     this machine's noise, and made 8 vmapped seeds about 7% slower, the cost
     of the ravel and unravel copies; see BENCHMARKS.md.)
     """
-    updates_per_iteration = config.update_epochs * config.num_minibatches
-    lr = optim.linear_annealing(hp.lr, config.num_updates, updates_per_iteration) if config.anneal_lr else hp.lr
+    lr = optim.linear_annealing(hp.lr, config.num_updates, config.updates_per_iteration) if config.anneal_lr else hp.lr
     return optax.chain(optim.clip_grad_norm_torch(hp.max_grad_norm), optim.torch_adam(lr, eps=1e-5))
 
 
@@ -241,7 +245,6 @@ def make_ppo(config: PPOConfig) -> PPO:
     built = _common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
     env, env_params, module, policy_fn = built.env, built.env_params, built.module, built.policy_fn
     acting = _common.acting_policies(built, config)
-    updates_per_iteration = config.update_epochs * config.num_minibatches
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
     def init(key: jax.Array, hparams: Optional[PPOHParams] = None) -> PPOState:
@@ -285,7 +288,7 @@ def make_ppo(config: PPOConfig) -> PPO:
             )
         params, opt_state, parts = learn_minibatches(
             module, optimizer(hp), state.params, state.opt_state, data,
-            indices.reshape(updates_per_iteration, -1), hp, recurrent=config.recurrent,
+            indices.reshape(config.updates_per_iteration, -1), hp, recurrent=config.recurrent,
             clip_value_loss=config.clip_value_loss, normalize=config.normalize_advantages,
         )
         parts = {k: v for k, v in parts.items() if k in PPOMetrics._fields}
