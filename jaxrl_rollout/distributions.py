@@ -63,14 +63,23 @@ class Categorical(NamedTuple):
     probs: jax.Array
 
     def log_prob(self, action: jax.Array) -> jax.Array:
-        """log p(action) for integer actions of the batch shape [...]."""
+        """log p(action) for integer actions of the batch shape [...]; NaN for an action outside [0, A).
+
+        The logit is picked with a one-hot select and a sum (adding zeros, so
+        the value is the logit itself, -inf included) rather than a gather,
+        whose gradient is a scatter: a learner's backward pass stays
+        elementwise.
+        """
         action = jnp.asarray(action)
         if action.shape != self.logits.shape[:-1]:
             raise ValueError(
                 f"action must have the distribution's batch shape {self.logits.shape[:-1]}, "
                 f"got {action.shape}."
             )
-        return jnp.take_along_axis(self.logits, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+        num_actions = self.logits.shape[-1]
+        picked = action[..., None] == jnp.arange(num_actions, dtype=action.dtype)
+        log_prob = jnp.sum(jnp.where(picked, self.logits, 0.0), axis=-1)
+        return jnp.where((action >= 0) & (action < num_actions), log_prob, jnp.nan)
 
     def entropy(self) -> jax.Array:
         """-sum p log p, with torch's clamp of the logits at finfo.min."""

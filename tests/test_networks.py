@@ -317,6 +317,19 @@ def test_diag_gaussian_validation():
 # --------------------------------------------------------------------------
 
 
+def test_categorical_log_prob_picks_the_logit_without_a_gather():
+    logits = jnp.array([[0.0, 1.0, 2.0], [0.0, -jnp.inf, 1.0]])
+    dist = categorical_from_logits(logits)
+    # -inf logits stay -inf (no 0 * inf NaN), out-of-range actions give NaN rather than a wrapped index.
+    np.testing.assert_array_equal(dist.log_prob(jnp.array([2, 1])), [dist.logits[0, 2], -jnp.inf])
+    assert np.isnan(dist.log_prob(jnp.array([3, 0]))[0]) and np.isnan(dist.log_prob(jnp.array([0, -1]))[1])
+    # The gradient is the one-hot minus the probabilities, with no NaN from the -inf logit.
+    grad = jax.grad(lambda l: categorical_from_logits(l).log_prob(jnp.array([2, 2])).sum())(logits)
+    np.testing.assert_allclose(grad, jnp.eye(3)[2] - dist.probs, atol=1e-6)
+    hlo = jax.jit(jax.grad(lambda l: categorical_from_logits(l).log_prob(jnp.array([2, 2])).sum())).lower(logits)
+    assert "scatter" not in hlo.as_text() and "gather" not in hlo.as_text()
+
+
 def test_diag_gaussian_by_hand():
     # Standard normal at x = 1, two dims: per dim -1/2 - 0 - log sqrt(2 pi) = -1.4189385;
     # entropy per dim 1/2 + log(2 pi)/2 = 1.4189385. With sigma = e, the log-density at

@@ -6,13 +6,14 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import optax
 from gymnax.environments import spaces
 
 from jaxrl_rollout import envs
 
 __all__ = [
     "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
-    "init_params_and_rollout", "make_network", "make_train_loop", "resolve_hparams", "setup",
+    "grad_norm", "init_params_and_rollout", "make_network", "make_train_loop", "resolve_hparams", "setup",
 ]
 
 NETWORKS = ("mlp", "cnn", "gru")
@@ -50,6 +51,17 @@ def make_network(network: str, action_dim: int, continuous: bool, hidden_sizes, 
     if network == "cnn":
         return networks.ActorCriticCNN(action_dim=action_dim)
     return networks.ActorCriticGRU(action_dim=action_dim, continuous=continuous, hidden_size=hidden_sizes[0])
+
+
+def grad_norm(opt_state: Any, grads: Any) -> jax.Array:
+    """The global gradient norm before clipping, for logging.
+
+    Read from the optimiser state's `total_norm` (what `optim.clip_grad_norm_torch`
+    keeps, torch's `clip_grad_norm_` return value) where there is one, so it is
+    not computed twice; otherwise computed from `grads`.
+    """
+    norm = optax.tree.get(opt_state, "total_norm", None)
+    return optax.tree.norm(grads) if norm is None else norm
 
 
 def explained_variance(values: jax.Array, returns: jax.Array) -> jax.Array:

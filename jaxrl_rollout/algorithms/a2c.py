@@ -120,7 +120,7 @@ def learn_batch(module, tx, params, opt_state, batch: dict, hp: A2CHParams):
     """One A2C gradient step (`_update_network`): returns (params, opt_state, parts with grad_norm)."""
     (loss, parts), grads = jax.value_and_grad(batch_loss, argnums=1, has_aux=True)(module, params, batch, hp)
     updates, opt_state = tx.update(grads, opt_state, params)
-    parts = dict(parts, loss=loss, grad_norm=optax.tree.norm(grads))
+    parts = dict(parts, loss=loss, grad_norm=_common.grad_norm(opt_state, grads))
     return optax.apply_updates(params, updates), opt_state, parts
 
 

@@ -188,7 +188,12 @@ def minibatch_loss(module, params, mb: dict, hp: PPOHParams, *, clip_value_loss=
 
 def learn_minibatches(module, tx, params, opt_state, data: dict, indices: jax.Array, hp: PPOHParams, *,
                       recurrent=False, clip_value_loss=True, normalize=True):
-    """All epochs and minibatches of one PPO update (CleanRL's inner loops), as one `lax.scan`.
+    """All epochs and minibatches of one PPO update (CleanRL's inner loops).
+
+    Each epoch gathers its rows once, in minibatch order, and then scans
+    over the contiguous minibatches, so no gradient step gathers from the
+    batch: the same rows in the same order as one gather per step, with
+    fewer and larger kernels (see BENCHMARKS.md, issue #14).
 
     Args:
       module: the network (or apply function).
@@ -196,32 +201,45 @@ def learn_minibatches(module, tx, params, opt_state, data: dict, indices: jax.Ar
       params, opt_state: before the update.
       data: feedforward: flat [N, ...] fields (see `minibatch_loss`);
         recurrent: [T, B, ...] fields plus `carry0` [B, ...].
-      indices: int [U, mb] rows (or [U, b] envs when recurrent), one row per
-        gradient step, e.g. epochs x minibatches flattened; pass a PyTorch
-        run's permutations to replay it.
+      indices: int [E, M, mb] rows (or [E, M, b] envs when recurrent): E
+        epochs of M minibatches, gathered one epoch at a time; or [U, mb]
+        (one row per gradient step), gathered at once. Pass a PyTorch run's
+        permutations to replay it.
       hp: hyperparameters.
 
     Returns:
-      (params, opt_state, parts) with parts [U] per step: the loss terms and
-      grad_norm (the global norm before clipping, as clip_grad_norm_ returns).
+      (params, opt_state, parts) with parts [E * M] (or [U]) per step: the
+      loss terms and grad_norm (the global norm before clipping, as
+      clip_grad_norm_ returns; read from the optimiser's `total_norm` state
+      where it keeps one).
     """
+    indices = jnp.asarray(indices)
+    if indices.ndim == 2:
+        indices = indices[None]
+    if indices.ndim != 3:
+        raise ValueError(f"indices must be int [E, M, mb] or [U, mb], got shape {indices.shape}.")
 
-    def step(carry, index):
+    def gather(index):
+        if not recurrent:
+            return batching.take(data, index)
+        mbs = batching.take_sequences({k: v for k, v in data.items() if k != "carry0"}, index)
+        mbs["carry0"] = jax.tree.map(lambda c: c[index], data["carry0"])
+        return mbs
+
+    def step(carry, mb):
         params, opt_state = carry
-        if recurrent:
-            mb = batching.take_sequences({k: v for k, v in data.items() if k != "carry0"}, index)
-            mb["carry0"] = jax.tree.map(lambda c: c[index], data["carry0"])
-        else:
-            mb = batching.take(data, index)
         (loss, parts), grads = jax.value_and_grad(minibatch_loss, argnums=1, has_aux=True)(
             module, params, mb, hp, clip_value_loss=clip_value_loss, normalize=normalize
         )
         updates, opt_state = tx.update(grads, opt_state, params)
-        parts = dict(parts, loss=loss, grad_norm=optax.tree.norm(grads))
+        parts = dict(parts, loss=loss, grad_norm=_common.grad_norm(opt_state, grads))
         return (optax.apply_updates(params, updates), opt_state), parts
 
-    (params, opt_state), parts = jax.lax.scan(step, (params, opt_state), indices)
-    return params, opt_state, parts
+    def epoch(carry, index):
+        return jax.lax.scan(step, carry, gather(index))
+
+    (params, opt_state), parts = jax.lax.scan(epoch, (params, opt_state), indices)
+    return params, opt_state, jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), parts)
 
 
 def make_optimizer(config: PPOConfig, hp: PPOHParams) -> optax.GradientTransformation:
@@ -287,8 +305,7 @@ def make_ppo(config: PPOConfig) -> PPO:
                 perm_key, config.batch_size, config.num_minibatches, config.update_epochs
             )
         params, opt_state, parts = learn_minibatches(
-            module, optimizer(hp), state.params, state.opt_state, data,
-            indices.reshape(config.updates_per_iteration, -1), hp, recurrent=config.recurrent,
+            module, optimizer(hp), state.params, state.opt_state, data, indices, hp, recurrent=config.recurrent,
             clip_value_loss=config.clip_value_loss, normalize=config.normalize_advantages,
         )
         parts = {k: v for k, v in parts.items() if k in PPOMetrics._fields}

@@ -1,0 +1,157 @@
+"""PPO against PureJaxRL's single-file ppo.py: run and compile time, alternated, as ratios from one run.
+
+Both sides train the reference CartPole-v1 config (4 envs x 128 steps, 5e5
+steps, 4 epochs x 4 minibatches, CleanRL's hyperparameters) with the same
+protocol as the anchor's `time_ppo.py`: `jax.jit(train)` (or
+`jax.jit(jax.vmap(train))` for S seeds) on `PRNGKey(30)` (split S ways), then
+`compile` = `.lower(args).compile()` (trace, lowering and XLA), `run1` and
+`run2` = two calls of the compiled function, each blocked until ready. The
+run time compared is run2 (caches warm on both sides).
+
+Each measurement is a fresh process, and the sides alternate within a round
+(order flipped every round), so load bursts hit both. Each ratio is the median
+of the per-round ratios ours / PureJaxRL's; below 1 means we are faster.
+
+PureJaxRL runs from `--purejaxrl-dir` (default `../shared/anchors/purejaxrl`,
+beside the repository) with `--purejaxrl-python` (default
+`/tmp/pjr_venv/bin/python`, the venv its README sets up). If either is
+missing, only our side is timed and the script says why.
+
+Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import _common
+
+DEFAULT_ANCHOR = os.path.join(os.path.dirname(_common.REPO_ROOT), "shared", "anchors", "purejaxrl")
+DEFAULT_PJR_PYTHON = "/tmp/pjr_venv/bin/python"
+TARGETS = {1: 0.9, 8: 0.85, 64: 0.85}  # run-time ratio targets (issue #14); compile <= 1.0
+LINE = re.compile(r"compile=([\d.]+)s run1=([\d.]+)s run2=([\d.]+)s mean_final_return=(-?[\d.]+|nan)")
+
+
+def child(num_seeds: int, total_steps: int) -> None:
+    """Our side of one measurement, printed in the anchor's line format."""
+    import jax
+    import numpy as np
+
+    from jaxrl_rollout.algorithms import ppo
+
+    train = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps))
+    fn = jax.jit(jax.vmap(train)) if num_seeds > 1 else jax.jit(train)
+    arg = jax.random.split(jax.random.PRNGKey(30), num_seeds) if num_seeds > 1 else jax.random.PRNGKey(30)
+    t0 = time.time()
+    compiled = fn.lower(arg).compile()
+    t1 = time.time()
+    jax.block_until_ready(compiled(arg))
+    t2 = time.time()
+    _, metrics = jax.block_until_ready(compiled(arg))
+    t3 = time.time()
+    final = float(np.nanmean(np.asarray(metrics.episode_return)[..., -10:]))
+    print(f"compile={t1 - t0:.2f}s run1={t2 - t1:.3f}s run2={t3 - t2:.3f}s mean_final_return={final:.1f}")
+
+
+def measure(cmd: list[str], cwd: str, timeout: float) -> dict:
+    """Runs one timing process and parses its line."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    match = LINE.search(proc.stdout)
+    if proc.returncode != 0 or match is None:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
+    compile_s, run1, run2, final = match.groups()
+    return {"compile_s": float(compile_s), "run1_s": float(run1), "run2_s": float(run2), "final_return": float(final),
+            "loadavg": _common.loadavg()}
+
+
+def anchor_problem(anchor_dir: str, python: str) -> str | None:
+    """Why PureJaxRL cannot be timed here, or None."""
+    if not os.path.isfile(os.path.join(anchor_dir, "time_ppo.py")):
+        return f"no PureJaxRL anchor at {anchor_dir} (time_ppo.py missing); pass --purejaxrl-dir"
+    if not os.access(python, os.X_OK):
+        return (f"no PureJaxRL interpreter at {python}; set up its venv as the anchor's README says, "
+                "or pass --purejaxrl-python")
+    return None
+
+
+def main(argv=None) -> dict:
+    p = _common.parser(__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=_common.int_list, default=[1, 8, 64], help="seed counts, one vmapped call each")
+    p.add_argument("--rounds", type=int, default=3, help="alternated rounds per seed count")
+    p.add_argument("--total-steps", type=int, default=500_000, help="env steps per seed (ours; the anchor's is 5e5)")
+    p.add_argument("--purejaxrl-dir", default=DEFAULT_ANCHOR)
+    p.add_argument("--purejaxrl-python", default=DEFAULT_PJR_PYTHON)
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per timing process")
+    p.add_argument("--child", type=int, metavar="SEEDS", help=argparse_suppress())
+    args = p.parse_args(argv)
+    if args.child is not None:
+        child(args.child, args.total_steps)
+        return {}
+
+    problem = anchor_problem(args.purejaxrl_dir, args.purejaxrl_python)
+    if problem:
+        print(f"PureJaxRL skipped: {problem}. Timing our side only.", file=sys.stderr)
+    machine = _common.machine_info()
+    ours_cmd = lambda s: [sys.executable, "-m", "benchmarks.vs_purejaxrl", "--child", str(s),  # noqa: E731
+                          "--total-steps", str(args.total_steps)]
+    pjr_cmd = lambda s: [args.purejaxrl_python, "time_ppo.py", str(s)]  # noqa: E731
+    results, rows = [], []
+    for seeds in args.seeds:
+        samples = {"ours": [], "purejaxrl": []}
+        for r in range(args.rounds):
+            sides = ["ours"] if problem else (["ours", "purejaxrl"] if r % 2 == 0 else ["purejaxrl", "ours"])
+            for side in sides:
+                cmd, cwd = (ours_cmd(seeds), _common.REPO_ROOT) if side == "ours" else (
+                    pjr_cmd(seeds), args.purejaxrl_dir)
+                samples[side].append(measure(cmd, cwd, args.timeout))
+                s = samples[side][-1]
+                print(f"seeds={seeds} round={r} {side}: compile {s['compile_s']:.2f} s, run2 {s['run2_s']:.3f} s, "
+                      f"return {s['final_return']:.1f}", file=sys.stderr)
+        result = {"seeds": seeds, "samples": samples}
+        med = lambda side, k: statistics.median(x[k] for x in samples[side])  # noqa: E731
+        if not problem:
+            run_ratios = [a["run2_s"] / b["run2_s"] for a, b in zip(samples["ours"], samples["purejaxrl"])]
+            compile_ratios = [a["compile_s"] / b["compile_s"] for a, b in zip(samples["ours"], samples["purejaxrl"])]
+            result.update(run_ratio=statistics.median(run_ratios), run_ratios=run_ratios,
+                          compile_ratio=statistics.median(compile_ratios), compile_ratios=compile_ratios)
+        results.append(result)
+        ratio_cells = ["n/a"] * 3 if problem else [
+            f"**{result['run_ratio']:.3f}** ({min(run_ratios):.2f}-{max(run_ratios):.2f})",
+            f"**{result['compile_ratio']:.3f}** ({min(compile_ratios):.2f}-{max(compile_ratios):.2f})",
+            f"run <= {TARGETS.get(seeds, 0.85)}, compile <= 1.0: "
+            + ("yes" if result["run_ratio"] <= TARGETS.get(seeds, 0.85) and result["compile_ratio"] <= 1.0 else "no"),
+        ]
+        pjr = ["n/a", "n/a", "n/a"] if problem else [
+            f"{med('purejaxrl', 'run2_s'):.2f} s", f"{med('purejaxrl', 'compile_s'):.2f} s",
+            f"{med('purejaxrl', 'final_return'):.1f}"]
+        rows.append([seeds, args.rounds, f"{med('ours', 'run2_s'):.2f} s", pjr[0], ratio_cells[0],
+                     f"{med('ours', 'compile_s'):.2f} s", pjr[1], ratio_cells[1],
+                     f"{med('ours', 'final_return'):.1f}", pjr[2], ratio_cells[2]])
+    table = _common.markdown_table(
+        ["seeds", "rounds", "run: ours", "run: PureJaxRL", "run ratio (range)", "compile: ours",
+         "compile: PureJaxRL", "compile ratio (range)", "final return: ours", "final return: PureJaxRL", "target"],
+        rows,
+    )
+    if problem:
+        table += f"\n\nPureJaxRL skipped: {problem}."
+    return _common.report("vs_purejaxrl", args, machine, results, table, _common.command_line())
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    main()
