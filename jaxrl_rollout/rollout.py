@@ -199,9 +199,12 @@ def rollout(
     After the scan one more policy call gives V of the last observation, so
     `next_value[t]` is V(obs[t + 1]) everywhere, except where the transition
     was truncated: there it is V(info["final_observation"]), the true next
-    state, computed by an extra value call (skipped under `lax.cond` when no
-    env truncated at that step). The values are those of `policy_fn`'s
-    `value` output; the action of those extra calls is discarded.
+    state. The final observations are kept during the scan and valued after
+    it in one policy call vmapped over the T steps (one batched critic pass
+    over all T * B of them), so the critic never runs inside the step loop for
+    them. The values are
+    those of `policy_fn`'s `value` output; the actions of these extra calls
+    are discarded.
 
     Recurrent policies: when `state.carry` is not None, `policy_fn` is called as
     `policy_fn(params, obs, key, carry) -> (PolicyOutput, new_carry)` and the
@@ -259,18 +262,6 @@ def rollout(
         ep_return = state.episode_return + reward
         ep_length = state.episode_length + 1
 
-        if bootstrap_truncated:
-            no_reset = jnp.zeros_like(state.first)
-            final_key = jax.random.fold_in(policy_key, 1)
-            final_value = jax.lax.cond(
-                jnp.any(truncated),
-                lambda: value(final_obs, final_key, new_carry, no_reset).astype(out.value.dtype),
-                lambda: jnp.zeros_like(out.value),
-            )
-            truncation_value = jnp.where(truncated, final_value, jnp.zeros_like(final_value))
-        else:
-            truncation_value = jnp.zeros_like(out.value)
-
         record = Trajectory(
             obs=policy_obs,
             action=out.action,
@@ -281,8 +272,7 @@ def rollout(
             first=state.first,
             log_prob=out.log_prob,
             value=out.value,
-            # Holds V(final_observation) until the scan is over; see below.
-            next_value=truncation_value,
+            next_value=jnp.zeros_like(out.value),  # filled in after the scan
             completed_return=jnp.where(done, ep_return, 0.0),
             completed_length=jnp.where(done, ep_length, 0),
             carry=state.carry,
@@ -297,17 +287,37 @@ def rollout(
             key=key,
             obs_rms=obs_rms,
         )
-        return next_state, record
+        # The true final observations, valued in one batched call after the scan.
+        return next_state, (record, final_obs if bootstrap_truncated else None)
 
-    state, traj = jax.lax.scan(step, state, None, length=num_steps)
+    state, (traj, final_obs) = jax.lax.scan(step, state, None, length=num_steps)
 
     # The bootstrap key is derived without advancing state.key, so two rollouts
     # of T steps draw the same actions as one rollout of 2T steps.
     last_value = value(seen(state.obs, state.obs_rms), jax.random.fold_in(state.key, 2), state.carry, state.first)
     following = jnp.concatenate([traj.value[1:], last_value[None].astype(traj.value.dtype)])
     if bootstrap_truncated:
-        following = jnp.where(traj.truncated, traj.next_value, following)
+        final_value = _final_values(value, final_obs, traj.carry, state.carry, jax.random.fold_in(state.key, 3))
+        following = jnp.where(traj.truncated, final_value.astype(traj.value.dtype), following)
     return state, traj._replace(next_value=following)
+
+
+def _final_values(value, final_obs: PyTree, carries: PyTree, last_carry: PyTree, key: jax.Array) -> jax.Array:
+    """V(final_obs[t]) for every step and env [T, B], in one policy call vmapped over the T steps.
+
+    The policy still sees [B] batches (so per-env closures keep working), and
+    XLA runs the critic as one batched matmul over all T * B observations. A
+    recurrent policy values final_obs[t] with the carry it produced at step t
+    (the carry that continues the finished episode): `carries[t + 1]`, and
+    `last_carry` for the last step; no carry is reset. This replaces a
+    per-step `lax.cond`, which under `vmap` becomes a select that runs the
+    critic at every step anyway.
+    """
+    if last_carry is None:
+        return jax.vmap(lambda obs: value(obs, key, None, None))(final_obs)
+    following = jax.tree.map(lambda seq, last: jnp.concatenate([seq[1:], last[None]]), carries, last_carry)
+    no_reset = jnp.zeros(jnp.shape(jax.tree.leaves(last_carry)[0])[:1], dtype=bool)
+    return jax.vmap(lambda obs, carry: value(obs, key, carry, no_reset))(final_obs, following)
 
 
 def evaluate(
