@@ -159,9 +159,19 @@ def _value(policy_fn, params, obs, key, carry, first, batch_size, space) -> jax.
     return out.value
 
 
-def _env_step(env, env_params, key, env_state, action, batch_size):
-    """Steps every env once; returns (obs, state, reward f32, terminated, truncated, final_obs)."""
-    keys = jax.random.split(key, batch_size)
+def _step_keys(key: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(next key, policy key, env keys [B]) for one step, from one split of `key`.
+
+    One threefry hash per step instead of two (a split into three, then the
+    env key into B): on CPU each hash is a loop of about 80 small kernels, a
+    large share of a small-batch rollout step.
+    """
+    keys = jax.random.split(key, batch_size + 2)
+    return keys[0], keys[1], keys[2:]
+
+
+def _env_step(env, env_params, keys, env_state, action, batch_size):
+    """Steps every env once with its key (`keys` [B]); returns (obs, state, reward f32, terminated, truncated, final_obs)."""
     result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
     obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env)
     for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
@@ -249,11 +259,11 @@ def rollout(
     seen = lambda obs, rms: normalization.normalize(rms, obs, obs_clip, obs_epsilon) if normalizing else obs  # noqa: E731
 
     def step(state: RolloutState, _):
-        key, policy_key, env_key = jax.random.split(state.key, 3)
+        key, policy_key, env_keys = _step_keys(state.key, batch_size)
         policy_obs = seen(state.obs, state.obs_rms)
         out, new_carry = act(policy_obs, policy_key, state.carry, state.first)
         obs, env_state, reward, terminated, truncated, final_obs = _env_step(
-            env, env_params, env_key, state.env_state, out.action, batch_size
+            env, env_params, env_keys, state.env_state, out.action, batch_size
         )
         obs_rms = normalization.rms_update(state.obs_rms, obs) if normalizing else None
         final_obs = seen(final_obs, obs_rms)
@@ -297,7 +307,12 @@ def rollout(
     last_value = value(seen(state.obs, state.obs_rms), jax.random.fold_in(state.key, 2), state.carry, state.first)
     following = jnp.concatenate([traj.value[1:], last_value[None].astype(traj.value.dtype)])
     if bootstrap_truncated:
-        final_value = _final_values(value, final_obs, traj.carry, state.carry, jax.random.fold_in(state.key, 3))
+        # Under jit this inlines; called eagerly it still runs as one XLA program, so an
+        # eager rollout fuses (and rounds) these values exactly as a jitted one does.
+        final_values = jax.jit(lambda params, *args: _final_values(
+            lambda obs, key, carry, first: _value(policy_fn, params, obs, key, carry, first, batch_size, space), *args
+        ))
+        final_value = final_values(params, final_obs, traj.carry, state.carry, jax.random.fold_in(state.key, 3))
         following = jnp.where(traj.truncated, final_value.astype(traj.value.dtype), following)
     return state, traj._replace(next_value=following)
 
@@ -378,12 +393,12 @@ def evaluate(
 
     def body(loop):
         state, active, t = loop
-        key, policy_key, env_key = jax.random.split(state.key, 3)
+        key, policy_key, env_keys = _step_keys(state.key, num_episodes)
         out, carry = _act(
             policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space
         )
         obs, env_state, reward, terminated, truncated, _ = _env_step(
-            env, env_params, env_key, state.env_state, out.action, num_episodes
+            env, env_params, env_keys, state.env_state, out.action, num_episodes
         )
         done = terminated | truncated
         state = RolloutState(

@@ -163,7 +163,7 @@ def generate_episodes(
         key, policy_key, env_key, reset_key = jax.random.split(key, 4)
         out, _ = _act(policy_fn, params, obs, policy_key, None, None, batch_size, space)
         next_obs, next_env_state, reward, terminated, truncated, _ = _env_step(
-            env, env_params, env_key, env_state, out.action, batch_size
+            env, env_params, jax.random.split(env_key, batch_size), env_state, out.action, batch_size
         )
         done = terminated | truncated
         # The env loop breaks once the count reaches num_episodes: env i is reset

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout.rollout import _act, _batch_where, _env_step, _resolve_params, reset_carry
+from jaxrl_rollout.rollout import _act, _batch_where, _env_step, _resolve_params, _step_keys, reset_carry
 from jaxrl_rollout.types import PolicyOutput
 
 __all__ = ["Context", "Fragment", "collect", "context", "evaluate", "gae", "returns"]
@@ -164,10 +164,10 @@ def _advance(ctx, t, react, env, env_params, batch_size, *, freeze_finished, res
       hx zeroed (`collect`); otherwise it keeps its terminal observation and hx
       (`evaluate`).
     """
-    key, policy_key, env_key = jax.random.split(ctx.key, 3)
+    key, policy_key, env_keys = _step_keys(ctx.key, batch_size)
     out, hx = react(ctx, policy_key)
     obs, env_state, rew, terminated, truncated, final_obs = _env_step(
-        env, env_params, env_key, ctx.env_state, out.action, batch_size
+        env, env_params, env_keys, ctx.env_state, out.action, batch_size
     )
     fin = terminated | truncated
     frozen = ctx.fin & (t > 0) if freeze_finished else jnp.zeros_like(fin)
