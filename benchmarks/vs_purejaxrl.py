@@ -22,7 +22,7 @@ Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3]
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
 import re
 import statistics
@@ -62,16 +62,36 @@ def child(num_seeds: int, total_steps: int) -> None:
     print(f"compile={t1 - t0:.2f}s run1={t2 - t1:.3f}s run2={t3 - t2:.3f}s mean_final_return={final:.1f}")
 
 
-def measure(cmd: list[str], cwd: str, timeout: float) -> dict:
-    """Runs one timing process and parses its line."""
+def measure(cmd: list[str], cwd: str, timeout: float, retries: int) -> dict:
+    """Runs one timing process and parses its line.
+
+    A process that outlives `timeout` is killed and run again, up to `retries`
+    times: PureJaxRL's flax orthogonal init (LAPACK QR under vmap) can
+    deadlock XLA's CPU pool on 2 cores (its README says so). The record counts
+    the retries.
+    """
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    for attempt in range(retries + 1):
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+            break
+        except subprocess.TimeoutExpired:
+            print(f"{' '.join(cmd)}: no result after {timeout:.0f} s (attempt {attempt + 1}), killed", file=sys.stderr)
+    else:
+        raise RuntimeError(f"{' '.join(cmd)} timed out {retries + 1} times")
     match = LINE.search(proc.stdout)
     if proc.returncode != 0 or match is None:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
     compile_s, run1, run2, final = match.groups()
     return {"compile_s": float(compile_s), "run1_s": float(run1), "run2_s": float(run2), "final_return": float(final),
-            "loadavg": _common.loadavg()}
+            "loadavg": _common.loadavg(), "retries": attempt}
+
+
+def rounds_arg(text: str) -> dict:
+    """'3' -> {None: 3}; '1:5,8:3' -> {1: 5, 8: 3} (for argparse)."""
+    if ":" not in text:
+        return {None: int(text)}
+    return {int(k): int(v) for k, v in (item.split(":") for item in text.split(",") if item)}
 
 
 def anchor_problem(anchor_dir: str, python: str) -> str | None:
@@ -87,18 +107,26 @@ def anchor_problem(anchor_dir: str, python: str) -> str | None:
 def main(argv=None) -> dict:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=_common.int_list, default=[1, 8, 64], help="seed counts, one vmapped call each")
-    p.add_argument("--rounds", type=int, default=3, help="alternated rounds per seed count")
+    p.add_argument("--rounds", type=rounds_arg, default="1:5,8:3,64:1",
+                   help="alternated rounds: one int for every seed count, or SEEDS:ROUNDS pairs (default 1:5,8:3,64:1; "
+                   "a 64-seed round takes about 20 min here)")
+    p.add_argument("--no-purejaxrl", action="store_true", help="time our side only (e.g. with a short --total-steps)")
     p.add_argument("--total-steps", type=int, default=500_000, help="env steps per seed (ours; the anchor's is 5e5)")
     p.add_argument("--purejaxrl-dir", default=DEFAULT_ANCHOR)
     p.add_argument("--purejaxrl-python", default=DEFAULT_PJR_PYTHON)
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per timing process")
-    p.add_argument("--child", type=int, metavar="SEEDS", help=argparse_suppress())
+    p.add_argument("--timeout", type=float, help="seconds per timing process before it is killed and retried "
+                   "(default 180 + 12 s per seed)")
+    p.add_argument("--retries", type=int, default=2, help="reruns of a timed-out process")
+    p.add_argument("--child", type=int, metavar="SEEDS", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child is not None:
         child(args.child, args.total_steps)
         return {}
 
-    problem = anchor_problem(args.purejaxrl_dir, args.purejaxrl_python)
+    import jax  # for the machine record only (version, backend); the timing runs in fresh processes
+
+    del jax
+    problem = "--no-purejaxrl" if args.no_purejaxrl else anchor_problem(args.purejaxrl_dir, args.purejaxrl_python)
     if problem:
         print(f"PureJaxRL skipped: {problem}. Timing our side only.", file=sys.stderr)
     machine = _common.machine_info()
@@ -108,12 +136,14 @@ def main(argv=None) -> dict:
     results, rows = [], []
     for seeds in args.seeds:
         samples = {"ours": [], "purejaxrl": []}
-        for r in range(args.rounds):
+        rounds = args.rounds.get(seeds, args.rounds.get(None, 1))
+        for r in range(rounds):
             sides = ["ours"] if problem else (["ours", "purejaxrl"] if r % 2 == 0 else ["purejaxrl", "ours"])
             for side in sides:
                 cmd, cwd = (ours_cmd(seeds), _common.REPO_ROOT) if side == "ours" else (
                     pjr_cmd(seeds), args.purejaxrl_dir)
-                samples[side].append(measure(cmd, cwd, args.timeout))
+                timeout = args.timeout or 180.0 + 12.0 * seeds * args.total_steps / 500_000
+                samples[side].append(measure(cmd, cwd, timeout, args.retries))
                 s = samples[side][-1]
                 print(f"seeds={seeds} round={r} {side}: compile {s['compile_s']:.2f} s, run2 {s['run2_s']:.3f} s, "
                       f"return {s['final_return']:.1f}", file=sys.stderr)
@@ -134,7 +164,7 @@ def main(argv=None) -> dict:
         pjr = ["n/a", "n/a", "n/a"] if problem else [
             f"{med('purejaxrl', 'run2_s'):.2f} s", f"{med('purejaxrl', 'compile_s'):.2f} s",
             f"{med('purejaxrl', 'final_return'):.1f}"]
-        rows.append([seeds, args.rounds, f"{med('ours', 'run2_s'):.2f} s", pjr[0], ratio_cells[0],
+        rows.append([seeds, rounds, f"{med('ours', 'run2_s'):.2f} s", pjr[0], ratio_cells[0],
                      f"{med('ours', 'compile_s'):.2f} s", pjr[1], ratio_cells[1],
                      f"{med('ours', 'final_return'):.1f}", pjr[2], ratio_cells[2]])
     table = _common.markdown_table(
@@ -145,12 +175,6 @@ def main(argv=None) -> dict:
     if problem:
         table += f"\n\nPureJaxRL skipped: {problem}."
     return _common.report("vs_purejaxrl", args, machine, results, table, _common.command_line())
-
-
-def argparse_suppress():
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":
