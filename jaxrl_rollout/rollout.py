@@ -24,6 +24,13 @@ from jaxrl_rollout.types import EvalResult, PyTree, RolloutState, Trajectory
 
 __all__ = ["evaluate", "reset_carry", "rollout", "rollout_init"]
 
+# Up to this many T * B rows, a rollout values the truncated final observations
+# in one batched call after the scan (cheap per-step overhead for small batches;
+# costs the [T, B] final observations and one critic pass's activations over
+# them). Above it, each step values them under a `lax.cond`, whose memory is
+# one step's worth and whose per-step overhead large batches hide.
+BATCHED_FINAL_VALUE_ROWS = 2048
+
 
 def _batch_where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
     """`where(mask[b], x[b], y[b])` on every leaf of two pytrees batched [B, ...]."""
@@ -209,10 +216,13 @@ def rollout(
     After the scan one more policy call gives V of the last observation, so
     `next_value[t]` is V(obs[t + 1]) everywhere, except where the transition
     was truncated: there it is V(info["final_observation"]), the true next
-    state. The final observations are kept during the scan and valued after
-    it in one policy call vmapped over the T steps (one batched critic pass
-    over all T * B of them), so the critic never runs inside the step loop for
-    them. The values are
+    state. For T * B <= `BATCHED_FINAL_VALUE_ROWS` (2048) the final
+    observations are kept during the scan and valued after it in one policy
+    call vmapped over the T steps (one batched critic pass over all of them,
+    which saves per-step kernels, most of all under `vmap`, where a
+    conditional call becomes an unconditional one); for larger rollouts each
+    step values them under a `lax.cond`, skipped when no env truncated, so the
+    memory stays one step's worth. The values are
     those of `policy_fn`'s `value` output; the actions of these extra calls
     are discarded.
 
@@ -255,6 +265,7 @@ def rollout(
     value = lambda obs, key, carry, first: _value(  # noqa: E731
         policy_fn, params, obs, key, carry, first, batch_size, space
     )
+    batched_final_values = bootstrap_truncated and num_steps * batch_size <= BATCHED_FINAL_VALUE_ROWS
     normalizing = state.obs_rms is not None
     seen = lambda obs, rms: normalization.normalize(rms, obs, obs_clip, obs_epsilon) if normalizing else obs  # noqa: E731
 
@@ -272,6 +283,16 @@ def rollout(
         ep_return = state.episode_return + reward
         ep_length = state.episode_length + 1
 
+        if bootstrap_truncated and not batched_final_values:
+            final_value = jax.lax.cond(
+                jnp.any(truncated),
+                lambda: value(final_obs, jax.random.fold_in(policy_key, 1), new_carry, jnp.zeros_like(done)),
+                lambda: jnp.zeros_like(out.value),
+            )
+            step_final_value = jnp.where(truncated, final_value.astype(out.value.dtype), jnp.zeros_like(out.value))
+        else:
+            step_final_value = jnp.zeros_like(out.value)  # batched after the scan, or not needed
+
         record = Trajectory(
             obs=policy_obs,
             action=out.action,
@@ -282,7 +303,7 @@ def rollout(
             first=state.first,
             log_prob=out.log_prob,
             value=out.value,
-            next_value=jnp.zeros_like(out.value),  # filled in after the scan
+            next_value=step_final_value,  # V(final observation) where truncated; completed after the scan
             completed_return=jnp.where(done, ep_return, 0.0),
             completed_length=jnp.where(done, ep_length, 0),
             carry=state.carry,
@@ -298,7 +319,7 @@ def rollout(
             obs_rms=obs_rms,
         )
         # The true final observations, valued in one batched call after the scan.
-        return next_state, (record, final_obs if bootstrap_truncated else None)
+        return next_state, (record, final_obs if batched_final_values else None)
 
     state, (traj, final_obs) = jax.lax.scan(step, state, None, length=num_steps)
 
@@ -306,7 +327,7 @@ def rollout(
     # of T steps draw the same actions as one rollout of 2T steps.
     last_value = value(seen(state.obs, state.obs_rms), jax.random.fold_in(state.key, 2), state.carry, state.first)
     following = jnp.concatenate([traj.value[1:], last_value[None].astype(traj.value.dtype)])
-    if bootstrap_truncated:
+    if batched_final_values:
         # Under jit this inlines; called eagerly it still runs as one XLA program, so an
         # eager rollout fuses (and rounds) these values exactly as a jitted one does.
         final_values = jax.jit(lambda params, *args: _final_values(
@@ -314,6 +335,8 @@ def rollout(
         ))
         final_value = final_values(params, final_obs, traj.carry, state.carry, jax.random.fold_in(state.key, 3))
         following = jnp.where(traj.truncated, final_value.astype(traj.value.dtype), following)
+    elif bootstrap_truncated:
+        following = jnp.where(traj.truncated, traj.next_value, following)
     return state, traj._replace(next_value=following)
 
 

@@ -183,6 +183,26 @@ def test_jit_and_eager_agree_exactly():
         np.testing.assert_array_equal(getattr(jitted[1], name), getattr(eager[1], name))
 
 
+def test_two_rollouts_of_t_steps_sample_what_one_of_2t_steps_samples():
+    """The rollout key is a chain advanced once per step (one split gives the next, policy and env keys)."""
+    env, env_params, policy_fn, params = cartpole()
+
+    @jax.jit
+    def halves_and_whole(key):
+        state = jr.rollout_init(key, env, env_params, 4)
+        mid, first = jr.rollout(env, env_params, policy_fn, params, state, 40)
+        end, second = jr.rollout(env, env_params, policy_fn, params, mid, 40)
+        whole_end, whole = jr.rollout(env, env_params, policy_fn, params, state, 80)
+        return first, second, end, whole, whole_end
+
+    first, second, end, whole, whole_end = halves_and_whole(jax.random.key(8))
+    assert int(whole.done.sum()) > 0  # episodes end (and auto-reset with env keys) inside the window
+    for name in ("obs", "action", "reward", "done", "first", "log_prob", "value"):
+        joined = np.concatenate([getattr(first, name), getattr(second, name)])
+        np.testing.assert_array_equal(joined, getattr(whole, name), err_msg=name)
+    np.testing.assert_array_equal(_data(end.key), _data(whole_end.key))
+
+
 def test_vmap_over_keys_equals_a_loop_of_single_runs():
     keys = jax.random.split(jax.random.key(6), 3)
     batched = jax.jit(jax.vmap(cartpole_run))(keys)
@@ -250,3 +270,33 @@ def test_termination_on_the_time_limit_step_counts_as_terminated_only():
     # No bootstrap from the final observation for the terminated env.
     np.testing.assert_allclose(traj.next_value[4, 0], traj.value[5, 0], rtol=1e-6)
     assert float(traj.next_value[4, 1]) != pytest.approx(float(traj.value[5, 1]))
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_batched_and_per_step_final_values_agree(monkeypatch, recurrent):
+    """Small rollouts value final observations after the scan, large ones per step: the same next_value."""
+    import importlib
+
+    from tests.toy_envs import counting_recurrent_policy
+
+    rollout_module = importlib.import_module("jaxrl_rollout.rollout")  # the package exports the function by that name
+
+    env = CountingEnv()
+    params = env.default_params
+
+    def run():
+        carry = jnp.full((B, 1), 7.0) if recurrent else None
+        state = jr.rollout_init(jax.random.key(0), env, params, B, initial_carry=carry)
+        policy = counting_recurrent_policy(TERM_AT) if recurrent else scripted_policy(TERM_AT)
+        return jax.jit(lambda s: jr.rollout(env, params, policy, None, s, 12))(state)
+
+    assert 12 * B <= rollout_module.BATCHED_FINAL_VALUE_ROWS
+    _, batched = run()
+    monkeypatch.setattr(rollout_module, "BATCHED_FINAL_VALUE_ROWS", 0)
+    _, per_step = run()
+    assert int(batched.truncated.sum()) == 2  # env 1 at t = 4 and 9
+    truncated = np.asarray(batched.truncated)
+    # The final observation's value differs from the reset observation's, so the path matters.
+    assert not np.array_equal(np.asarray(batched.next_value)[truncated],
+                              np.concatenate([np.asarray(batched.value[1:]), [[0, 0]]])[truncated])
+    jax.tree.map(np.testing.assert_array_equal, batched, per_step)
