@@ -37,6 +37,7 @@ BENCHMARKS = {
     "speedup": ([], ["--total-steps", "4096"]),
     "torch_ppo_baseline": ([], ["--total-steps", "4096"]),
     "vs_purejaxrl": ([], ["--seeds", "1", "--rounds", "1", "--total-steps", "4096", "--no-purejaxrl"]),
+    "seed_memory": ([], ["--budget-gib", "1", "--start", "16", "--no-purejaxrl"]),
 }
 # speedup already runs the baseline once; run it alone only when asked. vs_purejaxrl takes about
 # an hour with its 64-seed round, so it too runs only when named (--only vs_purejaxrl), except in --quick.

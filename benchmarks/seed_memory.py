@@ -90,6 +90,7 @@ def main(argv=None) -> dict:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--budget-gib", type=float, default=8.0)
     p.add_argument("--start", type=int, default=64, help="first seed count probed; doubled until it no longer fits")
+    p.add_argument("--no-purejaxrl", action="store_true", help="bisect our side only")
     p.add_argument("--purejaxrl-dir", default=DEFAULT_ANCHOR)
     p.add_argument("--purejaxrl-python", default=DEFAULT_PJR_PYTHON)
     p.add_argument("--child", choices=("ours", "purejaxrl"), help=argparse.SUPPRESS)
@@ -102,7 +103,7 @@ def main(argv=None) -> dict:
 
     del jax
     machine = _common.machine_info()
-    problem = anchor_problem(args.purejaxrl_dir, args.purejaxrl_python)
+    problem = "--no-purejaxrl" if args.no_purejaxrl else anchor_problem(args.purejaxrl_dir, args.purejaxrl_python)
     if problem:
         print(f"PureJaxRL skipped: {problem}.", file=sys.stderr)
     env = dict(os.environ, JAX_PLATFORMS="cpu")

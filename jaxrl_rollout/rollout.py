@@ -178,7 +178,11 @@ def _step_keys(key: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array, j
 
 
 def _env_step(env, env_params, keys, env_state, action, batch_size):
-    """Steps every env once with its key (`keys` [B]); returns (obs, state, reward f32, terminated, truncated, final_obs)."""
+    """Steps every env once with its key (`keys` [B]).
+
+    Returns:
+      (obs, state, reward f32, terminated, truncated, final_obs).
+    """
     result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
     obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env)
     for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
@@ -222,9 +226,8 @@ def rollout(
     which saves per-step kernels, most of all under `vmap`, where a
     conditional call becomes an unconditional one); for larger rollouts each
     step values them under a `lax.cond`, skipped when no env truncated, so the
-    memory stays one step's worth. The values are
-    those of `policy_fn`'s `value` output; the actions of these extra calls
-    are discarded.
+    memory stays one step's worth. The values are those of `policy_fn`'s
+    `value` output; the actions of these extra calls are discarded.
 
     Recurrent policies: when `state.carry` is not None, `policy_fn` is called as
     `policy_fn(params, obs, key, carry) -> (PolicyOutput, new_carry)` and the
@@ -286,10 +289,12 @@ def rollout(
         if bootstrap_truncated and not batched_final_values:
             final_value = jax.lax.cond(
                 jnp.any(truncated),
-                lambda: value(final_obs, jax.random.fold_in(policy_key, 1), new_carry, jnp.zeros_like(done)),
+                lambda: value(final_obs, jax.random.fold_in(policy_key, 1), new_carry, jnp.zeros_like(done)).astype(
+                    out.value.dtype
+                ),
                 lambda: jnp.zeros_like(out.value),
             )
-            step_final_value = jnp.where(truncated, final_value.astype(out.value.dtype), jnp.zeros_like(out.value))
+            step_final_value = jnp.where(truncated, final_value, jnp.zeros_like(out.value))
         else:
             step_final_value = jnp.zeros_like(out.value)  # batched after the scan, or not needed
 
