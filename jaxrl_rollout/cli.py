@@ -225,7 +225,7 @@ def _prepare_folder(args, given: dict):
         folder = pathlib.Path(args.out)
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        folder = pathlib.Path("runs") / f"{spec.algo}-{spec.config.env_id}-{stamp}"
+        folder = pathlib.Path("runs") / f"{spec.algo}-{spec.config.env_id.replace('/', '-')}-{stamp}"
     if folder.exists():
         if not folder.is_dir():
             raise ValueError(f"--out {folder} is a file, not a folder.")
@@ -250,13 +250,13 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
     import numpy as np
 
     import jaxrl_rollout as jr
-    from jaxrl_rollout.runner import make_algorithm
+    from jaxrl_rollout.runner import make_algorithm, over_runs
 
-    algorithm = make_algorithm(spec)
+    algorithm = make_algorithm(spec)  # a host env gets a fresh host env here, apart from training's
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
-    run = jax.jit(jax.vmap(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
-                                                    num_episodes).returns))
-    params = jax.vmap(algorithm.policy_params)(state)  # with observation normalisation: (obs_rms, params)
+    run = jax.jit(over_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
+                                                     num_episodes).returns, algorithm.env))
+    params = over_runs(algorithm.policy_params, algorithm.env)(state)  # with observation normalisation: (obs_rms, params)
     return np.asarray(run(params, jax.random.split(key, spec.num_runs)))
 
 
@@ -330,11 +330,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import jax
 
     from jaxrl_rollout import checkpoint, report
-    from jaxrl_rollout.runner import make_algorithm, read_spec
+    from jaxrl_rollout.runner import make_algorithm, over_runs, read_spec
 
     spec = read_spec(args.folder)
     algorithm = make_algorithm(spec)
-    template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
+    template = jax.eval_shape(over_runs(algorithm.init, algorithm.env), spec.run_keys(), spec.run_hparams())
     state, _, manifest = checkpoint.load(args.folder, template)
     chunks_done, chunks = manifest["meta"]["chunks_done"], len(spec.chunk_lengths)
     key = jax.random.key(args.seed)

@@ -4,7 +4,11 @@ The env protocol is gymnax 1.0's `Environment`: `reset(key, params)` and
 `step(key, state, action, params) -> (obs, state, reward, terminated,
 truncated, info)` with same-step auto-reset and the pre-reset observation in
 `info["final_observation"]`. Any object with those two methods and an
-`action_space(params)` works, with no wrapper.
+`action_space(params)` works, with no wrapper. The rollout vmaps `reset` and
+`step` over its B envs itself; an env that steps all B at once (a host env
+such as `jaxrl_rollout.envs.gymnasium`'s, stepped through `io_callback`) says
+so with a class attribute `vectorized = True` and then gets keys [B], the
+batched state and the actions [B] directly.
 
 Everything here is a pure function of its inputs: call it eagerly, inside your
 own `jax.jit`, or under `jax.vmap` over keys or params. `env`, `policy_fn` and
@@ -78,14 +82,33 @@ def _resolve_params(env: Any, env_params: Any) -> Any:
     return env_params
 
 
-def _check_env(env: Any, env_params: Any, key: jax.Array) -> None:
-    """Traces one reset and step of a single env to check the step protocol."""
+def _vectorized(env: Any) -> bool:
+    """True for an env that resets and steps its B copies in one call (`vectorized = True`)."""
+    return getattr(env, "vectorized", False) is True
+
+
+def _env_reset(env: Any, keys: jax.Array, env_params: Any) -> tuple[PyTree, PyTree]:
+    """Resets B envs, env i with `keys[i]`: (obs [B, ...], state)."""
+    if _vectorized(env):
+        return env.reset(keys, env_params)
+    return jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+
+
+def _check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
+    """Traces one reset and step (no env runs) to check the step protocol."""
 
     def one_step(key, env_params):
         _, state = env.reset(key, env_params)
         action = env.action_space(env_params).sample(key)
         return env.step(key, state, action, env_params)
 
+    if _vectorized(env):
+        keys = jax.random.split(key, num_envs)
+        sample = jax.vmap(env.action_space(env_params).sample)
+        one_step = lambda keys, env_params: env.step(  # noqa: E731
+            keys, env.reset(keys, env_params)[1], sample(keys), env_params
+        )
+        key = keys
     _checks.unpack_step(jax.eval_shape(one_step, key, env_params), env)
 
 
@@ -121,12 +144,10 @@ def rollout_init(
     num_envs = _checks.check_positive_int("num_envs", num_envs)
     env_params = _resolve_params(env, env_params)
     reset_key, key = jax.random.split(key)
-    _check_env(env, env_params, reset_key)
+    _check_env(env, env_params, reset_key, num_envs)
     if initial_carry is not None:
         _checks.check_carry(initial_carry, num_envs)
-    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
-        jax.random.split(reset_key, num_envs), env_params
-    )
+    obs, env_state = _env_reset(env, jax.random.split(reset_key, num_envs), env_params)
     obs_rms = None
     if normalize_observations:
         if not isinstance(obs, jax.Array) or not jnp.issubdtype(obs.dtype, jnp.number):
@@ -183,7 +204,10 @@ def _env_step(env, env_params, keys, env_state, action, batch_size):
     Returns:
       (obs, state, reward f32, terminated, truncated, final_obs).
     """
-    result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
+    if _vectorized(env):
+        result = env.step(keys, env_state, action, env_params)
+    else:
+        result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
     obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env)
     for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
         if jnp.shape(x) != (batch_size,):

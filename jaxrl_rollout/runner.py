@@ -32,9 +32,10 @@ import math
 import pathlib
 import sys
 import time
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -213,17 +214,37 @@ def choose_devices(group_sizes: Sequence[int], requested: Optional[int] = None) 
 _COMPILED: dict = {}
 
 
+def host_env(env: Any) -> bool:
+    """True for a vectorized host env (gymnasium, envpool): one run per process, never vmapped."""
+    return getattr(env, "vectorized", False) is True
+
+
+def over_runs(fn: Callable, env: Any) -> Callable:
+    """`jax.vmap(fn)` over the leading runs axis; for a host env (one run) a squeeze and re-stack instead."""
+    if not host_env(env):
+        return jax.vmap(fn)
+
+    def one_run(*args):
+        sizes = {jnp.shape(x)[0] for x in jax.tree.leaves(args)}
+        if sizes != {1}:
+            raise ValueError(f"a host env runs one run at a time, got runs axes of sizes {sorted(sizes)}.")
+        out = fn(*jax.tree.map(lambda x: x[0], args))
+        return jax.tree.map(lambda x: jnp.asarray(x)[None], out)
+
+    return one_run
+
+
 def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, sharding: NamedSharding, args):
     """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process."""
     cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat))
     if cache_key not in _COMPILED:
         if kind == "init":
-            fn = jax.vmap(algorithm.init)
+            fn = over_runs(algorithm.init, algorithm.env)
         else:
             def chunk(state, hparams):
                 return jax.lax.scan(lambda s, _: algorithm.update(s, hparams), state, None, length=length)
 
-            fn = jax.vmap(chunk)
+            fn = over_runs(chunk, algorithm.env)
         jitted = jax.jit(fn, in_shardings=(sharding, sharding), out_shardings=sharding)
         _COMPILED[cache_key] = jitted.lower(*args).compile()
     return _COMPILED[cache_key]
@@ -296,6 +317,17 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     if resume and folder is None:
         raise ValueError("resume needs the folder of the run to continue.")
     algorithm = make_algorithm(spec)
+    if host_env(algorithm.env):
+        if spec.num_runs != 1:
+            raise ValueError(
+                f"{spec.config.env_id} is a host env (stepped in Python through io_callback), which cannot be "
+                f"vmapped: train one run per process (seeds=1 and no grid), not {spec.num_runs} runs."
+            )
+        if resume:
+            raise ValueError(
+                f"{spec.config.env_id} is a host env whose state lives in Python, outside the checkpoint: "
+                "its runs cannot be resumed; start the run again."
+            )
     groups = spec.groups
     mesh = Mesh(np.asarray(choose_devices([b - a for a, b in groups], devices)), ("runs",))
     sharding = NamedSharding(mesh, PartitionSpec("runs"))
@@ -310,7 +342,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     compile_start = time.perf_counter()
     states = None
     if resume:
-        template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
+        template = jax.eval_shape(over_runs(algorithm.init, algorithm.env), keys, hparams)
         host_state, extras, manifest = checkpoint.load(folder, template)
         chunks_done = manifest["meta"]["chunks_done"]
         states = [take(host_state, a, b) for a, b in groups]

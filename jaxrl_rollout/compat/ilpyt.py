@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxrl_rollout import _checks
 from jaxrl_rollout.advantages import discounted_returns
-from jaxrl_rollout.rollout import _act, _batch_where, _env_step, _resolve_params, rollout
+from jaxrl_rollout.rollout import _act, _batch_where, _env_step, _resolve_params, _vectorized, rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = [
@@ -152,6 +152,11 @@ def generate_episodes(
     if state.carry is not None:
         raise ValueError("generate_episodes supports feedforward policies (state.carry must be None).")
     env_params = _resolve_params(env, env_params)
+    if _vectorized(env):
+        raise ValueError(
+            f"generate_episodes resets single envs outside their step (ilpyt's second reset), which a "
+            f"vectorized host env ({type(env).__name__}) cannot do; use a JAX env."
+        )
     batch_size = jnp.shape(state.first)[0]
     space = env.action_space(env_params)
     reset = jax.vmap(env.reset, in_axes=(0, None))

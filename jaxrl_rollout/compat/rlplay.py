@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout.rollout import _act, _batch_where, _env_step, _resolve_params, _step_keys, reset_carry
+from jaxrl_rollout.rollout import _act, _batch_where, _env_reset, _env_step, _resolve_params, _step_keys, reset_carry
 from jaxrl_rollout.types import PolicyOutput
 
 __all__ = ["Context", "Fragment", "collect", "context", "evaluate", "gae", "returns"]
@@ -128,7 +128,7 @@ def context(key: jax.Array, env: Any, env_params: Any, num_envs: int, hx: Option
     if hx is not None:
         _checks.check_carry(hx, num_envs)
     reset_key, key = jax.random.split(key)
-    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_envs), env_params)
+    obs, env_state = _env_reset(env, jax.random.split(reset_key, num_envs), env_params)
     space = env.action_space(env_params)
     act = jax.tree.map(lambda a: jnp.zeros((num_envs, *a.shape), a.dtype), jax.eval_shape(space.sample, key))
     return Context(

@@ -1,17 +1,39 @@
-"""gymnax-compatible env wrappers (plain classes: no `__getattr__` proxies)."""
+"""Environments for the rollout: gymnax ids, and adapters for other suites.
+
+`make("CartPole-v1")` (or "gymnax/CartPole-v1") builds a gymnax environment;
+`make("<suite>/<name>")` builds another suite's env through its adapter in
+`jaxrl_rollout.envs.<suite>`, imported only then, so `import jaxrl_rollout`
+never imports a suite. Every adapter follows the gymnax>=1.0.1 protocol with
+same-step auto-reset, `terminated` and `truncated` apart and the pre-reset
+observation in `info["final_observation"]`. Wrappers here are plain classes
+(no `__getattr__` proxies).
+"""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Any
 
 import jax.numpy as jnp
 
-__all__ = ["ClipAction", "make"]
+__all__ = ["SUITES", "ClipAction", "make"]
+
+# suite prefix -> the pip extra that installs it (`pip install 'jaxrl-rollout[<extra>]'`).
+SUITES = {
+    "gymnax": None,
+    "brax": "brax",
+    "jumanji": "jumanji",
+    "craftax": "craftax",
+    "xminigrid": "xminigrid",
+    "navix": "navix",
+    "pgx": "pgx",
+    "gymnasium": "gymnasium",
+    "envpool": "envpool",
+}
 
 
-def make(env_id: str):
-    """`gymnax.make(env_id)`; an unknown id raises a ValueError that suggests close names."""
+def _make_gymnax(env_id: str):
     import gymnax
 
     if env_id not in gymnax.registered_envs:
@@ -19,6 +41,45 @@ def make(env_id: str):
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}.")
     return gymnax.make(env_id)
+
+
+def make(env_id: str, **kwargs: Any):
+    """Builds an environment from an id; returns `(env, env_params)` like `gymnax.make`.
+
+    Args:
+      env_id: a gymnax id ("CartPole-v1", also "gymnax/CartPole-v1"), or
+        "<suite>/<name>" for another suite: "brax/ant", "jumanji/Snake-v1",
+        "craftax/Craftax-Symbolic-v1", "xminigrid/MiniGrid-Empty-5x5",
+        "navix/Navix-Empty-5x5-v0", "pgx/tic_tac_toe",
+        "gymnasium/CartPole-v1", "envpool/CartPole-v1". Each suite's module
+        (`jaxrl_rollout.envs.brax`, ...) documents its names and options.
+      **kwargs: options for the suite's adapter (e.g. `episode_length` for
+        brax, `num_envs` for gymnasium); gymnax takes none.
+
+    Raises:
+      ValueError: an unknown suite or env name (with close matches).
+      ImportError: the suite's extra is not installed (the message names it).
+    """
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"env_id must be a non-empty string such as 'CartPole-v1' or 'brax/ant', got {env_id!r}.")
+    suite, sep, name = env_id.partition("/")
+    if not sep:
+        suite, name = "gymnax", env_id
+    if suite not in SUITES:
+        close = difflib.get_close_matches(suite, list(SUITES), n=1, cutoff=0.5)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"unknown env suite {suite!r} in env_id {env_id!r}.{hint} "
+            f"Known suites: {', '.join(SUITES)} (gymnax ids may also be given without a prefix)."
+        )
+    if not name:
+        raise ValueError(f"env_id {env_id!r} names no environment after {suite + '/'!r}.")
+    if suite == "gymnax":
+        if kwargs:
+            raise ValueError(f"gymnax envs take no options; got {sorted(kwargs)} for {env_id!r}.")
+        return _make_gymnax(name)
+    module = importlib.import_module(f"jaxrl_rollout.envs.{suite}")
+    return module.make(name, **kwargs)
 
 
 class ClipAction:
@@ -30,6 +91,8 @@ class ClipAction:
 
     def __init__(self, env: Any):
         self.env = env
+        # A vectorized (host) env stays one: the rollout must not vmap it.
+        self.vectorized = getattr(env, "vectorized", False) is True
 
     @property
     def default_params(self):

@@ -1,0 +1,97 @@
+"""Shared pieces of the suite adapters: lazy imports and same-step auto-reset.
+
+Every adapter turns a suite's environment into the gymnax>=1.0.1 protocol the
+rollout takes: `reset(key, params) -> (obs, state)` and
+`step(key, state, action, params) -> (obs, state, reward, terminated,
+truncated, info)`, where a finished episode is reset within the same step with
+a fresh key and `info["final_observation"]` holds the observation the episode
+ended on (before the reset).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+
+def require(module: str, extra: str, what: str | None = None) -> Any:
+    """Imports `module`, or raises an ImportError naming the extra that installs it.
+
+    Args:
+      module: the module to import (e.g. "brax.envs").
+      extra: the jaxrl-rollout extra that provides it (e.g. "brax").
+      what: what needed it, for the message (e.g. "envs.make('brax/ant')").
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        needed_by = f"{what} needs" if what else "This needs"
+        raise ImportError(
+            f"{needed_by} the optional `{extra}` extra ({module!r} could not be imported: {err}). "
+            f"Install it with: pip install 'jaxrl-rollout[{extra}]'"
+        ) from err
+
+
+def select_tree(pred: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
+    """Leafwise `where(pred, on_true, on_false)` for a scalar `pred` (one env's done flag)."""
+    return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+
+
+class SameStepEnv:
+    """Base for adapters: same-step auto-reset on top of a reset-free step.
+
+    Subclasses implement `reset_env(key, params) -> (obs, state)` and
+    `step_env(key, state, action, params) -> (obs, state, reward, terminated,
+    truncated, info)` for a single env without any auto-reset, plus
+    `action_space(params)` and `observation_space(params)`. `step` then
+    resets an env whose episode ended (terminated or truncated) in the same
+    step, from a key split off the step key, and puts the pre-reset
+    observation in `info["final_observation"]`. `default_params` is None
+    unless the suite has params.
+    """
+
+    @property
+    def default_params(self) -> Any:
+        return None
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def reset_env(self, key: jax.Array, params: Any) -> tuple[PyTree, PyTree]:
+        raise NotImplementedError
+
+    def step_env(self, key: jax.Array, state: PyTree, action: Any, params: Any) -> tuple:
+        raise NotImplementedError
+
+    def action_space(self, params: Any = None) -> Any:
+        raise NotImplementedError
+
+    def observation_space(self, params: Any = None) -> Any:
+        raise NotImplementedError
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[PyTree, PyTree]:
+        return self.reset_env(key, self.default_params if params is None else params)
+
+    def step(self, key: jax.Array, state: PyTree, action: Any, params: Any = None) -> tuple:
+        params = self.default_params if params is None else params
+        step_key, reset_key = jax.random.split(key)
+        obs, next_state, reward, terminated, truncated, info = self.step_env(step_key, state, action, params)
+        terminated = jnp.asarray(terminated, dtype=bool)
+        truncated = jnp.asarray(truncated, dtype=bool)
+        done = terminated | truncated
+        reset_obs, reset_state = self.reset_env(reset_key, params)
+        info = {**info, "final_observation": obs}
+        return (
+            select_tree(done, reset_obs, obs),
+            select_tree(done, reset_state, next_state),
+            jnp.asarray(reward, dtype=jnp.float32),
+            terminated,
+            truncated,
+            info,
+        )

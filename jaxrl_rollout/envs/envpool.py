@@ -1,0 +1,100 @@
+"""envpool tasks as host envs, with envpool's next-step auto-reset turned into same-step.
+
+`make("CartPole-v1")` (or `envs.make("envpool/CartPole-v1")`) gives an
+`EnvpoolEnv` that the rollout steps through `io_callback`, like
+`jaxrl_rollout.envs.gymnasium` (same limits: no vmap, no rewinding; see there).
+
+envpool (checked with 1.2.5, the release that installs beside jax 0.10.2 on
+Python 3.11; 1.2.7 needs a newer jax and Python 3.12) resets a finished env on
+the *next* `step`: that call ignores the env's action and returns the reset
+observation with reward 0. The adapter instead resets the finished envs at
+once, in the same host call, with envpool's partial `reset(env_ids)`, so the
+next action is a real action of the new episode and the final observation is
+the one the step returned: the same-step protocol of every other env here.
+
+Why not envpool's XLA interface (`env.xla()`): it exposes `send`/`recv`/`step`
+but no reset, so finished envs cannot be reset within the step; and stepping
+a subset of envs through it (`step(handle, action, env_id)`) returned two rows
+for env 0 and none for env 1 when tried with envpool 1.2.5.
+
+Seeding: envpool seeds env i with `seed + i` at creation. `reset(keys)`
+recreates the pool with `seed` drawn from the first env's key, so the same key
+gives the same trajectory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jaxrl_rollout.envs import _base
+from jaxrl_rollout.envs._host import HostEnv
+
+__all__ = ["EnvpoolEnv", "make"]
+
+
+def make(name: str, **make_kwargs: Any) -> tuple["EnvpoolEnv", Any]:
+    """An `EnvpoolEnv` of envpool's gymnasium task `name`; returns `(env, env.default_params)`.
+
+    Args:
+      name: an envpool task id (`envpool.list_all_envs()`), e.g. "CartPole-v1".
+      **make_kwargs: passed to `envpool.make_gymnasium` (e.g.
+        `max_episode_steps`); `num_envs`, `batch_size` and `seed` are set by
+        the adapter.
+    """
+    env = EnvpoolEnv(name, **make_kwargs)
+    return env, env.default_params
+
+
+class EnvpoolEnv(HostEnv):
+    """B envs of one envpool task in the vectorized gymnax protocol, with same-step auto-reset."""
+
+    def __init__(self, name: str, **make_kwargs: Any):
+        envpool = _base.require("envpool", "envpool", f"envs.make('envpool/{name}')")
+        _base.require("gymnasium", "envpool", f"envs.make('envpool/{name}')")
+        known = envpool.list_all_envs()
+        if name not in known:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(f"unknown envpool task id {name!r}.{hint}")
+        fixed = sorted({"num_envs", "batch_size", "seed"} & set(make_kwargs))
+        if fixed:
+            raise ValueError(f"EnvpoolEnv sets {fixed} itself (num_envs from the keys given to reset); drop them.")
+        probe = envpool.make_gymnasium(name, num_envs=1, **make_kwargs)
+        try:
+            super().__init__(name, probe.action_space, probe.observation_space, probe.spec.config.max_episode_steps)
+        finally:
+            probe.close()
+        self._make_kwargs = make_kwargs
+        self._pool = None
+
+    def _host_open(self, batch: int, seeds: list[int]) -> Any:
+        import envpool
+
+        self._seed = seeds[0]
+        self._pool = envpool.make_gymnasium(self._name, num_envs=batch, seed=self._seed, **self._make_kwargs)
+        obs, info = self._pool.reset()
+        return self._by_env_id(obs, info)
+
+    def _host_step(self, action: np.ndarray) -> tuple:
+        obs, reward, terminated, truncated, info = self._pool.step(action)
+        order = np.argsort(np.asarray(info["env_id"]))
+        obs, reward, terminated, truncated = (np.asarray(x)[order] for x in (obs, reward, terminated, truncated))
+        final = np.array(obs, copy=True)
+        done = np.flatnonzero(terminated | truncated)
+        if done.size:
+            reset_obs, reset_info = self._pool.reset(done.astype(np.int32))
+            obs[np.asarray(reset_info["env_id"])] = reset_obs
+        return obs, final, reward, terminated, truncated
+
+    def _host_close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        self._pool = None
+
+    @staticmethod
+    def _by_env_id(obs: Any, info: dict) -> np.ndarray:
+        return np.asarray(obs)[np.argsort(np.asarray(info["env_id"]))]

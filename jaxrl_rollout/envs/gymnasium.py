@@ -1,0 +1,115 @@
+"""Host environments: any `gymnasium.Env` stepped from inside the jitted rollout.
+
+For people migrating from PyTorch collectors: `make("CartPole-v1")` (or
+`envs.make("gymnasium/CartPole-v1")`) gives a `GymnasiumEnv` that the rollout
+steps through `io_callback(ordered=True)`, so
+`rollout`, `evaluate` and a jitted PPO `train` run unchanged, with the env
+itself running in Python on the host, one call per step for all B envs.
+
+Semantics (the same as the gymnax envs):
+  * same-step auto-reset (gymnasium's `AutoresetMode.SAME_STEP`): the
+    observation after a finished episode is the reset one, and the true final
+    observation is in `info["final_observation"]`;
+  * `terminated` and `truncated` (gymnasium's TimeLimit) kept apart;
+  * seeding through the JAX key: `reset(keys)` draws one integer seed per env
+    from its key and resets the host env with those seeds, so the same key
+    gives the same trajectory. Later episodes are seeded by each env's own
+    generator, as in gymnasium.
+
+What a host env cannot do:
+  * be vmapped (over seeds or hyperparameters): the env lives in one Python
+    process and steps once per call. Vmapping raises a ValueError; run seeds
+    one after another, in separate processes, or use a JAX env.
+  * be rewound. The env state the rollout carries is a tick counter checked
+    against the host env's own; stepping from a stale state (an old
+    `RolloutState`, or after another reset of the same env) raises an error
+    instead of silently continuing from wherever the host env is. Use separate
+    `GymnasiumEnv` objects for training and evaluation.
+
+Every `reset` (re)builds the host env with as many sub-envs as keys given
+(`gymnasium.vector.SyncVectorEnv`, or `AsyncVectorEnv` with
+`asynchronous=True`), in `AutoresetMode.SAME_STEP`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from jaxrl_rollout.envs import _base
+from jaxrl_rollout.envs._host import HostEnv
+
+__all__ = ["GymnasiumEnv", "make"]
+
+
+def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple["GymnasiumEnv", Any]:
+    """A `GymnasiumEnv` of `gymnasium.make(name, **make_kwargs)`; returns `(env, env.default_params)`.
+
+    Args:
+      name: a registered gymnasium id ("CartPole-v1", "Pendulum-v1", ...).
+      asynchronous: step the B sub-envs in worker processes
+        (`AsyncVectorEnv`) instead of one after another in this process.
+      **make_kwargs: passed to `gymnasium.make` (e.g. `max_episode_steps`).
+    """
+    gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
+    if name not in gymnasium.registry:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(gymnasium.registry), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown gymnasium env id {name!r}.{hint}")
+    env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name)
+    return env, env.default_params
+
+
+class GymnasiumEnv(HostEnv):
+    """B copies of a `gymnasium.Env`, in the vectorized gymnax protocol (see the module docstring).
+
+    Args:
+      env_fn: a no-argument callable returning a fresh `gymnasium.Env`
+        (e.g. `lambda: gymnasium.make("CartPole-v1")`); it is called once
+        here to read the spaces, then B times at every reset.
+      asynchronous: use `AsyncVectorEnv` (worker processes) for the B envs.
+      name: a name for messages; defaults to the env's spec id.
+    """
+
+    def __init__(self, env_fn: Callable[[], Any], *, asynchronous: bool = False, name: Optional[str] = None):
+        gymnasium = _base.require("gymnasium", "gymnasium", "GymnasiumEnv")
+        if not callable(env_fn):
+            raise TypeError(f"env_fn must be a callable returning a gymnasium.Env, got {type(env_fn).__name__}.")
+        probe = env_fn()
+        if not isinstance(probe, gymnasium.Env):
+            raise TypeError(f"env_fn must return a gymnasium.Env, got {type(probe).__name__}.")
+        try:
+            name = name or (probe.spec.id if probe.spec is not None else type(probe.unwrapped).__name__)
+            super().__init__(
+                name, probe.action_space, probe.observation_space,
+                probe.spec.max_episode_steps if probe.spec is not None else None,
+            )
+        finally:
+            probe.close()
+        self._env_fn = env_fn
+        self._asynchronous = bool(asynchronous)
+        self._vec = None
+
+    def _host_open(self, batch: int, seeds: list[int]) -> Any:
+        import gymnasium
+
+        vector = gymnasium.vector.AsyncVectorEnv if self._asynchronous else gymnasium.vector.SyncVectorEnv
+        self._vec = vector([self._env_fn] * batch, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+        obs, _ = self._vec.reset(seed=seeds)
+        return obs
+
+    def _host_step(self, action: np.ndarray) -> tuple:
+        obs, reward, terminated, truncated, info = self._vec.step(action)
+        final = np.array(obs, copy=True)
+        if "_final_obs" in info:
+            for i in np.flatnonzero(info["_final_obs"]):
+                final[i] = info["final_obs"][i]
+        return obs, final, reward, terminated, truncated
+
+    def _host_close(self) -> None:
+        if self._vec is not None:
+            self._vec.close()
+        self._vec = None

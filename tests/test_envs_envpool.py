@@ -1,0 +1,49 @@
+"""envpool tasks through `EnvpoolEnv`: next-step auto-reset turned into same-step."""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrl_rollout as jr
+from jaxrl_rollout import envs
+from tests.test_envs_host import _apply, _params, _value_np
+
+if sys.version_info < (3, 12):
+    import envpool  # the test extra installs envpool 1.2.5 here: a missing one must fail, not skip
+else:
+    envpool = pytest.importorskip("envpool", reason="envpool 1.2.5 (the release for jax 0.10.2) needs Python < 3.12")
+
+
+def test_envpool_next_step_reset_becomes_same_step():
+    """Episodes of exactly LIMIT steps, every step a real one (reward 1, no reset step lost)."""
+    env, env_params = envs.make("envpool/CartPole-v1", max_episode_steps=5)
+    assert env_params.max_steps_in_episode == 5
+    params = _params()
+    policy = jr.policies.categorical_policy(_apply)
+    state = jr.rollout_init(jax.random.key(0), env, None, 2)
+    _, traj = jax.jit(lambda s: jr.rollout(env, None, policy, params, s, 12))(state)
+    traj = jax.tree.map(np.asarray, traj)
+    ends = traj.terminated | traj.truncated
+    # Random CartPole balances for 5 steps from a reset: every episode is truncated after 5 real steps.
+    np.testing.assert_array_equal(ends[:, 0], [t % 5 == 4 for t in range(12)])
+    np.testing.assert_array_equal(traj.reward, np.ones((12, 2)))
+    assert traj.truncated[4].all() and not traj.terminated.any()
+    # The first observation of the next episode is a fresh reset (|x| < 0.05), not the final one.
+    assert np.all(np.abs(traj.obs[5]) < 0.05)
+
+    # The final observation equals the raw envpool's (next-step auto-reset) observation at that step.
+    raw = envpool.make_gymnasium("CartPole-v1", num_envs=2, seed=env._seed, max_episode_steps=5)
+    raw.reset()
+    for t in range(5):
+        obs, *_ = raw.step(traj.action[t].astype(np.int64))
+    np.testing.assert_allclose(traj.next_value[4], _value_np(params, obs), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(obs, traj.obs[5])
+
+
+def test_envpool_unknown_task():
+    with pytest.raises(ValueError, match="CartPole-v1"):
+        envs.make("envpool/Cartpole-v1")

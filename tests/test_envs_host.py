@@ -1,0 +1,193 @@
+"""Host envs (gymnasium, envpool) stepped from the jitted rollout through io_callback.
+
+The gymnasium test is the end-to-end check of the issue: a CartPole rollout
+through `GymnasiumEnv` against the same envs stepped one at a time in plain
+Python (same seeds, the rollout's actions replayed): observations, rewards
+and flags exactly, values, bootstrap values and GAE to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrl_rollout as jr
+from jaxrl_rollout import envs
+from jaxrl_rollout.advantages import trajectory_gae
+from jaxrl_rollout.envs.gymnasium import GymnasiumEnv
+
+B, T, LIMIT = 3, 70, 20
+GAMMA, LAMBDA = 0.99, 0.95
+
+
+def _params(obs_dim=4, hidden=16, actions=2):
+    k1, k2, k3 = jax.random.split(jax.random.key(42), 3)
+    return {
+        "w1": jax.random.normal(k1, (obs_dim, hidden)) * 0.8,
+        "b1": jnp.linspace(-0.1, 0.1, hidden),
+        "wpi": jax.random.normal(k2, (hidden, actions)) * 0.5,
+        "wv": jax.random.normal(k3, (hidden,)),
+    }
+
+
+def _apply(params, obs):
+    h = jnp.tanh(obs @ params["w1"] + params["b1"])
+    return h @ params["wpi"], h @ params["wv"]
+
+
+def _value_np(params, obs):
+    p = jax.tree.map(np.asarray, params)
+    h = np.tanh(np.asarray(obs, np.float32) @ p["w1"] + p["b1"])
+    return (h @ p["wv"]).astype(np.float32)
+
+
+class SeedRecordingEnv(GymnasiumEnv):
+    def _host_open(self, batch, seeds):
+        self.seeds = list(seeds)
+        return super()._host_open(batch, seeds)
+
+
+@pytest.fixture(scope="module")
+def cartpole_run():
+    env = SeedRecordingEnv(lambda: gymnasium.make("CartPole-v1", max_episode_steps=LIMIT))
+    params = _params()
+    policy = jr.policies.categorical_policy(_apply)
+    state = jr.rollout_init(jax.random.key(3), env, None, B)
+    _, traj = jax.jit(lambda p, s: jr.rollout(env, None, policy, p, s, T))(params, state)
+    return env, params, jax.tree.map(np.asarray, traj)
+
+
+def _python_loop(seeds, actions):
+    """The same CartPoles stepped one at a time with hand-made same-step resets."""
+    py_envs = [gymnasium.make("CartPole-v1", max_episode_steps=LIMIT) for _ in range(B)]
+    obs = [e.reset(seed=s)[0] for e, s in zip(py_envs, seeds)]
+    out = {k: np.zeros((T, B, 4) if "obs" in k else (T, B), np.float32 if k == "reward" or "obs" in k else bool)
+           for k in ("obs", "reward", "terminated", "truncated", "next_obs")}
+    for t in range(T):
+        for i, e in enumerate(py_envs):
+            out["obs"][t, i] = obs[i]
+            o, r, term, trunc, _ = e.step(int(actions[t, i]))
+            out["reward"][t, i], out["terminated"][t, i], out["truncated"][t, i] = r, term, trunc
+            # The true next state: the final observation where the episode ended by truncation.
+            out["next_obs"][t, i] = o
+            if term or trunc:
+                o, _ = e.reset()
+                if term:
+                    out["next_obs"][t, i] = o  # not bootstrapped; the rollout stores V(reset obs) there
+            obs[i] = o
+    return out
+
+
+def test_gymnasium_rollout_equals_the_same_envs_stepped_in_python(cartpole_run):
+    env, params, traj = cartpole_run
+    ref = _python_loop(env.seeds, traj.action)
+    assert traj.truncated.sum() >= B and traj.terminated.sum() >= B  # both kinds of episode end occur
+    np.testing.assert_array_equal(traj.obs, ref["obs"])
+    np.testing.assert_array_equal(traj.reward, ref["reward"])
+    np.testing.assert_array_equal(traj.terminated, ref["terminated"])
+    np.testing.assert_array_equal(traj.truncated, ref["truncated"] & ~ref["terminated"])
+    np.testing.assert_array_equal(traj.done, ref["terminated"] | ref["truncated"])
+    np.testing.assert_array_equal(traj.first[1:], traj.done[:-1])
+    assert traj.first[0].all()
+
+    value = _value_np(params, ref["obs"])
+    np.testing.assert_allclose(traj.value, value, rtol=1e-5, atol=1e-6)
+    next_value = _value_np(params, ref["next_obs"])
+    next_value[-1] = np.where(ref["truncated"][-1] & ~ref["terminated"][-1], next_value[-1], traj.next_value[-1])
+    np.testing.assert_allclose(traj.next_value, next_value, rtol=1e-5, atol=1e-6)
+
+    # GAE with truncation bootstrapped from V(final observation) (SEMANTICS.md), as a reverse loop.
+    adv_ref = np.zeros((T, B), np.float64)
+    following = np.zeros(B)
+    for t in reversed(range(T)):
+        delta = ref["reward"][t] + GAMMA * (1 - ref["terminated"][t]) * next_value[t] - value[t]
+        following = delta + GAMMA * LAMBDA * (1 - (ref["terminated"][t] | ref["truncated"][t])) * following
+        adv_ref[t] = following
+    adv, ret = trajectory_gae(jax.tree.map(jnp.asarray, traj), GAMMA, LAMBDA)
+    np.testing.assert_allclose(adv, adv_ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ret, adv_ref + value, rtol=1e-4, atol=1e-5)
+
+
+def test_final_observation_is_the_pre_reset_one(cartpole_run):
+    env, params, traj = cartpole_run
+    ref = _python_loop(env.seeds, traj.action)
+    truncated = traj.truncated
+    # Where truncated, the stored bootstrap is V(final obs), not V(reset obs) that the policy saw next.
+    t, i = np.nonzero(truncated[:-1])
+    assert not np.allclose(ref["next_obs"][t, i], traj.obs[t + 1, i])
+    np.testing.assert_allclose(traj.next_value[t, i], _value_np(params, ref["next_obs"][t, i]), rtol=1e-5, atol=1e-6)
+
+
+def test_same_key_same_trajectory_and_another_key_differs():
+    env, _ = envs.make("gymnasium/CartPole-v1", max_episode_steps=LIMIT)
+    policy = jr.policies.uniform_random_policy(env.action_space())
+    run = jax.jit(lambda s: jr.rollout(env, None, policy, None, s, 30)[1])
+    first = run(jr.rollout_init(jax.random.key(0), env, None, 2))
+    again = run(jr.rollout_init(jax.random.key(0), env, None, 2))
+    other = run(jr.rollout_init(jax.random.key(1), env, None, 2))
+    np.testing.assert_array_equal(first.obs, again.obs)
+    np.testing.assert_array_equal(first.action, again.action)
+    assert not np.array_equal(first.obs, other.obs)
+
+
+def test_vmap_is_refused_with_a_clear_error():
+    env, _ = envs.make("gymnasium/CartPole-v1")
+    keys = jax.random.split(jax.random.key(0), 2)
+    with pytest.raises(ValueError, match="cannot be vmapped"):
+        jax.vmap(lambda k: jr.rollout_init(k, env, None, 2).obs)(keys)
+
+
+def test_stepping_a_stale_state_is_an_error_not_a_silent_continuation():
+    env, _ = envs.make("gymnasium/CartPole-v1")
+    policy = jr.policies.uniform_random_policy(env.action_space())
+    run = jax.jit(lambda s: jr.rollout(env, None, policy, None, s, 3))
+    state = jr.rollout_init(jax.random.key(0), env, None, 2)
+    run(state)
+    with pytest.raises(Exception, match="stale env state"):
+        jax.block_until_ready(run(state))
+
+
+def test_box_actions_and_evaluate_with_the_env_time_limit():
+    env, env_params = envs.make("gymnasium/Pendulum-v1")
+    assert env_params.max_steps_in_episode == 200
+    space = env.action_space()
+    assert space.shape == (1,) and float(space.high[0]) == 2.0
+    policy = jr.policies.uniform_random_policy(space)
+    _, traj = jr.rollout(env, None, policy, None, jr.rollout_init(jax.random.key(0), env, None, 2), 4)
+    assert traj.obs.shape == (4, 2, 3) and traj.obs.dtype == jnp.float32 and traj.action.shape == (4, 2, 1)
+    result = jr.evaluate(env, env_params, policy, None, jax.random.key(1), 2)
+    np.testing.assert_array_equal(result.lengths, [200, 200])
+
+
+def test_ppo_trains_through_a_host_env_in_one_jit():
+    from jaxrl_rollout.algorithms import ppo
+
+    config = ppo.PPOConfig(env_id="gymnasium/CartPole-v1", num_envs=2, num_steps=16, total_timesteps=64,
+                           num_minibatches=2, update_epochs=1)
+    _, metrics = jax.jit(ppo.make_train(config))(jax.random.key(0))
+    assert np.all(np.isfinite(np.asarray(metrics.policy_loss)))
+    assert np.asarray(metrics.env_steps)[-1] == 64
+
+
+def test_unknown_ids_and_a_missing_extra(monkeypatch):
+    with pytest.raises(ValueError, match="CartPole-v1"):
+        envs.make("gymnasium/CartPoel-v1")
+    with pytest.raises(ValueError, match="unknown env suite 'gymnasum'.*gymnasium"):
+        envs.make("gymnasum/CartPole-v1")
+    monkeypatch.setitem(sys.modules, "gymnasium", None)
+    with pytest.raises(ImportError, match=r"pip install 'jaxrl-rollout\[gymnasium\]'"):
+        envs.make("gymnasium/CartPole-v1")
+
+
+def test_importing_the_package_imports_no_suite():
+    # gymnasium is left out: gymnax itself imports it.
+    code = ("import sys, jaxrl_rollout, jaxrl_rollout.envs; "
+            "bad = [m for m in ('envpool', 'brax', 'jumanji', 'craftax', 'xminigrid', 'navix', 'pgx') "
+            "if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
