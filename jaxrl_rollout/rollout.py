@@ -418,7 +418,9 @@ def evaluate(
       key: PRNG key for resets, actions and env transitions.
       num_episodes: N, a positive Python int (one env per episode).
       max_steps: the most steps to run; None uses
-        `env_params.max_steps_in_episode` (the env's own time limit).
+        `env_params.max_steps_in_episode` (the env's own time limit), or
+        else `env.max_steps_in_episode(env_params)` (the suite adapters'
+        time limits, see `jaxrl_rollout.envs`).
       initial_carry: recurrent carry with leaves [N, ...], None otherwise.
 
     Returns:
@@ -429,9 +431,12 @@ def evaluate(
     env_params = _resolve_params(env, env_params)
     if max_steps is None:
         max_steps = getattr(env_params, "max_steps_in_episode", None)
+        if max_steps is None and callable(getattr(env, "max_steps_in_episode", None)):
+            max_steps = env.max_steps_in_episode(env_params)
         if max_steps is None:
             raise ValueError(
-                "max_steps is None and env_params has no max_steps_in_episode; "
+                "max_steps is None and neither env_params.max_steps_in_episode nor "
+                f"{type(env).__name__}.max_steps_in_episode(env_params) gives a time limit; "
                 "pass max_steps (a positive int) to bound the evaluation."
             )
     else:

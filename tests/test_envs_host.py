@@ -191,3 +191,14 @@ def test_importing_the_package_imports_no_suite():
             "bad = [m for m in ('envpool', 'brax', 'jumanji', 'craftax', 'xminigrid', 'navix', 'pgx') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_cli_trains_one_run_on_a_host_env_and_refuses_several(tmp_path, capsys):
+    from jaxrl_rollout import cli
+
+    folder = tmp_path / "host"
+    common = ["train", "--env", "gymnasium/CartPole-v1", "--total-steps", "1024", "--num-eval", "2"]
+    assert cli.main([*common, "--seeds", "1", "--out", str(folder)]) == 0
+    assert (folder / "metrics.csv").exists()
+    assert cli.main([*common, "--seeds", "2", "--out", str(tmp_path / "two")]) == 2
+    assert "cannot be vmapped: train one run per process" in capsys.readouterr().err

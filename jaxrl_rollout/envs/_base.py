@@ -37,6 +37,25 @@ def require(module: str, extra: str, what: str | None = None) -> Any:
         ) from err
 
 
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def strong_dtypes(tree: PyTree) -> PyTree:
+    """Every leaf as a jax array of its own dtype, never weakly typed (Python floats become float32).
+
+    A suite whose reset and step give the same field different weak/strong
+    dtypes would make the rollout's scan carry change type; adapters apply
+    this to reset states and `cast_like` to step states.
+    """
+    return jax.tree.map(lambda x: x if _is_key(x) else jnp.asarray(x, dtype=jnp.result_type(x)), tree)
+
+
+def cast_like(tree: PyTree, like: PyTree) -> PyTree:
+    """`tree` with the dtypes of `like`, leaf by leaf (the same structure)."""
+    return jax.tree.map(lambda x, ref: x if _is_key(ref) else jnp.asarray(x, dtype=ref.dtype), tree, like)
+
+
 def select_tree(pred: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
     """Leafwise `where(pred, on_true, on_false)` for a scalar `pred` (one env's done flag)."""
     return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
