@@ -121,7 +121,7 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     # Every default is None so that `--resume` can tell which options were given.
     run = train.add_argument_group("run")
     run.add_argument("--algo", choices=tuple(_algorithms()), help="algorithm (default: ppo)")
-    run.add_argument("--env", help=f"gymnax env id (default: {DEFAULT_ENV})")
+    run.add_argument("--env", help=f"gymnax env id, or SUITE/NAME for another suite, e.g. brax/ant (default: {DEFAULT_ENV})")
     run.add_argument("--seeds", type=_positive_int, help=f"seeds per grid point (default: {DEFAULT_SEEDS})")
     run.add_argument("--total-steps", type=_positive_int, help="env steps per run (default: the config's, 500000)")
     run.add_argument("--seed", type=_int, help="root PRNG seed (default: 0)")
@@ -129,6 +129,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--resume", metavar="FOLDER", help="continue the run saved in FOLDER (same config)")
     run.add_argument("--chunk-updates", type=_positive_int,
                      help="updates per jitted chunk (default: a divisor of the updates giving 10-100 chunks)")
+    run.add_argument("--tensorboard", type=_bool, default=True, metavar="{true,false}",
+                     help="write TensorBoard event files to FOLDER/tensorboard, one run per grid point and seed "
+                          "(default: true)")
     run.add_argument("--checkpoint-every", type=_positive_int, default=5,
                      help="save a checkpoint every N chunks and at the end (default: %(default)s)")
     run.add_argument("--max-parallel", type=_positive_int,
@@ -287,7 +290,7 @@ def run_train(args: argparse.Namespace) -> int:
         jax.distributed.initialize(**cluster)  # before anything else touches the devices
     import jax
 
-    from jaxrl_rollout import report, runner
+    from jaxrl_rollout import checkpoint, report, runner
 
     given = _given(args)
     spec, folder, resume = _prepare_folder(args, given)
@@ -298,8 +301,19 @@ def run_train(args: argparse.Namespace) -> int:
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
     try:
-        result = runner.train(spec, folder, resume=resume, devices=args.devices,
-                              checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks)
+        logger = None
+        if args.tensorboard and jax.process_index() == 0:
+            from jaxrl_rollout.loggers import TensorBoardLogger
+
+            done = checkpoint.read_manifest(folder)["meta"]["updates_done"] if resume else 0
+            logger = TensorBoardLogger(folder, spec, first_update=done)
+        try:
+            result = runner.train(spec, folder, resume=resume, devices=args.devices,
+                                  checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks,
+                                  on_chunk=logger.log_chunk if logger else None)
+        finally:
+            if logger is not None:
+                logger.close()
     except KeyboardInterrupt:
         print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
         return 130

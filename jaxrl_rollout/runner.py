@@ -291,7 +291,7 @@ def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, 
 
 def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional[int] = None,
           checkpoint_every: int = 5, stop_after_chunks: Optional[int] = None,
-          progress: Any = True) -> RunResult:
+          progress: Any = True, on_chunk: Optional[Callable[[dict, int], None]] = None) -> RunResult:
     """Trains every run of `spec` in jitted chunks; saves checkpoints to `folder` if given.
 
     Args:
@@ -308,6 +308,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
       stop_after_chunks: stop (with a checkpoint) after this many chunks in this
         call, as if interrupted; for tests and for splitting a run across jobs.
       progress: True for progress lines on sys.stderr, a stream, or None / False for silence.
+      on_chunk: called on process 0 after every chunk, on the host, as
+        `on_chunk(metrics, first_update)` with the chunk's metrics (name ->
+        [R, chunk updates] numpy arrays) and the updates done before it (a
+        logger's hook, e.g. `loggers.TensorBoardLogger.log_chunk`).
 
     Returns:
       A `RunResult`.
@@ -388,6 +392,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
             chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
             steps_run += length * spec.config.batch_size * spec.num_runs
             say(_progress_line(spec, updates_done, time.perf_counter() - run_start, steps_run, chunk_return(chunk)))
+            if on_chunk is not None and jax.process_index() == 0:
+                on_chunk(chunk, updates_done - length)
             if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):
                 save(states)
                 last_saved = chunks_done

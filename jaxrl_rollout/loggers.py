@@ -1,0 +1,78 @@
+"""Run logs people already read: TensorBoard event files, written from the host.
+
+`TensorBoardLogger` writes one event-file folder per run (grid point g, seed s)
+under `<run folder>/tensorboard/g{g}_s{s}`, so TensorBoard shows every seed and
+grid point as its own run. The runner calls it between jitted chunks with the
+chunk's metrics, which are already on the host: nothing is logged from inside
+jit. Every metric is a scalar tagged `train/<metric>` at the run's cumulative
+env steps; a grid point's hyperparameters are written once as text.
+
+Resuming: a logger opened at update U tells TensorBoard to drop events past
+step U * batch_size from the earlier writer (tensorboardX's `purge_step`), so
+chunks logged after the last checkpoint of an interrupted run are not shown
+twice.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TensorBoardLogger"]
+
+
+class TensorBoardLogger:
+    """TensorBoard scalars for every run of a `RunSpec`.
+
+    Args:
+      folder: the run folder; events go to `folder/tensorboard/g{g}_s{s}`.
+      spec: the sweep (its grid, seeds and batch size name and place the runs).
+      first_update: updates already done (0 for a new run, the checkpoint's on
+        resume); events from an earlier writer past it are purged.
+    """
+
+    def __init__(self, folder, spec: Any, first_update: int = 0):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as err:  # a base dependency; this only fires in a broken install
+            raise ImportError(
+                f"TensorBoard logs need tensorboardX ({err}); pip install tensorboardX, or pass --tensorboard false."
+            ) from err
+        from jaxrl_rollout.report import grid_label
+
+        self._batch = spec.config.batch_size
+        self.root = pathlib.Path(folder) / "tensorboard"
+        purge = first_update * self._batch if first_update else None
+        self._writers = []
+        for r in range(spec.num_runs):
+            g, s = divmod(r, spec.num_seeds)
+            # tensorboardX names files by the second: the suffix keeps a resume's file apart from the
+            # earlier writer's even within the same second.
+            writer = SummaryWriter(str(self.root / f"g{g}_s{s}"), purge_step=purge, flush_secs=30,
+                                   filename_suffix=f".from_update_{first_update}")
+            if not first_update:
+                writer.add_text("run", f"{spec.algo} on {spec.config.env_id}; grid point {g} ({grid_label(spec, g)}), "
+                                       f"seed {s}", 0)
+            self._writers.append(writer)
+
+    def log_chunk(self, metrics: dict, first_update: int) -> None:
+        """Writes a chunk's metrics (name -> [R, updates] arrays) for updates first_update + 1, ...
+
+        NaN values (no episode ended in that update) are skipped, as TensorBoard
+        would draw them as gaps anyway.
+        """
+        for name, values in metrics.items():
+            values = np.asarray(values)
+            if values.ndim != 2 or values.shape[0] != len(self._writers):
+                raise ValueError(f"metric {name!r} must be [runs={len(self._writers)}, updates], got {values.shape}.")
+            for writer, row in zip(self._writers, values):
+                for u, value in enumerate(row):
+                    if np.isfinite(value):
+                        writer.add_scalar(f"train/{name}", float(value), (first_update + u + 1) * self._batch)
+
+    def close(self) -> None:
+        """Flushes and closes every writer."""
+        for writer in self._writers:
+            writer.close()

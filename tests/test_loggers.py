@@ -1,0 +1,73 @@
+"""TensorBoard event files from the train command: one run per grid point and seed, the CSV's numbers."""
+
+from __future__ import annotations
+
+import csv
+import struct
+
+import numpy as np
+import pytest
+
+from jaxrl_rollout import cli
+
+SWEEP = ["--seeds", "2", "--lr", "1e-3,5e-4", "--total-steps", "2048", "--chunk-updates", "1", "--num-eval", "1"]
+
+
+def read_scalars(folder) -> dict:
+    """tag -> {step: value} from every event file in `folder` (TFRecord framing, Event protos)."""
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+    return scalars
+
+
+@pytest.fixture(scope="module")
+def logged_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tb") / "run"
+    assert cli.main(["train", *SWEEP, "--out", str(folder)]) == 0
+    return folder
+
+
+def test_one_event_folder_per_grid_point_and_seed(logged_run):
+    runs = sorted(p.name for p in (logged_run / "tensorboard").iterdir())
+    assert runs == ["g0_s0", "g0_s1", "g1_s0", "g1_s1"]
+
+
+def test_scalars_equal_the_metrics_csv_at_the_same_steps(logged_run):
+    with open(logged_run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    checked = 0
+    for g, s in ((0, 0), (1, 1)):
+        scalars = read_scalars(logged_run / "tensorboard" / f"g{g}_s{s}")
+        for row in rows:
+            if int(row["grid_point"]) != g or int(row["seed"]) != s or row["metric"] not in ("policy_loss", "entropy"):
+                continue
+            logged = scalars[f"train/{row['metric']}"][int(row["step"])]
+            np.testing.assert_allclose(logged, float(row["value"]), rtol=1e-6)
+            checked += 1
+    assert checked == 2 * 2 * 4  # two runs, two metrics, four updates of 512 steps
+
+
+def test_tensorboard_false_writes_none(tmp_path):
+    folder = tmp_path / "quiet"
+    assert cli.main(["train", *SWEEP, "--tensorboard", "false", "--out", str(folder)]) == 0
+    assert not (folder / "tensorboard").exists()
+
+
+def test_a_resumed_run_continues_the_logs(tmp_path):
+    folder = tmp_path / "resumed"
+    assert cli.main(["train", *SWEEP, "--out", str(folder), "--stop-after-chunks", "2",
+                     "--checkpoint-every", "1"]) == 0
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "1"]) == 0
+    scalars = read_scalars(folder / "tensorboard" / "g0_s0")
+    assert sorted(scalars["train/entropy"]) == [512, 1024, 1536, 2048]
