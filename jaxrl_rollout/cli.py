@@ -132,6 +132,10 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--tensorboard", type=_bool, default=True, metavar="{true,false}",
                      help="write TensorBoard event files to FOLDER/tensorboard, one run per grid point and seed "
                           "(default: true)")
+    run.add_argument("--wandb", choices=("off", "online", "offline"), default="off",
+                     help="also log to Weights & Biases, one run per grid point and seed (the wandb extra; "
+                          "offline runs go to FOLDER/wandb for `wandb sync`) (default: off)")
+    run.add_argument("--wandb-project", default="jaxrl_rollout", help="W&B project (default: %(default)s)")
     run.add_argument("--checkpoint-every", type=_positive_int, default=5,
                      help="save a checkpoint every N chunks and at the end (default: %(default)s)")
     run.add_argument("--max-parallel", type=_positive_int,
@@ -209,7 +213,31 @@ def _differences(saved: dict, wanted: dict, names) -> list[str]:
 
 
 def _prepare_folder(args, given: dict):
-    """(spec, folder, resume) after every check; nothing is written before they pass."""
+    """(spec, folder, resume) after every check; nothing is written before they pass.
+
+    With several processes, process 0 checks and writes the folder while the
+    others wait at a barrier, then read the same spec (so `--out` or
+    `--resume` must be given: a time-stamped default name could differ).
+    """
+    import jax
+
+    if jax.process_count() == 1:
+        return _prepare_folder_here(args, given)
+    if not (args.out or args.resume):
+        raise ValueError("a multi-process run needs --out FOLDER (or --resume FOLDER), the same on every process.")
+    from jax.experimental import multihost_utils
+
+    from jaxrl_rollout.runner import read_spec
+
+    prepared = _prepare_folder_here(args, given) if jax.process_index() == 0 else None
+    multihost_utils.sync_global_devices("jaxrl_rollout: run folder prepared")
+    if prepared is not None:
+        return prepared
+    folder = pathlib.Path(args.resume or args.out)
+    return read_spec(folder), folder, bool(args.resume)
+
+
+def _prepare_folder_here(args, given: dict):
     from jaxrl_rollout import checkpoint
     from jaxrl_rollout.runner import read_spec
 
@@ -279,15 +307,28 @@ def _coarse_curve(metrics: dict) -> str:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """The `train` command: checks, trains in chunks, writes outputs, prints the summary."""
+    """The `train` command: checks, trains in chunks, writes outputs, prints the summary.
+
+    In a multi-process run only process 0 prints (and writes the run folder).
+    """
+    import contextlib
+    import io
+
+    import jax
+
+    if args.distributed and not _distributed_ready():
+        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                                   process_id=args.process_id)
+    quiet = contextlib.redirect_stdout(io.StringIO()) if jax.process_index() != 0 else contextlib.nullcontext()
+    with quiet:
+        return _run_train(args)
+
+
+def _run_train(args: argparse.Namespace) -> int:
     cluster = {"coordinator_address": args.coordinator, "num_processes": args.num_processes,
                "process_id": args.process_id}
     if any(v is not None for v in cluster.values()) and not args.distributed:
         raise ValueError("--coordinator, --num-processes and --process-id need --distributed.")
-    if args.distributed:
-        import jax
-
-        jax.distributed.initialize(**cluster)  # before anything else touches the devices
     import jax
 
     from jaxrl_rollout import checkpoint, report, runner
@@ -301,19 +342,22 @@ def run_train(args: argparse.Namespace) -> int:
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
     try:
-        logger = None
-        if args.tensorboard and jax.process_index() == 0:
-            from jaxrl_rollout.loggers import TensorBoardLogger
+        from jaxrl_rollout import loggers
 
+        logs = []
+        if jax.process_index() == 0:
             done = checkpoint.read_manifest(folder)["meta"]["updates_done"] if resume else 0
-            logger = TensorBoardLogger(folder, spec, first_update=done)
+            if args.tensorboard:
+                logs.append(loggers.TensorBoardLogger(folder, spec, first_update=done))
+            if args.wandb != "off":
+                logs.append(loggers.WandbLogger(folder, spec, mode=args.wandb, project=args.wandb_project))
         try:
             result = runner.train(spec, folder, resume=resume, devices=args.devices,
                                   checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks,
-                                  on_chunk=logger.log_chunk if logger else None)
+                                  on_chunk=loggers.chain(*(log.log_chunk for log in logs)))
         finally:
-            if logger is not None:
-                logger.close()
+            for log in logs:
+                log.close()
     except KeyboardInterrupt:
         print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
         return 130
@@ -325,13 +369,15 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"  stopped after chunk {result.chunks_done} of {len(spec.chunk_lengths)}; "
               f"continue with: jaxrl-rollout train --resume {folder}")
         return 0
+    # Every process takes part in gathering the runs' states; process 0 alone then evaluates and writes.
+    state = runner.gather_state([result.state]) if jax.process_count() > 1 else result.state
     if jax.process_index() != 0:
         return 0
     paths = report.write_outputs(folder, spec, result.metrics)
     print("  mean episode return by tenth of training: " + _coarse_curve(result.metrics))
     window = max(1, result.updates_done // 10)
     print(report.format_summary(report.summarize(spec, result.metrics), window))
-    returns = evaluate_runs(spec, result.state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
+    returns = evaluate_runs(spec, state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
                             deterministic=True).mean(axis=1)
     print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():.1f} "
           f"(std over runs {returns.std():.1f}); per run: " + " ".join(f"{r:.0f}" for r in returns))
@@ -434,9 +480,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _distributed_ready() -> bool:
+    from jax._src import distributed
+
+    return distributed.global_state.client is not None
+
+
+def _initialize_distributed_early(argv: Sequence[str]) -> None:
+    """`jax.distributed.initialize` for `train --distributed`, before anything imports gymnax.
+
+    It must precede every use of an XLA backend, and importing gymnax (which
+    building the parser does, through the algorithm configs) already uses one.
+    Only the four cluster options are read here; `run_train` checks them again.
+    """
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--distributed", action="store_true")
+    early.add_argument("--coordinator")
+    early.add_argument("--num-processes", type=int)
+    early.add_argument("--process-id", type=int)
+    known, _ = early.parse_known_args(argv)
+    if not known.distributed:
+        return
+    import jax
+
+    jax.distributed.initialize(coordinator_address=known.coordinator, num_processes=known.num_processes,
+                               process_id=known.process_id)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        pass
+    elif not argv or argv[0] == "train" or argv[0] not in {"evaluate", "rollout"}:
+        _initialize_distributed_early(argv)
+    parser = build_parser()
     if not argv or argv[0] not in {"train", "evaluate", "rollout", "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
     args = parser.parse_args(argv)

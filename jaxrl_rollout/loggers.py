@@ -1,4 +1,4 @@
-"""Run logs people already read: TensorBoard event files, written from the host.
+"""Run logs people already read: TensorBoard event files and Weights & Biases runs, written from the host.
 
 `TensorBoardLogger` writes one event-file folder per run (grid point g, seed s)
 under `<run folder>/tensorboard/g{g}_s{s}`, so TensorBoard shows every seed and
@@ -11,6 +11,11 @@ Resuming: a logger opened at update U tells TensorBoard to drop events past
 step U * batch_size from the earlier writer (tensorboardX's `purge_step`), so
 chunks logged after the last checkpoint of an interrupted run are not shown
 twice.
+
+`WandbLogger` (the `wandb` extra) logs the same scalars to one W&B run per
+grid point and seed, grouped by the run folder's name, online or offline
+(`wandb sync` uploads an offline run later). Its run ids derive from the
+folder, so a resumed run continues the same W&B runs.
 """
 
 from __future__ import annotations
@@ -20,7 +25,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TensorBoardLogger"]
+__all__ = ["TensorBoardLogger", "WandbLogger", "chain"]
+
+
+def chain(*hooks):
+    """One `on_chunk` hook calling each non-None hook in turn (None if there is none)."""
+    hooks = [h for h in hooks if h is not None]
+    if not hooks:
+        return None
+
+    def on_chunk(metrics: dict, first_update: int) -> None:
+        for hook in hooks:
+            hook(metrics, first_update)
+
+    return on_chunk
 
 
 class TensorBoardLogger:
@@ -76,3 +94,56 @@ class TensorBoardLogger:
         """Flushes and closes every writer."""
         for writer in self._writers:
             writer.close()
+
+
+class WandbLogger:
+    """Weights & Biases scalars for every run of a `RunSpec` (the `wandb` extra).
+
+    Args:
+      folder: the run folder; W&B writes under `folder/wandb`.
+      spec: the sweep.
+      mode: "online" or "offline".
+      project: the W&B project.
+    """
+
+    def __init__(self, folder, spec: Any, mode: str = "offline", project: str = "jaxrl_rollout"):
+        if mode not in ("online", "offline"):
+            raise ValueError(f"mode must be 'online' or 'offline', got {mode!r}.")
+        try:
+            import wandb
+        except ImportError as err:
+            raise ImportError(
+                f"W&B logging needs the optional `wandb` extra ({err}). Install it with: "
+                "pip install 'jaxrl-rollout[wandb]'"
+            ) from err
+        import dataclasses
+
+        folder = pathlib.Path(folder)
+        self._batch = spec.config.batch_size
+        self._runs = []
+        for r in range(spec.num_runs):
+            g, s = divmod(r, spec.num_seeds)
+            config = {"algo": spec.algo, "grid_point": g, "seed": s, "root_seed": spec.seed,
+                      **dataclasses.asdict(spec.config), **spec.grid[g]._asdict()}
+            self._runs.append(wandb.init(
+                mode=mode, dir=str(folder), project=project, group=folder.name, name=f"g{g}_s{s}",
+                id=f"{folder.name}-g{g}-s{s}".replace("/", "-"), resume="allow", config=config,
+                reinit="create_new",
+            ))
+
+    def log_chunk(self, metrics: dict, first_update: int) -> None:
+        """Logs a chunk's metrics (name -> [R, updates]) at the runs' env steps; NaNs are left out."""
+        arrays = {name: np.asarray(v) for name, v in metrics.items()}
+        for name, values in arrays.items():
+            if values.ndim != 2 or values.shape[0] != len(self._runs):
+                raise ValueError(f"metric {name!r} must be [runs={len(self._runs)}, updates], got {values.shape}.")
+        updates = next(iter(arrays.values())).shape[1] if arrays else 0
+        for r, run in enumerate(self._runs):
+            for u in range(updates):
+                row = {f"train/{k}": float(v[r, u]) for k, v in arrays.items() if np.isfinite(v[r, u])}
+                run.log(row, step=(first_update + u + 1) * self._batch)
+
+    def close(self) -> None:
+        """Finishes every W&B run."""
+        for run in self._runs:
+            run.finish()

@@ -102,14 +102,16 @@ def _check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None
         action = env.action_space(env_params).sample(key)
         return env.step(key, state, action, env_params)
 
+    def all_steps(keys, env_params):  # a vectorized env: all B at once
+        _, state = env.reset(keys, env_params)
+        actions = jax.vmap(env.action_space(env_params).sample)(keys)
+        return env.step(keys, state, actions, env_params)
+
     if _vectorized(env):
-        keys = jax.random.split(key, num_envs)
-        sample = jax.vmap(env.action_space(env_params).sample)
-        one_step = lambda keys, env_params: env.step(  # noqa: E731
-            keys, env.reset(keys, env_params)[1], sample(keys), env_params
-        )
-        key = keys
-    _checks.unpack_step(jax.eval_shape(one_step, key, env_params), env)
+        result = jax.eval_shape(all_steps, jax.random.split(key, num_envs), env_params)
+    else:
+        result = jax.eval_shape(one_step, key, env_params)
+    _checks.unpack_step(result, env)
 
 
 def rollout_init(

@@ -250,6 +250,20 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
     return _COMPILED[cache_key]
 
 
+def _put(tree: Any, sharding: NamedSharding) -> Any:
+    """`tree` (the same values on every process) laid out over `sharding`, which may span processes."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(tree, sharding)
+
+    def put(x):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(put(jax.random.key_data(x)), impl=jax.random.key_impl(x))
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(put, tree)
+
+
 def _to_host(x) -> np.ndarray:
     if getattr(x, "is_fully_addressable", True):
         return np.asarray(x)
@@ -289,6 +303,38 @@ def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, 
             f"  {rate:,.0f} steps/s  {ret}")
 
 
+class _ProgressBar:
+    """A rich progress bar with ETA under the progress lines, for a terminal (no refresh thread)."""
+
+    def __init__(self, stream, spec: RunSpec, updates_done: int):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+            TimeRemainingColumn
+
+        self._batch = spec.config.batch_size
+        self._progress = Progress(
+            TextColumn("  training"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[ret]}"),
+            console=Console(file=stream, force_terminal=True), auto_refresh=False, transient=False,
+        )
+        self._task = self._progress.add_task("train", total=spec.config.num_updates * self._batch,
+                                             completed=updates_done * self._batch, ret="")
+        self._progress.start()
+
+    def line(self, text: str) -> None:
+        self._progress.console.print(text, highlight=False, markup=False)
+        self._progress.refresh()
+
+    def update(self, updates_done: int, returns: np.ndarray) -> None:
+        finite = returns[np.isfinite(returns)]
+        ret = f"return {finite.mean():.1f}" if finite.size else ""
+        self._progress.update(self._task, completed=updates_done * self._batch, ret=ret)
+        self._progress.refresh()
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
 def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional[int] = None,
           checkpoint_every: int = 5, stop_after_chunks: Optional[int] = None,
           progress: Any = True, on_chunk: Optional[Callable[[dict, int], None]] = None) -> RunResult:
@@ -308,6 +354,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
       stop_after_chunks: stop (with a checkpoint) after this many chunks in this
         call, as if interrupted; for tests and for splitting a run across jobs.
       progress: True for progress lines on sys.stderr, a stream, or None / False for silence.
+        When the stream is a terminal, a progress bar with ETA runs below the lines.
       on_chunk: called on process 0 after every chunk, on the host, as
         `on_chunk(metrics, first_update)` with the chunk's metrics (name ->
         [R, chunk updates] numpy arrays) and the updates done before it (a
@@ -336,12 +383,13 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     mesh = Mesh(np.asarray(choose_devices([b - a for a, b in groups], devices)), ("runs",))
     sharding = NamedSharding(mesh, PartitionSpec("runs"))
     keys, hparams = spec.run_keys(), spec.run_hparams()
-    take = lambda tree, a, b: jax.device_put(jax.tree.map(lambda x: x[a:b], tree), sharding)  # noqa: E731
+    take = lambda tree, a, b: _put(jax.tree.map(lambda x: x[a:b], tree), sharding)  # noqa: E731
     group_hparams = [take(hparams, a, b) for a, b in groups]
     lengths = spec.chunk_lengths
     stream = sys.stderr if progress is True else progress
     say = (lambda line: print(line, file=stream, flush=True)) if stream and jax.process_index() == 0 else (
         lambda line: None)
+    bar = None
 
     compile_start = time.perf_counter()
     states = None
@@ -379,6 +427,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
 
     run_start = time.perf_counter()
     steps_run, last_saved, ran = 0, chunks_done, 0
+    if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
+        bar = _ProgressBar(stream, spec, updates_done)
+        say = bar.line
     try:
         while chunks_done < len(lengths) and (stop_after_chunks is None or ran < stop_after_chunks):
             length = lengths[chunks_done]
@@ -392,6 +443,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
             chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
             steps_run += length * spec.config.batch_size * spec.num_runs
             say(_progress_line(spec, updates_done, time.perf_counter() - run_start, steps_run, chunk_return(chunk)))
+            if bar is not None:
+                bar.update(updates_done, chunk_return(chunk))
             if on_chunk is not None and jax.process_index() == 0:
                 on_chunk(chunk, updates_done - length)
             if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):
@@ -402,6 +455,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
             save(states)
         say(f"  interrupted after chunk {chunks_done}" + (f"; checkpoint saved in {folder}" if folder else ""))
         raise
+    finally:
+        if bar is not None:
+            bar.close()
     if chunks_done > last_saved:
         save(states)
     run_s = time.perf_counter() - run_start

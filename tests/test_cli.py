@@ -18,7 +18,7 @@ SWEEP = ["--algo", "a2c", "--num-envs", "4", "--num-steps", "8", "--total-steps"
 
 
 def _files(folder):
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def _npz_arrays(folder):

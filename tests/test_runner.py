@@ -1,5 +1,6 @@
 """The chunked runner and its checkpoints: bit-identical resume, corrupt and mismatched checkpoints."""
 
+import io
 import json
 
 import jax
@@ -137,3 +138,20 @@ def test_bad_runner_arguments():
     with pytest.raises(ValueError, match=rf"devices={n + 1} but only {n} are available"):
         runner.choose_devices([n + 1], n + 1)
     assert len(runner.choose_devices([4, 2])) == max(d for d in (1, 2) if d <= n)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_terminal_gets_a_progress_bar_with_eta_and_the_lines(uninterrupted):
+    terminal, pipe = _Terminal(), io.StringIO()
+    runner.train(SPEC, progress=terminal)
+    runner.train(SPEC, progress=pipe)
+    shown = terminal.getvalue()
+    assert "ETA" in shown and "training" in shown
+    total = SPEC.config.num_updates * SPEC.config.batch_size
+    assert f"{total}/{total}" in shown  # the bar ran to the end
+    assert "steps/s" in shown  # the progress lines are still printed above it
+    assert "ETA" not in pipe.getvalue() and "steps/s" in pipe.getvalue()  # no bar without a terminal
