@@ -314,11 +314,8 @@ def run_train(args: argparse.Namespace) -> int:
     import contextlib
     import io
 
-    import jax
+    import jax  # main() has already initialised the cluster for --distributed
 
-    if args.distributed and not _distributed_ready():
-        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
-                                   process_id=args.process_id)
     quiet = contextlib.redirect_stdout(io.StringIO()) if jax.process_index() != 0 else contextlib.nullcontext()
     with quiet:
         return _run_train(args)
@@ -480,12 +477,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _distributed_ready() -> bool:
-    from jax._src import distributed
-
-    return distributed.global_state.client is not None
-
-
 def _initialize_distributed_early(argv: Sequence[str]) -> None:
     """`jax.distributed.initialize` for `train --distributed`, before anything imports gymnax.
 
@@ -509,13 +500,11 @@ def _initialize_distributed_early(argv: Sequence[str]) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        pass
-    elif not argv or argv[0] == "train" or argv[0] not in {"evaluate", "rollout"}:
-        _initialize_distributed_early(argv)
-    parser = build_parser()
     if not argv or argv[0] not in {"train", "evaluate", "rollout", "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
+    if argv[0] == "train":
+        _initialize_distributed_early(argv)  # before building the parser imports gymnax
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "train":

@@ -41,6 +41,15 @@ def chain(*hooks):
     return on_chunk
 
 
+def _chunk_arrays(metrics: dict, runs: int) -> dict:
+    """A chunk's metrics as numpy arrays, each checked to be [runs, updates]."""
+    arrays = {name: np.asarray(values) for name, values in metrics.items()}
+    for name, values in arrays.items():
+        if values.ndim != 2 or values.shape[0] != runs:
+            raise ValueError(f"metric {name!r} must be [runs={runs}, updates], got {values.shape}.")
+    return arrays
+
+
 class TensorBoardLogger:
     """TensorBoard scalars for every run of a `RunSpec`.
 
@@ -81,10 +90,7 @@ class TensorBoardLogger:
         NaN values (no episode ended in that update) are skipped, as TensorBoard
         would draw them as gaps anyway.
         """
-        for name, values in metrics.items():
-            values = np.asarray(values)
-            if values.ndim != 2 or values.shape[0] != len(self._writers):
-                raise ValueError(f"metric {name!r} must be [runs={len(self._writers)}, updates], got {values.shape}.")
+        for name, values in _chunk_arrays(metrics, len(self._writers)).items():
             for writer, row in zip(self._writers, values):
                 for u, value in enumerate(row):
                     if np.isfinite(value):
@@ -133,10 +139,7 @@ class WandbLogger:
 
     def log_chunk(self, metrics: dict, first_update: int) -> None:
         """Logs a chunk's metrics (name -> [R, updates]) at the runs' env steps; NaNs are left out."""
-        arrays = {name: np.asarray(v) for name, v in metrics.items()}
-        for name, values in arrays.items():
-            if values.ndim != 2 or values.shape[0] != len(self._runs):
-                raise ValueError(f"metric {name!r} must be [runs={len(self._runs)}, updates], got {values.shape}.")
+        arrays = _chunk_arrays(metrics, len(self._runs))
         updates = next(iter(arrays.values())).shape[1] if arrays else 0
         for r, run in enumerate(self._runs):
             for u in range(updates):

@@ -40,6 +40,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_rollout import checkpoint
+from jaxrl_rollout.rollout import _vectorized
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
 
 __all__ = ["ALGORITHMS", "RunResult", "RunSpec", "default_chunk_updates", "make_algorithm", "train"]
@@ -214,14 +215,9 @@ def choose_devices(group_sizes: Sequence[int], requested: Optional[int] = None) 
 _COMPILED: dict = {}
 
 
-def host_env(env: Any) -> bool:
-    """True for a vectorized host env (gymnasium, envpool): one run per process, never vmapped."""
-    return getattr(env, "vectorized", False) is True
-
-
 def over_runs(fn: Callable, env: Any) -> Callable:
-    """`jax.vmap(fn)` over the leading runs axis; for a host env (one run) a squeeze and re-stack instead."""
-    if not host_env(env):
+    """`jax.vmap(fn)` over the leading runs axis; for a vectorized host env (one run) a squeeze and re-stack."""
+    if not _vectorized(env):
         return jax.vmap(fn)
 
     def one_run(*args):
@@ -368,7 +364,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     if resume and folder is None:
         raise ValueError("resume needs the folder of the run to continue.")
     algorithm = make_algorithm(spec)
-    if host_env(algorithm.env):
+    if _vectorized(algorithm.env):
         if spec.num_runs != 1:
             raise ValueError(
                 f"{spec.config.env_id} is a host env (stepped in Python through io_callback), which cannot be "
@@ -442,9 +438,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
             metrics = {k: np.concatenate([metrics[k], v], axis=1) if k in metrics else v for k, v in chunk.items()}
             chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
             steps_run += length * spec.config.batch_size * spec.num_runs
-            say(_progress_line(spec, updates_done, time.perf_counter() - run_start, steps_run, chunk_return(chunk)))
+            returns = chunk_return(chunk)
+            say(_progress_line(spec, updates_done, time.perf_counter() - run_start, steps_run, returns))
             if bar is not None:
-                bar.update(updates_done, chunk_return(chunk))
+                bar.update(updates_done, returns)
             if on_chunk is not None and jax.process_index() == 0:
                 on_chunk(chunk, updates_done - length)
             if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):

@@ -54,7 +54,7 @@ def make(env_id: str, **kwargs: Any):
         "gymnasium/CartPole-v1", "envpool/CartPole-v1". Each suite's module
         (`jaxrl_rollout.envs.brax`, ...) documents its names and options.
       **kwargs: options for the suite's adapter (e.g. `episode_length` for
-        brax, `num_envs` for gymnasium); gymnax takes none.
+        brax, `max_episode_steps` for gymnasium); gymnax takes none.
 
     Raises:
       ValueError: an unknown suite or env name (with close matches).
@@ -92,7 +92,9 @@ class ClipAction:
     def __init__(self, env: Any):
         self.env = env
         # A vectorized (host) env stays one: the rollout must not vmap it.
-        self.vectorized = getattr(env, "vectorized", False) is True
+        from jaxrl_rollout.rollout import _vectorized
+
+        self.vectorized = _vectorized(env)
 
     @property
     def default_params(self):

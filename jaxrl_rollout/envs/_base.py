@@ -10,6 +10,7 @@ ended on (before the reset).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Any
 
@@ -35,6 +36,22 @@ def require(module: str, extra: str, what: str | None = None) -> Any:
             f"{needed_by} the optional `{extra}` extra ({module!r} could not be imported: {err}). "
             f"Install it with: pip install 'jaxrl-rollout[{extra}]'"
         ) from err
+
+
+def unknown_name(what: str, name: Any, known, list_known: bool = True) -> ValueError:
+    """The error for a name not in `known`: "unknown <what> <name>. Did you mean ...? Known names: ...".
+
+    Args:
+      what: what the name is, e.g. "brax env name".
+      name: the name given.
+      known: the valid names.
+      list_known: also list every valid name (False for registries too long to print).
+    """
+    known = list(known)
+    close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    listing = f" Known names: {', '.join(known)}." if list_known else ""
+    return ValueError(f"unknown {what} {name!r}.{hint}{listing}")
 
 
 def _is_key(x: Any) -> bool:

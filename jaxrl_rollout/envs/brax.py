@@ -34,7 +34,6 @@ time step); once compiled, a step costs about 25-40 us per env at 16-64 envs.
 
 from __future__ import annotations
 
-import difflib
 import math
 import numbers
 from typing import Any, NamedTuple, Optional
@@ -103,9 +102,7 @@ def make(
     brax_envs = _base.require("brax.envs", "brax", f"envs.make('brax/{name}')")
     known = _known_names(brax_envs)
     if name not in known:
-        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown brax env name {name!r}.{hint} Known names: {', '.join(known)}.")
+        raise _base.unknown_name("brax env name", name, known)
     episode_length = _check_episode_length(episode_length)
     if backend is not None:
         if backend not in BACKENDS:

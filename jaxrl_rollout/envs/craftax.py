@@ -40,7 +40,6 @@ minute, once per installation).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Any, Optional
 
 import jax
@@ -78,9 +77,7 @@ def make(name: str, *, static_env_params: Any = None, **param_overrides: Any) ->
     """
     what = f"envs.make('craftax/{name}')"
     if name not in NAMES:
-        close = difflib.get_close_matches(str(name), NAMES, n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown craftax env name {name!r}.{hint} Known names: {', '.join(NAMES)}.")
+        raise _base.unknown_name("craftax env name", name, NAMES)
     craftax_env = _base.require("craftax.craftax_env", "craftax", what)
     env = craftax_env.make_craftax_env_from_name(name, auto_reset=False)
     if static_env_params is not None:

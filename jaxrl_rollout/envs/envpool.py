@@ -55,11 +55,7 @@ class EnvpoolEnv(HostEnv):
         _base.require("gymnasium", "envpool", f"envs.make('envpool/{name}')")
         known = envpool.list_all_envs()
         if name not in known:
-            import difflib
-
-            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"unknown envpool task id {name!r}.{hint}")
+            raise _base.unknown_name("envpool task id", name, sorted(known), list_known=False)
         fixed = sorted({"num_envs", "batch_size", "seed"} & set(make_kwargs))
         if fixed:
             raise ValueError(f"EnvpoolEnv sets {fixed} itself (num_envs from the keys given to reset); drop them.")

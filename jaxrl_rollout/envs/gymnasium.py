@@ -54,11 +54,7 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
     """
     gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
     if name not in gymnasium.registry:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(gymnasium.registry), n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown gymnasium env id {name!r}.{hint}")
+        raise _base.unknown_name("gymnasium env id", name, gymnasium.registry, list_known=False)
     env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name)
     return env, env.default_params
 

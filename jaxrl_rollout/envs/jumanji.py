@@ -56,7 +56,6 @@ Options (keyword arguments of `make`):
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -65,7 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
-from jaxrl_rollout.envs._base import PyTree, SameStepEnv, require
+from jaxrl_rollout.envs._base import PyTree, SameStepEnv, require, unknown_name
 
 __all__ = ["JumanjiEnv", "JumanjiState", "make"]
 
@@ -281,9 +280,7 @@ def make(
     jumanji = require("jumanji", "jumanji", f"envs.make('jumanji/{name}')")
     known = sorted(jumanji.registered_environments())
     if name not in known:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown jumanji env name {name!r}.{hint} Known names: {', '.join(known)}.")
+        raise unknown_name("jumanji env name", name, known)
     try:
         env = jumanji.make(name, **env_kwargs)
     except TypeError as err:

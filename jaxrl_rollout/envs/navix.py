@@ -31,7 +31,6 @@ Semantics:
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 from importlib import metadata
@@ -169,9 +168,7 @@ def make(name: str, **kwargs: Any) -> tuple[NavixEnv, None]:
     # MiniGrid "-v1" ids navix.make redirects to its own "-v0" ones.
     aliases = getattr(importlib.import_module("navix.environments.registry"), "V1_ALIASES", {})
     if name not in known and name not in aliases:
-        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown navix env name {name!r}.{hint} Known names: {', '.join(known)}.")
+        raise _base.unknown_name("navix env name", name, known)
     try:
         navix_env = navix.make(name, **kwargs)
     except TypeError as err:

@@ -63,7 +63,6 @@ fixed `opponent_params`. `evaluate` bounds episodes by `max_steps` if given; wit
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import numbers
 from collections.abc import Mapping
@@ -461,9 +460,7 @@ def make(
     pgx = _base.require("pgx", "pgx", f"envs.make('pgx/{name}')")
     known = list(pgx.available_envs())
     if name not in known:
-        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown pgx env name {name!r}.{hint} Known names: {', '.join(known)}.")
+        raise _base.unknown_name("pgx env name", name, known)
     env = PgxEnv(
         _build(pgx, name, env_kwargs),
         opponent=opponent,

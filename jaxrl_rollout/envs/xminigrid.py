@@ -40,7 +40,6 @@ e.g. `max_steps`, `view_size`, `ruleset` (XLand envs).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import numbers
 from typing import Any, Optional
 
@@ -49,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
-from jaxrl_rollout.envs._base import PyTree, SameStepEnv, require
+from jaxrl_rollout.envs._base import PyTree, SameStepEnv, require, unknown_name
 
 __all__ = ["XMiniGridEnv", "make"]
 
@@ -169,9 +168,7 @@ def make(name: str, **param_overrides: Any) -> tuple[XMiniGridEnv, Any]:
         raise ValueError(_needs_download(f"benchmark={param_overrides['benchmark']!r} is not supported"))
     known = list(xminigrid.registered_environments())
     if name not in known:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown xminigrid env name {name!r}.{hint} Known names: {', '.join(known)}.")
+        raise unknown_name("xminigrid env name", name, known)
     env, env_params = xminigrid.make(name)
     fields = [f.name for f in dataclasses.fields(env_params)]
     unknown = sorted(set(param_overrides) - set(fields))
