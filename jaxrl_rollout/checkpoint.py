@@ -1,4 +1,4 @@
-"""Checkpoints of an opaque pytree: a `.npz` of its leaves plus a JSON manifest.
+"""Checkpoints of an opaque pytree with Orbax, checked against a template and a content digest.
 
 The state is never read by field name: it is flattened with `jax.tree`, PRNG
 key leaves are stored as their raw key data (`jax.random.key_data`) and
@@ -7,34 +7,58 @@ its init) whose tree structure, leaf shapes and dtypes must match the saved
 ones. So fields added to a state later (observation statistics, reward
 normalisation) are saved and checked without any change here.
 
-Layout of a checkpoint folder:
+Layout of a run folder's checkpoints (an `orbax.checkpoint.CheckpointManager`
+directory that keeps the latest step):
 
-    checkpoint.json            the manifest: which npz is current, its sha256,
-                               the tree structure and every leaf's shape/dtype
-    checkpoint-000012.npz      the arrays of the checkpoint after 12 chunks
+    checkpoints/12/            the checkpoint after 12 chunks
+        state/                 the state's leaves (Orbax PyTree, OCDBT), one
+                               shard per process in a multi-process run
+        extras/                named host arrays (the metrics so far)
+        manifest/              JSON: format, tree structure, every leaf's
+                               shape, dtype and content digest, the caller's meta
 
-Saving writes the npz to a temporary file in the same folder, renames it into
-place (`os.replace`), then replaces the manifest the same way; the manifest's
-replacement is the commit point. A save that fails at any step leaves the
-previous manifest and the npz it names untouched.
+Every process of a multi-process run calls `save` with its global (possibly
+cross-process sharded) arrays; Orbax writes each process's shards and process
+0 the rest. Orbax writes a step into a temporary directory and renames it into
+place when every item is written (the commit point), and deletes the previous
+step only after that, so a save that fails or is killed midway leaves the
+previous checkpoint usable.
+
+`load` checks the structure, shapes and dtypes against the template before
+reading any array, and every leaf's digest (two 32-bit weighted sums of its
+words: any single changed word is always detected) after, so a corrupt,
+truncated or mismatched checkpoint is a `CheckpointError`, never a silently
+wrong state.
+
+Run folders of jaxrl_rollout 0.1 (`checkpoint.json` naming a
+`checkpoint-NNNNNN.npz`) are still read, with their sha256 check; the next save
+writes the Orbax layout and removes the 0.1 files once it has committed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import pathlib
+import sys
 import tempfile
+import warnings
 from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["CheckpointError", "MANIFEST", "flatten", "load", "save", "unflatten", "write_atomic"]
+__all__ = ["CheckpointError", "FORMAT", "SUBFOLDER", "flatten", "load", "read_manifest", "save", "unflatten",
+           "write_atomic"]
 
-MANIFEST = "checkpoint.json"
-FORMAT = "jaxrl_rollout.checkpoint/1"
+FORMAT = "jaxrl_rollout.checkpoint/2"
+SUBFOLDER = "checkpoints"
+LEGACY_FORMAT = "jaxrl_rollout.checkpoint/1"
+LEGACY_MANIFEST = "checkpoint.json"
 
 
 class CheckpointError(ValueError):
@@ -71,12 +95,90 @@ def _leaf_specs(template: Any) -> tuple[str, list[dict]]:
     return str(treedef), specs
 
 
-def _sha256(path: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def _check_structure(folder, manifest: dict, template: Any) -> None:
+    treedef_str, specs = _leaf_specs(template)
+    if manifest["treedef"] != treedef_str:
+        raise CheckpointError(
+            f"checkpoint in {folder} has a different state structure than this config builds:\n"
+            f"  saved:    {manifest['treedef'][:400]}\n  expected: {treedef_str[:400]}"
+        )
+    if manifest["leaves"] != specs:
+        bad = next(i for i, (a, b) in enumerate(zip(manifest["leaves"], specs)) if a != b)
+        raise CheckpointError(
+            f"checkpoint in {folder}: state leaf {bad} is {manifest['leaves'][bad]}, this config expects {specs[bad]}."
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Content digests, computed where the arrays are (sharded arrays included) and compared on load.
+
+def _words(x: jax.Array) -> jax.Array:
+    """The leaf's bits as a flat uint32 vector (narrower types widened, 64-bit types split)."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    bits = jnp.dtype(x.dtype).itemsize * 8
+    words = jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{bits}"))
+    if bits == 64:
+        words = jax.lax.bitcast_convert_type(words, jnp.uint32)
+    return words.astype(jnp.uint32).ravel()
+
+
+def _digest_leaf(x: jax.Array) -> jax.Array:
+    words = _words(x)
+    i = jnp.arange(words.size, dtype=jnp.uint32)
+    odd = (2 * i + 1) * jnp.uint32(0x9E3779B1)  # odd weights: one changed word always changes the sum
+    mixed = (i ^ (i >> 16)) * jnp.uint32(0x85EBCA6B)
+    mixed = ((mixed ^ (mixed >> 13)) * jnp.uint32(0xC2B2AE35)) | jnp.uint32(1)
+    return jnp.stack([jnp.sum(words * odd, dtype=jnp.uint32), jnp.sum(words * mixed, dtype=jnp.uint32)])
+
+
+_digests = jax.jit(lambda leaves: [_digest_leaf(x) for x in leaves])
+
+
+def _digest_strings(leaves: list[Any]) -> list[str]:
+    return [f"{int(a):08x}{int(b):08x}" for a, b in (np.asarray(d) for d in _digests(leaves))]
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _manager(folder: pathlib.Path, create: bool):
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(max_to_keep=1, create=create, enable_async_checkpointing=False,
+                                           cleanup_tmp_directories=create)
+    return ocp.CheckpointManager(folder / SUBFOLDER, options=options)
+
+
+@contextlib.contextmanager
+def _quiet_failures():
+    """Keeps Orbax's leftover asyncio tasks from printing tracebacks when a read fails.
+
+    A corrupt file fails several concurrent reads; the first error becomes a
+    CheckpointError, and the rest would otherwise reach stderr as "Task exception
+    was never retrieved" and "coroutine was never awaited" noise around it.
+    """
+    asyncio_log = logging.getLogger("asyncio")
+    level, hook = asyncio_log.level, sys.unraisablehook
+    asyncio_log.setLevel(logging.CRITICAL)
+    sys.unraisablehook = lambda unraisable: None
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
+            yield
+    finally:
+        import gc
+
+        gc.collect()  # finalise the failed tasks while the hooks are quiet
+        asyncio_log.setLevel(level)
+        sys.unraisablehook = hook
+
+
+def _latest_step(folder: pathlib.Path) -> Optional[int]:
+    """The latest committed step, read without the manager's cross-process barriers (any process may call it)."""
+    import orbax.checkpoint as ocp
+
+    steps = ocp.path.step.checkpoint_steps(folder / SUBFOLDER) if (folder / SUBFOLDER).is_dir() else []
+    return max(steps, default=None)
 
 
 def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
@@ -99,86 +201,158 @@ def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
 
 
 def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dict) -> pathlib.Path:
-    """Saves `state` (any pytree of host-fetchable arrays) and named extra arrays after `step` chunks.
+    """Saves `state` and named extra host arrays as the checkpoint after `step` chunks.
+
+    In a multi-process run every process calls this with the same arguments
+    (global arrays, the same extras and meta).
 
     Args:
-      folder: an existing directory.
-      step: the chunk counter; names the npz file.
-      state: the pytree to save; PRNG key leaves are stored as key data.
+      folder: an existing directory (the run folder).
+      step: the chunk counter; names the Orbax step.
+      state: the pytree to save (numpy or jax arrays, sharded across processes
+        or not); PRNG key leaves are stored as key data.
       extras: more arrays (e.g. the metrics so far), saved under their names.
       meta: JSON-serialisable information stored in the manifest under "meta".
 
     Returns:
-      The manifest's path. Older npz files are removed once the new manifest is in place.
+      The step's directory. The previous step (and any 0.1 checkpoint files) are
+      removed once the new step is committed.
     """
+    import orbax.checkpoint as ocp
+
     folder = pathlib.Path(folder)
     treedef_str, specs = _leaf_specs(state)
     leaves, impls, _ = flatten(state)
-    arrays = {f"state/{i:05d}": np.asarray(x) for i, x in enumerate(leaves)}
-    arrays.update({f"extra/{k}": np.asarray(v) for k, v in extras.items()})
-    name = f"checkpoint-{step:06d}.npz"
-    npz = write_atomic(folder, name, lambda f: np.savez(f, **arrays))
+    leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in leaves]
+    extras = {k: np.asarray(v) for k, v in extras.items()}
     manifest = {
-        "format": FORMAT, "file": name, "sha256": _sha256(npz), "step": step, "treedef": treedef_str,
-        "leaves": specs, "key_impls": impls, "extras": {k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
-                                    for k, v in extras.items()},
-        "meta": meta,
+        "format": FORMAT, "step": step, "treedef": treedef_str, "leaves": specs, "key_impls": impls,
+        "digests": _digest_strings(leaves),
+        "extras": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in extras.items()}, "meta": meta,
     }
-    path = write_atomic(folder, MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
-    for old in folder.glob("checkpoint-*.npz"):
-        if old.name != name:
-            old.unlink()
-    return path
+    items = {"state": ocp.args.StandardSave({f"{i:05d}": x for i, x in enumerate(leaves)}),
+             "manifest": ocp.args.JsonSave(manifest)}
+    if extras:
+        items["extras"] = ocp.args.StandardSave(extras)
+    manager = _manager(folder, create=True)
+    try:
+        manager.save(step, args=ocp.args.Composite(**items), force=True)
+        manager.wait_until_finished()
+    finally:
+        manager.close()
+    if jax.process_index() == 0:
+        for old in [folder / LEGACY_MANIFEST, *folder.glob("checkpoint-*.npz")]:
+            old.unlink(missing_ok=True)
+    return folder / SUBFOLDER / str(step)
 
 
 def read_manifest(folder) -> dict:
-    """The manifest of the checkpoint in `folder`, or a CheckpointError saying what is wrong."""
-    path = pathlib.Path(folder) / MANIFEST
+    """The manifest of the latest checkpoint in `folder` (or of a 0.1 checkpoint), or a CheckpointError."""
+    import orbax.checkpoint as ocp
+
+    folder = pathlib.Path(folder)
+    step = _latest_step(folder)
+    if step is None:
+        return _read_legacy_manifest(folder)
+    try:  # the item's handler alone: no barrier, so process 0 can read it while the others wait
+        manifest = ocp.JsonCheckpointHandler().restore(folder / SUBFOLDER / str(step) / "manifest")
+    except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
+        raise CheckpointError(f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {error}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{folder / SUBFOLDER / str(step)} holds no {FORMAT} manifest.")
+    return manifest
+
+
+def load(folder, template: Any, sharding: Optional[jax.sharding.Sharding] = None) -> tuple[Any, dict, dict]:
+    """Loads the latest checkpoint in `folder` and checks it against `template`.
+
+    Args:
+      folder: the run folder.
+      template: a pytree with the expected structure, leaf shapes and dtypes
+        (concrete or `jax.ShapeDtypeStruct`s, e.g. from `jax.eval_shape`).
+      sharding: where to place the state's arrays (e.g. a `NamedSharding` over
+        a mesh that spans processes, each process then reads only its shards);
+        None returns numpy arrays.
+
+    Returns:
+      (state with PRNG keys rewrapped, extras as numpy arrays, manifest).
+
+    Raises:
+      CheckpointError: no checkpoint, unreadable or altered files (a digest
+        that does not match), or a structure, shape or dtype that differs from
+        the template's (a checkpoint of another config or library version).
+    """
+    import orbax.checkpoint as ocp
+
+    folder = pathlib.Path(folder)
+    manifest = read_manifest(folder)
+    if manifest["format"] == LEGACY_FORMAT:
+        return _load_legacy(folder, manifest, template, sharding)
+    _check_structure(folder, manifest, template)
+    step_dir = folder / SUBFOLDER / str(manifest["step"])
+    place = sharding if sharding is not None else jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = {f"{i:05d}": jax.ShapeDtypeStruct(tuple(s["shape"]), jnp.dtype(s["dtype"]), sharding=place)
+                for i, s in enumerate(manifest["leaves"])}
+    items = {"state": ocp.args.StandardRestore(abstract)}
+    if manifest["extras"]:
+        items["extras"] = ocp.args.StandardRestore(
+            {k: np.zeros(s["shape"], s["dtype"]) for k, s in manifest["extras"].items()})
+    manager = _manager(folder, create=False)
+    try:
+        with _quiet_failures():
+            restored = manager.restore(manifest["step"], args=ocp.args.Composite(**items))
+    except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
+        raise CheckpointError(f"corrupt checkpoint {step_dir}: {str(error)[:600]}") from None
+    finally:
+        manager.close()
+    leaves = [restored.state[f"{i:05d}"] for i in range(len(manifest["leaves"]))]
+    for i, (x, spec) in enumerate(zip(leaves, manifest["leaves"])):
+        if list(x.shape) != spec["shape"] or str(x.dtype) != spec["dtype"]:
+            raise CheckpointError(f"corrupt checkpoint {step_dir}: leaf {i} is {x.shape} {x.dtype}, expected {spec}.")
+    digests = _digest_strings(leaves)
+    if digests != manifest["digests"]:
+        bad = next(i for i, (a, b) in enumerate(zip(digests, manifest["digests"])) if a != b)
+        raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of state leaf {bad} does not match the "
+                              "digest saved with it.")
+    extras = {k: np.asarray(v) for k, v in restored.get("extras", {}).items()} if manifest["extras"] else {}
+    if sharding is None:
+        leaves = [np.asarray(x) for x in leaves]
+    _, treedef = jax.tree.flatten(template)
+    return unflatten(treedef, leaves, manifest["key_impls"]), extras, manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# jaxrl_rollout 0.1: checkpoint.json naming an .npz with its sha256 (read only).
+
+def _sha256(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_legacy_manifest(folder: pathlib.Path) -> dict:
+    path = folder / LEGACY_MANIFEST
     if not path.exists():
-        raise CheckpointError(f"no checkpoint in {folder}: {MANIFEST} is missing.")
+        raise CheckpointError(f"no checkpoint in {folder}: {SUBFOLDER}/ holds no committed step.")
     try:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise CheckpointError(f"corrupt checkpoint manifest {path}: {error}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a {FORMAT} manifest.")
+    if not isinstance(manifest, dict) or manifest.get("format") != LEGACY_FORMAT:
+        raise CheckpointError(f"{path} is not a {LEGACY_FORMAT} manifest.")
     return manifest
 
 
-def load(folder, template: Any) -> tuple[Any, dict[str, np.ndarray], dict]:
-    """Loads the checkpoint in `folder` and checks it against `template`.
-
-    Args:
-      folder: the checkpoint folder.
-      template: a pytree with the expected structure, leaf shapes and dtypes
-        (concrete or `jax.ShapeDtypeStruct`s, e.g. from `jax.eval_shape`).
-
-    Returns:
-      (state as numpy leaves with PRNG keys rewrapped, extras, manifest).
-
-    Raises:
-      CheckpointError: missing files, a sha256 that does not match (a
-        truncated or altered file), or a structure, shape or dtype that differs
-        from the template's (a checkpoint of another config or library version).
-    """
-    folder = pathlib.Path(folder)
-    manifest = read_manifest(folder)
+def _load_legacy(folder: pathlib.Path, manifest: dict, template: Any, sharding) -> tuple[Any, dict, dict]:
     npz = folder / manifest["file"]
     if not npz.exists():
-        raise CheckpointError(f"corrupt checkpoint: {npz.name}, named by {MANIFEST}, is missing.")
+        raise CheckpointError(f"corrupt checkpoint: {npz.name}, named by {LEGACY_MANIFEST}, is missing.")
     if _sha256(npz) != manifest["sha256"]:
-        raise CheckpointError(f"corrupt checkpoint: the sha256 of {npz} does not match {MANIFEST}.")
-    treedef_str, specs = _leaf_specs(template)
-    if manifest["treedef"] != treedef_str:
-        raise CheckpointError(
-            f"checkpoint in {folder} has a different state structure than this config builds:\n"
-            f"  saved:    {manifest['treedef'][:400]}\n  expected: {treedef_str[:400]}"
-        )
-    if manifest["leaves"] != specs:
-        bad = next(i for i, (a, b) in enumerate(zip(manifest["leaves"], specs)) if a != b)
-        raise CheckpointError(
-            f"checkpoint in {folder}: state leaf {bad} is {manifest['leaves'][bad]}, this config expects {specs[bad]}."
-        )
+        raise CheckpointError(f"corrupt checkpoint: the sha256 of {npz} does not match {LEGACY_MANIFEST}.")
+    _check_structure(folder, manifest, template)
+    specs = manifest["leaves"]
     try:
         with np.load(npz) as data:
             leaves = [data[f"state/{i:05d}"] for i in range(len(specs))]
@@ -188,5 +362,7 @@ def load(folder, template: Any) -> tuple[Any, dict[str, np.ndarray], dict]:
     for i, (x, spec) in enumerate(zip(leaves, specs)):
         if list(x.shape) != spec["shape"] or str(x.dtype) != spec["dtype"]:
             raise CheckpointError(f"corrupt checkpoint {npz}: leaf {i} is {x.shape} {x.dtype}, expected {spec}.")
+    if sharding is not None:
+        leaves = [jax.make_array_from_callback(x.shape, sharding, lambda index, x=x: x[index]) for x in leaves]
     _, treedef = jax.tree.flatten(template)
     return unflatten(treedef, leaves, manifest["key_impls"]), extras, manifest

@@ -386,13 +386,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` command: per-run returns of a saved run's policies, deterministic and stochastic."""
     import jax
 
-    from jaxrl_rollout import checkpoint, report
-    from jaxrl_rollout.runner import make_algorithm, over_runs, read_spec
+    from jaxrl_rollout import report
+    from jaxrl_rollout.runner import load_run
 
-    spec = read_spec(args.folder)
-    algorithm = make_algorithm(spec)
-    template = jax.eval_shape(over_runs(algorithm.init, algorithm.env), spec.run_keys(), spec.run_hparams())
-    state, _, manifest = checkpoint.load(args.folder, template)
+    spec, state, _, manifest = load_run(args.folder)
     chunks_done, chunks = manifest["meta"]["chunks_done"], len(spec.chunk_lengths)
     key = jax.random.key(args.seed)
     det = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 0), deterministic=True)

@@ -67,10 +67,16 @@ class TensorBoardLogger:
             raise ImportError(
                 f"TensorBoard logs need tensorboardX ({err}); pip install tensorboardX, or pass --tensorboard false."
             ) from err
-        from jaxrl_rollout.report import grid_label
-
         self._batch = spec.config.batch_size
         self.root = pathlib.Path(folder) / "tensorboard"
+        self._writer_class, self._spec, self._first_update, self._writers = SummaryWriter, spec, first_update, None
+
+    def _open_writers(self) -> list:
+        # Opened at the first chunk, so a run that fails before one (a corrupt checkpoint on
+        # resume, a bad config) leaves no event files behind.
+        from jaxrl_rollout.report import grid_label
+
+        SummaryWriter, spec, first_update = self._writer_class, self._spec, self._first_update
         purge = first_update * self._batch if first_update else None
         self._writers = []
         for r in range(spec.num_runs):
@@ -83,6 +89,7 @@ class TensorBoardLogger:
                 writer.add_text("run", f"{spec.algo} on {spec.config.env_id}; grid point {g} ({grid_label(spec, g)}), "
                                        f"seed {s}", 0)
             self._writers.append(writer)
+        return self._writers
 
     def log_chunk(self, metrics: dict, first_update: int) -> None:
         """Writes a chunk's metrics (name -> [R, updates] arrays) for updates first_update + 1, ...
@@ -90,15 +97,16 @@ class TensorBoardLogger:
         NaN values (no episode ended in that update) are skipped, as TensorBoard
         would draw them as gaps anyway.
         """
-        for name, values in _chunk_arrays(metrics, len(self._writers)).items():
-            for writer, row in zip(self._writers, values):
+        writers = self._writers if self._writers is not None else self._open_writers()
+        for name, values in _chunk_arrays(metrics, len(writers)).items():
+            for writer, row in zip(writers, values):
                 for u, value in enumerate(row):
                     if np.isfinite(value):
                         writer.add_scalar(f"train/{name}", float(value), (first_update + u + 1) * self._batch)
 
     def close(self) -> None:
         """Flushes and closes every writer."""
-        for writer in self._writers:
+        for writer in self._writers or []:
             writer.close()
 
 
@@ -122,10 +130,15 @@ class WandbLogger:
                 f"W&B logging needs the optional `wandb` extra ({err}). Install it with: "
                 "pip install 'jaxrl-rollout[wandb]'"
             ) from err
+        self._wandb, self._folder, self._spec, self._mode, self._project = wandb, pathlib.Path(folder), spec, mode, project
+        self._batch = spec.config.batch_size
+        self._runs = None
+
+    def _start(self) -> list:
+        # Started at the first chunk, like the TensorBoard writers: a run that fails before one logs nothing.
         import dataclasses
 
-        folder = pathlib.Path(folder)
-        self._batch = spec.config.batch_size
+        wandb, folder, spec, mode, project = self._wandb, self._folder, self._spec, self._mode, self._project
         self._runs = []
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
@@ -136,17 +149,19 @@ class WandbLogger:
                 id=f"{folder.name}-g{g}-s{s}".replace("/", "-"), resume="allow", config=config,
                 reinit="create_new",
             ))
+        return self._runs
 
     def log_chunk(self, metrics: dict, first_update: int) -> None:
         """Logs a chunk's metrics (name -> [R, updates]) at the runs' env steps; NaNs are left out."""
-        arrays = _chunk_arrays(metrics, len(self._runs))
+        runs = self._runs if self._runs is not None else self._start()
+        arrays = _chunk_arrays(metrics, len(runs))
         updates = next(iter(arrays.values())).shape[1] if arrays else 0
-        for r, run in enumerate(self._runs):
+        for r, run in enumerate(runs):
             for u in range(updates):
                 row = {f"train/{k}": float(v[r, u]) for k, v in arrays.items() if np.isfinite(v[r, u])}
                 run.log(row, step=(first_update + u + 1) * self._batch)
 
     def close(self) -> None:
         """Finishes every W&B run."""
-        for run in self._runs:
+        for run in self._runs or []:
             run.finish()

@@ -389,11 +389,15 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
 
     compile_start = time.perf_counter()
     states = None
+    # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.
+    merge = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts), out_shardings=sharding)
     if resume:
         template = jax.eval_shape(over_runs(algorithm.init, algorithm.env), keys, hparams)
-        host_state, extras, manifest = checkpoint.load(folder, template)
+        loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
         chunks_done = manifest["meta"]["chunks_done"]
-        states = [take(host_state, a, b) for a, b in groups]
+        states = [loaded] if len(groups) == 1 else [
+            jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(loaded)
+            for a, b in groups]
         metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
     else:
         chunks_done, metrics = 0, {}
@@ -416,10 +420,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     def save(state_list):
         if folder is None:
             return
-        host = gather_state(state_list)
-        if jax.process_index() == 0:
-            checkpoint.save(folder, chunks_done, host, {f"metrics/{k}": v for k, v in metrics.items()},
-                            {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
+        # Every process saves its shards of the global state (Orbax); metrics are the same on all.
+        checkpoint.save(folder, chunks_done, state_list[0] if len(state_list) == 1 else merge(*state_list),
+                        {f"metrics/{k}": v for k, v in metrics.items()},
+                        {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
 
     run_start = time.perf_counter()
     steps_run, last_saved, ran = 0, chunks_done, 0
@@ -458,7 +462,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     if chunks_done > last_saved:
         save(states)
     run_s = time.perf_counter() - run_start
-    merged = states[0] if len(states) == 1 else jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *states)
+    merged = states[0] if len(states) == 1 else merge(*states)
     updates_run = sum(lengths[chunks_done - ran:chunks_done])
     return RunResult(merged, metrics, updates_done, updates_run, chunks_done, chunks_done == len(lengths), compile_s, run_s,
                      mesh.size)
@@ -473,3 +477,22 @@ def read_spec(folder) -> RunSpec:
         return RunSpec.from_json(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path} is not a valid run config: {error}") from None
+
+
+def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
+    """The latest checkpoint of the run in `folder`, checked against the state its config builds.
+
+    Returns:
+      (spec, state with a leading runs axis as numpy arrays and PRNG keys,
+      extras such as "metrics/<name>" -> [R, updates so far], manifest whose
+      "meta" holds "chunks_done" and "updates_done").
+
+    Raises:
+      ValueError: no run in `folder`; `checkpoint.CheckpointError` for a missing,
+        corrupt or mismatched checkpoint.
+    """
+    spec = read_spec(folder)
+    algorithm = make_algorithm(spec)
+    template = jax.eval_shape(over_runs(algorithm.init, algorithm.env), spec.run_keys(), spec.run_hparams())
+    state, extras, manifest = checkpoint.load(folder, template)
+    return spec, state, extras, manifest

@@ -21,10 +21,15 @@ def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def _npz_arrays(folder):
-    manifest = json.loads((folder / "checkpoint.json").read_text())
-    with np.load(folder / manifest["file"]) as data:
-        return {k: data[k] for k in data.files}
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _saved_arrays(folder):
+    from jaxrl_rollout import checkpoint, runner
+
+    _, state, extras, _ = runner.load_run(folder)
+    return {**{f"state/{i}": np.asarray(x) for i, x in enumerate(checkpoint.flatten(state)[0])}, **extras}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +57,8 @@ def test_default_command_trains_ppo_on_cartpole(capsys, tmp_path):
     assert "final return (episode-weighted mean over the last 1 updates; 95% t-interval across seeds)" in out
     assert "deterministic evaluation, 2 episodes per run" in out
     assert "step 2,048/2,048 (100.0%)" in captured.err and "steps/s  return" in captured.err
-    assert {"config.json", "metrics.csv", "learning_curve.png", "checkpoint.json"} <= set(_files(folder))
+    assert {"config.json", "metrics.csv", "learning_curve.png"} <= set(_files(folder))
+    assert [p.name for p in (folder / "checkpoints").iterdir()] == ["4"]  # the Orbax step after 4 chunks
     saved = json.loads((folder / "config.json").read_text())
     assert saved["config"]["total_timesteps"] == 2048 and saved["num_seeds"] == 2
     with open(folder / "metrics.csv") as f:
@@ -83,7 +89,7 @@ def test_interrupted_and_resumed_cli_run_ends_identical(sweep_run, tmp_path, cap
     out = capsys.readouterr().out
     assert "lr=0.001" in out and "lr=0.0003" in out
     assert _files(folder)["metrics.csv"] == _files(sweep_run)["metrics.csv"]
-    whole, resumed = _npz_arrays(sweep_run), _npz_arrays(folder)
+    whole, resumed = _saved_arrays(sweep_run), _saved_arrays(folder)
     assert whole.keys() == resumed.keys()
     for k in whole:
         assert np.array_equal(whole[k], resumed[k], equal_nan=whole[k].dtype.kind == "f"), k
@@ -101,7 +107,7 @@ def test_evaluate_prints_per_seed_returns(sweep_run, capsys):
 
 
 def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, capsys):
-    before = _files(sweep_run)
+    before = _tree(sweep_run)
     other = [a if a != "1e-3,3e-4" else "1e-3" for a in SWEEP]
     assert cli.main(["train", *other, "--out", str(sweep_run)]) == 2
     err = capsys.readouterr().err
@@ -112,17 +118,18 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     err = capsys.readouterr().err
     assert "the run there has a different config" in err and "--lr: [0.001, 0.0003] there, [0.0005] here" in err
     assert "--seeds" not in err  # the same value is no difference
-    assert _files(sweep_run) == before
+    assert _tree(sweep_run) == before
 
     corrupt = tmp_path / "corrupt"
     shutil.copytree(sweep_run, corrupt)
-    npz = next(corrupt.glob("checkpoint-*.npz"))
-    npz.write_bytes(npz.read_bytes()[:-100])
-    before = _files(corrupt)
+    step = corrupt / "checkpoints" / "3" / "state"
+    data = max((p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # a truncated copy
+    before = _tree(corrupt)
     assert cli.main(["train", "--resume", str(corrupt)]) == 2
-    assert "corrupt checkpoint: the sha256" in capsys.readouterr().err
+    assert f"corrupt checkpoint {corrupt / 'checkpoints' / '3'}" in capsys.readouterr().err
     assert cli.main(["evaluate", str(corrupt)]) == 2
-    assert _files(corrupt) == before
+    assert _tree(corrupt) == before
 
     stranger = tmp_path / "stranger"
     stranger.mkdir()

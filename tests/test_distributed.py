@@ -4,8 +4,9 @@ Each process is the CLI with `--distributed --coordinator 127.0.0.1:PORT
 --num-processes 2 --process-id I`, two forced host devices each (4 global
 devices, gloo collectives), on a free port with bounded time-outs; both end by
 themselves or are killed. What this proves: the runner's sharded sweep, the
-gathered metrics and checkpoint, the run folder written by process 0 alone and
-a resume across processes give what one process gives (integers exactly,
+gathered metrics, the Orbax checkpoint saved by both processes (each its own
+shards) and restored by both into their shards, the run folder written by
+process 0 alone, and a resume across processes give what one process gives (integers exactly,
 floats to float32 rounding: the sharded program may fuse differently). What it
 does not prove: several machines, a real network, or accelerators.
 """
@@ -68,9 +69,10 @@ def _metrics(folder) -> dict:
 
 
 def _checkpoint(folder) -> dict:
-    (path,) = sorted(folder.glob("checkpoint-*.npz"))[-1:]
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files}
+    from jaxrl_rollout import checkpoint, runner
+
+    _, state, extras, _ = runner.load_run(folder)
+    return {**{f"state/{i}": np.asarray(x) for i, x in enumerate(checkpoint.flatten(state)[0])}, **extras}
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +110,10 @@ def test_only_process_zero_prints_and_writes(runs):
         assert "jaxrl_rollout: PPO" not in out[1] and "step " not in out[1]
     assert "continue with: jaxrl-rollout train --resume" in outputs[0]
     assert "deterministic evaluation" in resumed[0]
-    assert {p.name for p in (tmp / "multi").iterdir()} >= {"config.json", "metrics.csv", "checkpoint.json"}
+    assert {p.name for p in (tmp / "multi").iterdir()} >= {"config.json", "metrics.csv", "checkpoints"}
+    # each process wrote its own shards of the state into the Orbax checkpoint
+    (step,) = (tmp / "multi" / "checkpoints").iterdir()
+    assert {p.name for p in (step / "state").iterdir()} >= {"ocdbt.process_0", "ocdbt.process_1"}
 
 
 def test_a_multi_process_run_needs_an_explicit_folder(tmp_path):

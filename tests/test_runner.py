@@ -2,6 +2,12 @@
 
 import io
 import json
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 
 import jax
 import numpy as np
@@ -54,14 +60,15 @@ def test_run_completes_with_metrics_per_run_and_update(uninterrupted):
     first = result.metrics["value_loss"][:, 0]
     assert first[0] == first[2] and first[1] == first[3] and first[0] != first[1]
     assert not np.array_equal(result.metrics["value_loss"][0], result.metrics["value_loss"][2])
-    assert [p.name for p in folder.glob("checkpoint-*.npz")] == ["checkpoint-000003.npz"]
+    # one Orbax step, the latest: the earlier ones were removed once it was committed
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["3"]
 
 
 def test_interrupted_and_resumed_run_is_bit_identical(uninterrupted, tmp_path):
     _, whole = uninterrupted
     part = runner.train(SPEC, tmp_path, stop_after_chunks=1, progress=None)
     assert not part.complete and part.chunks_done == 1 and part.updates_done == 3
-    assert json.loads((tmp_path / "checkpoint.json").read_text())["meta"]["chunks_done"] == 1
+    assert checkpoint.read_manifest(tmp_path)["meta"]["chunks_done"] == 1
     resumed = runner.train(SPEC, tmp_path, resume=True, progress=None)
     assert resumed.complete and resumed.updates_run == 4
     _assert_identical(whole.state, resumed.state)
@@ -80,49 +87,149 @@ def _template(config=CONFIG):
     return jax.eval_shape(jax.vmap(runner.make_algorithm(spec).init), spec.run_keys(), spec.run_hparams())
 
 
-def test_corrupt_or_mismatched_checkpoint_is_a_clear_error(uninterrupted, tmp_path):
-    folder, _ = uninterrupted
-    for path in folder.glob("checkpoint*"):
-        (tmp_path / path.name).write_bytes(path.read_bytes())
-    npz = next(tmp_path.glob("checkpoint-*.npz"))
+def _copy_run(folder, to):
+    shutil.copytree(folder, to, dirs_exist_ok=True)
+    return to
+
+
+def test_mismatched_checkpoint_is_a_clear_error(uninterrupted, tmp_path):
+    folder = _copy_run(uninterrupted[0], tmp_path)
     with pytest.raises(checkpoint.CheckpointError, match="different state structure"):
-        checkpoint.load(tmp_path, _template(a2c.A2CConfig(num_envs=4, num_steps=8, total_timesteps=224,
-                                                          hidden_sizes=(64, 64, 64))))
+        checkpoint.load(folder, _template(a2c.A2CConfig(num_envs=4, num_steps=8, total_timesteps=224,
+                                                        hidden_sizes=(64, 64, 64))))
     with pytest.raises(checkpoint.CheckpointError, match=r"state leaf \d+ is .*shape.*expects"):
-        checkpoint.load(tmp_path, _template(a2c.A2CConfig(num_envs=4, num_steps=8, total_timesteps=224,
-                                                          hidden_sizes=(32, 64))))
-    data = bytearray(npz.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    npz.write_bytes(bytes(data))
-    with pytest.raises(checkpoint.CheckpointError, match="sha256"):
-        checkpoint.load(tmp_path, _template())
-    npz.unlink()
-    with pytest.raises(checkpoint.CheckpointError, match="is missing"):
-        checkpoint.load(tmp_path, _template())
-    (tmp_path / "checkpoint.json").write_text("{not json")
+        checkpoint.load(folder, _template(a2c.A2CConfig(num_envs=4, num_steps=8, total_timesteps=224,
+                                                        hidden_sizes=(32, 64))))
+    shutil.rmtree(folder / "checkpoints" / "3")
+    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint in"):
+        checkpoint.load(folder, _template())
+
+
+def test_corrupt_checkpoint_files_are_a_clear_error(uninterrupted, tmp_path):
+    # Flip bytes across the largest array file (the network weights): every load must fail with a
+    # CheckpointError or return the saved state, never a different one. Orbax reads some flips as
+    # errors; zstd-compressed array bytes can decode to other numbers, which the digests catch.
+    folder = _copy_run(uninterrupted[0], tmp_path)
+    template = _template()
+    saved, _, _ = checkpoint.load(folder, template)
+    data = max((p for p in (folder / "checkpoints" / "3" / "state").rglob("*") if p.is_file()),
+               key=lambda p: p.stat().st_size)
+    original, caught = data.read_bytes(), {"digest": 0, "read": 0, "unchanged": 0}
+    for position in np.linspace(0, len(original) - 1, 8).astype(int):
+        corrupt = bytearray(original)
+        corrupt[position] ^= 0x10
+        data.write_bytes(bytes(corrupt))
+        try:
+            loaded, _, _ = checkpoint.load(folder, template)
+        except checkpoint.CheckpointError as error:
+            assert "corrupt checkpoint" in str(error)
+            caught["digest" if "digest saved with it" in str(error) else "read"] += 1
+        else:
+            _assert_identical(loaded, saved)
+            caught["unchanged"] += 1
+    assert caught["digest"] >= 1, caught  # the digest check is what stands between those flips and a wrong state
+    data.write_bytes(original[: len(original) // 2])
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt checkpoint"):
+        checkpoint.load(folder, template)
+    manifest = next((folder / "checkpoints" / "3" / "manifest").iterdir())
+    manifest.write_text("{not json")
     with pytest.raises(checkpoint.CheckpointError, match="corrupt checkpoint manifest"):
-        checkpoint.load(tmp_path, _template())
+        checkpoint.load(folder, template)
+
+
+def test_digest_sees_every_single_word_change():
+    rng = np.random.default_rng(0)
+    leaves = [rng.normal(size=(3, 50)).astype(np.float32), rng.integers(0, 9, 40).astype(np.int32),
+              rng.integers(0, 2, 7).astype(bool), rng.normal(size=5).astype(np.float16)]
+    base = checkpoint._digest_strings(leaves)
+    for i, leaf in enumerate(leaves):
+        for index in rng.choice(leaf.size, 5, replace=False):
+            for bit in ([0] if leaf.dtype == bool else [0, 7, 8 * leaf.itemsize - 1]):
+                changed = leaf.copy().reshape(-1)
+                if leaf.dtype == bool:
+                    changed[index] = ~changed[index]
+                else:
+                    changed.view(f"u{leaf.itemsize}")[index] ^= np.array(1 << bit, f"u{leaf.itemsize}")
+                digests = checkpoint._digest_strings([*leaves[:i], changed.reshape(leaf.shape), *leaves[i + 1:]])
+                assert digests[i] != base[i] and digests[:i] + digests[i + 1:] == base[:i] + base[i + 1:]
+    swapped = leaves[1].copy()
+    j = int(np.flatnonzero(swapped != swapped[0])[0])
+    swapped[[0, j]] = swapped[[j, 0]]
+    assert checkpoint._digest_strings([swapped])[0] != base[1]  # position matters, not only the multiset
 
 
 def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    import orbax.checkpoint as ocp
+
     state = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "key": jax.random.split(jax.random.key(0), 2)}
     checkpoint.save(tmp_path, 1, state, {"m": np.ones(3)}, {"chunks_done": 1})
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
 
-    def broken_savez(f, **arrays):
-        f.write(b"partial")
+    def broken_json_save(self, directory, *args, **kwargs):  # the manifest is written after the arrays
         raise OSError("disk full")
 
-    monkeypatch.setattr(np, "savez", broken_savez)
+    monkeypatch.setattr(ocp.JsonCheckpointHandler, "async_save", broken_json_save)
     with pytest.raises(OSError, match="disk full"):
-        checkpoint.save(tmp_path, 2, state, {"m": np.zeros(3)}, {"chunks_done": 2})
+        checkpoint.save(tmp_path, 2, {**state, "w": state["w"] + 1}, {"m": np.zeros(3)}, {"chunks_done": 2})
     monkeypatch.undo()
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temp file, nothing replaced
+    after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing committed was touched
+    assert all("tmp" in str(k) for k in after.keys() - before.keys()), sorted(after.keys() - before.keys())
     loaded, extras, manifest = checkpoint.load(tmp_path, jax.eval_shape(lambda: state))
     assert manifest["meta"] == {"chunks_done": 1}
     np.testing.assert_array_equal(loaded["w"], state["w"])
+    np.testing.assert_array_equal(extras["m"], np.ones(3))
     np.testing.assert_array_equal(jax.random.key_data(loaded["key"]), jax.random.key_data(state["key"]))
     assert jax.dtypes.issubdtype(loaded["key"].dtype, jax.dtypes.prng_key)
+    checkpoint.save(tmp_path, 2, state, {"m": np.zeros(3)}, {"chunks_done": 2})  # the next save cleans up
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2"]
+
+
+def test_ctrl_c_saves_the_last_whole_chunk(uninterrupted, tmp_path):
+    def press_ctrl_c(metrics, first_update):  # as if Ctrl-C arrived while chunk 1's metrics were logged
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.train(SPEC, tmp_path, checkpoint_every=5, progress=None, on_chunk=press_ctrl_c)
+    assert checkpoint.read_manifest(tmp_path)["meta"]["chunks_done"] == 1  # saved although 1 % 5 != 0
+    resumed = runner.train(SPEC, tmp_path, resume=True, progress=None)
+    _assert_identical(uninterrupted[1].state, resumed.state)
+
+
+KILLED_MID_SAVE = textwrap.dedent("""
+    import os, signal, sys
+    from orbax.checkpoint._src.path import atomicity
+    from jaxrl_rollout import runner
+    from tests.test_runner import SPEC
+
+    commit = atomicity.AtomicRenameTemporaryPath.finalize
+    saves = []
+
+    async def finalize(self):  # the second save dies after writing every item, before its step's commit
+        if self.get_final().parent.name == "checkpoints":
+            saves.append(self)
+        if len(saves) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await commit(self)
+
+    atomicity.AtomicRenameTemporaryPath.finalize = finalize
+    runner.train(SPEC, sys.argv[1], checkpoint_every=1, progress=None)
+""")
+
+
+def test_a_save_killed_midway_leaves_the_previous_checkpoint_to_resume_from(uninterrupted, tmp_path):
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_SAVE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, cwd=pathlib.Path(__file__).parent.parent)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    leftovers = [p.name for p in (tmp_path / "checkpoints").iterdir()]
+    assert "1" in leftovers and any("tmp" in name for name in leftovers), leftovers  # step 2 written, uncommitted
+    assert checkpoint.read_manifest(tmp_path)["meta"]["chunks_done"] == 1
+    resumed = runner.train(SPEC, tmp_path, resume=True, progress=None)
+    _, whole = uninterrupted
+    _assert_identical(whole.state, resumed.state)
+    for k in whole.metrics:
+        np.testing.assert_array_equal(whole.metrics[k], resumed.metrics[k])
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["3"]  # the dead save's files are gone
 
 
 def test_bad_runner_arguments():
@@ -155,3 +262,36 @@ def test_a_terminal_gets_a_progress_bar_with_eta_and_the_lines(uninterrupted):
     assert f"{total}/{total}" in shown  # the bar ran to the end
     assert "steps/s" in shown  # the progress lines are still printed above it
     assert "ETA" not in pipe.getvalue() and "steps/s" in pipe.getvalue()  # no bar without a terminal
+
+
+def test_a_run_folder_of_version_0_1_loads_resumes_and_evaluates(tmp_path, capsys):
+    # tests/fixtures/run_0.1: the npz/JSON checkpoint format of 0.1, stopped after 2 of 3 chunks
+    # (tests/fixtures/README.md has the command that wrote it).
+    from jaxrl_rollout import cli
+
+    folder = shutil.copytree(pathlib.Path(__file__).parent / "fixtures" / "run_0.1", tmp_path / "run")
+    spec = runner.read_spec(folder)
+    assert checkpoint.read_manifest(folder)["format"] == "jaxrl_rollout.checkpoint/1"
+    template = jax.eval_shape(jax.vmap(runner.make_algorithm(spec).init), spec.run_keys(), spec.run_hparams())
+    state, extras, manifest = checkpoint.load(folder, template)
+    assert manifest["meta"]["chunks_done"] == 2
+    now = runner.train(spec, stop_after_chunks=2, progress=None)  # the same two chunks with this version
+    for old, new in zip(_leaves(state), _leaves(now.state), strict=True):
+        assert old.dtype == new.dtype
+        if old.dtype.kind == "f":  # written on this machine's CPU; another CPU may round the last bit apart
+            np.testing.assert_allclose(old, new, rtol=1e-5, atol=1e-7)
+        else:
+            np.testing.assert_array_equal(old, new)
+    np.testing.assert_array_equal(extras["metrics/num_episodes"], now.metrics["num_episodes"])
+    altered = shutil.copytree(folder, tmp_path / "altered")
+    npz = next(altered.glob("checkpoint-*.npz"))
+    npz.write_bytes(npz.read_bytes()[:-1] + bytes([npz.read_bytes()[-1] ^ 1]))
+    with pytest.raises(checkpoint.CheckpointError, match="sha256"):
+        checkpoint.load(altered, template)
+
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "1", "--tensorboard", "false"]) == 0
+    assert "resuming after chunk 2" in capsys.readouterr().err
+    assert not (folder / "checkpoint.json").exists() and not list(folder.glob("checkpoint-*.npz"))
+    assert checkpoint.read_manifest(folder)["meta"]["chunks_done"] == 3
+    assert cli.main(["evaluate", str(folder), "--num-episodes", "1"]) == 0
+    assert "checkpoint final" in capsys.readouterr().out
