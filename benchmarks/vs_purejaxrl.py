@@ -17,7 +17,11 @@ beside the repository) with `--purejaxrl-python` (default
 `/tmp/pjr_venv/bin/python`, the venv its README sets up). If either is
 missing, only our side is timed and the script says why.
 
-Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3]
+With `--rejax`, rejax 0.1.3's PPO (benchmarks/rejax_ppo.py, run with
+`--rejax-python`, by default the PureJaxRL venv's interpreter) is timed in the
+same rounds as a second anchor, and the table has a row per anchor.
+
+Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3] [--rejax]
 """
 
 from __future__ import annotations
@@ -104,6 +108,22 @@ def anchor_problem(anchor_dir: str, python: str) -> str | None:
     return None
 
 
+def rejax_problem(python: str) -> str | None:
+    """Why rejax 0.1.3 cannot be timed with `python`, or None."""
+    if not os.access(python, os.X_OK):
+        return f"no interpreter at {python}; pass --rejax-python"
+    probe = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('rejax'))"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"rejax is not installed for {python} (pip install rejax==0.1.3 pyyaml there)"
+    if probe.stdout.strip() != "0.1.3":
+        return f"{python} has rejax {probe.stdout.strip()}, not 0.1.3"
+    return None
+
+
+ANCHOR_NAMES = {"purejaxrl": "PureJaxRL", "rejax": "rejax"}
+
+
 def main(argv=None) -> dict:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=_common.int_list, default=[1, 8, 64], help="seed counts, one vmapped call each")
@@ -111,9 +131,12 @@ def main(argv=None) -> dict:
                    help="alternated rounds: one int for every seed count, or SEEDS:ROUNDS pairs (default 1:5,8:3,64:1; "
                    "a 64-seed round takes about 20 min here)")
     p.add_argument("--no-purejaxrl", action="store_true", help="time our side only (e.g. with a short --total-steps)")
+    p.add_argument("--rejax", action="store_true", help="also time rejax 0.1.3's PPO (benchmarks/rejax_ppo.py) "
+                   "as a second anchor, in the same rounds")
     p.add_argument("--total-steps", type=int, default=500_000, help="env steps per seed (ours; the anchor's is 5e5)")
     p.add_argument("--purejaxrl-dir", default=DEFAULT_ANCHOR)
     p.add_argument("--purejaxrl-python", default=DEFAULT_PJR_PYTHON)
+    p.add_argument("--rejax-python", help="interpreter with rejax 0.1.3 (default: --purejaxrl-python)")
     p.add_argument("--timeout", type=float, help="seconds per timing process before it is killed and retried "
                    "(default 180 + 12 s per seed)")
     p.add_argument("--retries", type=int, default=2, help="reruns of a timed-out process")
@@ -126,54 +149,69 @@ def main(argv=None) -> dict:
     import jax  # for the machine record only (version, backend); the timing runs in fresh processes
 
     del jax
-    problem = "--no-purejaxrl" if args.no_purejaxrl else anchor_problem(args.purejaxrl_dir, args.purejaxrl_python)
-    if problem:
-        print(f"PureJaxRL skipped: {problem}. Timing our side only.", file=sys.stderr)
+    problems = {"purejaxrl": "--no-purejaxrl" if args.no_purejaxrl else anchor_problem(args.purejaxrl_dir,
+                                                                                         args.purejaxrl_python)}
+    rejax_python = args.rejax_python or args.purejaxrl_python
+    if args.rejax:
+        problems["rejax"] = rejax_problem(rejax_python)
+    for name, problem in problems.items():
+        if problem:
+            print(f"{ANCHOR_NAMES[name]} skipped: {problem}.", file=sys.stderr)
+    anchors = [name for name, problem in problems.items() if not problem]
     machine = _common.machine_info()
-    ours_cmd = lambda s: [sys.executable, "-m", "benchmarks.vs_purejaxrl", "--child", str(s),  # noqa: E731
-                          "--total-steps", str(args.total_steps)]
-    pjr_cmd = lambda s: [args.purejaxrl_python, "time_ppo.py", str(s)]  # noqa: E731
+    commands = {
+        "ours": lambda s: ([sys.executable, "-m", "benchmarks.vs_purejaxrl", "--child", str(s), "--total-steps",
+                            str(args.total_steps)], _common.REPO_ROOT),
+        "purejaxrl": lambda s: ([args.purejaxrl_python, "time_ppo.py", str(s)], args.purejaxrl_dir),
+        "rejax": lambda s: ([rejax_python, os.path.join(_common.REPO_ROOT, "benchmarks", "rejax_ppo.py"), str(s)],
+                            _common.REPO_ROOT),
+    }
     results, rows = [], []
     for seeds in args.seeds:
-        samples = {"ours": [], "purejaxrl": []}
+        sides = ["ours", *anchors]
+        samples = {side: [] for side in sides}
         rounds = args.rounds.get(seeds, args.rounds.get(None, 1))
         for r in range(rounds):
-            sides = ["ours"] if problem else (["ours", "purejaxrl"] if r % 2 == 0 else ["purejaxrl", "ours"])
-            for side in sides:
-                cmd, cwd = (ours_cmd(seeds), _common.REPO_ROOT) if side == "ours" else (
-                    pjr_cmd(seeds), args.purejaxrl_dir)
+            order = sides[r % len(sides):] + sides[:r % len(sides)]  # each side leads in turn
+            for side in order:
+                cmd, cwd = commands[side](seeds)
                 timeout = args.timeout or 180.0 + 12.0 * seeds * args.total_steps / 500_000
                 samples[side].append(measure(cmd, cwd, timeout, args.retries))
-                s = samples[side][-1]
-                print(f"seeds={seeds} round={r} {side}: compile {s['compile_s']:.2f} s, run2 {s['run2_s']:.3f} s, "
-                      f"return {s['final_return']:.1f}", file=sys.stderr)
+                x = samples[side][-1]
+                print(f"seeds={seeds} round={r} {side}: compile {x['compile_s']:.2f} s, run2 {x['run2_s']:.3f} s, "
+                      f"return {x['final_return']:.1f}", file=sys.stderr)
         result = {"seeds": seeds, "samples": samples}
         med = lambda side, k: statistics.median(x[k] for x in samples[side])  # noqa: E731
-        if not problem:
-            run_ratios = [a["run2_s"] / b["run2_s"] for a, b in zip(samples["ours"], samples["purejaxrl"])]
-            compile_ratios = [a["compile_s"] / b["compile_s"] for a, b in zip(samples["ours"], samples["purejaxrl"])]
-            result.update(run_ratio=statistics.median(run_ratios), run_ratios=run_ratios,
-                          compile_ratio=statistics.median(compile_ratios), compile_ratios=compile_ratios)
+        for anchor in anchors:
+            run_ratios = [a["run2_s"] / b["run2_s"] for a, b in zip(samples["ours"], samples[anchor])]
+            compile_ratios = [a["compile_s"] / b["compile_s"] for a, b in zip(samples["ours"], samples[anchor])]
+            suffix = "" if anchor == "purejaxrl" else f"_{anchor}"
+            result.update({f"run_ratio{suffix}": statistics.median(run_ratios), f"run_ratios{suffix}": run_ratios,
+                           f"compile_ratio{suffix}": statistics.median(compile_ratios),
+                           f"compile_ratios{suffix}": compile_ratios})
+            target = TARGETS.get(seeds, 0.85)
+            met = result[f"run_ratio{suffix}"] <= target and result[f"compile_ratio{suffix}"] <= 1.0
+            rows.append([seeds, ANCHOR_NAMES[anchor], rounds, f"{med('ours', 'run2_s'):.2f} s",
+                         f"{med(anchor, 'run2_s'):.2f} s",
+                         f"**{result[f'run_ratio{suffix}']:.3f}** ({min(run_ratios):.2f}-{max(run_ratios):.2f})",
+                         f"{med('ours', 'compile_s'):.2f} s", f"{med(anchor, 'compile_s'):.2f} s",
+                         f"**{result[f'compile_ratio{suffix}']:.3f}** "
+                         f"({min(compile_ratios):.2f}-{max(compile_ratios):.2f})",
+                         f"{med('ours', 'final_return'):.1f}", f"{med(anchor, 'final_return'):.1f}",
+                         f"run <= {target}, compile <= 1.0: " + ("yes" if met else "no")])
+        if not anchors:
+            rows.append([seeds, "none", rounds, f"{med('ours', 'run2_s'):.2f} s", "n/a", "n/a",
+                         f"{med('ours', 'compile_s'):.2f} s", "n/a", "n/a", f"{med('ours', 'final_return'):.1f}",
+                         "n/a", "n/a"])
         results.append(result)
-        ratio_cells = ["n/a"] * 3 if problem else [
-            f"**{result['run_ratio']:.3f}** ({min(run_ratios):.2f}-{max(run_ratios):.2f})",
-            f"**{result['compile_ratio']:.3f}** ({min(compile_ratios):.2f}-{max(compile_ratios):.2f})",
-            f"run <= {TARGETS.get(seeds, 0.85)}, compile <= 1.0: "
-            + ("yes" if result["run_ratio"] <= TARGETS.get(seeds, 0.85) and result["compile_ratio"] <= 1.0 else "no"),
-        ]
-        pjr = ["n/a", "n/a", "n/a"] if problem else [
-            f"{med('purejaxrl', 'run2_s'):.2f} s", f"{med('purejaxrl', 'compile_s'):.2f} s",
-            f"{med('purejaxrl', 'final_return'):.1f}"]
-        rows.append([seeds, rounds, f"{med('ours', 'run2_s'):.2f} s", pjr[0], ratio_cells[0],
-                     f"{med('ours', 'compile_s'):.2f} s", pjr[1], ratio_cells[1],
-                     f"{med('ours', 'final_return'):.1f}", pjr[2], ratio_cells[2]])
     table = _common.markdown_table(
-        ["seeds", "rounds", "run: ours", "run: PureJaxRL", "run ratio (range)", "compile: ours",
-         "compile: PureJaxRL", "compile ratio (range)", "final return: ours", "final return: PureJaxRL", "target"],
+        ["seeds", "anchor", "rounds", "run: ours", "run: anchor", "run ratio (range)", "compile: ours",
+         "compile: anchor", "compile ratio (range)", "final return: ours", "final return: anchor", "target"],
         rows,
     )
-    if problem:
-        table += f"\n\nPureJaxRL skipped: {problem}."
+    skipped = [f"{ANCHOR_NAMES[n]} skipped: {p}." for n, p in problems.items() if p]
+    if skipped:
+        table += "\n\n" + " ".join(skipped)
     return _common.report("vs_purejaxrl", args, machine, results, table, _common.command_line())
 
 

@@ -1,0 +1,94 @@
+"""Times rejax 0.1.3's PPO on the reference CartPole-v1 config: compile, then two runs, N vmapped seeds.
+
+Runs in an interpreter that has rejax 0.1.3 (e.g. PureJaxRL's venv, see
+BENCHMARKS.md section 9), not in this project's: `benchmarks.vs_purejaxrl
+--rejax` starts it. rejax expects gymnax's five-value `step`; gymnax 1.0 returns
+six values, so `FiveValueStep` below folds `terminated | truncated` into one
+`done`, the only change.
+
+Config: 4 envs x 128 steps, 976 updates (499,712 steps, PureJaxRL's count),
+4 epochs x 4 minibatches, lr 2.5e-4, gamma 0.99, lambda 0.95, clip 0.2, entropy
+0.01, value 0.5, max grad 0.5, tanh (64, 64). rejax differs from CleanRL /
+PureJaxRL where it has no option: a constant learning rate (no annealing),
+element-wise gradient clipping (`optax.clip`), no value clipping. The training
+function is rejax's own `PPO.train`, with evaluation turned off (no initial
+evaluation, one evaluation "period" of the whole run, an empty callback); the
+final return is measured after the timing, with rejax's `evaluate`.
+
+Prints: compile=Xs run1=Ys run2=Zs mean_final_return=R (the anchor's line).
+"""
+
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+from gymnax.environments import environment
+
+UPDATES, NUM_ENVS, NUM_STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 976, 4, 128
+
+
+class FiveValueStep(environment.Environment):
+    """A gymnax 1.0 env with the pre-1.0 `step`: (obs, state, reward, terminated | truncated, info)."""
+
+    def __init__(self, env):
+        self._env = env
+        super().__init__()
+
+    def __getattr__(self, name):
+        if name == "_env":
+            raise AttributeError(name)
+        return getattr(self._env, name)
+
+    @property
+    def default_params(self):
+        return self._env.default_params
+
+    def reset(self, key, params=None):
+        return self._env.reset(key, params)
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
+        return obs, state, reward, jnp.logical_or(terminated, truncated), info
+
+    def observation_space(self, params):
+        return self._env.observation_space(params)
+
+    def action_space(self, params):
+        return self._env.action_space(params)
+
+
+def main(num_seeds: int) -> None:
+    import gymnax
+    from rejax import PPO
+    from rejax.evaluate import evaluate
+
+    env, env_params = gymnax.make("CartPole-v1")
+    steps = UPDATES * NUM_ENVS * NUM_STEPS
+    algo = PPO.create(
+        env=FiveValueStep(env), env_params=env_params, num_envs=NUM_ENVS, num_steps=NUM_STEPS, num_epochs=4,
+        num_minibatches=4, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01,
+        vf_coef=0.5, max_grad_norm=0.5, total_timesteps=steps, eval_freq=steps, skip_initial_evaluation=True,
+        agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)},
+    )
+    algo = algo.replace(eval_callback=lambda algo, ts, rng: ())
+    train = lambda key: algo.train(key)[0]  # noqa: E731
+    fn = jax.jit(jax.vmap(train)) if num_seeds > 1 else jax.jit(train)
+    arg = jax.random.split(jax.random.PRNGKey(30), num_seeds) if num_seeds > 1 else jax.random.PRNGKey(30)
+    t0 = time.time()
+    compiled = fn.lower(arg).compile()
+    t1 = time.time()
+    jax.block_until_ready(compiled(arg))
+    t2 = time.time()
+    ts = jax.block_until_ready(compiled(arg))
+    t3 = time.time()
+    # Final return (not timed): 16 stochastic episodes per seed (the first 8 seeds) with rejax's evaluate.
+    ts_list = [ts] if num_seeds == 1 else [jax.tree.map(lambda x, i=i: x[i], ts) for i in range(min(num_seeds, 8))]
+    returns = [evaluate(algo.make_act(t), jax.random.PRNGKey(1), algo.env, env_params, 16,
+                        env_params.max_steps_in_episode)[1].mean() for t in ts_list]
+    final = float(jnp.mean(jnp.asarray(returns)))
+    print(f"compile={t1 - t0:.2f}s run1={t2 - t1:.3f}s run2={t3 - t2:.3f}s mean_final_return={final:.1f}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
