@@ -31,6 +31,22 @@ def test_minibatch_indices_are_permutations_per_epoch():
     np.testing.assert_array_equal(idx, batching.minibatch_indices(jax.random.key(0), 12, 3, num_epochs=4))
 
 
+def test_permutation_is_a_uniform_permutation():
+    for n in (1, 2, 12, 512, 70_000):  # one, two and three sort rounds
+        perm = np.asarray(batching.permutation(jax.random.key(n), n))
+        assert perm.dtype == np.int32 and sorted(perm.tolist()) == list(range(n))
+    # All 24 orders of 4 elements, equally often (chi-square, 23 dof: 99.9% quantile 49.7).
+    perms = np.asarray(jax.vmap(lambda k: batching.permutation(k, 4))(jax.random.split(jax.random.key(0), 24_000)))
+    _, counts = np.unique(perms, axis=0, return_counts=True)
+    assert len(counts) == 24 and ((counts - 1000) ** 2 / 1000).sum() < 49.7, counts
+    # Every element at every position equally often, for a size with 23 random bits per round.
+    perms = np.asarray(jax.vmap(lambda k: batching.permutation(k, 512))(jax.random.split(jax.random.key(1), 2048)))
+    first = np.bincount(perms[:, 0], minlength=512)
+    assert ((first - 4) ** 2 / 4).sum() < 650  # chi-square, 511 dof: 99.9% quantile about 620 + margin
+    with pytest.raises(ValueError, match="n must be a positive Python int"):
+        batching.permutation(jax.random.key(0), 0)
+
+
 def test_take_replays_given_permutations():
     flat = batching.flatten_time_major({"g": GRID})
     perm = np.array([[5, 0, 11], [3, 2, 1]])
