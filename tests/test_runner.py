@@ -198,7 +198,7 @@ def test_ctrl_c_saves_the_last_whole_chunk(uninterrupted, tmp_path):
 
 KILLED_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
-    from orbax.checkpoint._src.path import atomicity
+    from orbax.checkpoint.path import atomicity
     from jaxrl_rollout import runner
     from tests.test_runner import SPEC
 
