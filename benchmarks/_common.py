@@ -72,6 +72,32 @@ def block(x: Any) -> Any:
     return jax.block_until_ready(x)
 
 
+def anchor_protocol(train: Callable[[Any], Any], num_seeds: int) -> tuple[float, float, float, Any]:
+    """PureJaxRL's `time_ppo.py` protocol: (compile_s, run1_s, run2_s, run 2's output).
+
+    `jax.jit(train)` on `PRNGKey(30)`, or `jax.jit(jax.vmap(train))` on its
+    split into `num_seeds` keys; compile = lower + compile; then two calls of
+    the compiled function, each blocked until ready.
+    """
+    import jax
+
+    fn = jax.jit(jax.vmap(train)) if num_seeds > 1 else jax.jit(train)
+    arg = jax.random.split(jax.random.PRNGKey(30), num_seeds) if num_seeds > 1 else jax.random.PRNGKey(30)
+    t0 = time.time()
+    compiled = fn.lower(arg).compile()
+    t1 = time.time()
+    jax.block_until_ready(compiled(arg))
+    t2 = time.time()
+    out = jax.block_until_ready(compiled(arg))
+    t3 = time.time()
+    return t1 - t0, t2 - t1, t3 - t2, out
+
+
+def anchor_line(compile_s: float, run1_s: float, run2_s: float, final_return: float) -> str:
+    """The line `time_ppo.py` prints, which `vs_purejaxrl` parses for every side."""
+    return f"compile={compile_s:.2f}s run1={run1_s:.3f}s run2={run2_s:.3f}s mean_final_return={final_return:.1f}"
+
+
 def sample_time(fn: Callable[[], Any], min_sample_s: float) -> float:
     """Seconds per call of `fn`, repeating it until `min_sample_s` has passed."""
     calls, start = 0, time.perf_counter()

@@ -18,12 +18,16 @@ final return is measured after the timing, with rejax's `evaluate`.
 Prints: compile=Xs run1=Ys run2=Zs mean_final_return=R (the anchor's line).
 """
 
+import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 from gymnax.environments import environment
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository, for _common
+
+from benchmarks import _common  # noqa: E402  (standard library only: runs in the anchor's venv)
 
 UPDATES, NUM_ENVS, NUM_STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 976, 4, 128
 
@@ -72,22 +76,13 @@ def main(num_seeds: int) -> None:
         agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)},
     )
     algo = algo.replace(eval_callback=lambda algo, ts, rng: ())
-    train = lambda key: algo.train(key)[0]  # noqa: E731
-    fn = jax.jit(jax.vmap(train)) if num_seeds > 1 else jax.jit(train)
-    arg = jax.random.split(jax.random.PRNGKey(30), num_seeds) if num_seeds > 1 else jax.random.PRNGKey(30)
-    t0 = time.time()
-    compiled = fn.lower(arg).compile()
-    t1 = time.time()
-    jax.block_until_ready(compiled(arg))
-    t2 = time.time()
-    ts = jax.block_until_ready(compiled(arg))
-    t3 = time.time()
+    compile_s, run1_s, run2_s, ts = _common.anchor_protocol(lambda key: algo.train(key)[0], num_seeds)
     # Final return (not timed): 16 stochastic episodes per seed (the first 8 seeds) with rejax's evaluate.
     ts_list = [ts] if num_seeds == 1 else [jax.tree.map(lambda x, i=i: x[i], ts) for i in range(min(num_seeds, 8))]
     returns = [evaluate(algo.make_act(t), jax.random.PRNGKey(1), algo.env, env_params, 16,
                         env_params.max_steps_in_episode)[1].mean() for t in ts_list]
     final = float(jnp.mean(jnp.asarray(returns)))
-    print(f"compile={t1 - t0:.2f}s run1={t2 - t1:.3f}s run2={t3 - t2:.3f}s mean_final_return={final:.1f}")
+    print(_common.anchor_line(compile_s, run1_s, run2_s, final))
 
 
 if __name__ == "__main__":

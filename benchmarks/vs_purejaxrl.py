@@ -32,7 +32,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,23 +46,14 @@ LINE = re.compile(r"compile=([\d.]+)s run1=([\d.]+)s run2=([\d.]+)s mean_final_r
 
 def child(num_seeds: int, total_steps: int) -> None:
     """Our side of one measurement, printed in the anchor's line format."""
-    import jax
     import numpy as np
 
     from jaxrl_rollout.algorithms import ppo
 
-    train = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps))
-    fn = jax.jit(jax.vmap(train)) if num_seeds > 1 else jax.jit(train)
-    arg = jax.random.split(jax.random.PRNGKey(30), num_seeds) if num_seeds > 1 else jax.random.PRNGKey(30)
-    t0 = time.time()
-    compiled = fn.lower(arg).compile()
-    t1 = time.time()
-    jax.block_until_ready(compiled(arg))
-    t2 = time.time()
-    _, metrics = jax.block_until_ready(compiled(arg))
-    t3 = time.time()
+    compile_s, run1_s, run2_s, (_, metrics) = _common.anchor_protocol(
+        ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps)), num_seeds)
     final = float(np.nanmean(np.asarray(metrics.episode_return)[..., -10:]))
-    print(f"compile={t1 - t0:.2f}s run1={t2 - t1:.3f}s run2={t3 - t2:.3f}s mean_final_return={final:.1f}")
+    print(_common.anchor_line(compile_s, run1_s, run2_s, final))
 
 
 def measure(cmd: list[str], cwd: str, timeout: float, retries: int) -> dict:
