@@ -98,7 +98,7 @@ def permutation(key: jax.Array, n: int) -> jax.Array:
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise ValueError(f"n must be a positive Python int, got {n!r}.")
     index_bits = (n - 1).bit_length()
-    if n == 1 or index_bits > 24:  # too few bits left for a random key: the two-operand sort
+    if index_bits > 24:  # too few bits left for a random key: the two-operand sort
         return jax.random.permutation(key, n).astype(jnp.int32)
     free = 32 - index_bits
     mask = jnp.uint32((1 << index_bits) - 1)
