@@ -14,6 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxrl_rollout import prng
+
 __all__ = [
     "flatten_env_major",
     "flatten_time_major",
@@ -76,7 +78,7 @@ def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int, num
     size = _check_split(batch_size, "batch_size", num_minibatches)
     if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs <= 0:
         raise ValueError(f"num_epochs must be a positive Python int, got {num_epochs!r}.")
-    keys = jax.random.split(key, num_epochs)
+    keys = jax.random.split(prng.fused(key), num_epochs)  # same keys, fused hashing (prng)
     perms = jax.vmap(lambda k: permutation(k, batch_size))(keys)
     return perms.reshape(num_epochs, num_minibatches, size)
 
@@ -99,12 +101,12 @@ def permutation(key: jax.Array, n: int) -> jax.Array:
         raise ValueError(f"n must be a positive Python int, got {n!r}.")
     index_bits = (n - 1).bit_length()
     if index_bits > 24:  # too few bits left for a random key: the two-operand sort
-        return jax.random.permutation(key, n).astype(jnp.int32)
+        return jax.random.permutation(prng.fused(key), n).astype(jnp.int32)
     free = 32 - index_bits
     mask = jnp.uint32((1 << index_bits) - 1)
     index = jnp.arange(n, dtype=jnp.uint32)
     perm = index
-    for round_key in jax.random.split(key, -(-32 // free)):
+    for round_key in jax.random.split(prng.fused(key), -(-32 // free)):
         random_high = jax.random.bits(round_key, (n,), jnp.uint32) & ~mask
         perm = perm[jnp.sort(random_high | index) & mask]
     return perm.astype(jnp.int32)

@@ -38,6 +38,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxrl_rollout import prng
+
 __all__ = [
     "Categorical",
     "DiagGaussian",
@@ -88,7 +90,8 @@ class Categorical(NamedTuple):
 
     def sample(self, key: jax.Array) -> jax.Array:
         """int32 samples of the batch shape."""
-        return jax.random.categorical(key, self.logits, axis=-1).astype(jnp.int32)
+        # prng.fused: the same draw as from `key`, hashed in one kernel on CPU
+        return jax.random.categorical(prng.fused(key), self.logits, axis=-1).astype(jnp.int32)
 
     def mode(self) -> jax.Array:
         """The most probable action (the first one on ties, as torch's argmax)."""
@@ -160,7 +163,7 @@ class DiagGaussian(NamedTuple):
     def sample(self, key: jax.Array) -> jax.Array:
         """mean + sigma * N(0, 1) of shape [..., A] (the raw sample, not clipped)."""
         shape = jnp.broadcast_shapes(jnp.shape(self.mean), jnp.shape(self.log_std))
-        noise = jax.random.normal(key, shape, dtype=jnp.result_type(self.mean))
+        noise = jax.random.normal(prng.fused(key), shape, dtype=jnp.result_type(self.mean))
         return self.mean + jnp.exp(self.log_std) * noise
 
     def mode(self) -> jax.Array:

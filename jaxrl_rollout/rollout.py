@@ -18,12 +18,13 @@ are traced.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import _checks, normalization
+from jaxrl_rollout import _checks, normalization, prng
 from jaxrl_rollout.types import EvalResult, PyTree, RolloutState, Trajectory
 
 __all__ = ["evaluate", "reset_carry", "rollout", "rollout_init"]
@@ -189,15 +190,22 @@ def _value(policy_fn, params, obs, key, carry, first, batch_size, space) -> jax.
     return out.value
 
 
-def _step_keys(key: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _step_keys(
+    key: jax.Array, batch_size: int, fused_env_keys: bool = False
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(next key, policy key, env keys [B]) for one step, from one split of `key`.
 
     One threefry hash per step instead of two (a split into three, then the
-    env key into B): on CPU each hash is a loop of about 80 small kernels, a
-    large share of a small-batch rollout step.
+    env key into B), computed as one fused kernel (`prng`): on CPU JAX's own
+    lowering of a hash is a loop of about 25 small kernels and copies, a large
+    share of a small-batch rollout step. The keys are the ones `jax.random.split` gives,
+    in `key`'s representation, except that with `fused_env_keys` the env keys
+    stay `prng.FUSED_THREEFRY` keys (same bits), so the env's own draws are
+    fused too.
     """
-    keys = jax.random.split(key, batch_size + 2)
-    return keys[0], keys[1], keys[2:]
+    keys = jax.random.split(prng.fused(key), batch_size + 2)
+    env_keys = keys[2:] if fused_env_keys else prng.like(keys[2:], key)
+    return prng.like(keys[0], key), prng.like(keys[1], key), env_keys
 
 
 def _env_step(env, env_params, keys, env_state, action, batch_size):
@@ -255,6 +263,12 @@ def rollout(
     memory stays one step's worth. The values are those of `policy_fn`'s
     `value` output; the actions of these extra calls are discarded.
 
+    Keys: each step splits `state.key` once; the env gets its keys as
+    `prng.FUSED_THREEFRY` keys (the same bits as `jax.random.split` gives,
+    hashed in one kernel on CPU) unless it cannot take them (an env that keeps
+    its key in its state, or needs raw key arrays), which is found when the
+    scan is traced; the policy gets keys of `state.key`'s own type.
+
     Recurrent policies: when `state.carry` is not None, `policy_fn` is called as
     `policy_fn(params, obs, key, carry) -> (PolicyOutput, new_carry)` and the
     carry is reset to zeros for each env whose `first` flag is set before the
@@ -298,8 +312,8 @@ def rollout(
     normalizing = state.obs_rms is not None
     seen = lambda obs, rms: normalization.normalize(rms, obs, obs_clip, obs_epsilon) if normalizing else obs  # noqa: E731
 
-    def step(state: RolloutState, _):
-        key, policy_key, env_keys = _step_keys(state.key, batch_size)
+    def step(state: RolloutState, _, fused_env_keys: bool):
+        key, policy_key, env_keys = _step_keys(state.key, batch_size, fused_env_keys)
         policy_obs = seen(state.obs, state.obs_rms)
         out, new_carry = act(policy_obs, policy_key, state.carry, state.first)
         obs, env_state, reward, terminated, truncated, final_obs = _env_step(
@@ -352,7 +366,19 @@ def rollout(
         # The true final observations, valued in one batched call after the scan.
         return next_state, (record, final_obs if batched_final_values else None)
 
-    state, (traj, final_obs) = jax.lax.scan(step, state, None, length=num_steps)
+    # The env gets fused keys (bit-identical, fewer kernels) unless it cannot take
+    # them: an env that keeps its key in its state (its type would change from
+    # step to step, which the scan rejects) or that needs raw key arrays. Any
+    # error then comes from the plain trace, as it would without this.
+    scanned = None
+    if prng.can_fuse(state.key):
+        try:
+            scanned = jax.lax.scan(functools.partial(step, fused_env_keys=True), state, None, length=num_steps)
+        except Exception:  # noqa: BLE001 -- retraced below with the env's usual keys
+            scanned = None
+    if scanned is None:
+        scanned = jax.lax.scan(functools.partial(step, fused_env_keys=False), state, None, length=num_steps)
+    state, (traj, final_obs) = scanned
 
     # The bootstrap key is derived without advancing state.key, so two rollouts
     # of T steps draw the same actions as one rollout of 2T steps.

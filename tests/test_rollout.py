@@ -7,10 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 import jaxrl_rollout as jr
 from tests.toy_envs import (
     CountingEnv,
+    CountingState,
     mlp_policy,
     obs_tag,
     obs_time,
@@ -300,3 +302,71 @@ def test_batched_and_per_step_final_values_agree(monkeypatch, recurrent):
     assert not np.array_equal(np.asarray(batched.next_value)[truncated],
                               np.concatenate([np.asarray(batched.value[1:]), [[0, 0]]])[truncated])
     jax.tree.map(np.testing.assert_array_equal, batched, per_step)
+
+
+# --- fused threefry keys (jaxrl_rollout.prng) ---------------------------------------------
+
+def _no_fusing(monkeypatch):
+    from jaxrl_rollout import prng
+
+    monkeypatch.setattr(prng, "can_fuse", lambda key: False)
+    monkeypatch.setattr(prng, "fused", lambda key: key)
+
+
+class KeyRecordingEnv(CountingEnv):
+    """CountingEnv that records the dtype of the keys its step is traced with."""
+
+    def __init__(self):
+        super().__init__()
+        self.key_dtypes = []
+
+    def step(self, key, state, action, params=None):
+        self.key_dtypes.append(str(key.dtype))
+        return super().step(key, state, action, params)
+
+
+@struct.dataclass
+class KeyedState(CountingState):
+    key: jax.Array
+
+
+class KeyInStateEnv(KeyRecordingEnv):
+    """Keeps its key in its state (as jumanji's states do): it cannot take keys of another type."""
+
+    def step_env(self, key, state, action, params):
+        obs, new, reward, done, info = super().step_env(key, state, action, params)
+        return obs, KeyedState(time=new.time, tag=new.tag, key=key), reward, done, info
+
+    def reset_env(self, key, params):
+        obs, state = super().reset_env(key, params)
+        return obs, KeyedState(time=state.time, tag=state.tag, key=key)
+
+
+@pytest.mark.parametrize("make_key", [jax.random.PRNGKey, jax.random.key], ids=["raw", "typed"])
+@pytest.mark.parametrize("env_class", [KeyRecordingEnv, KeyInStateEnv])
+def test_fused_keys_change_no_number(monkeypatch, make_key, env_class):
+    """The env gets fused keys where it can take them, its usual keys where not: same trajectory either way."""
+    def run(env):
+        state = jr.rollout_init(make_key(3), env, env.default_params, B)
+        env.key_dtypes.clear()  # rollout_init traced a step with its usual key
+        return jax.jit(lambda s: jr.rollout(env, env.default_params, scripted_policy(TERM_AT), None, s, 12))(state)
+
+    fused_env = env_class()
+    fused = run(fused_env)
+    with monkeypatch.context() as m:
+        _no_fusing(m)
+        plain_env = env_class()
+        plain = run(plain_env)
+    assert_trees_equal(fused, plain)
+    usual = str(make_key(0).dtype)
+    assert set(plain_env.key_dtypes) == {usual}
+    if env_class is KeyRecordingEnv:
+        assert set(fused_env.key_dtypes) == {"key<fyf>"}
+    else:  # tried with fused keys, which the scan rejects, then traced with the usual ones
+        assert fused_env.key_dtypes[0] == "key<fyf>" and fused_env.key_dtypes[-1] == usual
+
+
+def test_fused_keys_change_no_number_on_cartpole(monkeypatch):
+    fused = jax.jit(cartpole_run)(jax.random.PRNGKey(8))
+    _no_fusing(monkeypatch)
+    assert_trees_equal(fused, jax.jit(cartpole_run)(jax.random.PRNGKey(8)))

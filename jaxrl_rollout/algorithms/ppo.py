@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_rollout import batching, networks, normalization, optim
+from jaxrl_rollout import batching, networks, normalization, optim, prng
 from jaxrl_rollout.advantages import gae, trajectory_gae
 from jaxrl_rollout.algorithms import _common
 from jaxrl_rollout.episodes import episode_metrics
@@ -293,7 +293,7 @@ def make_ppo(config: PPOConfig) -> PPO:
             )
         data = {"obs": traj.obs, "action": traj.action, "log_prob": traj.log_prob, "value": traj.value,
                 "advantage": advantages, "returns": returns}
-        key, perm_key = jax.random.split(state.key)
+        key, perm_key = prng.split(state.key)
         if config.recurrent:
             data.update(first=traj.first, carry0=traj.carry[0])
             indices = batching.sequence_minibatch_indices(

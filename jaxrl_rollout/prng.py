@@ -1,0 +1,153 @@
+"""Threefry keys that hash in one fused kernel on CPU, bit-identical to JAX's.
+
+On CPU, JAX lowers each threefry2x32 hash (every `split`, `fold_in` and draw
+of a threefry key) as a rolled five-iteration loop: after XLA's loop
+unrolling about 25 small kernels and copies per hash, each launched
+separately. In a small-batch rollout step, where a handful of hashes sit next
+to a few tiny matmuls, those launches are a large share of the step.
+
+`FUSED_THREEFRY` is a PRNG implementation (`jax.extend.random`) that computes
+the same Threefry-2x32 hash (20 rounds, key schedule every 4 rounds) as plain
+`jax.numpy` arithmetic, which XLA fuses into one elementwise kernel. It uses
+the counters of JAX's partitionable threefry mode (the default since jax 0.5),
+so every `jax.random` function gives the same bits, keys and samples for a key
+viewed with `fused(key)` as for the key itself (tested in tests/test_prng.py).
+
+    fast = prng.fused(key)                     # same key, fused hashing
+    a = jax.random.categorical(fast, logits)   # == jax.random.categorical(key, logits)
+    k1, k2 = prng.split(key)                   # == jax.random.split(key), same key type
+
+`fused` leaves a key unchanged (so nothing changes) when it is not a threefry
+key, when `jax_threefry_partitionable` is off (the legacy counters differ), or
+when the default backend is not CPU (GPU lowers threefry to one kernel already).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.random import define_prng_impl, threefry_prng_impl
+
+__all__ = ["FUSED_THREEFRY", "can_fuse", "fused", "like", "split"]
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)  # Threefry's key-schedule constant
+
+
+def _rotate_left(x: jax.Array, r: int) -> jax.Array:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _hash(k1: jax.Array, k2: jax.Array, x1: jax.Array, x2: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Threefry-2x32 of the counter pair (x1, x2) under key (k1, k2), unrolled."""
+    ks = (k1, k2, k1 ^ k2 ^ _PARITY)
+    x1 = x1 + ks[0]
+    x2 = x2 + ks[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x1 = x1 + x2
+            x2 = _rotate_left(x2, r) ^ x1
+        x1 = x1 + ks[(i + 1) % 3]
+        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x1, x2
+
+
+def _counters(shape: Sequence[int]) -> tuple[jax.Array, jax.Array]:
+    """The 64-bit row-major index of every element as (high, low) uint32 words; high is 0 here."""
+    size = math.prod(shape)
+    low = jax.lax.iota(jnp.uint32, size).reshape(shape)
+    return jnp.zeros(shape, jnp.uint32), low
+
+
+def _small(shape: Sequence[int]) -> bool:
+    return math.prod(shape) < 2**32
+
+
+def _split(key: jax.Array, shape: Sequence[int]) -> jax.Array:
+    if not _small(shape):
+        return threefry_prng_impl.split(key, shape)
+    bits1, bits2 = _hash(key[0], key[1], *_counters(shape))
+    return jnp.stack([bits1, bits2], axis=-1)
+
+
+def _random_bits(key: jax.Array, bit_width: int, shape: Sequence[int]) -> jax.Array:
+    if bit_width not in (8, 16, 32) or not _small(shape):
+        return threefry_prng_impl.random_bits(key, bit_width, shape)
+    bits1, bits2 = _hash(key[0], key[1], *_counters(shape))
+    bits = bits1 ^ bits2
+    return bits if bit_width == 32 else bits.astype(jnp.uint8 if bit_width == 8 else jnp.uint16)
+
+
+def _fold_in(key: jax.Array, data: jax.Array) -> jax.Array:
+    # threefry's fold_in hashes the seed pair (0, data) as one two-word counter.
+    bits1, bits2 = _hash(key[0], key[1], jnp.zeros((), jnp.uint32), jnp.asarray(data, jnp.uint32))
+    return jnp.stack([bits1, bits2])
+
+
+FUSED_THREEFRY = define_prng_impl(
+    key_shape=(2,),
+    seed=threefry_prng_impl.seed,
+    split=_split,
+    random_bits=_random_bits,
+    fold_in=_fold_in,
+    name="threefry2x32_fused",
+    tag="fyf",
+)
+
+
+def _is_typed(key: jax.Array) -> bool:
+    return jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+
+
+def _is_threefry(key: jax.Array) -> bool:
+    if _is_typed(key):
+        return str(jax.random.key_impl(key)) == "threefry2x32"
+    return (
+        key.dtype == jnp.uint32
+        and jnp.shape(key)[-1:] == (2,)
+        and str(jax.config.jax_default_prng_impl) == "threefry2x32"
+    )
+
+
+def _enabled() -> bool:
+    return bool(jax.config.jax_threefry_partitionable) and jax.default_backend() == "cpu"
+
+
+def fused(key: jax.Array) -> jax.Array:
+    """`key` (a raw uint32 [..., 2] or typed threefry key) as a typed `FUSED_THREEFRY` key.
+
+    Every `jax.random` function gives the same result for the returned key as
+    for `key`. Any other key (another implementation, or when fusing is off,
+    see the module docstring) is returned unchanged.
+    """
+    if not can_fuse(key):
+        return key
+    return jax.random.wrap_key_data(jax.random.key_data(key), impl=FUSED_THREEFRY)
+
+
+def like(key: jax.Array, reference: jax.Array) -> jax.Array:
+    """`key` (from `fused(reference)` or a split of it) in `reference`'s representation.
+
+    A raw uint32 reference gives raw key data, a typed one a key of its
+    implementation; a key that was not fused is returned unchanged.
+    """
+    if not (_is_typed(key) and jax.random.key_impl(key) == FUSED_THREEFRY):
+        return key
+    data = jax.random.key_data(key)
+    if _is_typed(reference):
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(reference))
+    return data
+
+
+def split(key: jax.Array, num: Union[int, tuple[int, ...]] = 2) -> jax.Array:
+    """`jax.random.split(key, num)`, same keys and key type, hashed in one fused kernel."""
+    return like(jax.random.split(fused(key), num), key)
+
+
+def can_fuse(key: jax.Array) -> bool:
+    """Whether `fused(key)` gives a `FUSED_THREEFRY` key (see the module docstring)."""
+    return _enabled() and _is_threefry(key)

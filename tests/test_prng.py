@@ -1,0 +1,83 @@
+"""prng.FUSED_THREEFRY: every jax.random function gives the same bits as JAX's own threefry."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_rollout import prng
+
+KEYS = {"raw": jax.random.PRNGKey(30), "typed": jax.random.key(7)}
+
+
+def _data(keys):
+    return np.asarray(jax.random.key_data(keys))
+
+
+@pytest.mark.parametrize("kind", KEYS)
+def test_fused_draws_equal_jax_threefry(kind):
+    key = KEYS[kind]
+    fast = prng.fused(key)
+    assert jax.random.key_impl(fast) == prng.FUSED_THREEFRY
+    for shape in [(), (5,), (2, 3)]:
+        if shape:
+            np.testing.assert_array_equal(_data(jax.random.split(key, shape)), _data(jax.random.split(fast, shape)))
+        for dtype in (jnp.uint8, jnp.uint16, jnp.uint32):
+            np.testing.assert_array_equal(jax.random.bits(key, shape, dtype), jax.random.bits(fast, shape, dtype))
+        np.testing.assert_array_equal(jax.random.uniform(key, shape), jax.random.uniform(fast, shape))
+        np.testing.assert_array_equal(jax.random.normal(key, shape), jax.random.normal(fast, shape))
+    np.testing.assert_array_equal(_data(jax.random.split(key)), _data(jax.random.split(fast)))
+    for data in (0, 1, 3, 2**31 + 5):
+        np.testing.assert_array_equal(_data(jax.random.fold_in(key, data)), _data(jax.random.fold_in(fast, data)))
+    logits = jnp.linspace(-2.0, 2.0, 24).reshape(4, 6)
+    np.testing.assert_array_equal(jax.random.categorical(key, logits), jax.random.categorical(fast, logits))
+    np.testing.assert_array_equal(jax.random.permutation(key, 300), jax.random.permutation(fast, 300))
+    np.testing.assert_array_equal(jax.random.randint(key, (7,), -5, 9), jax.random.randint(fast, (7,), -5, 9))
+    np.testing.assert_array_equal(jax.random.bernoulli(key, 0.3, (9,)), jax.random.bernoulli(fast, 0.3, (9,)))
+
+
+def test_fused_under_jit_and_vmap():
+    keys = jax.random.split(jax.random.PRNGKey(3), 5)
+
+    def draws(k, to_fast):
+        k = prng.fused(k) if to_fast else k
+        a, b = jax.random.split(k)
+        return jax.random.key_data(jax.random.fold_in(a, 4)), jax.random.uniform(b, (3,)), jax.random.bits(k, (2, 2))
+
+    plain = jax.jit(jax.vmap(lambda k: draws(k, False)))(keys)
+    fast = jax.jit(jax.vmap(lambda k: draws(k, True)))(keys)
+    for x, y in zip(plain, fast):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("kind", KEYS)
+def test_split_keeps_the_key_type(kind):
+    key = KEYS[kind]
+    got, want = prng.split(key, 4), jax.random.split(key, 4)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(_data(got), _data(want))
+    assert prng.like(prng.fused(key), key).dtype == key.dtype
+
+
+def test_other_keys_are_left_alone():
+    rbg = jax.random.key(0, impl="rbg")
+    assert prng.fused(rbg) is rbg
+    assert prng.like(rbg, rbg) is rbg
+    assert not prng.can_fuse(rbg)
+    np.testing.assert_array_equal(_data(prng.split(rbg, 3)), _data(jax.random.split(rbg, 3)))
+
+
+def test_fusing_is_off_with_the_legacy_threefry_counters():
+    key = jax.random.PRNGKey(1)
+    with jax.threefry_partitionable(False):
+        assert not prng.can_fuse(key)
+        assert prng.fused(key) is key
+        np.testing.assert_array_equal(prng.split(key, 3), jax.random.split(key, 3))
+
+
+def test_fused_hash_is_one_kernel():
+    """What the module is for: no loop of kernels per hash in the compiled program."""
+    fast = jax.jit(lambda k: jax.random.uniform(prng.fused(k), (4,))).lower(jax.random.PRNGKey(0)).compile()
+    text = fast.as_text()
+    assert "while" not in text
+    assert text.count(" fusion(") + text.count(" fusion.") <= 3, text
