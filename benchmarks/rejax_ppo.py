@@ -15,6 +15,12 @@ function is rejax's own `PPO.train`, with evaluation turned off (no initial
 evaluation, one evaluation "period" of the whole run, an empty callback); the
 final return is measured after the timing, with rejax's `evaluate`.
 
+With `pendulum` as the second argument it trains Pendulum-v1 instead, with the
+config of `vs_purejaxrl.PENDULUM`: 16 envs x 128 steps, 244 updates (499,712
+steps), 10 epochs x 32 minibatches, lr 3e-4 (constant: rejax has no annealing),
+no entropy bonus, observation and reward normalisation, tanh (64, 64).
+
+Usage: python rejax_ppo.py SEEDS [cartpole|pendulum]
 Prints: compile=Xs run1=Ys run2=Zs mean_final_return=R (the anchor's line).
 """
 
@@ -29,7 +35,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from benchmarks import _common  # noqa: E402  (standard library only: runs in the anchor's venv)
 
-UPDATES, NUM_ENVS, NUM_STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 976, 4, 128
+CONFIGS = {
+    "cartpole": dict(env="CartPole-v1", updates=976, num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4,
+                     learning_rate=2.5e-4, ent_coef=0.01),
+    "pendulum": dict(env="Pendulum-v1", updates=244, num_envs=16, num_steps=128, num_epochs=10,
+                     num_minibatches=32, learning_rate=3e-4, ent_coef=0.0, normalize_observations=True,
+                     normalize_rewards=True),
+}
 
 
 class FiveValueStep(environment.Environment):
@@ -62,18 +74,18 @@ class FiveValueStep(environment.Environment):
         return self._env.action_space(params)
 
 
-def main(num_seeds: int) -> None:
+def main(num_seeds: int, config_name: str = "cartpole") -> None:
     import gymnax
     from rejax import PPO
     from rejax.evaluate import evaluate
 
-    env, env_params = gymnax.make("CartPole-v1")
-    steps = UPDATES * NUM_ENVS * NUM_STEPS
+    config = dict(CONFIGS[config_name])
+    env, env_params = gymnax.make(config.pop("env"))
+    steps = config.pop("updates") * config["num_envs"] * config["num_steps"]
     algo = PPO.create(
-        env=FiveValueStep(env), env_params=env_params, num_envs=NUM_ENVS, num_steps=NUM_STEPS, num_epochs=4,
-        num_minibatches=4, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01,
-        vf_coef=0.5, max_grad_norm=0.5, total_timesteps=steps, eval_freq=steps, skip_initial_evaluation=True,
-        agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)},
+        env=FiveValueStep(env), env_params=env_params, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, vf_coef=0.5,
+        max_grad_norm=0.5, total_timesteps=steps, eval_freq=steps, skip_initial_evaluation=True,
+        agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)}, **config,
     )
     algo = algo.replace(eval_callback=lambda algo, ts, rng: ())
     compile_s, run1_s, run2_s, ts = _common.anchor_protocol(lambda key: algo.train(key)[0], num_seeds)
@@ -86,4 +98,4 @@ def main(num_seeds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1, sys.argv[2] if len(sys.argv) > 2 else "cartpole")

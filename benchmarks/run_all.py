@@ -39,6 +39,7 @@ BENCHMARKS = {
     "vs_purejaxrl": ([], ["--seeds", "1", "--rounds", "1", "--total-steps", "4096", "--no-purejaxrl"]),
     "seed_memory": ([], ["--budget-gib", "1", "--start", "16", "--no-purejaxrl"]),
     "shuffle_ab": ([], ["--seeds", "1", "--updates", "4", "--rounds", "2"]),
+    "prng_ab": ([], ["--seeds", "1", "--updates", "4", "--rounds", "2"]),
 }
 # speedup already runs the baseline once; run it alone only when asked. vs_purejaxrl takes about
 # an hour with its 64-seed round, so it too runs only when named (--only vs_purejaxrl), except in --quick.

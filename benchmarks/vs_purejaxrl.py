@@ -21,7 +21,22 @@ With `--rejax`, rejax 0.1.3's PPO (benchmarks/rejax_ppo.py, run with
 `--rejax-python`, by default the PureJaxRL venv's interpreter) is timed in the
 same rounds as a second anchor, and the table has a row per anchor.
 
-Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3] [--rejax]
+With `--algo a2c`, our A2C (`algorithms.a2c`, its defaults apart from the
+reference batch shape of 4 envs x 128 steps) runs against the PPO-shaped
+baseline that fits it: PureJaxRL's ppo.py with 1 epoch x 1 minibatch
+(benchmarks/purejaxrl_shaped.py), so that both sides take one gradient step on
+the whole batch per update. The losses still differ (A2C's n-step returns and
+plain policy gradient, PPO's GAE and clipped ratio), so this ratio says how
+fast our A2C update is against the nearest anchor, not that the two learn alike.
+
+With `--algo ppo-pendulum`, PPO trains Pendulum-v1 (continuous actions) on
+both sides with `PENDULUM` below: 16 envs x 128 steps, 10 epochs x 32
+minibatches, lr 3e-4, no entropy bonus, observation and reward normalisation
+(CleanRL's continuous-action recipe with 16 envs instead of 1). PureJaxRL's
+ppo.py is discrete-only and its continuous script is not in the anchor folder,
+so the anchor is rejax (`--rejax --no-purejaxrl`).
+
+Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3] [--rejax] [--algo a2c|ppo-pendulum]
 """
 
 from __future__ import annotations
@@ -44,14 +59,27 @@ TARGETS = {1: 0.9, 8: 0.85, 64: 0.85}  # run-time ratio targets (issue #14); com
 LINE = re.compile(r"compile=([\d.]+)s run1=([\d.]+)s run2=([\d.]+)s mean_final_return=(-?[\d.]+|nan)")
 
 
-def child(num_seeds: int, total_steps: int) -> None:
+# PPO on Pendulum-v1 for --algo ppo-pendulum; benchmarks/rejax_ppo.py's `pendulum` config is the same.
+PENDULUM = dict(env_id="Pendulum-v1", num_envs=16, num_steps=128, update_epochs=10, num_minibatches=32,
+                normalize_observations=True, normalize_rewards=True)
+PENDULUM_HPARAMS = dict(lr=3e-4, ent_coef=0.0)
+
+
+def child(num_seeds: int, total_steps: int, algo: str = "ppo") -> None:
     """Our side of one measurement, printed in the anchor's line format."""
     import numpy as np
 
-    from jaxrl_rollout.algorithms import ppo
+    from jaxrl_rollout.algorithms import a2c, ppo
 
-    compile_s, run1_s, run2_s, (_, metrics) = _common.anchor_protocol(
-        ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps)), num_seeds)
+    if algo == "a2c":
+        train = a2c.make_train(a2c.A2CConfig(num_envs=4, num_steps=128, total_timesteps=total_steps))
+    elif algo == "ppo-pendulum":
+        made = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps, **PENDULUM))
+        hparams = ppo.PPOHParams(**PENDULUM_HPARAMS)
+        train = lambda key: made(key, hparams)  # noqa: E731
+    else:
+        train = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps))
+    compile_s, run1_s, run2_s, (_, metrics) = _common.anchor_protocol(train, num_seeds)
     final = float(np.nanmean(np.asarray(metrics.episode_return)[..., -10:]))
     print(_common.anchor_line(compile_s, run1_s, run2_s, final))
 
@@ -123,6 +151,9 @@ def main(argv=None) -> dict:
     p.add_argument("--no-purejaxrl", action="store_true", help="time our side only (e.g. with a short --total-steps)")
     p.add_argument("--rejax", action="store_true", help="also time rejax 0.1.3's PPO (benchmarks/rejax_ppo.py) "
                    "as a second anchor, in the same rounds")
+    p.add_argument("--algo", choices=["ppo", "a2c", "ppo-pendulum"], default="ppo",
+                   help="ppo: PPO against PureJaxRL's ppo.py (and rejax); a2c: our A2C against ppo.py with 1 epoch x "
+                   "1 minibatch; ppo-pendulum: PPO on Pendulum-v1 against rejax (needs --rejax --no-purejaxrl)")
     p.add_argument("--total-steps", type=int, default=500_000, help="env steps per seed (ours; the anchor's is 5e5)")
     p.add_argument("--purejaxrl-dir", default=DEFAULT_ANCHOR)
     p.add_argument("--purejaxrl-python", default=DEFAULT_PJR_PYTHON)
@@ -133,8 +164,12 @@ def main(argv=None) -> dict:
     p.add_argument("--child", type=int, metavar="SEEDS", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child is not None:
-        child(args.child, args.total_steps)
+        child(args.child, args.total_steps, args.algo)
         return {}
+    if args.algo == "a2c" and args.rejax:
+        p.error("--rejax times PPO only (rejax 0.1.3 has no A2C); leave it out with --algo a2c")
+    if args.algo == "ppo-pendulum" and not (args.rejax and args.no_purejaxrl):
+        p.error("--algo ppo-pendulum needs --rejax --no-purejaxrl: PureJaxRL's ppo.py has discrete actions only")
 
     import jax  # for the machine record only (version, backend); the timing runs in fresh processes
 
@@ -151,10 +186,13 @@ def main(argv=None) -> dict:
     machine = _common.machine_info()
     commands = {
         "ours": lambda s: ([sys.executable, "-m", "benchmarks.vs_purejaxrl", "--child", str(s), "--total-steps",
-                            str(args.total_steps)], _common.REPO_ROOT),
-        "purejaxrl": lambda s: ([args.purejaxrl_python, "time_ppo.py", str(s)], args.purejaxrl_dir),
-        "rejax": lambda s: ([rejax_python, os.path.join(_common.REPO_ROOT, "benchmarks", "rejax_ppo.py"), str(s)],
-                            _common.REPO_ROOT),
+                            str(args.total_steps), "--algo", args.algo], _common.REPO_ROOT),
+        "purejaxrl": lambda s: (
+            [args.purejaxrl_python, "time_ppo.py", str(s)] if args.algo == "ppo" else
+            [args.purejaxrl_python, os.path.join(_common.REPO_ROOT, "benchmarks", "purejaxrl_shaped.py"), str(s), "1",
+             "1"], args.purejaxrl_dir),
+        "rejax": lambda s: ([rejax_python, os.path.join(_common.REPO_ROOT, "benchmarks", "rejax_ppo.py"), str(s),
+                             "pendulum" if args.algo == "ppo-pendulum" else "cartpole"], _common.REPO_ROOT),
     }
     results, rows = [], []
     for seeds in args.seeds:
@@ -170,7 +208,7 @@ def main(argv=None) -> dict:
                 x = samples[side][-1]
                 print(f"seeds={seeds} round={r} {side}: compile {x['compile_s']:.2f} s, run2 {x['run2_s']:.3f} s, "
                       f"return {x['final_return']:.1f}", file=sys.stderr)
-        result = {"seeds": seeds, "samples": samples}
+        result = {"seeds": seeds, "algo": args.algo, "samples": samples}
         med = lambda side, k: statistics.median(x[k] for x in samples[side])  # noqa: E731
         for anchor in anchors:
             run_ratios = [a["run2_s"] / b["run2_s"] for a, b in zip(samples["ours"], samples[anchor])]
@@ -181,7 +219,8 @@ def main(argv=None) -> dict:
                            f"compile_ratios{suffix}": compile_ratios})
             target = TARGETS.get(seeds, 0.85)
             met = result[f"run_ratio{suffix}"] <= target and result[f"compile_ratio{suffix}"] <= 1.0
-            rows.append([seeds, ANCHOR_NAMES[anchor], rounds, f"{med('ours', 'run2_s'):.2f} s",
+            anchor_name = ANCHOR_NAMES[anchor] if args.algo == "ppo" else "PureJaxRL ppo.py, 1 epoch x 1 minibatch"
+            rows.append([seeds, anchor_name, rounds, f"{med('ours', 'run2_s'):.2f} s",
                          f"{med(anchor, 'run2_s'):.2f} s",
                          f"**{result[f'run_ratio{suffix}']:.3f}** ({min(run_ratios):.2f}-{max(run_ratios):.2f})",
                          f"{med('ours', 'compile_s'):.2f} s", f"{med(anchor, 'compile_s'):.2f} s",
