@@ -128,6 +128,42 @@ def interleaved(fns: Mapping[str, Callable[[], Any]], rounds: int, min_sample_s:
     return {n: {"median_s": statistics.median(s), "samples_s": s} for n, s in samples.items()}
 
 
+def alternated_calls(fns: Mapping[str, Callable[[], Any]], rounds: int) -> dict:
+    """{name: [seconds of one blocked call per round]}, the order flipped every round (no warm-up here)."""
+    names = list(fns)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            start = time.perf_counter()
+            block(fns[name]())
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def ab_main(name: str, doc: str, compare: Callable[[int, int, int], dict], columns: Sequence[str],
+            row: Callable[[dict], list], argv=None) -> dict:
+    """The main of the in-process PPO A/B scripts (shuffle_ab, prng_ab).
+
+    Parses --seeds / --updates / --rounds (one value each per seed count),
+    runs `compare(seeds, updates, rounds)` for each, and reports one table row
+    per seed count.
+    """
+    p = parser(doc.splitlines()[0])
+    p.add_argument("--seeds", type=int_list, default=[1, 8, 64])
+    p.add_argument("--updates", type=int_list, default=[200, 60, 12], help="PPO updates per run, per seed count")
+    p.add_argument("--rounds", type=int_list, default=[10, 10, 6], help="alternated pairs, per seed count")
+    args = p.parse_args(argv)
+    if not len(args.seeds) == len(args.updates) == len(args.rounds):
+        p.error("--seeds, --updates and --rounds need one value per seed count")
+    import jax  # before the machine record, which reads jax's version and backend
+
+    del jax
+    machine = machine_info()
+    results = [compare(s, u, r) for s, u, r in zip(args.seeds, args.updates, args.rounds)]
+    table = markdown_table(columns, [row(x) for x in results])
+    return report(name, args, machine, results, table, command_line())
+
+
 def paired_ratios(samples: dict, numerator: str, denominator: str) -> dict:
     """Ratios numerator/denominator: the median and range of the per-round ratios (same round,
     adjacent in time), and `fastest`, the ratio of each side's fastest sample (load only ever adds

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,37 +45,22 @@ def compare(seeds: int, updates: int, rounds: int) -> dict:
             jax.block_until_ready(compiled[name](arg))
     finally:
         batching.permutation = library
-    times = {name: [] for name in variants}
-    for r in range(rounds):
-        for name in (list(variants) if r % 2 == 0 else list(variants)[::-1]):
-            start = time.perf_counter()
-            jax.block_until_ready(compiled[name](arg))
-            times[name].append(time.perf_counter() - start)
+    times = _common.alternated_calls({name: lambda c=c: c(arg) for name, c in compiled.items()}, rounds)
     old, new = times["jax.random.permutation"], times["batching.permutation"]
     return {"seeds": seeds, "updates": updates, "rounds": rounds, "times": times,
             "pair_ratio": statistics.median(n / o for n, o in zip(new, old)), "fastest_ratio": min(new) / min(old)}
 
 
 def main(argv=None) -> dict:
-    p = _common.parser(__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=_common.int_list, default=[1, 8, 64])
-    p.add_argument("--updates", type=_common.int_list, default=[200, 60, 12], help="PPO updates per run, per seed count")
-    p.add_argument("--rounds", type=_common.int_list, default=[10, 10, 6], help="alternated pairs, per seed count")
-    args = p.parse_args(argv)
-    if not len(args.seeds) == len(args.updates) == len(args.rounds):
-        p.error("--seeds, --updates and --rounds need one value per seed count")
-    import jax  # before the machine record, which reads jax's version and backend
-
-    del jax
-    machine = _common.machine_info()
-    results = [compare(s, u, r) for s, u, r in zip(args.seeds, args.updates, args.rounds)]
-    rows = [[x["seeds"], x["updates"], x["rounds"], f"{statistics.median(x['times']['jax.random.permutation']):.3f} s",
-             f"{statistics.median(x['times']['batching.permutation']):.3f} s", f"**{x['pair_ratio']:.3f}**",
-             f"{x['fastest_ratio']:.3f}"] for x in results]
-    table = _common.markdown_table(
+    return _common.ab_main(
+        "shuffle_ab", __doc__, compare,
         ["seeds", "updates", "pairs", "jax.random.permutation (median)", "batching.permutation (median)",
-         "new / old (median pair)", "new / old (fastest runs)"], rows)
-    return _common.report("shuffle_ab", args, machine, results, table, _common.command_line())
+         "new / old (median pair)", "new / old (fastest runs)"],
+        lambda x: [x["seeds"], x["updates"], x["rounds"],
+                   f"{statistics.median(x['times']['jax.random.permutation']):.3f} s",
+                   f"{statistics.median(x['times']['batching.permutation']):.3f} s", f"**{x['pair_ratio']:.3f}**",
+                   f"{x['fastest_ratio']:.3f}"],
+        argv)
 
 
 if __name__ == "__main__":

@@ -219,7 +219,7 @@ def main(argv=None) -> dict:
                            f"compile_ratios{suffix}": compile_ratios})
             target = TARGETS.get(seeds, 0.85)
             met = result[f"run_ratio{suffix}"] <= target and result[f"compile_ratio{suffix}"] <= 1.0
-            anchor_name = ANCHOR_NAMES[anchor] if args.algo == "ppo" else "PureJaxRL ppo.py, 1 epoch x 1 minibatch"
+            anchor_name = "PureJaxRL ppo.py, 1 epoch x 1 minibatch" if args.algo == "a2c" else ANCHOR_NAMES[anchor]
             rows.append([seeds, anchor_name, rounds, f"{med('ours', 'run2_s'):.2f} s",
                          f"{med(anchor, 'run2_s'):.2f} s",
                          f"**{result[f'run_ratio{suffix}']:.3f}** ({min(run_ratios):.2f}-{max(run_ratios):.2f})",
