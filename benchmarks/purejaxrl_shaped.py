@@ -40,4 +40,6 @@ def main(num_seeds: int, epochs: int, minibatches: int) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 4 or not all(a.isdigit() and int(a) > 0 for a in sys.argv[1:]):
+        raise SystemExit(f"usage: python purejaxrl_shaped.py SEEDS EPOCHS MINIBATCHES (positive ints), got {sys.argv[1:]}")
     main(*(int(a) for a in sys.argv[1:4]))

@@ -79,6 +79,8 @@ def main(num_seeds: int, config_name: str = "cartpole") -> None:
     from rejax import PPO
     from rejax.evaluate import evaluate
 
+    if config_name not in CONFIGS:
+        raise SystemExit(f"rejax_ppo.py: config must be one of {sorted(CONFIGS)}, got {config_name!r}")
     config = dict(CONFIGS[config_name])
     env, env_params = gymnax.make(config.pop("env"))
     steps = config.pop("updates") * config["num_envs"] * config["num_steps"]

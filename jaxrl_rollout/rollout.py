@@ -198,10 +198,10 @@ def _step_keys(
     One threefry hash per step instead of two (a split into three, then the
     env key into B), computed as one fused kernel (`prng`): on CPU JAX's own
     lowering of a hash is a loop of about 25 small kernels and copies, a large
-    share of a small-batch rollout step. The keys are the ones `jax.random.split` gives,
-    in `key`'s representation, except that with `fused_env_keys` the env keys
-    stay `prng.FUSED_THREEFRY` keys (same bits), so the env's own draws are
-    fused too.
+    share of a small-batch rollout step. The keys are the ones
+    `jax.random.split` gives, in `key`'s representation, except that with
+    `fused_env_keys` the env keys stay `prng.FUSED_THREEFRY` keys (same bits),
+    so the env's own draws are fused too.
     """
     keys = jax.random.split(prng.fused(key), batch_size + 2)
     env_keys = keys[2:] if fused_env_keys else prng.like(keys[2:], key)
