@@ -81,3 +81,24 @@ def test_fused_hash_is_one_kernel():
     text = fast.as_text()
     assert "while" not in text
     assert text.count(" fusion(") + text.count(" fusion.") <= 3, text
+
+
+def test_a_draw_read_by_several_kernels_is_hashed_once():
+    """XLA copies cheap elementwise producers into every kernel that reads them; the hash is kept out of that."""
+
+    def draws(key, fuse):
+        view = prng.fused if fuse else (lambda k: k)
+        x = jax.random.normal(view(key), (16, 1))
+        k1, k2 = jax.random.split(view(key))
+        return x, jax.random.bits(k1, (3,)), jax.random.key_data(k2) if fuse else k2
+
+    def f(key, y, fuse=True):
+        x, bits, k2 = draws(key, fuse)
+        return x * y, x + y, jnp.sin(x) @ y.T, jnp.cumsum(x), bits, k2 + 1
+
+    key, y = jax.random.PRNGKey(0), jnp.ones((16, 1))
+    text = jax.jit(f).lower(key, y).compile().as_text()
+    rotations_per_hash = 20  # 5 x 4 rounds, one shift-left each
+    assert text.count("shift-left(") == 3 * rotations_per_hash, text  # the normal draw, the split, the bits
+    for a, b in zip(jax.jit(f)(key, y), jax.jit(f, static_argnums=2)(key, y, False)):
+        np.testing.assert_array_equal(a, b)
