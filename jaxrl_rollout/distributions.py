@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import prng
+from jaxrl_rollout._fusion import computed_once
 
 __all__ = [
     "Categorical",
@@ -164,7 +165,9 @@ class DiagGaussian(NamedTuple):
         """mean + sigma * N(0, 1) of shape [..., A] (the raw sample, not clipped)."""
         shape = jnp.broadcast_shapes(jnp.shape(self.mean), jnp.shape(self.log_std))
         noise = jax.random.normal(prng.fused(key), shape, dtype=jnp.result_type(self.mean))
-        return self.mean + jnp.exp(self.log_std) * noise
+        # computed_once: the sample's readers (env step, log-prob, the stored
+        # action) load it instead of each recomputing erf_inv's polynomial.
+        return computed_once(self.mean + jnp.exp(self.log_std) * noise, self.mean)
 
     def mode(self) -> jax.Array:
         """The mean, [..., A]."""

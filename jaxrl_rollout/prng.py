@@ -32,6 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import define_prng_impl, threefry_prng_impl
 
+from jaxrl_rollout._fusion import computed_once
+
 __all__ = ["FUSED_THREEFRY", "can_fuse", "fused", "like", "split"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -67,43 +69,25 @@ def _small(shape: Sequence[int]) -> bool:
     return math.prod(shape) < 2**32
 
 
-def _computed_once(x: jax.Array, key: jax.Array) -> jax.Array:
-    """`x` unchanged, but computed once however many kernels read it.
-
-    XLA's CPU fusion copies a cheap elementwise producer into every fused
-    kernel that reads it, so a hash whose keys or bits feed five kernels (a
-    sampled action stored, stepped and scored) was compiled and run five
-    times: on PPO's Pendulum-v1 program, a quarter of the HLO was recomputed
-    hashes, and compile time grew with it. XLA never copies an integer
-    division whose dividend is not a constant, so `x` divided by a one that
-    XLA cannot fold (computed from the key at run time) is written out once
-    by its own kernel when several kernels read it, and still fuses into the
-    only one when one does. It costs one integer division per element (about
-    4% of a million-number `uniform`).
-    """
-    one = (key[0] >> np.uint32(31) >> np.uint32(1)) + np.uint32(1)  # 0 + 1, not a constant to XLA
-    return jax.lax.div(x, jnp.broadcast_to(one, x.shape))
-
-
 def _split(key: jax.Array, shape: Sequence[int]) -> jax.Array:
     if not _small(shape):
         return threefry_prng_impl.split(key, shape)
     bits1, bits2 = _hash(key[0], key[1], *_counters(shape))
-    return _computed_once(jnp.stack([bits1, bits2], axis=-1), key)
+    return computed_once(jnp.stack([bits1, bits2], axis=-1), key)
 
 
 def _random_bits(key: jax.Array, bit_width: int, shape: Sequence[int]) -> jax.Array:
     if bit_width not in (8, 16, 32) or not _small(shape):
         return threefry_prng_impl.random_bits(key, bit_width, shape)
     bits1, bits2 = _hash(key[0], key[1], *_counters(shape))
-    bits = _computed_once(bits1 ^ bits2, key)
+    bits = computed_once(bits1 ^ bits2, key)
     return bits if bit_width == 32 else bits.astype(jnp.uint8 if bit_width == 8 else jnp.uint16)
 
 
 def _fold_in(key: jax.Array, data: jax.Array) -> jax.Array:
     # threefry's fold_in hashes the seed pair (0, data) as one two-word counter.
     bits1, bits2 = _hash(key[0], key[1], jnp.zeros((), jnp.uint32), jnp.asarray(data, jnp.uint32))
-    return _computed_once(jnp.stack([bits1, bits2]), key)
+    return computed_once(jnp.stack([bits1, bits2]), key)
 
 
 FUSED_THREEFRY = define_prng_impl(
