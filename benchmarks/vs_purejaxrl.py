@@ -21,6 +21,10 @@ With `--rejax`, rejax 0.1.3's PPO (benchmarks/rejax_ppo.py, run with
 `--rejax-python`, by default the PureJaxRL venv's interpreter) is timed in the
 same rounds as a second anchor, and the table has a row per anchor.
 
+`--algo` takes a comma-separated list, so that one run measures every
+comparison of issue #14 (`--algo ppo,ppo-pendulum,a2c --rejax`, with
+`--algo-seeds` giving an algorithm its own seed counts).
+
 With `--algo a2c`, our A2C (`algorithms.a2c`, its defaults apart from the
 reference batch shape of 4 envs x 128 steps) runs against the PPO-shaped
 baseline that fits it: PureJaxRL's ppo.py with 1 epoch x 1 minibatch
@@ -34,9 +38,10 @@ both sides with `PENDULUM` below: 16 envs x 128 steps, 10 epochs x 32
 minibatches, lr 3e-4, no entropy bonus, observation and reward normalisation
 (CleanRL's continuous-action recipe with 16 envs instead of 1). PureJaxRL's
 ppo.py is discrete-only and its continuous script is not in the anchor folder,
-so the anchor is rejax (`--rejax --no-purejaxrl`).
+so its anchor is rejax, whatever the other flags say.
 
-Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3] [--rejax] [--algo a2c|ppo-pendulum]
+Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3] [--rejax] [--algo ppo,ppo-pendulum,a2c]
+         [--algo-seeds ppo-pendulum=1,8]
 """
 
 from __future__ import annotations
@@ -140,20 +145,50 @@ def rejax_problem(python: str) -> str | None:
 
 
 ANCHOR_NAMES = {"purejaxrl": "PureJaxRL", "rejax": "rejax"}
+ALGOS = ("ppo", "ppo-pendulum", "a2c")
+
+
+def anchors_for(algo: str, with_rejax: bool) -> list[str]:
+    """The anchors an algorithm is timed against: PPO on CartPole against PureJaxRL (and rejax with
+    --rejax), PPO on Pendulum against rejax (PureJaxRL's ppo.py is discrete-only), A2C against
+    PureJaxRL's ppo.py with 1 epoch x 1 minibatch (rejax has no A2C)."""
+    return {"ppo": ["purejaxrl"] + (["rejax"] if with_rejax else []), "ppo-pendulum": ["rejax"],
+            "a2c": ["purejaxrl"]}[algo]
+
+
+def algo_list(text: str) -> list[str]:
+    """'ppo,a2c' -> ['ppo', 'a2c'] (for argparse)."""
+    algos = [a for a in text.split(",") if a]
+    bad = [a for a in algos if a not in ALGOS]
+    if bad or not algos:
+        raise argparse.ArgumentTypeError(f"algorithms must be a comma-separated list of {', '.join(ALGOS)}; "
+                                         f"got {text!r}")
+    return algos
+
+
+def algo_seeds(text: str) -> tuple[str, list[int]]:
+    """'ppo-pendulum=1,8' -> ('ppo-pendulum', [1, 8]) (for argparse)."""
+    algo, sep, seeds = text.partition("=")
+    if not sep or algo not in ALGOS:
+        raise argparse.ArgumentTypeError(f"expected ALGO=SEEDS with ALGO one of {', '.join(ALGOS)}; got {text!r}")
+    return algo, _common.int_list(seeds)
 
 
 def main(argv=None) -> dict:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=_common.int_list, default=[1, 8, 64], help="seed counts, one vmapped call each")
+    p.add_argument("--algo-seeds", type=algo_seeds, action="append", default=[], metavar="ALGO=SEEDS",
+                   help="seed counts for one algorithm, in place of --seeds (e.g. ppo-pendulum=1,8); repeatable")
     p.add_argument("--rounds", type=rounds_arg, default="1:5,8:3,64:1",
                    help="alternated rounds: one int for every seed count, or SEEDS:ROUNDS pairs (default 1:5,8:3,64:1; "
-                   "a 64-seed round takes about 20 min here)")
+                   "a 64-seed round takes about 8 min here)")
     p.add_argument("--no-purejaxrl", action="store_true", help="time our side only (e.g. with a short --total-steps)")
     p.add_argument("--rejax", action="store_true", help="also time rejax 0.1.3's PPO (benchmarks/rejax_ppo.py) "
-                   "as a second anchor, in the same rounds")
-    p.add_argument("--algo", choices=["ppo", "a2c", "ppo-pendulum"], default="ppo",
-                   help="ppo: PPO against PureJaxRL's ppo.py (and rejax); a2c: our A2C against ppo.py with 1 epoch x "
-                   "1 minibatch; ppo-pendulum: PPO on Pendulum-v1 against rejax (needs --rejax --no-purejaxrl)")
+                   "as a second anchor for CartPole, in the same rounds")
+    p.add_argument("--algo", type=algo_list, default=["ppo"], metavar="ALGOS",
+                   help="comma-separated, run in this order: ppo (PPO on CartPole against PureJaxRL's ppo.py, and "
+                   "rejax with --rejax), ppo-pendulum (PPO on Pendulum-v1 against rejax), a2c (our A2C against "
+                   "ppo.py with 1 epoch x 1 minibatch)")
     p.add_argument("--total-steps", type=int, default=500_000, help="env steps per seed (ours; the anchor's is 5e5)")
     p.add_argument("--purejaxrl-dir", default=DEFAULT_ANCHOR)
     p.add_argument("--purejaxrl-python", default=DEFAULT_PJR_PYTHON)
@@ -164,77 +199,86 @@ def main(argv=None) -> dict:
     p.add_argument("--child", type=int, metavar="SEEDS", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child is not None:
-        child(args.child, args.total_steps, args.algo)
+        if len(args.algo) != 1:
+            p.error("--child times one algorithm")
+        child(args.child, args.total_steps, args.algo[0])
         return {}
-    if args.algo == "a2c" and args.rejax:
-        p.error("--rejax times PPO only (rejax 0.1.3 has no A2C); leave it out with --algo a2c")
-    if args.algo == "ppo-pendulum" and not (args.rejax and args.no_purejaxrl):
-        p.error("--algo ppo-pendulum needs --rejax --no-purejaxrl: PureJaxRL's ppo.py has discrete actions only")
+    unused = sorted({a for a, _ in args.algo_seeds} - set(args.algo))
+    if unused:
+        p.error(f"--algo-seeds names {', '.join(unused)}, which --algo does not run")
+    seeds_of = dict({a: args.seeds for a in args.algo}, **dict(args.algo_seeds))
 
     import jax  # for the machine record only (version, backend); the timing runs in fresh processes
 
     del jax
-    problems = {"purejaxrl": "--no-purejaxrl" if args.no_purejaxrl else anchor_problem(args.purejaxrl_dir,
-                                                                                         args.purejaxrl_python)}
     rejax_python = args.rejax_python or args.purejaxrl_python
-    if args.rejax:
+    needed = {anchor for algo in args.algo for anchor in anchors_for(algo, args.rejax)}
+    problems = {}
+    if "purejaxrl" in needed:
+        problems["purejaxrl"] = ("--no-purejaxrl" if args.no_purejaxrl
+                                 else anchor_problem(args.purejaxrl_dir, args.purejaxrl_python))
+    if "rejax" in needed:
         problems["rejax"] = rejax_problem(rejax_python)
     for name, problem in problems.items():
         if problem:
             print(f"{ANCHOR_NAMES[name]} skipped: {problem}.", file=sys.stderr)
-    anchors = [name for name, problem in problems.items() if not problem]
     machine = _common.machine_info()
-    commands = {
-        "ours": lambda s: ([sys.executable, "-m", "benchmarks.vs_purejaxrl", "--child", str(s), "--total-steps",
-                            str(args.total_steps), "--algo", args.algo], _common.REPO_ROOT),
-        "purejaxrl": lambda s: (
-            [args.purejaxrl_python, "time_ppo.py", str(s)] if args.algo == "ppo" else
-            [args.purejaxrl_python, os.path.join(_common.REPO_ROOT, "benchmarks", "purejaxrl_shaped.py"), str(s), "1",
-             "1"], args.purejaxrl_dir),
-        "rejax": lambda s: ([rejax_python, os.path.join(_common.REPO_ROOT, "benchmarks", "rejax_ppo.py"), str(s),
-                             "pendulum" if args.algo == "ppo-pendulum" else "cartpole"], _common.REPO_ROOT),
-    }
+
+    def command(side: str, algo: str, seeds: int) -> tuple[list[str], str]:
+        if side == "ours":
+            return ([sys.executable, "-m", "benchmarks.vs_purejaxrl", "--child", str(seeds), "--total-steps",
+                     str(args.total_steps), "--algo", algo], _common.REPO_ROOT)
+        if side == "rejax":
+            return ([rejax_python, os.path.join(_common.REPO_ROOT, "benchmarks", "rejax_ppo.py"), str(seeds),
+                     "pendulum" if algo == "ppo-pendulum" else "cartpole"], _common.REPO_ROOT)
+        if algo == "a2c":
+            return ([args.purejaxrl_python, os.path.join(_common.REPO_ROOT, "benchmarks", "purejaxrl_shaped.py"),
+                     str(seeds), "1", "1"], args.purejaxrl_dir)
+        return [args.purejaxrl_python, "time_ppo.py", str(seeds)], args.purejaxrl_dir
+
     results, rows = [], []
-    for seeds in args.seeds:
-        sides = ["ours", *anchors]
-        samples = {side: [] for side in sides}
-        rounds = args.rounds.get(seeds, args.rounds.get(None, 1))
-        for r in range(rounds):
-            order = sides[r % len(sides):] + sides[:r % len(sides)]  # each side leads in turn
-            for side in order:
-                cmd, cwd = commands[side](seeds)
-                timeout = args.timeout or 180.0 + 12.0 * seeds * args.total_steps / 500_000
-                samples[side].append(measure(cmd, cwd, timeout, args.retries))
-                x = samples[side][-1]
-                print(f"seeds={seeds} round={r} {side}: compile {x['compile_s']:.2f} s, run2 {x['run2_s']:.3f} s, "
-                      f"return {x['final_return']:.1f}", file=sys.stderr)
-        result = {"seeds": seeds, "algo": args.algo, "samples": samples}
-        med = lambda side, k: statistics.median(x[k] for x in samples[side])  # noqa: E731
-        for anchor in anchors:
-            run_ratios = [a["run2_s"] / b["run2_s"] for a, b in zip(samples["ours"], samples[anchor])]
-            compile_ratios = [a["compile_s"] / b["compile_s"] for a, b in zip(samples["ours"], samples[anchor])]
-            suffix = "" if anchor == "purejaxrl" else f"_{anchor}"
-            result.update({f"run_ratio{suffix}": statistics.median(run_ratios), f"run_ratios{suffix}": run_ratios,
-                           f"compile_ratio{suffix}": statistics.median(compile_ratios),
-                           f"compile_ratios{suffix}": compile_ratios})
-            target = TARGETS.get(seeds, 0.85)
-            met = result[f"run_ratio{suffix}"] <= target and result[f"compile_ratio{suffix}"] <= 1.0
-            anchor_name = "PureJaxRL ppo.py, 1 epoch x 1 minibatch" if args.algo == "a2c" else ANCHOR_NAMES[anchor]
-            rows.append([seeds, anchor_name, rounds, f"{med('ours', 'run2_s'):.2f} s",
-                         f"{med(anchor, 'run2_s'):.2f} s",
-                         f"**{result[f'run_ratio{suffix}']:.3f}** ({min(run_ratios):.2f}-{max(run_ratios):.2f})",
-                         f"{med('ours', 'compile_s'):.2f} s", f"{med(anchor, 'compile_s'):.2f} s",
-                         f"**{result[f'compile_ratio{suffix}']:.3f}** "
-                         f"({min(compile_ratios):.2f}-{max(compile_ratios):.2f})",
-                         f"{med('ours', 'final_return'):.1f}", f"{med(anchor, 'final_return'):.1f}",
-                         f"run <= {target}, compile <= 1.0: " + ("yes" if met else "no")])
-        if not anchors:
-            rows.append([seeds, "none", rounds, f"{med('ours', 'run2_s'):.2f} s", "n/a", "n/a",
-                         f"{med('ours', 'compile_s'):.2f} s", "n/a", "n/a", f"{med('ours', 'final_return'):.1f}",
-                         "n/a", "n/a"])
-        results.append(result)
+    for algo in args.algo:
+        anchors = [a for a in anchors_for(algo, args.rejax) if not problems.get(a)]
+        for seeds in seeds_of[algo]:
+            sides = ["ours", *anchors]
+            samples = {side: [] for side in sides}
+            rounds = args.rounds.get(seeds, args.rounds.get(None, 1))
+            for r in range(rounds):
+                order = sides[r % len(sides):] + sides[:r % len(sides)]  # each side leads in turn
+                for side in order:
+                    cmd, cwd = command(side, algo, seeds)
+                    timeout = args.timeout or 180.0 + 12.0 * seeds * args.total_steps / 500_000
+                    samples[side].append(measure(cmd, cwd, timeout, args.retries))
+                    x = samples[side][-1]
+                    print(f"{algo} seeds={seeds} round={r} {side}: compile {x['compile_s']:.2f} s, "
+                          f"run2 {x['run2_s']:.3f} s, return {x['final_return']:.1f}", file=sys.stderr)
+            result = {"seeds": seeds, "algo": algo, "samples": samples}
+            med = lambda side, k: statistics.median(x[k] for x in samples[side])  # noqa: E731
+            for anchor in anchors:
+                run_ratios = [a["run2_s"] / b["run2_s"] for a, b in zip(samples["ours"], samples[anchor])]
+                compile_ratios = [a["compile_s"] / b["compile_s"] for a, b in zip(samples["ours"], samples[anchor])]
+                suffix = "" if anchor == "purejaxrl" else f"_{anchor}"
+                result.update({f"run_ratio{suffix}": statistics.median(run_ratios), f"run_ratios{suffix}": run_ratios,
+                               f"compile_ratio{suffix}": statistics.median(compile_ratios),
+                               f"compile_ratios{suffix}": compile_ratios})
+                target = TARGETS.get(seeds, 0.85)
+                met = result[f"run_ratio{suffix}"] <= target and result[f"compile_ratio{suffix}"] <= 1.0
+                anchor_name = "PureJaxRL ppo.py, 1 epoch x 1 minibatch" if algo == "a2c" else ANCHOR_NAMES[anchor]
+                rows.append([algo, seeds, anchor_name, rounds, f"{med('ours', 'run2_s'):.2f} s",
+                             f"{med(anchor, 'run2_s'):.2f} s",
+                             f"**{result[f'run_ratio{suffix}']:.3f}** ({min(run_ratios):.2f}-{max(run_ratios):.2f})",
+                             f"{med('ours', 'compile_s'):.2f} s", f"{med(anchor, 'compile_s'):.2f} s",
+                             f"**{result[f'compile_ratio{suffix}']:.3f}** "
+                             f"({min(compile_ratios):.2f}-{max(compile_ratios):.2f})",
+                             f"{med('ours', 'final_return'):.1f}", f"{med(anchor, 'final_return'):.1f}",
+                             f"run <= {target}, compile <= 1.0: " + ("yes" if met else "no")])
+            if not anchors:
+                rows.append([algo, seeds, "none", rounds, f"{med('ours', 'run2_s'):.2f} s", "n/a", "n/a",
+                             f"{med('ours', 'compile_s'):.2f} s", "n/a", "n/a", f"{med('ours', 'final_return'):.1f}",
+                             "n/a", "n/a"])
+            results.append(result)
     table = _common.markdown_table(
-        ["seeds", "anchor", "rounds", "run: ours", "run: anchor", "run ratio (range)", "compile: ours",
+        ["algorithm", "seeds", "anchor", "rounds", "run: ours", "run: anchor", "run ratio (range)", "compile: ours",
          "compile: anchor", "compile ratio (range)", "final return: ours", "final return: anchor", "target"],
         rows,
     )
