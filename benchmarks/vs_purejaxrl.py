@@ -23,7 +23,7 @@ same rounds as a second anchor, and the table has a row per anchor.
 
 `--algo` takes a comma-separated list, so that one run measures every
 comparison of issue #14 (`--algo ppo,ppo-pendulum,a2c --rejax`, with
-`--algo-seeds` giving an algorithm its own seed counts).
+`--algo-seeds` giving an algorithm its own seed counts and rounds).
 
 With `--algo a2c`, our A2C (`algorithms.a2c`, its defaults apart from the
 reference batch shape of 4 envs x 128 steps) runs against the PPO-shaped
@@ -41,7 +41,7 @@ ppo.py is discrete-only and its continuous script is not in the anchor folder,
 so its anchor is rejax, whatever the other flags say.
 
 Run: python -m benchmarks.vs_purejaxrl [--seeds 1,8,64] [--rounds 3] [--rejax] [--algo ppo,ppo-pendulum,a2c]
-         [--algo-seeds ppo-pendulum=1,8]
+         [--algo-seeds ppo-pendulum=1:5,8:1]
 """
 
 from __future__ import annotations
@@ -166,19 +166,29 @@ def algo_list(text: str) -> list[str]:
     return algos
 
 
-def algo_seeds(text: str) -> tuple[str, list[int]]:
-    """'ppo-pendulum=1,8' -> ('ppo-pendulum', [1, 8]) (for argparse)."""
-    algo, sep, seeds = text.partition("=")
-    if not sep or algo not in ALGOS:
-        raise argparse.ArgumentTypeError(f"expected ALGO=SEEDS with ALGO one of {', '.join(ALGOS)}; got {text!r}")
-    return algo, _common.int_list(seeds)
+def algo_seeds(text: str) -> tuple[str, list[tuple[int, int | None]]]:
+    """'ppo-pendulum=1:5,8:1' -> ('ppo-pendulum', [(1, 5), (8, 1)]); a seed count without :ROUNDS
+    takes --rounds' (for argparse)."""
+    algo, sep, items = text.partition("=")
+    try:
+        if not sep or algo not in ALGOS:
+            raise ValueError
+        pairs = [item.split(":") for item in items.split(",") if item]
+        parsed = [(int(p[0]), int(p[1]) if len(p) == 2 else None) for p in pairs if 1 <= len(p) <= 2]
+        if not parsed or len(parsed) != len(pairs) or any(s < 1 or (r is not None and r < 1) for s, r in parsed):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ALGO=SEEDS[:ROUNDS],... with ALGO one of {', '.join(ALGOS)} "
+                                         f"(e.g. ppo-pendulum=1:5,8:1); got {text!r}") from None
+    return algo, parsed
 
 
 def main(argv=None) -> dict:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=_common.int_list, default=[1, 8, 64], help="seed counts, one vmapped call each")
-    p.add_argument("--algo-seeds", type=algo_seeds, action="append", default=[], metavar="ALGO=SEEDS",
-                   help="seed counts for one algorithm, in place of --seeds (e.g. ppo-pendulum=1,8); repeatable")
+    p.add_argument("--algo-seeds", type=algo_seeds, action="append", default=[], metavar="ALGO=SEEDS[:ROUNDS],...",
+                   help="seed counts (and rounds) for one algorithm, in place of --seeds and --rounds "
+                   "(e.g. ppo-pendulum=1:5,8:1); repeatable")
     p.add_argument("--rounds", type=rounds_arg, default="1:5,8:3,64:1",
                    help="alternated rounds: one int for every seed count, or SEEDS:ROUNDS pairs (default 1:5,8:3,64:1; "
                    "a 64-seed round takes about 8 min here)")
@@ -206,7 +216,8 @@ def main(argv=None) -> dict:
     unused = sorted({a for a, _ in args.algo_seeds} - set(args.algo))
     if unused:
         p.error(f"--algo-seeds names {', '.join(unused)}, which --algo does not run")
-    seeds_of = dict({a: args.seeds for a in args.algo}, **dict(args.algo_seeds))
+    plan = {a: [(s, None) for s in args.seeds] for a in args.algo}  # algo -> [(seeds, rounds or None)]
+    plan.update(dict(args.algo_seeds))
 
     import jax  # for the machine record only (version, backend); the timing runs in fresh processes
 
@@ -239,10 +250,10 @@ def main(argv=None) -> dict:
     results, rows = [], []
     for algo in args.algo:
         anchors = [a for a in anchors_for(algo, args.rejax) if not problems.get(a)]
-        for seeds in seeds_of[algo]:
+        for seeds, rounds in plan[algo]:
             sides = ["ours", *anchors]
             samples = {side: [] for side in sides}
-            rounds = args.rounds.get(seeds, args.rounds.get(None, 1))
+            rounds = rounds or args.rounds.get(seeds, args.rounds.get(None, 1))
             for r in range(rounds):
                 order = sides[r % len(sides):] + sides[:r % len(sides)]  # each side leads in turn
                 for side in order:
