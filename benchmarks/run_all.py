@@ -36,12 +36,15 @@ BENCHMARKS = {
     "ppo_e2e": ([], ["--seeds", "1,2", "--total-steps", "4096", "--repeats", "1"]),
     "speedup": ([], ["--total-steps", "4096"]),
     "torch_ppo_baseline": ([], ["--total-steps", "4096"]),
-    "vs_purejaxrl": ([], ["--seeds", "1", "--rounds", "1", "--total-steps", "4096", "--no-purejaxrl"]),
+    # Every comparison of issue #14 in one run (PPO on CartPole and Pendulum-v1, A2C).
+    "vs_purejaxrl": (["--algo", "ppo,ppo-pendulum,a2c", "--rejax", "--algo-seeds", "ppo-pendulum=1:5,8:1",
+                      "--algo-seeds", "a2c=1:5,8:1"],
+                     ["--seeds", "1", "--rounds", "1", "--total-steps", "4096", "--no-purejaxrl"]),
     "seed_memory": ([], ["--budget-gib", "1", "--start", "16", "--no-purejaxrl"]),
     "shuffle_ab": ([], ["--seeds", "1", "--updates", "4", "--rounds", "2"]),
     "prng_ab": ([], ["--seeds", "1", "--updates", "4", "--rounds", "2"]),
 }
-# speedup already runs the baseline once; run it alone only when asked. vs_purejaxrl takes about
+# speedup already runs the baseline once; run it alone only when asked. vs_purejaxrl takes over
 # an hour with its 64-seed round, so it too runs only when named (--only vs_purejaxrl), except in --quick.
 DEFAULT = [name for name in BENCHMARKS if name not in ("torch_ppo_baseline", "vs_purejaxrl")]
 RESULTS_DIR = os.path.join(_common.REPO_ROOT, "benchmarks", "results")
