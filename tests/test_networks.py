@@ -343,6 +343,17 @@ def test_diag_gaussian_by_hand():
     np.testing.assert_allclose(run_once(by_hand), [-2.837877, 2.837877, -1.9189385, 2.4189385], rtol=1e-6)
 
 
+
+def test_diag_gaussian_sample_is_reparameterised():
+    """sample = mean + exp(log_std) * noise, differentiable in both (computed_once passes the tangent)."""
+    key = jax.random.PRNGKey(3)
+    mean, log_std = jnp.array([[0.5, -1.0], [2.0, 0.0]]), jnp.array([0.3, -0.2])
+    noise = jax.random.normal(key, (2, 2))
+    np.testing.assert_allclose(diag_gaussian(mean, log_std).sample(key), mean + jnp.exp(log_std) * noise, rtol=1e-6)
+    d_mean, d_log_std = jax.grad(lambda m, s: diag_gaussian(m, s).sample(key).sum(), argnums=(0, 1))(mean, log_std)
+    np.testing.assert_allclose(d_mean, jnp.ones_like(mean))
+    np.testing.assert_allclose(d_log_std, (jnp.exp(log_std) * noise).sum(0), rtol=1e-6)
+
 def _sample_stats(key):
     n = 20_000
     gauss_key, cat_key = jax.random.split(key)
