@@ -191,7 +191,7 @@ def main(argv=None) -> dict:
                    "(e.g. ppo-pendulum=1:5,8:1); repeatable")
     p.add_argument("--rounds", type=rounds_arg, default="1:5,8:3,64:1",
                    help="alternated rounds: one int for every seed count, or SEEDS:ROUNDS pairs (default 1:5,8:3,64:1; "
-                   "a 64-seed round takes about 8 min here)")
+                   "a 64-seed round of PPO takes about 15 min here, 23 with --rejax)")
     p.add_argument("--no-purejaxrl", action="store_true", help="time our side only (e.g. with a short --total-steps)")
     p.add_argument("--rejax", action="store_true", help="also time rejax 0.1.3's PPO (benchmarks/rejax_ppo.py) "
                    "as a second anchor for CartPole, in the same rounds")
