@@ -213,9 +213,13 @@ def main(argv=None) -> dict:
             p.error("--child times one algorithm")
         child(args.child, args.total_steps, args.algo[0])
         return {}
-    unused = sorted({a for a, _ in args.algo_seeds} - set(args.algo))
+    named = [a for a, _ in args.algo_seeds]
+    unused = sorted(set(named) - set(args.algo))
     if unused:
         p.error(f"--algo-seeds names {', '.join(unused)}, which --algo does not run")
+    repeated = sorted({a for a in named if named.count(a) > 1})
+    if repeated:
+        p.error(f"--algo-seeds gives {', '.join(repeated)} more than once; give each algorithm once")
     plan = {a: [(s, None) for s in args.seeds] for a in args.algo}  # algo -> [(seeds, rounds or None)]
     plan.update(dict(args.algo_seeds))
 
