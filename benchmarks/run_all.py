@@ -33,6 +33,7 @@ BENCHMARKS = {
     "gae_throughput": ([], ["--shapes", "128x64,256x16", "--rounds", "3", "--min-sample", "0.01"]),
     "rollout_memory": ([], ["--sizes", "64x128,64x1024"]),
     "profile_rollout": ([], ["--total-steps", "2048"]),
+    "kernel_trace": ([], ["--seeds", "1", "--updates", "4"]),
     "ppo_e2e": ([], ["--seeds", "1,2", "--total-steps", "4096", "--repeats", "1"]),
     "speedup": ([], ["--total-steps", "4096"]),
     "torch_ppo_baseline": ([], ["--total-steps", "4096"]),

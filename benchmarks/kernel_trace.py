@@ -1,0 +1,277 @@
+"""Where a compiled PPO train spends its time, kernel by kernel (XLA CPU thunk trace).
+
+Runs one compiled `train` (the reference CartPole-v1 config, or PPO on
+Pendulum-v1 with --algo ppo-pendulum; vmapped over --seeds) under
+`jax.profiler`, reads the trace back with `jax.profiler.ProfileData`, and
+attributes every XLA CPU thunk it ran (a fusion, dot, copy, sort, ...) to the
+`while` loop whose body holds it, from the compiled HLO. It reports:
+
+- per loop: iterations per update, kernels per iteration and its share of
+  the summed kernel time (the rollout step, the gradient step, GAE, ...);
+- per thread: busy time, and the parallel factor (kernel time / wall span);
+- for the loop with the most kernel time (the gradient step at 8 and 64
+  seeds): its top kernels with their shapes and source, and, per iteration,
+  the wall span against the kernel time and against the busiest thread's
+  share, which say how much of the step ran on one thread.
+
+Tracing adds about a microsecond per thunk, so the traced run is slower than
+an untraced one (both are printed) and the shares of small kernels are
+inflated; the big kernels' times and the per-thread picture are what to read.
+
+Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [--algo ppo|ppo-pendulum]
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax
+
+from benchmarks import _common
+
+CONTROL = ("while", "conditional", "call")  # thunks that run nested thunk sequences
+NOT_THUNKS = ("parameter", "get-tuple-element", "tuple", "bitcast", "constant")
+
+
+class Hlo:
+    """The compiled HLO's computations: which computation each instruction is in,
+    which instruction calls each computation, and each instruction's opcode,
+    shape and source (`op_name` metadata)."""
+
+    def __init__(self, text: str):
+        self.computation_of, self.caller_of, self.opcode, self.shape, self.source = {}, {}, {}, {}, {}
+        current = None
+        for line in text.splitlines():
+            head = re.match(r"^(?:ENTRY )?%(\S+) .*\{$", line)
+            if head:
+                current = head.group(1)
+                continue
+            inst = re.match(r"^\s+(?:ROOT )?%(\S+) = (\S+)", line)
+            if not (inst and current):
+                continue
+            name = inst.group(1)
+            self.computation_of[name] = current
+            self.shape[name] = inst.group(2)
+            op = re.search(r" ([a-z][\w-]*)\((?:%|\))", line)
+            self.opcode[name] = op.group(1) if op else "?"
+            source = re.search(r'op_name="([^"]*)"', line)
+            self.source[name] = source.group(1) if source else ""
+            for refs in re.findall(r"(?:body|condition|branch_computations|true_computation|false_computation|"
+                                   r"to_apply|calls)=\{?([^,}]*(?:, %[^,}]*)*)\}?", line):
+                for ref in re.findall(r"%([\w.\-]+)", refs):
+                    self.caller_of[ref] = name
+
+    def loops(self, name: str) -> list[str]:
+        """The `while` instructions around `name`, innermost first."""
+        out, computation = [], self.computation_of.get(name)
+        while computation in self.caller_of:
+            caller = self.caller_of[computation]
+            if self.opcode.get(caller) == "while":
+                out.append(caller)
+            computation = self.computation_of.get(caller)
+        return out
+
+
+def short_source(op_name: str) -> str:
+    """An HLO op's source scope without the jit/vmap/scan prefixes, e.g.
+    'transpose(jvp(ActorCriticMLP))/actor_hidden_1/dot_general'."""
+    return re.sub(r"^.*closed_call/", "", re.sub(r"^jit\(train\)/(vmap\(\)/)?", "", op_name))
+
+
+def make_train(algo: str, updates: int):
+    """`train(key)` for `updates` PPO updates of the benchmark's config, and the
+    loop roles by iterations per update (rollout step, gradient step, ...)."""
+    from benchmarks.vs_purejaxrl import PENDULUM, PENDULUM_HPARAMS
+    from jaxrl_rollout.algorithms import ppo
+
+    extra = PENDULUM if algo == "ppo-pendulum" else {}
+    batch = ppo.PPOConfig(**extra).batch_size
+    config = ppo.PPOConfig(total_timesteps=batch * updates, **extra)
+    roles = collections.defaultdict(list)
+    for count, role in ((config.num_steps, "rollout step"), (config.updates_per_iteration, "gradient step"),
+                        (config.update_epochs, "epoch"), (1, "update")):
+        roles[count].append(role)
+    made = ppo.make_train(config)
+    if algo == "ppo-pendulum":
+        hparams = ppo.PPOHParams(**PENDULUM_HPARAMS)
+        return (lambda key: made(key, hparams)), roles
+    return made, roles
+
+
+def trace_events(compiled, arg, directory: str) -> tuple[float, list[tuple[str, str, int, int]]]:
+    """The traced call's seconds, and (thread, thunk name, start ns, duration ns) of every thunk it ran."""
+    from jax.profiler import ProfileData
+
+    jax.profiler.start_trace(directory)
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(arg))
+    seconds = time.perf_counter() - start
+    jax.profiler.stop_trace()
+    path = sorted(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True))[-1]
+    events = []
+    for plane in ProfileData.from_file(path).planes:
+        if plane.name != "/host:CPU":
+            continue
+        for line in plane.lines:
+            if not line.name.startswith(("tf_XLAEigen", "tf_XLAPjRtCpuClient")):
+                continue  # XLA's compute threads (the caller's thread runs none here)
+            for e in line.events:
+                if e.name.startswith(("end: ", "ThreadpoolListener", "ThunkExecutor")):
+                    continue
+                events.append((line.name, e.name, int(e.start_ns), int(e.duration_ns)))
+    return seconds, events
+
+
+def iteration_windows(hlo: Hlo, events, loop: str) -> list[tuple[int, int]]:
+    """Consecutive start times of one kernel that runs once per iteration of `loop`."""
+    counts = collections.Counter(n for _, n, _, _ in events if hlo.loops(n)[:1] == [loop])
+    if not counts:
+        return []
+    per_iteration = min(counts.values())
+    marker = next(n for n, c in counts.items() if c == per_iteration)
+    starts = sorted(s for _, n, s, _ in events if n == marker)
+    return list(zip(starts, starts[1:]))
+
+
+def main(argv=None) -> dict:
+    p = _common.parser(__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=_common.int_list, default=[1, 8, 64],
+                   help="vmapped seeds, one traced run each (1: no vmap)")
+    p.add_argument("--updates", type=_common.int_list, default=[100, 40, 10],
+                   help="PPO updates per traced run, one per seed count")
+    p.add_argument("--algo", choices=("ppo", "ppo-pendulum"), default="ppo")
+    p.add_argument("--top", type=int, default=12, help="kernels listed for the busiest loop")
+    args = p.parse_args(argv)
+    if len(args.seeds) != len(args.updates):
+        p.error(f"--seeds and --updates need one value each per run, got {args.seeds} and {args.updates}")
+    if min(args.seeds + args.updates) < 1:
+        p.error("--seeds and --updates must be positive")
+    machine = _common.machine_info()
+    results, tables = [], []
+    for seeds, updates in zip(args.seeds, args.updates):
+        result, table = analyse(args.algo, seeds, updates, args.top)
+        results.append(result)
+        tables.append(table)
+    return _common.report("kernel_trace", args, machine, results, "\n\n".join(tables), _common.command_line())
+
+
+def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]:
+    """One traced run: the results record and its tables."""
+    train, roles = make_train(algo, updates)
+    fn = jax.jit(jax.vmap(train)) if seeds > 1 else jax.jit(train)
+    arg = jax.random.split(jax.random.PRNGKey(30), seeds) if seeds > 1 else jax.random.PRNGKey(30)
+    compiled = fn.lower(arg).compile()
+    hlo = Hlo(compiled.as_text())
+    jax.block_until_ready(compiled(arg))
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(arg))
+    untraced_s = time.perf_counter() - start
+    directory = tempfile.mkdtemp(prefix="kernel_trace_")
+    try:
+        traced_s, events = trace_events(compiled, arg, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+    leaves = [e for e in events if hlo.opcode.get(e[1]) not in CONTROL]
+    if not leaves:
+        raise RuntimeError("the trace holds no XLA CPU thunks (is this the CPU backend?)")
+    span_ns = max(s + d for _, _, s, d in events) - min(s for _, _, s, _ in events)
+    kernel_ns = sum(d for *_, d in leaves)
+    threads = collections.Counter()
+    for thread, _, _, d in leaves:
+        threads[thread] += d
+    threads = collections.Counter({t: ns for t, ns in threads.items() if ns >= 1e6})  # threads that ran kernels
+
+    by_loop, count_by_loop, kernels_by_loop = collections.Counter(), collections.Counter(), {}
+    per_kernel = collections.Counter()
+    for _, name, _, d in leaves:
+        loop = (hlo.loops(name) or ["(top level)"])[0]
+        by_loop[loop] += d
+        count_by_loop[loop] += 1
+        kernels_by_loop.setdefault(loop, collections.Counter())[name] += 1
+        per_kernel[name] += d
+    loops = []
+    for loop, ns in by_loop.most_common():
+        iterations = min(kernels_by_loop[loop].values()) / updates
+        if ns < 0.005 * kernel_ns:
+            continue
+        sources = collections.Counter()
+        for name, n in kernels_by_loop[loop].items():
+            scope = short_source(hlo.source.get(name, ""))
+            scope = scope.split("/")[-2] if "/" in scope else scope
+            if scope:
+                sources[scope] += per_kernel[name]
+        loops.append({
+            "loop": loop, "role": " / ".join(roles.get(round(iterations), [])) or "?",
+            "iterations_per_update": iterations,
+            "kernels_per_iteration": count_by_loop[loop] / max(iterations * updates, 1),
+            "share": ns / kernel_ns, "kernel_ms": ns / 1e6,
+            "top_scopes": [s for s, _ in sources.most_common(3)],
+        })
+
+    if not loops:
+        raise RuntimeError("no loop holds 0.5% of the kernel time")
+    busiest = loops[0]["loop"]
+    busy_iterations = max(loops[0]["iterations_per_update"] * updates, 1)
+    top = [{"kernel": name, "us_per_iteration": per_kernel[name] / busy_iterations / 1e3,
+            "shape": hlo.shape.get(name, ""), "opcode": hlo.opcode.get(name, ""),
+            "source": short_source(hlo.source.get(name, ""))}
+           for name, _ in collections.Counter({n: per_kernel[n] for n in kernels_by_loop[busiest]}).most_common(top_n)]
+    windows = iteration_windows(hlo, leaves, busiest)
+    spans, sums, one_thread = [], [], []
+    for lo, hi in windows:
+        inside = [(t, d) for t, n, s, d in leaves if lo <= s < hi]
+        per_thread = collections.Counter()
+        for t, d in inside:
+            per_thread[t] += d
+        spans.append((hi - lo) / 1e3)
+        sums.append(sum(per_thread.values()) / 1e3)
+        one_thread.append(max(per_thread.values(), default=0) / max(hi - lo, 1))
+    step = {
+        "loop": busiest, "iterations": len(windows),
+        "median_span_us": statistics.median(spans) if spans else float("nan"),
+        "median_kernel_us": statistics.median(sums) if sums else float("nan"),
+        "median_busiest_thread_share": statistics.median(one_thread) if one_thread else float("nan"),
+        "span_us_quartiles": statistics.quantiles(spans, n=4) if len(spans) > 1 else spans,
+    }
+    results = {
+        "seeds": seeds, "updates": updates, "algo": algo,
+        "untraced_s": untraced_s, "traced_s": traced_s, "thunks": len(leaves),
+        "kernel_s": kernel_ns / 1e9, "span_s": span_ns / 1e9, "parallel_factor": kernel_ns / span_ns,
+        "threads": {t: ns / 1e9 for t, ns in threads.most_common()},
+        "loops": loops, "busiest_loop_top_kernels": top, "busiest_loop_iterations": step,
+    }
+    table = _common.markdown_table(
+        ["loop", "role (by iterations)", "iterations / update", "kernels / iteration", "share of kernel time",
+         "main sources"],
+        [[x["loop"], x["role"], f"{x['iterations_per_update']:g}", f"{x['kernels_per_iteration']:.0f}",
+          f"{x['share']:.1%}", ", ".join(x["top_scopes"])] for x in loops],
+    )
+    table += "\n\n" + _common.markdown_table(
+        [f"top kernels of {busiest}", "us / iteration", "shape", "source"],
+        [[x["kernel"], f"{x['us_per_iteration']:.1f}", x["shape"], x["source"]] for x in top],
+    )
+    table += (
+        f"\n\n{algo}, {seeds} seed(s), {updates} updates: untraced {untraced_s:.3f} s, traced "
+        f"{traced_s:.3f} s; {len(leaves)} thunks, kernel time {kernel_ns / 1e9:.3f} s over a {span_ns / 1e9:.3f} s "
+        f"span (parallel factor {kernel_ns / span_ns:.2f}); busy per thread: "
+        + ", ".join(f"{ns / 1e9:.3f} s" for _, ns in threads.most_common())
+        + f"\n{busiest}, per iteration (median of {len(windows)}): span {step['median_span_us']:.0f} us, kernel "
+        f"time {step['median_kernel_us']:.0f} us, busiest thread {step['median_busiest_thread_share']:.0%} of the span"
+    )
+    return results, table
+
+
+if __name__ == "__main__":
+    main()
