@@ -41,7 +41,6 @@ import jax
 from benchmarks import _common
 
 CONTROL = ("while", "conditional", "call")  # thunks that run nested thunk sequences
-NOT_THUNKS = ("parameter", "get-tuple-element", "tuple", "bitcast", "constant")
 
 
 class Hlo:
@@ -51,6 +50,7 @@ class Hlo:
 
     def __init__(self, text: str):
         self.computation_of, self.caller_of, self.opcode, self.shape, self.source = {}, {}, {}, {}, {}
+        self._loops: dict = {}
         current = None
         for line in text.splitlines():
             head = re.match(r"^(?:ENTRY )?%(\S+) .*\{$", line)
@@ -74,13 +74,19 @@ class Hlo:
 
     def loops(self, name: str) -> list[str]:
         """The `while` instructions around `name`, innermost first."""
-        out, computation = [], self.computation_of.get(name)
-        while computation in self.caller_of:
-            caller = self.caller_of[computation]
-            if self.opcode.get(caller) == "while":
-                out.append(caller)
-            computation = self.computation_of.get(caller)
-        return out
+        if name not in self._loops:
+            out, computation = [], self.computation_of.get(name)
+            while computation in self.caller_of:
+                caller = self.caller_of[computation]
+                if self.opcode.get(caller) == "while":
+                    out.append(caller)
+                computation = self.computation_of.get(caller)
+            self._loops[name] = out
+        return self._loops[name]
+
+    def in_body_of(self, name: str, loop: str) -> bool:
+        """Whether `name` is an instruction of `loop`'s body itself (not of a nested call or branch)."""
+        return self.caller_of.get(self.computation_of.get(name)) == loop
 
 
 def short_source(op_name: str) -> str:
@@ -134,11 +140,11 @@ def trace_events(compiled, arg, directory: str) -> tuple[float, list[tuple[str, 
 
 
 def iteration_windows(hlo: Hlo, events, loop: str) -> list[tuple[int, int]]:
-    """Consecutive start times of one kernel that runs once per iteration of `loop`."""
-    counts = collections.Counter(n for _, n, _, _ in events if hlo.loops(n)[:1] == [loop])
+    """One iteration of `loop` per window: consecutive starts of a kernel of its body, which runs once each."""
+    counts = collections.Counter(n for _, n, _, _ in events if hlo.in_body_of(n, loop))
     if not counts:
         return []
-    per_iteration = min(counts.values())
+    per_iteration = collections.Counter(counts.values()).most_common(1)[0][0]
     marker = next(n for n, c in counts.items() if c == per_iteration)
     starts = sorted(s for _, n, s, _ in events if n == marker)
     return list(zip(starts, starts[1:]))
@@ -201,11 +207,20 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
         count_by_loop[loop] += 1
         kernels_by_loop.setdefault(loop, collections.Counter())[name] += 1
         per_kernel[name] += d
+    def runs(loop: str) -> int:  # iterations run in all: how often a kernel of the body itself ran
+        direct = [c for n, c in kernels_by_loop[loop].items() if hlo.in_body_of(n, loop)]
+        return collections.Counter(direct).most_common(1)[0][0] if direct else min(kernels_by_loop[loop].values())
+
+    # The training loop: the outermost loop that runs once per update. Roles are read off the
+    # iteration counts only inside it; other loops (the init's) are "outside the updates".
+    update_loops = [lp for lp in kernels_by_loop if lp != "(top level)" and not hlo.loops(lp) and runs(lp) == updates]
     loops = []
     for loop, ns in by_loop.most_common():
-        iterations = min(kernels_by_loop[loop].values()) / updates
+        iterations = runs(loop) / updates
         if ns < 0.005 * kernel_ns:
             continue
+        inside = loop in update_loops or any(lp in update_loops for lp in hlo.loops(loop))
+        role = (" / ".join(roles.get(round(iterations), [])) or "?") if inside else "outside the updates"
         sources = collections.Counter()
         for name, n in kernels_by_loop[loop].items():
             scope = short_source(hlo.source.get(name, ""))
@@ -213,7 +228,7 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
             if scope:
                 sources[scope] += per_kernel[name]
         loops.append({
-            "loop": loop, "role": " / ".join(roles.get(round(iterations), [])) or "?",
+            "loop": loop, "role": role,
             "iterations_per_update": iterations,
             "kernels_per_iteration": count_by_loop[loop] / max(iterations * updates, 1),
             "share": ns / kernel_ns, "kernel_ms": ns / 1e6,
