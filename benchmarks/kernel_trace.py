@@ -207,6 +207,7 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
         count_by_loop[loop] += 1
         kernels_by_loop.setdefault(loop, collections.Counter())[name] += 1
         per_kernel[name] += d
+
     def runs(loop: str) -> int:  # iterations run in all: how often a kernel of the body itself ran
         direct = [c for n, c in kernels_by_loop[loop].items() if hlo.in_body_of(n, loop)]
         return collections.Counter(direct).most_common(1)[0][0] if direct else min(kernels_by_loop[loop].values())
