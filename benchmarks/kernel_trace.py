@@ -23,6 +23,7 @@ Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [-
 
 from __future__ import annotations
 
+import bisect
 import collections
 import glob
 import os
@@ -139,15 +140,14 @@ def trace_events(compiled, arg, directory: str) -> tuple[float, list[tuple[str, 
     return seconds, events
 
 
-def iteration_windows(hlo: Hlo, events, loop: str) -> list[tuple[int, int]]:
-    """One iteration of `loop` per window: consecutive starts of a kernel of its body, which runs once each."""
-    counts = collections.Counter(n for _, n, _, _ in events if hlo.in_body_of(n, loop))
-    if not counts:
-        return []
-    per_iteration = collections.Counter(counts.values()).most_common(1)[0][0]
-    marker = next(n for n, c in counts.items() if c == per_iteration)
-    starts = sorted(s for _, n, s, _ in events if n == marker)
-    return list(zip(starts, starts[1:]))
+def once_per_iteration(hlo: Hlo, counts: collections.Counter, loop: str) -> tuple[str, int] | None:
+    """A kernel of `loop`'s body itself and how often it ran: the most common such count, which is
+    the loop's iterations (a kernel of a nested branch may run less often). None for no such kernel."""
+    direct = {n: c for n, c in counts.items() if hlo.in_body_of(n, loop)}
+    if not direct:
+        return None
+    runs = collections.Counter(direct.values()).most_common(1)[0][0]
+    return next(n for n, c in direct.items() if c == runs), runs
 
 
 def main(argv=None) -> dict:
@@ -199,18 +199,16 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
         threads[thread] += d
     threads = collections.Counter({t: ns for t, ns in threads.items() if ns >= 1e6})  # threads that ran kernels
 
-    by_loop, count_by_loop, kernels_by_loop = collections.Counter(), collections.Counter(), {}
-    per_kernel = collections.Counter()
+    by_loop, kernels_by_loop, per_kernel = collections.Counter(), {}, collections.Counter()
     for _, name, _, d in leaves:
         loop = (hlo.loops(name) or ["(top level)"])[0]
         by_loop[loop] += d
-        count_by_loop[loop] += 1
         kernels_by_loop.setdefault(loop, collections.Counter())[name] += 1
         per_kernel[name] += d
 
-    def runs(loop: str) -> int:  # iterations run in all: how often a kernel of the body itself ran
-        direct = [c for n, c in kernels_by_loop[loop].items() if hlo.in_body_of(n, loop)]
-        return collections.Counter(direct).most_common(1)[0][0] if direct else min(kernels_by_loop[loop].values())
+    def runs(loop: str) -> int:  # iterations run in all
+        found = once_per_iteration(hlo, kernels_by_loop[loop], loop)
+        return found[1] if found else min(kernels_by_loop[loop].values())
 
     # The training loop: the outermost loop that runs once per update. Roles are read off the
     # iteration counts only inside it; other loops (the init's) are "outside the updates".
@@ -231,7 +229,7 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
         loops.append({
             "loop": loop, "role": role,
             "iterations_per_update": iterations,
-            "kernels_per_iteration": count_by_loop[loop] / max(iterations * updates, 1),
+            "kernels_per_iteration": sum(kernels_by_loop[loop].values()) / max(iterations * updates, 1),
             "share": ns / kernel_ns, "kernel_ms": ns / 1e6,
             "top_scopes": [s for s, _ in sources.most_common(3)],
         })
@@ -244,12 +242,17 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
             "shape": hlo.shape.get(name, ""), "opcode": hlo.opcode.get(name, ""),
             "source": short_source(hlo.source.get(name, ""))}
            for name, _ in collections.Counter({n: per_kernel[n] for n in kernels_by_loop[busiest]}).most_common(top_n)]
-    windows = iteration_windows(hlo, leaves, busiest)
+    # One window per iteration of the busiest loop: between consecutive starts of a kernel of its body.
+    found = once_per_iteration(hlo, kernels_by_loop[busiest], busiest)
+    marker = found[0] if found else None
+    by_start = sorted(leaves, key=lambda e: e[2])
+    starts = [e[2] for e in by_start]
+    marks = [e[2] for e in by_start if e[1] == marker]
+    windows = list(zip(marks, marks[1:]))
     spans, sums, one_thread = [], [], []
     for lo, hi in windows:
-        inside = [(t, d) for t, n, s, d in leaves if lo <= s < hi]
         per_thread = collections.Counter()
-        for t, d in inside:
+        for t, _, _, d in by_start[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)]:
             per_thread[t] += d
         spans.append((hi - lo) / 1e3)
         sums.append(sum(per_thread.values()) / 1e3)
