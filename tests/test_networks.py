@@ -343,7 +343,6 @@ def test_diag_gaussian_by_hand():
     np.testing.assert_allclose(run_once(by_hand), [-2.837877, 2.837877, -1.9189385, 2.4189385], rtol=1e-6)
 
 
-
 def test_diag_gaussian_sample_is_reparameterised():
     """sample = mean + exp(log_std) * noise, differentiable in both (computed_once passes the tangent)."""
     key = jax.random.PRNGKey(3)
@@ -353,6 +352,7 @@ def test_diag_gaussian_sample_is_reparameterised():
     d_mean, d_log_std = jax.grad(lambda m, s: diag_gaussian(m, s).sample(key).sum(), argnums=(0, 1))(mean, log_std)
     np.testing.assert_allclose(d_mean, jnp.ones_like(mean))
     np.testing.assert_allclose(d_log_std, (jnp.exp(log_std) * noise).sum(0), rtol=1e-6)
+
 
 def _sample_stats(key):
     n = 20_000
