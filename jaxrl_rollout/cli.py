@@ -19,6 +19,7 @@ import datetime
 import itertools
 import json
 import math
+import os
 import pathlib
 import sys
 import time
@@ -43,6 +44,15 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _host_devices(text: str):
+    if text == "auto":
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive int or 'auto', got {text!r}") from None
 
 
 def _float(text: str) -> float:
@@ -143,6 +153,12 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                           "(default: all in one)")
     run.add_argument("--devices", type=_positive_int,
                      help="devices to shard runs over (default: the most that divide the runs per group)")
+    run.add_argument("--host-devices", type=_host_devices, default="auto", metavar="{N,auto}",
+                     help="split this host's CPU into N JAX devices, so that the runs shard over them and use every "
+                          "core (XLA runs one program's kernels mostly on one thread); auto: one per usable core, "
+                          "except with --distributed or when XLA_FLAGS already sets "
+                          "--xla_force_host_platform_device_count. Only the CPU backend changes; a run keeps its "
+                          "numbers to float32 rounding (default: auto)")
     run.add_argument("--distributed", action="store_true",
                      help="call jax.distributed.initialize() first (multi-host; run the same command on every host); "
                           "it detects SLURM, Open MPI, Kubernetes and Cloud TPU, else pass the next three")
@@ -474,25 +490,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _initialize_distributed_early(argv: Sequence[str]) -> None:
-    """`jax.distributed.initialize` for `train --distributed`, before anything imports gymnax.
+def _configure_jax_early(argv: Sequence[str]) -> None:
+    """`train`'s JAX set-up, before anything imports gymnax: host CPU devices, then `jax.distributed`.
 
-    It must precede every use of an XLA backend, and importing gymnax (which
+    Both must precede every use of an XLA backend, and importing gymnax (which
     building the parser does, through the algorithm configs) already uses one.
-    Only the four cluster options are read here; `run_train` checks them again.
+    Only these options are read here; a value the early parser cannot read is
+    left for the full parser to report.
     """
     early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--host-devices", default="auto")
     early.add_argument("--distributed", action="store_true")
     early.add_argument("--coordinator")
-    early.add_argument("--num-processes", type=int)
-    early.add_argument("--process-id", type=int)
+    early.add_argument("--num-processes")
+    early.add_argument("--process-id")
     known, _ = early.parse_known_args(argv)
-    if not known.distributed:
-        return
     import jax
 
-    jax.distributed.initialize(coordinator_address=known.coordinator, num_processes=known.num_processes,
-                               process_id=known.process_id)
+    from jaxrl_rollout import devices
+
+    if known.host_devices == "auto":
+        forced = "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+        if not (known.distributed or forced or jax.config.jax_num_cpu_devices != -1):
+            try:
+                devices.use_host_cores()
+            except RuntimeError:
+                pass  # JAX already runs in this process (main() called from Python): auto keeps its devices
+    else:
+        try:
+            count = _host_devices(known.host_devices)
+        except argparse.ArgumentTypeError:
+            count = None  # build_parser's parser reports it
+        if count is not None:
+            try:
+                devices.use_host_cores(count)
+            except RuntimeError as error:
+                raise ValueError(f"--host-devices {count}: {error}") from None
+    if not known.distributed:
+        return
+    try:
+        num_processes = None if known.num_processes is None else int(known.num_processes)
+        process_id = None if known.process_id is None else int(known.process_id)
+    except ValueError:
+        return  # build_parser's parser reports it
+    jax.distributed.initialize(coordinator_address=known.coordinator, num_processes=num_processes,
+                               process_id=process_id)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -500,7 +542,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not argv or argv[0] not in {"train", "evaluate", "rollout", "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
     if argv[0] == "train":
-        _initialize_distributed_early(argv)  # before building the parser imports gymnax
+        try:
+            _configure_jax_early(argv)  # before building the parser imports gymnax
+        except ValueError as error:
+            print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

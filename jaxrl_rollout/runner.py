@@ -40,6 +40,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_rollout import checkpoint
+from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.rollout import _vectorized
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
 
@@ -208,8 +209,7 @@ def choose_devices(group_sizes: Sequence[int], requested: Optional[int] = None) 
         if requested > len(available):
             raise ValueError(f"devices={requested} but only {len(available)} are available ({available[0].platform}).")
         return available[:requested]
-    common = math.gcd(*group_sizes)
-    return available[:max(d for d in range(1, len(available) + 1) if common % d == 0)]
+    return largest_dividing(math.gcd(*group_sizes), available)
 
 
 _COMPILED: dict = {}

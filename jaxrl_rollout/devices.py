@@ -1,0 +1,120 @@
+"""A host's CPU cores as JAX devices, so that vmapped runs use every core.
+
+XLA's CPU runtime executes one program's kernels mostly one after another on
+one thread: it hands ready kernels to a second worker only when more than 8
+are ready at once, and a PPO gradient step rarely has that many (BENCHMARKS.md,
+section 9). A vmapped sweep of S seeds on one CPU device therefore keeps about
+one core busy however many the host has. Splitting the host into N CPU devices
+and sharding the runs axis over them runs N partitions of the program side by
+side, one per core: on a 2-core host, 8 and 64 seeds of the reference PPO
+config train in about 0.5-0.6x the time of one device (BENCHMARKS.md,
+section 9).
+
+    import jax
+    from jaxrl_rollout import devices
+    devices.use_host_cores()                       # first, before any JAX computation
+    from jaxrl_rollout.algorithms import ppo
+    train = jax.jit(jax.vmap(ppo.make_train(ppo.PPOConfig())))
+    keys = devices.shard_runs(jax.random.split(jax.random.key(0), 8))
+    state, metrics = train(keys)                  # 4 seeds per core on a 2-core host
+
+`jax.jit` partitions the program from its inputs' sharding, so nothing else
+changes. Each run's numbers equal the one-device run's to float32 rounding,
+not bit for bit: XLA compiles a partition for fewer runs, and the last bits of
+its matmuls and reductions can differ. Integer results (episode counts,
+sampled actions) are the same. The command line does this by default
+(`--host-devices`), and `runner.train` shards over whatever devices exist.
+On a GPU or TPU host the accelerator stays the default device and this only
+changes the CPU backend.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+__all__ = ["largest_dividing", "shard_runs", "usable_cores", "use_host_cores"]
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS and Windows have no sched_getaffinity
+        return os.cpu_count() or 1
+
+
+def use_host_cores(count: Optional[int] = None) -> int:
+    """Split the CPU backend into `count` JAX devices (default: `usable_cores()`).
+
+    Call it before anything runs a JAX computation: XLA fixes the CPU device
+    count when it first starts a backend. Calling it again with the count
+    already in place is fine.
+
+    Args:
+      count: CPU devices to make, an int >= 1 (None: one per usable core).
+
+    Returns:
+      The CPU device count that will be (or already is) in place.
+
+    Raises:
+      ValueError: `count` is not an int >= 1.
+      RuntimeError: JAX has already started its backends with another count.
+    """
+    if count is None:
+        count = usable_cores()
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+        raise ValueError(f"use_host_cores: count must be an int >= 1 (or None for one per core), got {count!r}.")
+    count = int(count)
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        have = len(jax.devices("cpu"))
+        if have != count:
+            raise RuntimeError(
+                f"use_host_cores({count}): JAX has already started its CPU backend with {have} device(s); "
+                "call use_host_cores before any JAX computation (right after the imports), or set "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count={count} before starting Python."
+            ) from None
+    return count
+
+
+def largest_dividing(num_runs: int, available: Sequence[Any]) -> list:
+    """The first d of `available` for the largest d that divides `num_runs` (at least one)."""
+    return list(available[:max(d for d in range(1, len(available) + 1) if num_runs % d == 0)])
+
+
+def shard_runs(tree: Any, devices: Optional[Sequence[Any]] = None) -> Any:
+    """`tree` with its leading (runs) axis sharded over devices, ready for a jitted vmapped call.
+
+    Args:
+      tree: a pytree of arrays that all share a leading axis of R runs (seed
+        keys, stacked hyperparameters, a batched train state).
+      devices: the devices to spread the runs over (default: `jax.devices()`).
+        The largest number of them that divides R is used, so R = 6 on 4
+        devices uses 3, and a prime R on 2 devices uses one.
+
+    Returns:
+      The same tree, each leaf a `jax.Array` with
+      `NamedSharding(Mesh(devices, ("runs",)), PartitionSpec("runs"))`.
+
+    Raises:
+      ValueError: a leaf is a scalar, the leaves' leading axes differ, or
+        `devices` is empty.
+    """
+    leaves = jax.tree.leaves(tree)
+    sizes = sorted({np.shape(x)[0] if np.ndim(x) else None for x in leaves}, key=str)
+    if not leaves or None in sizes or len(sizes) != 1:
+        raise ValueError(
+            "shard_runs: tree must be arrays that share a leading runs axis, got leading sizes "
+            f"{[np.shape(x)[:1] for x in leaves]} (a scalar has none)."
+        )
+    available = list(jax.devices() if devices is None else devices)
+    if not available:
+        raise ValueError("shard_runs: devices is empty; pass at least one device (or None for jax.devices()).")
+    mesh = Mesh(np.asarray(largest_dividing(sizes[0], available)), ("runs",))
+    return jax.device_put(tree, NamedSharding(mesh, PartitionSpec("runs")))
