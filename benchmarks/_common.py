@@ -20,7 +20,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,17 +72,22 @@ def block(x: Any) -> Any:
     return jax.block_until_ready(x)
 
 
-def anchor_protocol(train: Callable[[Any], Any], num_seeds: int) -> tuple[float, float, float, Any]:
+def anchor_protocol(train: Callable[[Any], Any], num_seeds: int,
+                    place: Optional[Callable[[Any], Any]] = None) -> tuple[float, float, float, Any]:
     """PureJaxRL's `time_ppo.py` protocol: (compile_s, run1_s, run2_s, run 2's output).
 
     `jax.jit(train)` on `PRNGKey(30)`, or `jax.jit(jax.vmap(train))` on its
     split into `num_seeds` keys; compile = lower + compile; then two calls of
-    the compiled function, each blocked until ready.
+    the compiled function, each blocked until ready. `place`, if given, lays
+    the S keys out before lowering (e.g. `devices.shard_runs`), and jit
+    partitions the program from their sharding.
     """
     import jax
 
     fn = jax.jit(jax.vmap(train)) if num_seeds > 1 else jax.jit(train)
     arg = jax.random.split(jax.random.PRNGKey(30), num_seeds) if num_seeds > 1 else jax.random.PRNGKey(30)
+    if place is not None:
+        arg = place(arg)
     t0 = time.time()
     compiled = fn.lower(arg).compile()
     t1 = time.time()

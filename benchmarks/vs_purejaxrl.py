@@ -33,6 +33,15 @@ the whole batch per update. The losses still differ (A2C's n-step returns and
 plain policy gradient, PPO's GAE and clipped ratio), so this ratio says how
 fast our A2C update is against the nearest anchor, not that the two learn alike.
 
+Our side runs twice where S > 1: as above on one CPU device ("ours", the
+protocol's plain `jax.jit(jax.vmap(train))`), and with the host split into
+`--host-devices` CPU devices (default: one per usable core) and the S keys
+sharded over them with `devices.shard_runs` ("ours-cores"; what the
+`jaxrl-rollout` command line does by default). Both are alternated with the
+anchors in the same rounds, and each gets its row per anchor. The anchors run
+their scripts unchanged, on one device. `--host-devices 1` leaves the second
+side out.
+
 With `--algo ppo-pendulum`, PPO trains Pendulum-v1 (continuous actions) on
 both sides with `PENDULUM` below: 16 envs x 128 steps, 10 epochs x 32
 minibatches, lr 3e-4, no entropy bonus, observation and reward normalisation
@@ -70,10 +79,18 @@ PENDULUM = dict(env_id="Pendulum-v1", num_envs=16, num_steps=128, update_epochs=
 PENDULUM_HPARAMS = dict(lr=3e-4, ent_coef=0.0)
 
 
-def child(num_seeds: int, total_steps: int, algo: str = "ppo") -> None:
-    """Our side of one measurement, printed in the anchor's line format."""
+def child(num_seeds: int, total_steps: int, algo: str = "ppo", host_devices: int = 1) -> None:
+    """Our side of one measurement, printed in the anchor's line format.
+
+    With `host_devices` > 1 the host's CPU is split into that many devices
+    first and the seed keys are sharded over them.
+    """
     import numpy as np
 
+    from jaxrl_rollout import devices
+
+    if host_devices > 1:
+        devices.use_host_cores(host_devices)  # before anything below starts a backend
     from jaxrl_rollout.algorithms import a2c, ppo
 
     if algo == "a2c":
@@ -84,7 +101,8 @@ def child(num_seeds: int, total_steps: int, algo: str = "ppo") -> None:
         train = lambda key: made(key, hparams)  # noqa: E731
     else:
         train = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps))
-    compile_s, run1_s, run2_s, (_, metrics) = _common.anchor_protocol(train, num_seeds)
+    place = devices.shard_runs if host_devices > 1 else None
+    compile_s, run1_s, run2_s, (_, metrics) = _common.anchor_protocol(train, num_seeds, place)
     final = float(np.nanmean(np.asarray(metrics.episode_return)[..., -10:]))
     print(_common.anchor_line(compile_s, run1_s, run2_s, final))
 
@@ -145,6 +163,7 @@ def rejax_problem(python: str) -> str | None:
 
 
 ANCHOR_NAMES = {"purejaxrl": "PureJaxRL", "rejax": "rejax"}
+OURS = ("ours", "ours-cores")  # one CPU device; the host split into --host-devices devices
 ALGOS = ("ppo", "ppo-pendulum", "a2c")
 
 
@@ -206,13 +225,18 @@ def main(argv=None) -> dict:
     p.add_argument("--timeout", type=float, help="seconds per timing process before it is killed and retried "
                    "(default 180 + 12 s per seed)")
     p.add_argument("--retries", type=int, default=2, help="reruns of a timed-out process")
+    p.add_argument("--host-devices", type=int, default=None, metavar="N",
+                   help="CPU devices for our second side (seeds sharded over them; default: one per usable core; "
+                   "1: no second side)")
     p.add_argument("--child", type=int, metavar="SEEDS", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child is not None:
         if len(args.algo) != 1:
             p.error("--child times one algorithm")
-        child(args.child, args.total_steps, args.algo[0])
+        child(args.child, args.total_steps, args.algo[0], args.host_devices or 1)
         return {}
+    if args.host_devices is not None and args.host_devices < 1:
+        p.error(f"--host-devices must be >= 1, got {args.host_devices}")
     named = [a for a, _ in args.algo_seeds]
     unused = sorted(set(named) - set(args.algo))
     if unused:
@@ -226,6 +250,9 @@ def main(argv=None) -> dict:
     import jax  # for the machine record only (version, backend); the timing runs in fresh processes
 
     del jax
+    from jaxrl_rollout import devices
+
+    host_devices = args.host_devices or devices.usable_cores()
     rejax_python = args.rejax_python or args.purejaxrl_python
     needed = {anchor for algo in args.algo for anchor in anchors_for(algo, args.rejax)}
     problems = {}
@@ -240,9 +267,10 @@ def main(argv=None) -> dict:
     machine = _common.machine_info()
 
     def command(side: str, algo: str, seeds: int) -> tuple[list[str], str]:
-        if side == "ours":
+        if side in OURS:
             return ([sys.executable, "-m", "benchmarks.vs_purejaxrl", "--child", str(seeds), "--total-steps",
-                     str(args.total_steps), "--algo", algo], _common.REPO_ROOT)
+                     str(args.total_steps), "--algo", algo,
+                     "--host-devices", str(host_devices if side == "ours-cores" else 1)], _common.REPO_ROOT)
         if side == "rejax":
             return ([rejax_python, os.path.join(_common.REPO_ROOT, "benchmarks", "rejax_ppo.py"), str(seeds),
                      "pendulum" if algo == "ppo-pendulum" else "cartpole"], _common.REPO_ROOT)
@@ -255,7 +283,8 @@ def main(argv=None) -> dict:
     for algo in args.algo:
         anchors = [a for a in anchors_for(algo, args.rejax) if not problems.get(a)]
         for seeds, rounds in plan[algo]:
-            sides = ["ours", *anchors]
+            ours = ["ours"] + (["ours-cores"] if seeds > 1 and host_devices > 1 else [])
+            sides = [*ours, *anchors]
             samples = {side: [] for side in sides}
             rounds = rounds or args.rounds.get(seeds, args.rounds.get(None, 1))
             for r in range(rounds):
@@ -269,31 +298,34 @@ def main(argv=None) -> dict:
                           f"run2 {x['run2_s']:.3f} s, return {x['final_return']:.1f}", file=sys.stderr)
             result = {"seeds": seeds, "algo": algo, "samples": samples}
             med = lambda side, k: statistics.median(x[k] for x in samples[side])  # noqa: E731
-            for anchor in anchors:
-                run_ratios = [a["run2_s"] / b["run2_s"] for a, b in zip(samples["ours"], samples[anchor])]
-                compile_ratios = [a["compile_s"] / b["compile_s"] for a, b in zip(samples["ours"], samples[anchor])]
-                suffix = "" if anchor == "purejaxrl" else f"_{anchor}"
+            layout = {"ours": "1 device", "ours-cores": f"{host_devices} host devices"}
+            for our, anchor in [(o, a) for a in anchors for o in ours]:
+                run_ratios = [a["run2_s"] / b["run2_s"] for a, b in zip(samples[our], samples[anchor])]
+                compile_ratios = [a["compile_s"] / b["compile_s"] for a, b in zip(samples[our], samples[anchor])]
+                # "ours" keeps the keys of earlier records; "ours-cores" adds _cores.
+                suffix = ("" if our == "ours" else "_cores") + ("" if anchor == "purejaxrl" else f"_{anchor}")
                 result.update({f"run_ratio{suffix}": statistics.median(run_ratios), f"run_ratios{suffix}": run_ratios,
                                f"compile_ratio{suffix}": statistics.median(compile_ratios),
                                f"compile_ratios{suffix}": compile_ratios})
                 target = TARGETS.get(seeds, 0.85)
                 met = result[f"run_ratio{suffix}"] <= target and result[f"compile_ratio{suffix}"] <= 1.0
                 anchor_name = "PureJaxRL ppo.py, 1 epoch x 1 minibatch" if algo == "a2c" else ANCHOR_NAMES[anchor]
-                rows.append([algo, seeds, anchor_name, rounds, f"{med('ours', 'run2_s'):.2f} s",
+                rows.append([algo, seeds, layout[our], anchor_name, rounds, f"{med(our, 'run2_s'):.2f} s",
                              f"{med(anchor, 'run2_s'):.2f} s",
                              f"**{result[f'run_ratio{suffix}']:.3f}** ({min(run_ratios):.2f}-{max(run_ratios):.2f})",
-                             f"{med('ours', 'compile_s'):.2f} s", f"{med(anchor, 'compile_s'):.2f} s",
+                             f"{med(our, 'compile_s'):.2f} s", f"{med(anchor, 'compile_s'):.2f} s",
                              f"**{result[f'compile_ratio{suffix}']:.3f}** "
                              f"({min(compile_ratios):.2f}-{max(compile_ratios):.2f})",
-                             f"{med('ours', 'final_return'):.1f}", f"{med(anchor, 'final_return'):.1f}",
+                             f"{med(our, 'final_return'):.1f}", f"{med(anchor, 'final_return'):.1f}",
                              f"run <= {target}, compile <= 1.0: " + ("yes" if met else "no")])
             if not anchors:
-                rows.append([algo, seeds, "none", rounds, f"{med('ours', 'run2_s'):.2f} s", "n/a", "n/a",
-                             f"{med('ours', 'compile_s'):.2f} s", "n/a", "n/a", f"{med('ours', 'final_return'):.1f}",
-                             "n/a", "n/a"])
+                for our in ours:
+                    rows.append([algo, seeds, layout[our], "none", rounds, f"{med(our, 'run2_s'):.2f} s", "n/a",
+                                 "n/a", f"{med(our, 'compile_s'):.2f} s", "n/a", "n/a",
+                                 f"{med(our, 'final_return'):.1f}", "n/a", "n/a"])
             results.append(result)
     table = _common.markdown_table(
-        ["algorithm", "seeds", "anchor", "rounds", "run: ours", "run: anchor", "run ratio (range)", "compile: ours",
+        ["algorithm", "seeds", "ours on", "anchor", "rounds", "run: ours", "run: anchor", "run ratio (range)", "compile: ours",
          "compile: anchor", "compile ratio (range)", "final return: ours", "final return: anchor", "target"],
         rows,
     )
