@@ -183,12 +183,26 @@ def test_bad_values_exit_non_zero(capsys):
         ("train", "--bootstrap-on-truncation", "maybe"): "expected true or false, got 'maybe'",
         ("train", "--hidden-sizes", "64,x"): "expected comma-separated integers",
         ("train", "--no-such-option", "1"): "unrecognized arguments: --no-such-option",
+        ("train", "--host-devices", "0"): "--host-devices: expected a positive int or 'auto', got '0'",
+        ("train", "--host-devices", "two"): "--host-devices: expected a positive int or 'auto', got 'two'",
     }
     for argv, message in cases.items():
         with pytest.raises(SystemExit) as info:
             cli.main(list(argv))
         assert info.value.code == 2, argv
         assert message in capsys.readouterr().err, argv
+
+
+def test_host_devices_too_late_is_a_clear_error(capsys, tmp_path):
+    import jax
+
+    have = len(jax.devices("cpu"))  # JAX runs in this process: its CPU device count is fixed
+    assert cli.main(["--host-devices", str(have + 1), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"--host-devices {have + 1}: use_host_cores({have + 1}): JAX has already started its CPU backend" in err
+    assert not (tmp_path / "run").exists()
+    # auto keeps the running backend's devices instead of failing
+    assert cli._configure_jax_early(["train"]) is None and len(jax.devices("cpu")) == have
 
 
 def test_evaluate_uses_the_saved_observation_statistics(tmp_path, capsys):
