@@ -157,8 +157,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                      help="split this host's CPU into N JAX devices, so that the runs shard over them and use every "
                           "core (XLA runs one program's kernels mostly on one thread); auto: one per usable core, "
                           "except with --distributed or when XLA_FLAGS already sets "
-                          "--xla_force_host_platform_device_count. Only the CPU backend changes; a run keeps its "
-                          "numbers to float32 rounding (default: auto)")
+                          "--xla_force_host_platform_device_count. Only the CPU backend changes; runs match the "
+                          "one-device runs to float32 rounding, not bit for bit (default: auto)")
     run.add_argument("--distributed", action="store_true",
                      help="call jax.distributed.initialize() first (multi-host; run the same command on every host); "
                           "it detects SLURM, Open MPI, Kubernetes and Cloud TPU, else pass the next three")

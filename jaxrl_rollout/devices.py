@@ -7,8 +7,8 @@ section 9). A vmapped sweep of S seeds on one CPU device therefore keeps about
 one core busy however many the host has. Splitting the host into N CPU devices
 and sharding the runs axis over them runs N partitions of the program side by
 side, one per core: on a 2-core host, 8 and 64 seeds of the reference PPO
-config train in about 0.5-0.6x the time of one device (BENCHMARKS.md,
-section 9).
+config trained in 0.50x and 0.53x the time of one device (BENCHMARKS.md,
+section 9, fifth pass).
 
     import jax
     from jaxrl_rollout import devices
@@ -20,9 +20,10 @@ section 9).
 
 `jax.jit` partitions the program from its inputs' sharding, so nothing else
 changes. Each run's numbers equal the one-device run's to float32 rounding,
-not bit for bit: XLA compiles a partition for fewer runs, and the last bits of
-its matmuls and reductions can differ. Integer results (episode counts,
-sampled actions) are the same. The command line does this by default
+not bit for bit (so over a long run they drift apart, as with any change in
+float ordering): XLA compiles a partition for fewer runs, and the last bits of
+its matmuls and reductions can differ. Over a short run the integer results
+(episode counts, sampled actions) are the same. The command line does this by default
 (`--host-devices`), and `runner.train` shards over whatever devices exist.
 On a GPU or TPU host the accelerator stays the default device and this only
 changes the CPU backend.
