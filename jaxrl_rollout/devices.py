@@ -23,8 +23,9 @@ changes. Each run's numbers equal the one-device run's to float32 rounding,
 not bit for bit (so over a long run they drift apart, as with any change in
 float ordering): XLA compiles a partition for fewer runs, and the last bits of
 its matmuls and reductions can differ. Over a short run the integer results
-(episode counts, sampled actions) are the same. The command line does this by default
-(`--host-devices`), and `runner.train` shards over whatever devices exist.
+(episode counts, sampled actions) are the same. The command line does this by
+default (`--host-devices`), and `runner.train` shards over whatever devices
+exist.
 On a GPU or TPU host the accelerator stays the default device and this only
 changes the CPU backend.
 """
