@@ -50,6 +50,23 @@ def test_fused_under_jit_and_vmap():
         np.testing.assert_array_equal(x, y)
 
 
+def test_fused_hash_under_shard_map_and_grad():
+    """The hash is one primitive with its own lowering: it must work wherever jax.random does."""
+    mesh = jax.make_mesh((1,), ("runs",))
+    keys = jax.random.split(jax.random.PRNGKey(5), 3)
+
+    def draws(k, view):
+        return jax.vmap(lambda kk: jax.random.uniform(view(kk), (3,)))(k)
+
+    placed = jax.device_put(keys, jax.sharding.NamedSharding(mesh, jax.P("runs")))
+    sharded = jax.jit(jax.shard_map(lambda k: draws(k, prng.fused), mesh=mesh, in_specs=jax.P("runs"),
+                                    out_specs=jax.P("runs")))(placed)
+    np.testing.assert_array_equal(sharded, draws(keys, lambda k: k))
+    noise = lambda k: jax.random.normal(k, (4,))  # noqa: E731
+    grad = jax.grad(lambda x, k: jnp.sum(x * noise(prng.fused(k))))(jnp.ones(4), keys[0])
+    np.testing.assert_array_equal(grad, noise(keys[0]))
+
+
 @pytest.mark.parametrize("kind", KEYS)
 def test_split_keeps_the_key_type(kind):
     key = KEYS[kind]
