@@ -182,6 +182,38 @@ def test_vmapped_network_inits_have_no_lapack_calls():
     assert "lapack" not in hlo.as_text()
 
 
+def test_householder_q_batches_without_vmap_and_matches_one_matrix_at_a_time():
+    # The batched QR (batched_init's padded kernels) is the per-matrix QR, bit for bit.
+    a = jax.random.normal(jax.random.key(3), (3, 8, 5))
+    batched = networks._householder_q(a)
+    one_by_one = jnp.stack([networks._householder_q(a[i]) for i in range(3)])
+    np.testing.assert_array_equal(batched, one_by_one)
+    np.testing.assert_array_equal(batched, jax.vmap(networks._householder_q)(a))
+    np.testing.assert_allclose(jnp.einsum("bmi,bmj->bij", batched, batched), np.broadcast_to(np.eye(5), (3, 5, 5)),
+                               atol=1e-5)
+
+
+def test_dense_layers_match_flax_dense_and_check_shapes_without_the_initializer(monkeypatch):
+    # The layers' parameters and outputs are nn.Dense's with the same initializers.
+    obs = jax.random.normal(jax.random.key(1), (3, 4))
+    ours = networks._Dense(8, 2.0**0.5)
+    flax_dense = networks.nn.Dense(8, kernel_init=networks.orthogonal(2.0**0.5),
+                                   bias_init=networks.nn.initializers.zeros)
+    params = ours.init(jax.random.key(2), obs)
+    jax.tree.map(np.testing.assert_array_equal, params, flax_dense.init(jax.random.key(2), obs))
+    np.testing.assert_array_equal(ours.apply(params, obs), flax_dense.apply(params, obs))
+    # apply reads the stored parameters without running the initializer again (flax's param does).
+    calls = []
+    monkeypatch.setattr(networks, "_orthogonal_draw", lambda *a: calls.append(a))
+    jax.make_jaxpr(lambda p: MLP.apply(p, jnp.zeros((B, 4))))(INIT["mlp"])
+    # batched_init asks flax for the shapes only, with no orthogonal draw traced for them.
+    jax.make_jaxpr(lambda k: networks.batched_init(MLP, k, jnp.zeros((1, 4))))(jax.random.key(0))
+    assert calls == []
+    # A stored parameter of the wrong shape is a clear error naming it.
+    with pytest.raises(ValueError, match=r"actor_hidden_0/kernel has shape \(4, 64\), but this layer needs \(5, 64\)"):
+        MLP.apply(INIT["mlp"], jnp.zeros((B, 5)))
+
+
 def test_orthogonal_rejects_a_vector_shape():
     with pytest.raises(ValueError, match=r"rank >= 2, got shape \(5,\)"):
         networks.orthogonal()(jax.random.key(0), (5,))
