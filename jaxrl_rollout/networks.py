@@ -22,6 +22,8 @@ weight (../SEMANTICS.md section 11):
 gain sqrt(2) for hidden layers, 0.01 for the actor head and 1.0 for the critic
 head (ARENA / CleanRL `layer_init`). The GRU cell keeps flax's own init
 (torch's `nn.GRU` has no `layer_init` counterpart in the references).
+The MLP and head layers are `_Dense`: `nn.Dense`'s parameters and numbers,
+without flax's re-run of the initializer on every `apply`.
 
 Policies:
 
