@@ -21,6 +21,7 @@ __all__ = [
     "flatten_time_major",
     "minibatch_indices",
     "permutation",
+    "permutations",
     "sequence_minibatch_indices",
     "take",
     "take_sequences",
@@ -70,7 +71,9 @@ def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int, num
 
     Each epoch permutes `arange(batch_size)` and cuts it into contiguous
     minibatches (CleanRL's `np.random.shuffle` + slices, ARENA's
-    `permutation(B).reshape(M, mb)`, SB3's `permutation`).
+    `permutation(B).reshape(M, mb)`, SB3's `permutation`). The epochs'
+    permutations are independent; their random bits come from one draw (see
+    `permutations`).
 
     Returns:
       int32 [num_epochs, num_minibatches, batch_size // num_minibatches].
@@ -78,13 +81,16 @@ def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int, num
     size = _check_split(batch_size, "batch_size", num_minibatches)
     if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs <= 0:
         raise ValueError(f"num_epochs must be a positive Python int, got {num_epochs!r}.")
-    keys = jax.random.split(prng.fused(key), num_epochs)  # same keys, fused hashing (prng)
-    perms = jax.vmap(lambda k: permutation(k, batch_size))(keys)
-    return perms.reshape(num_epochs, num_minibatches, size)
+    return permutations(key, num_epochs, batch_size).reshape(num_epochs, num_minibatches, size)
 
 
 def permutation(key: jax.Array, n: int) -> jax.Array:
-    """A uniformly random permutation of `arange(n)` (int32 [n]), sorting one uint32 array per round.
+    """A uniformly random permutation of `arange(n)` (int32 [n]); `permutations(key, 1, n)[0]`."""
+    return permutations(key, 1, n)[0]
+
+
+def permutations(key: jax.Array, num: int, n: int) -> jax.Array:
+    """`num` independent uniformly random permutations of `arange(n)` (int32 [num, n]).
 
     `jax.random.permutation` sorts random keys and the indices as two operands;
     XLA's CPU sort runs a comparator call per comparison for that, which made the
@@ -96,19 +102,28 @@ def permutation(key: jax.Array, n: int) -> jax.Array:
     least 32 random bits per element in all (two rounds up to n = 2**16), so a
     tie between two elements in every round has probability at most 2**-32
     (jax.random.permutation's one round of 32 bits: 2**-32 too).
+
+    The bits of every round and permutation are one `jax.random.bits` draw of
+    shape [rounds, num, n]: one hash for the whole shuffle of a PPO update,
+    where a key split per permutation and per round gave four (each hash is a
+    kernel of ~170 operations that XLA compiles separately; BENCHMARKS.md,
+    section 9).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-        raise ValueError(f"n must be a positive Python int, got {n!r}.")
+    for name, value in (("num", num), ("n", n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive Python int, got {value!r}.")
     index_bits = (n - 1).bit_length()
     if index_bits > 24:  # too few bits left for a random key: the two-operand sort
-        return jax.random.permutation(prng.fused(key), n).astype(jnp.int32)
+        keys = jax.random.split(prng.fused(key), num)
+        return jax.vmap(lambda k: jax.random.permutation(k, n))(keys).astype(jnp.int32)
     free = 32 - index_bits
     mask = jnp.uint32((1 << index_bits) - 1)
     index = jnp.arange(n, dtype=jnp.uint32)
-    perm = index
-    for round_key in jax.random.split(prng.fused(key), -(-32 // free)):
-        random_high = jax.random.bits(round_key, (n,), jnp.uint32) & ~mask
-        perm = perm[jnp.sort(random_high | index) & mask]
+    bits = jax.random.bits(prng.fused(key), (-(-32 // free), num, n), jnp.uint32) & ~mask
+    perm = None  # the identity: the first round's order is the permutation itself
+    for round_bits in bits:
+        order = jnp.sort(round_bits | index, axis=-1) & mask
+        perm = order if perm is None else jnp.take_along_axis(perm, order, axis=-1)
     return perm.astype(jnp.int32)
 
 

@@ -47,6 +47,24 @@ def test_permutation_is_a_uniform_permutation():
         batching.permutation(jax.random.key(0), 0)
 
 
+def test_permutations_are_independent_and_hashed_once():
+    key = jax.random.key(3)
+    perms = np.asarray(batching.permutations(key, 6, 12))
+    assert perms.shape == (6, 12) and perms.dtype == np.int32
+    assert all(sorted(row.tolist()) == list(range(12)) for row in perms)
+    assert len({tuple(row) for row in perms}) == 6
+    np.testing.assert_array_equal(batching.permutation(key, 12), batching.permutations(key, 1, 12)[0])
+    np.testing.assert_array_equal(
+        batching.minibatch_indices(key, 12, 3, num_epochs=6), perms.reshape(6, 3, 4)
+    )
+    # The point of drawing every round and epoch at once: one threefry hash for a
+    # PPO update's whole shuffle (4 epochs x 2 rounds of 512), 20 rotations each.
+    text = jax.jit(lambda k: batching.minibatch_indices(k, 512, 4, 4)).lower(jax.random.PRNGKey(0)).compile().as_text()
+    assert text.count("shift-left(") == 20, text
+    with pytest.raises(ValueError, match="num must be a positive Python int"):
+        batching.permutations(key, 0, 12)
+
+
 def test_take_replays_given_permutations():
     flat = batching.flatten_time_major({"g": GRID})
     perm = np.array([[5, 0, 11], [3, 2, 1]])
