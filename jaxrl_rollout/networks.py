@@ -64,6 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_rollout import prng
 from jaxrl_rollout.distributions import (
     Categorical,
     DiagGaussian,
@@ -421,7 +422,7 @@ def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
     for j, (_, (m, n), _, _) in enumerate(kernels):
         mask[j, :m, :n] = 1.0
     # One 1-D draw: rank-1 random draws compile faster on CPU than rank-3 ones.
-    normal = jax.random.normal(key, (mask.size,), jnp.float32).reshape(mask.shape) * mask
+    normal = jax.random.normal(prng.fused(key), (mask.size,), jnp.float32).reshape(mask.shape) * mask
     q = _householder_q(normal)
     values = [jnp.zeros(leaf.shape, leaf.dtype) for _, leaf in leaves]
     for j, (i, (m, n), wide, gain) in enumerate(kernels):

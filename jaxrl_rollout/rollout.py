@@ -146,11 +146,11 @@ def rollout_init(
     """
     num_envs = _checks.check_positive_int("num_envs", num_envs)
     env_params = _resolve_params(env, env_params)
-    reset_key, key = jax.random.split(key)
+    reset_key, key = prng.split(key)  # jax.random.split's keys, each split hashed in one kernel
     _check_env(env, env_params, reset_key, num_envs)
     if initial_carry is not None:
         _checks.check_carry(initial_carry, num_envs)
-    obs, env_state = _env_reset(env, jax.random.split(reset_key, num_envs), env_params)
+    obs, env_state = _env_reset(env, prng.split(reset_key, num_envs), env_params)
     obs_rms = None
     if normalize_observations:
         if not isinstance(obs, jax.Array) or not jnp.issubdtype(obs.dtype, jnp.number):

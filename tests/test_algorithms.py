@@ -127,3 +127,38 @@ def test_learner_gathers_per_epoch_or_all_at_once_with_the_same_result():
     assert float(parts["grad_norm"][-1]) == float(opt_state[0].total_norm) > 0
     with pytest.raises(ValueError, match=r"indices must be int \[E, M, mb\] or \[U, mb\], got shape \(192,\)"):
         ppo.learn_minibatches(made.module, tx, state.params, state.opt_state, data, indices.reshape(-1), hp)
+
+
+def _random_ops(jaxpr, counts=None):
+    """(primitive, key type) -> count of the key splits and draws in a jaxpr, sub-jaxprs included."""
+    counts = {} if counts is None else counts
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("random_split", "random_bits", "random_fold_in"):
+            op = (eqn.primitive.name, str(eqn.invars[0].aval.dtype))
+            counts[op] = counts.get(op, 0) + 1
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                if hasattr(sub, "eqns"):
+                    _random_ops(sub, counts)
+                elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
+                    _random_ops(sub.jaxpr, counts)
+    return counts
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_init_hashes_its_keys_fused_with_the_same_values(env_id, monkeypatch):
+    """The init's own splits and its weight draw go through prng's fused hash, which changes no value."""
+    from jaxrl_rollout import prng
+
+    made = ppo.make_ppo(ppo.PPOConfig(env_id=env_id, total_timesteps=4 * 128, normalize_observations=True))
+    init = lambda k: made.init(k, ppo.PPOHParams())  # noqa: E731
+    key = jax.random.PRNGKey(7)
+    ops = _random_ops(jax.make_jaxpr(init)(key).jaxpr)
+    plain = {op: n for op, n in ops.items() if op[0] == "random_split" and op[1] != "key<fyf>"}
+    assert not plain and ops.get(("random_split", "key<fyf>")) == 3, ops  # split 3, then reset key, then B envs
+    assert ops.get(("random_bits", "key<fyf>")) == 1, ops  # the initial weights
+    fused = jax.jit(init)(key)
+    monkeypatch.setattr(prng, "_enabled", lambda: False)  # every key left as it is: JAX's own threefry
+    init_plain = lambda k: made.init(k, ppo.PPOHParams())  # noqa: E731  (a new function: traced afresh)
+    assert not any(op[1] == "key<fyf>" for op in _random_ops(jax.make_jaxpr(init_plain)(key).jaxpr))
+    jax.tree.map(np.testing.assert_array_equal, fused, jax.jit(init_plain)(key))

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 from gymnax.environments import spaces
 
-from jaxrl_rollout import envs
+from jaxrl_rollout import envs, prng
 
 __all__ = [
     "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
@@ -194,7 +194,7 @@ def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, norma
     from jaxrl_rollout import networks
     from jaxrl_rollout.rollout import rollout_init
 
-    net_key, env_key, key = jax.random.split(key, 3)
+    net_key, env_key, key = prng.split(key, 3)  # jax.random.split's keys, hashed in one kernel
     carry = s.module.initial_carry(num_envs) if recurrent else None
     state = rollout_init(
         env_key, s.env, s.env_params, num_envs, initial_carry=carry, normalize_observations=normalize_observations
