@@ -74,10 +74,10 @@ class FiveValueStep(environment.Environment):
         return self._env.action_space(params)
 
 
-def main(num_seeds: int, config_name: str = "cartpole") -> None:
+def make_train(config_name: str = "cartpole"):
+    """(train, algo): rejax's `PPO.train` on `config_name` as `train(key) -> train state`, and the PPO object."""
     import gymnax
     from rejax import PPO
-    from rejax.evaluate import evaluate
 
     if config_name not in CONFIGS:
         raise SystemExit(f"rejax_ppo.py: config must be one of {sorted(CONFIGS)}, got {config_name!r}")
@@ -90,11 +90,17 @@ def main(num_seeds: int, config_name: str = "cartpole") -> None:
         agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)}, **config,
     )
     algo = algo.replace(eval_callback=lambda algo, ts, rng: ())
-    compile_s, run1_s, run2_s, ts = _common.anchor_protocol(lambda key: algo.train(key)[0], num_seeds)
-    # Final return (not timed): 16 stochastic episodes per seed (the first 8 seeds) with rejax's evaluate.
+    return (lambda key: algo.train(key)[0]), algo
+
+
+def main(num_seeds: int, config_name: str = "cartpole") -> None:
+    from rejax.evaluate import evaluate
+
+    train, algo = make_train(config_name)
+    compile_s, run1_s, run2_s, ts = _common.anchor_protocol(train, num_seeds)
     ts_list = [ts] if num_seeds == 1 else [jax.tree.map(lambda x, i=i: x[i], ts) for i in range(min(num_seeds, 8))]
-    returns = [evaluate(algo.make_act(t), jax.random.PRNGKey(1), algo.env, env_params, 16,
-                        env_params.max_steps_in_episode)[1].mean() for t in ts_list]
+    returns = [evaluate(algo.make_act(t), jax.random.PRNGKey(1), algo.env, algo.env_params, 16,
+                        algo.env_params.max_steps_in_episode)[1].mean() for t in ts_list]
     final = float(jnp.mean(jnp.asarray(returns)))
     print(_common.anchor_line(compile_s, run1_s, run2_s, final))
 
