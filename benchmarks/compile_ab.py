@@ -62,36 +62,35 @@ def parse_side(text: str) -> tuple[str, str, str]:
     return name, source, program
 
 
-def import_ours(source: str):
-    """`jaxrl_rollout.algorithms.ppo` from `source`, with any other copy unloaded first."""
+def import_ours(source: str) -> None:
+    """Loads `jaxrl_rollout` (and its algorithms) from `source`, with any other copy unloaded first."""
     for module in [m for m in sys.modules if m == "jaxrl_rollout" or m.startswith("jaxrl_rollout.")]:
         del sys.modules[module]
     sys.path.insert(0, source)
     try:
-        import jaxrl_rollout
-        from jaxrl_rollout.algorithms import ppo
+        import jaxrl_rollout.algorithms  # noqa: F401  (what the train imports, from `source`)
     finally:
         sys.path.remove(source)
-    found = os.path.dirname(os.path.dirname(os.path.abspath(jaxrl_rollout.__file__)))
-    if found != source:
-        raise RuntimeError(f"imported jaxrl_rollout from {found}, not {source} (an installed copy shadows it)")
-    return ppo
+
+
+def check_origin(name: str, source: str) -> None:
+    """Every loaded `jaxrl_rollout` module came from `source` (an installed copy could shadow it)."""
+    for module in [m for m in sys.modules if m == "jaxrl_rollout" or m.startswith("jaxrl_rollout.")]:
+        path = getattr(sys.modules[module], "__file__", None)
+        if path and not os.path.abspath(path).startswith(source + os.sep):
+            raise RuntimeError(f"--side {name}: {module} was imported from {path}, not from {source}")
 
 
 def build_train(source: str, program: str, algo: str, total_steps: int):
-    """The side's `train(key)`."""
+    """The side's `train(key)`: `vs_purejaxrl.make_train` on `source`'s package, or rejax's PPO."""
     from benchmarks import vs_purejaxrl
 
     if program == "rejax":
         from benchmarks import rejax_ppo
 
         return rejax_ppo.make_train("pendulum" if algo == "ppo-pendulum" else "cartpole")[0]
-    ppo = import_ours(source)
-    if algo == "ppo-pendulum":
-        made = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps, **vs_purejaxrl.PENDULUM))
-        hparams = ppo.PPOHParams(**vs_purejaxrl.PENDULUM_HPARAMS)
-        return lambda key: made(key, hparams)
-    return ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps))
+    import_ours(source)
+    return vs_purejaxrl.make_train(algo, total_steps)
 
 
 def main(argv=None) -> dict:
@@ -123,6 +122,8 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         lowered[name] = fn.lower(arg)
         trace_lower_s[name] = time.perf_counter() - t0
+        if program == "ours":
+            check_origin(name, source)  # after lowering, which may import more of the package
 
     wall = {name: [] for name in names}
     cpu = {name: [] for name in names}

@@ -79,6 +79,19 @@ PENDULUM = dict(env_id="Pendulum-v1", num_envs=16, num_steps=128, update_epochs=
 PENDULUM_HPARAMS = dict(lr=3e-4, ent_coef=0.0)
 
 
+def make_train(algo: str, total_steps: int):
+    """Our `train(key)` for `algo` ("ppo", "ppo-pendulum" or "a2c"), the config this benchmark compares."""
+    from jaxrl_rollout.algorithms import a2c, ppo
+
+    if algo == "a2c":
+        return a2c.make_train(a2c.A2CConfig(num_envs=4, num_steps=128, total_timesteps=total_steps))
+    if algo == "ppo-pendulum":
+        made = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps, **PENDULUM))
+        hparams = ppo.PPOHParams(**PENDULUM_HPARAMS)
+        return lambda key: made(key, hparams)
+    return ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps))
+
+
 def child(num_seeds: int, total_steps: int, algo: str = "ppo", host_devices: int = 1) -> None:
     """Our side of one measurement, printed in the anchor's line format.
 
@@ -91,16 +104,7 @@ def child(num_seeds: int, total_steps: int, algo: str = "ppo", host_devices: int
 
     if host_devices > 1:
         devices.use_host_cores(host_devices)  # before anything below starts a backend
-    from jaxrl_rollout.algorithms import a2c, ppo
-
-    if algo == "a2c":
-        train = a2c.make_train(a2c.A2CConfig(num_envs=4, num_steps=128, total_timesteps=total_steps))
-    elif algo == "ppo-pendulum":
-        made = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps, **PENDULUM))
-        hparams = ppo.PPOHParams(**PENDULUM_HPARAMS)
-        train = lambda key: made(key, hparams)  # noqa: E731
-    else:
-        train = ppo.make_train(ppo.PPOConfig(total_timesteps=total_steps))
+    train = make_train(algo, total_steps)
     place = devices.shard_runs if host_devices > 1 else None
     compile_s, run1_s, run2_s, (_, metrics) = _common.anchor_protocol(train, num_seeds, place)
     final = float(np.nanmean(np.asarray(metrics.episode_return)[..., -10:]))
