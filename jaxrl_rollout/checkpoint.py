@@ -141,9 +141,15 @@ def _digest_strings(leaves: list[Any]) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 
+def _absolute(folder) -> pathlib.Path:
+    """`folder` as an absolute, normalised path (Orbax refuses relative ones), read against the current directory."""
+    return pathlib.Path(os.path.abspath(os.fspath(folder)))
+
+
 def _manager(folder: pathlib.Path, create: bool):
     import orbax.checkpoint as ocp
 
+    folder = _absolute(folder)
     options = ocp.CheckpointManagerOptions(max_to_keep=1, create=create, enable_async_checkpointing=False,
                                            cleanup_tmp_directories=create)
     return ocp.CheckpointManager(folder / SUBFOLDER, options=options)
@@ -173,10 +179,19 @@ def _quiet_failures():
         sys.unraisablehook = hook
 
 
+def _one_line(error: BaseException) -> str:
+    """An exception as one short line (Orbax and TensorStore errors can span pages)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.strerror:
+        text = f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+    return text[:300]
+
+
 def _latest_step(folder: pathlib.Path) -> Optional[int]:
     """The latest committed step, read without the manager's cross-process barriers (any process may call it)."""
     import orbax.checkpoint as ocp
 
+    folder = _absolute(folder)
     steps = ocp.path.step.checkpoint_steps(folder / SUBFOLDER) if (folder / SUBFOLDER).is_dir() else []
     return max(steps, default=None)
 
@@ -220,7 +235,7 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     """
     import orbax.checkpoint as ocp
 
-    folder = pathlib.Path(folder)
+    folder = _absolute(folder)
     treedef_str, specs = _leaf_specs(state)
     leaves, impls, _ = flatten(state)
     leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in leaves]
@@ -234,12 +249,16 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
              "manifest": ocp.args.JsonSave(manifest)}
     if extras:
         items["extras"] = ocp.args.StandardSave(extras)
-    manager = _manager(folder, create=True)
     try:
-        manager.save(step, args=ocp.args.Composite(**items), force=True)
-        manager.wait_until_finished()
-    finally:
-        manager.close()
+        manager = _manager(folder, create=True)
+        try:
+            with _quiet_failures():
+                manager.save(step, args=ocp.args.Composite(**items), force=True)
+                manager.wait_until_finished()
+        finally:
+            manager.close()
+    except Exception as error:  # noqa: BLE001 - Orbax, TensorStore and the OS raise many types; one line says which
+        raise CheckpointError(f"could not save the checkpoint in {folder / SUBFOLDER}: {_one_line(error)}") from None
     if jax.process_index() == 0:
         for old in [folder / LEGACY_MANIFEST, *folder.glob("checkpoint-*.npz")]:
             old.unlink(missing_ok=True)
@@ -250,14 +269,14 @@ def read_manifest(folder) -> dict:
     """The manifest of the latest checkpoint in `folder` (or of a 0.1 checkpoint), or a CheckpointError."""
     import orbax.checkpoint as ocp
 
-    folder = pathlib.Path(folder)
+    folder = _absolute(folder)
     step = _latest_step(folder)
     if step is None:
         return _read_legacy_manifest(folder)
     try:  # the item's handler alone: no barrier, so process 0 can read it while the others wait
         manifest = ocp.JsonCheckpointHandler().restore(folder / SUBFOLDER / str(step) / "manifest")
     except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
-        raise CheckpointError(f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {error}") from None
+        raise CheckpointError(f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {_one_line(error)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{folder / SUBFOLDER / str(step)} holds no {FORMAT} manifest.")
     return manifest
@@ -284,7 +303,7 @@ def load(folder, template: Any, sharding: Optional[jax.sharding.Sharding] = None
     """
     import orbax.checkpoint as ocp
 
-    folder = pathlib.Path(folder)
+    folder = _absolute(folder)
     manifest = read_manifest(folder)
     if manifest["format"] == LEGACY_FORMAT:
         return _load_legacy(folder, manifest, template, sharding)
@@ -302,7 +321,7 @@ def load(folder, template: Any, sharding: Optional[jax.sharding.Sharding] = None
         with _quiet_failures():
             restored = manager.restore(manifest["step"], args=ocp.args.Composite(**items))
     except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
-        raise CheckpointError(f"corrupt checkpoint {step_dir}: {str(error)[:600]}") from None
+        raise CheckpointError(f"corrupt checkpoint {step_dir}: {_one_line(error)}") from None
     finally:
         manager.close()
     # Restored with the manifest's shapes and dtypes (checked against the template above); the

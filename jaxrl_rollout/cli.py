@@ -285,9 +285,16 @@ def _prepare_folder_here(args, given: dict):
                              "or choose another --out.")
         if any(folder.iterdir()):
             raise ValueError(f"--out {folder} is not empty and holds no jaxrl-rollout run; choose another --out.")
-    folder.mkdir(parents=True, exist_ok=True)
+    option = f"--out {folder}" if args.out else f"the default run folder {folder}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"{option}: cannot create the folder ({error.strerror or error}).") from None
     text = json.dumps(spec.to_json(), indent=1) + "\n"
-    checkpoint.write_atomic(folder, "config.json", lambda f: f.write(text.encode()))
+    try:
+        checkpoint.write_atomic(folder, "config.json", lambda f: f.write(text.encode()))
+    except OSError as error:
+        raise ValueError(f"{option}: cannot write config.json ({error.strerror or error}).") from None
     return spec, folder, False
 
 
@@ -301,8 +308,10 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
 
     algorithm = make_algorithm(spec)  # a host env gets a fresh host env here, apart from training's
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
+    # A recurrent policy starts every evaluation episode from a zero carry, as in training.
+    carry = algorithm.module.initial_carry(num_episodes) if spec.config.recurrent else None
     run = jax.jit(over_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
-                                                     num_episodes).returns, algorithm.env))
+                                                     num_episodes, initial_carry=carry).returns, algorithm.env))
     params = over_runs(algorithm.policy_params, algorithm.env)(state)  # with observation normalisation: (obs_rms, params)
     return np.asarray(run(params, jax.random.split(key, spec.num_runs)))
 
@@ -313,10 +322,9 @@ def _coarse_curve(metrics: dict) -> str:
     from jaxrl_rollout.runner import chunk_return
 
     updates = metrics["episode_return"].shape[1]
-    window = max(1, updates // 10)
     parts = []
-    for lo in range(0, updates, window):
-        per_run = chunk_return({k: metrics[k][:, lo:lo + window] for k in ("episode_return", "num_episodes")})
+    for window in np.array_split(np.arange(updates), min(10, updates)):  # ten parts, the first ones a step longer
+        per_run = chunk_return({k: metrics[k][:, window] for k in ("episode_return", "num_episodes")})
         finite = per_run[np.isfinite(per_run)]
         parts.append(f"{finite.mean():.0f}" if finite.size else "n/a")
     return " ".join(parts)
@@ -557,6 +565,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval)
     except ValueError as error:  # bad configs, folders and checkpoints (CheckpointError is a ValueError)
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a file the run reads or writes: one line naming it, not a traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"jaxrl-rollout: error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
     return 0
 

@@ -169,7 +169,7 @@ def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(ocp.JsonCheckpointHandler, "async_save", broken_json_save)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(checkpoint.CheckpointError, match="could not save the checkpoint in .*: disk full"):
         checkpoint.save(tmp_path, 2, {**state, "w": state["w"] + 1}, {"m": np.zeros(3)}, {"chunks_done": 2})
     monkeypatch.undo()
     after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}

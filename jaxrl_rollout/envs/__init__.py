@@ -106,6 +106,13 @@ class ClipAction:
     def observation_space(self, params=None):
         return self.env.observation_space(params)
 
+    def max_steps_in_episode(self, params=None):
+        """The wrapped env's time limit (its params' `max_steps_in_episode`, or its adapter's), or None."""
+        inner = getattr(self.env, "max_steps_in_episode", None)
+        if callable(inner):
+            return inner(params)
+        return getattr(params if params is not None else self.env.default_params, "max_steps_in_episode", None)
+
     def reset(self, key, params=None):
         return self.env.reset(key, params)
 
