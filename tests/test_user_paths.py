@@ -1,0 +1,166 @@
+"""What a user types, run as a user runs it: the README's main job on a fresh copy, every suite from the CLI.
+
+These tests start the installed `jaxrl-rollout` entry point (and, for the main job, the README's
+set-up line through bash) in subprocesses, from working directories outside the repository, with
+relative run folders, so the paths a user walks are the paths tested. The README's main-job line
+and its suite table are read from README.md here, so they cannot drift from what is tested.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+BIN = pathlib.Path(sys.executable).parent
+CLI = BIN / "jaxrl-rollout"
+
+
+def _env() -> dict:
+    """The environment of a user's shell: no PYTHONPATH, no virtual env of the test run active."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if pathlib.Path(p) != BIN)
+    return env
+
+
+def _run(args, cwd, timeout, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout, **kwargs)
+    return result
+
+
+def _explain(result: subprocess.CompletedProcess) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
+
+
+def readme_main_job() -> str:
+    """The README's main-job line: the first command of the first bash block of "Set up"."""
+    block = re.search(r"## Set up\n.*?```bash\n(.*?)```", README, flags=re.S).group(1)
+    lines = [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def readme_suite_ids() -> list[str]:
+    """The example id of every row of the README's suite table (section "Environments beyond gymnax")."""
+    section = README.split("## Environments beyond gymnax", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
+    header, *rows = rows
+    column = [c.strip() for c in header.strip("|").split("|")].index("example id")
+    ids = [re.fullmatch(r"`([^`]+)`", [c.strip() for c in row.strip("|").split("|")][column]).group(1) for row in rows]
+    assert len(ids) >= 8, ids
+    return ids
+
+
+def _fresh_copy(dest: pathlib.Path) -> pathlib.Path:
+    """The repository's files as a clone of this working tree would hold them (tracked and unignored files)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
+    """The README's first command, exactly as written, then `evaluate` on its run folder by relative path."""
+    clone = _fresh_copy(tmp_path / "jaxrl_rollout")
+    command = readme_main_job()
+    result = _run(["bash", "-c", command], cwd=clone, timeout=1500)
+    assert result.returncode == 0, _explain(result)
+    out = result.stdout
+    assert "final return (episode-weighted mean" in out and "deterministic evaluation, 10 episodes per run" in out, out
+    folder = re.search(r"output in (runs/ppo-CartPole-v1-\d{8}-\d{6})\n", out)
+    assert folder, out  # the default run folder is relative, under runs/
+    folder = folder.group(1)
+    assert {"config.json", "metrics.csv", "learning_curve.png"} <= {p.name for p in (clone / folder).iterdir()}
+    assert [p.name for p in (clone / folder / "checkpoints").iterdir()] == ["16"]  # all 16 chunks, committed
+    ret = float(re.search(r"0  default\s+([\d.]+)", out).group(1))
+    assert ret > 400, out  # CleanRL's config solves CartPole-v1 in 5e5 steps
+    evaluated = _run([str(clone / ".venv" / "bin" / "jaxrl-rollout"), "evaluate", folder], cwd=clone, timeout=600)
+    assert evaluated.returncode == 0, _explain(evaluated)
+    assert "checkpoint final" in evaluated.stdout and len(re.findall(r"default\s+\d+\s", evaluated.stdout)) == 8
+
+
+# Suites whose extra cannot install on this interpreter: their rows run where it can (.ci/run runs
+# navix under Python 3.12, in its own environment).
+_NEEDS = {"navix": ((3, 12), None), "envpool": (None, (3, 12))}
+
+
+def _suite_runs_here(env_id: str) -> bool:
+    suite = env_id.partition("/")[0] if "/" in env_id else "gymnax"
+    low, high = _NEEDS.get(suite, (None, None))
+    return (low is None or sys.version_info >= low) and (high is None or sys.version_info < high)
+
+
+@pytest.mark.parametrize("env_id", readme_suite_ids())
+def test_every_suite_trains_and_evaluates_from_the_command_line(env_id, tmp_path):
+    """`train --env ID --seeds 2 --total-steps 2048 --out RELATIVE` then `evaluate RELATIVE`, from outside the repo."""
+    if not _suite_runs_here(env_id):
+        pytest.skip(f"{env_id}'s extra does not install on Python {sys.version_info[0]}.{sys.version_info[1]}; "
+                    ".ci/run runs it under an interpreter where it does")
+    assert CLI.exists(), f"no installed entry point at {CLI}: pip install -e '.[test]'"
+    work = tmp_path / "work"
+    work.mkdir()
+    folder = "runs/" + env_id.replace("/", "-")
+    trained = _run([str(CLI), "train", "--env", env_id, "--seeds", "2", "--total-steps", "2048", "--out", folder],
+                   cwd=work, timeout=900)
+    assert trained.returncode == 0, _explain(trained)
+    assert "deterministic evaluation" in trained.stdout and "Traceback" not in trained.stderr, _explain(trained)
+    assert {"config.json", "metrics.csv", "learning_curve.png", "checkpoints"} <= {
+        p.name for p in (work / folder).iterdir()}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    evaluated = _run([str(CLI), "evaluate", f"../work/{folder}", "--num-episodes", "4"], cwd=elsewhere, timeout=900)
+    assert evaluated.returncode == 0, _explain(evaluated)
+    assert "checkpoint final" in evaluated.stdout and "Traceback" not in evaluated.stderr, _explain(evaluated)
+
+
+SMALL = ["--seeds", "2", "--num-envs", "4", "--num-steps", "16", "--total-steps", "6400", "--chunk-updates", "1",
+         "--num-eval", "2"]
+
+
+def test_ctrl_c_then_resume_by_another_relative_path(tmp_path):
+    """Ctrl-C mid-run with a relative --out, `--resume` from another folder: the same result as no interruption."""
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    whole = _run([str(CLI), "train", *SMALL, "--out", "runs/whole"], cwd=a, timeout=600)
+    assert whole.returncode == 0, _explain(whole)
+
+    # As from a terminal: SIGINT at its default (a shell's background job, as the test runner may be, ignores it).
+    process = subprocess.Popen([str(CLI), "train", *SMALL, "--checkpoint-every", "1", "--out", "runs/cut"], cwd=b,
+                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        lines, progress = [], 0
+        while progress < 2:  # the second chunk's line: the first chunk's checkpoint is committed
+            line = process.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            progress += line.lstrip().startswith("step ")
+        assert process.poll() is None, "the run ended before it could be interrupted: " + "".join(lines)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    err = "".join(lines) + err
+    assert process.returncode == 130, f"exit {process.returncode}\n{out}\n{err}"
+    assert "continue with: jaxrl-rollout train --resume runs/cut" in err, err
+    assert "Traceback" not in err, err
+    resumed = _run([str(CLI), "train", "--resume", "../b/runs/cut"], cwd=c, timeout=600)
+    assert resumed.returncode == 0, _explain(resumed)
+    assert "resuming after chunk" in resumed.stderr, _explain(resumed)
+    assert (b / "runs/cut/metrics.csv").read_bytes() == (a / "runs/whole/metrics.csv").read_bytes()
+    final = re.compile(r"final return.*?\n.*?\n(.*?)\n", re.S)
+    assert final.search(resumed.stdout).group(1) == final.search(whole.stdout).group(1)
