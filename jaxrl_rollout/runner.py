@@ -230,16 +230,21 @@ def check_host_run(spec: RunSpec, *, devices: Optional[int] = None, env: Any = N
 
     A host env's R runs share one host pool stepped by one ordered callback per
     step, so they run as one group (no `max_parallel` split: a second group's
-    reset would reopen the pool under the first) on one device.
+    reset would reopen the pool under the first) on one device of one process.
 
     Args:
       spec: the sweep.
       devices: `train`'s devices argument.
       env: the spec's env if already built (else built here from its env_id).
     """
-    if (len(spec.groups) == 1 and devices in (None, 1)) or host_env(
+    if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1) or host_env(
             env if env is not None else envs.make(spec.config.env_id)[0]) is None:
         return  # the env is built only when there is something to refuse
+    if jax.process_count() > 1:
+        raise ValueError(
+            f"{spec.config.env_id} is a host env, whose envs live in one Python process: it cannot train across "
+            f"{jax.process_count()} processes (--distributed); run it in one process."
+        )
     if len(spec.groups) > 1:
         raise ValueError(
             f"max_parallel={spec.max_parallel} (--max-parallel) splits the {spec.num_runs} runs into groups "
@@ -482,7 +487,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
             jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(loaded)
             for a, b in groups]
         metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
-        if host is not None:
+        if host is not None and chunks_done < len(lengths):
             reopen = jax.jit(jax.vmap(lambda state: reopen_host_envs(algorithm, state)),
                              in_shardings=sharding, out_shardings=sharding)
             states = [reopen(state) for state in states]
@@ -503,7 +508,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     say(f"  compile {compile_s:.1f} s; {spec.num_runs} runs in {len(groups)} group(s) over {mesh.size} "
         f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunks of {spec.chunk_updates} updates"
         + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
-    if resume and host is not None:
+    if resume and host is not None and chunks_done < len(lengths):
         say(f"  {spec.config.env_id} is a host env, whose state is not in the checkpoint: every env starts a new "
             "episode now (the episodes in progress at the checkpoint are dropped)")
 
