@@ -254,7 +254,7 @@ def _prepare_folder(args, given: dict):
 
 
 def _prepare_folder_here(args, given: dict):
-    from jaxrl_rollout import checkpoint
+    from jaxrl_rollout import checkpoint, runner
     from jaxrl_rollout.runner import read_spec
 
     if args.resume:
@@ -268,6 +268,7 @@ def _prepare_folder_here(args, given: dict):
             raise ValueError(f"--resume {folder}: the run there has a different config:\n  " + "\n  ".join(diff))
         return saved, folder, True
     spec = _build_spec(given)
+    runner.check_host_run(spec, devices=args.devices)  # before the folder is written
     if args.out:
         folder = pathlib.Path(args.out)
     else:
@@ -299,20 +300,23 @@ def _prepare_folder_here(args, given: dict):
 
 
 def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
-    """[R, num_episodes] returns of every run's policy (mode actions if deterministic), one vmapped call."""
+    """[R, num_episodes] returns of every run's policy (mode actions if deterministic), one vmapped call.
+
+    A host env's runs are evaluated one after another (`runner.map_runs`).
+    """
     import jax
     import numpy as np
 
     import jaxrl_rollout as jr
-    from jaxrl_rollout.runner import make_algorithm, over_runs
+    from jaxrl_rollout.runner import make_algorithm, map_runs
 
     algorithm = make_algorithm(spec)  # a host env gets a fresh host env here, apart from training's
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if spec.config.recurrent else None
-    run = jax.jit(over_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
-                                                     num_episodes, initial_carry=carry).returns, algorithm.env))
-    params = over_runs(algorithm.policy_params, algorithm.env)(state)  # with observation normalisation: (obs_rms, params)
+    run = map_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
+                                            num_episodes, initial_carry=carry).returns, algorithm.env)
+    params = jax.vmap(algorithm.policy_params)(state)  # with observation normalisation: (obs_rms, params)
     return np.asarray(run(params, jax.random.split(key, spec.num_runs)))
 
 

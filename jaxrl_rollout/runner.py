@@ -19,6 +19,12 @@ multiple of the device count: by default the runner uses the largest device
 count that divides every group, and a `devices` count that does not divide is
 an error.
 
+Host envs (gymnasium, envpool): the R runs' envs form one host pool, stepped in
+one ordered callback per step (`jaxrl_rollout.envs._host`), so a host env's runs
+train as one group on one device (`check_host_run`), evaluate one run at a time
+(`map_runs`), and on resume start new episodes (`reopen_host_envs`). The
+progress lines add the host env's steps/s and its share of the time.
+
     spec = RunSpec("ppo", ppo.PPOConfig(total_timesteps=20_480), grid=(ppo.PPOHParams(),), num_seeds=4)
     result = train(spec, folder="runs/demo")         # checkpoints in runs/demo
     result = train(spec, folder="runs/demo", resume=True)   # continues, bit-identically
@@ -39,12 +45,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_rollout import checkpoint
+from jaxrl_rollout import checkpoint, envs
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.rollout import _vectorized
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
+from jaxrl_rollout.envs._host import HostEnv, HostStats
+from jaxrl_rollout.normalization import RewardScaleState
+from jaxrl_rollout.types import RolloutState
 
-__all__ = ["ALGORITHMS", "RunResult", "RunSpec", "default_chunk_updates", "make_algorithm", "train"]
+__all__ = ["ALGORITHMS", "RunResult", "RunSpec", "check_host_run", "default_chunk_updates", "host_env",
+           "make_algorithm", "map_runs", "reopen_host_envs", "train"]
 
 FORMAT = "jaxrl_rollout.run/1"
 
@@ -215,35 +225,110 @@ def choose_devices(group_sizes: Sequence[int], requested: Optional[int] = None) 
 _COMPILED: dict = {}
 
 
-def over_runs(fn: Callable, env: Any) -> Callable:
-    """`jax.vmap(fn)` over the leading runs axis; for a vectorized host env (one run) a squeeze and re-stack."""
-    if not _vectorized(env):
-        return jax.vmap(fn)
+def check_host_run(spec: RunSpec, *, devices: Optional[int] = None, env: Any = None) -> None:
+    """Refuses what a host env's sweep cannot do, in one line naming the argument; nothing for a JAX env.
 
-    def one_run(*args):
-        sizes = {jnp.shape(x)[0] for x in jax.tree.leaves(args)}
-        if sizes != {1}:
-            raise ValueError(f"a host env runs one run at a time, got runs axes of sizes {sorted(sizes)}.")
-        out = fn(*jax.tree.map(lambda x: x[0], args))
-        return jax.tree.map(lambda x: jnp.asarray(x)[None], out)
+    A host env's R runs share one host pool stepped by one ordered callback per
+    step, so they run as one group (no `max_parallel` split: a second group's
+    reset would reopen the pool under the first) on one device of one process.
 
-    return one_run
+    Args:
+      spec: the sweep.
+      devices: `train`'s devices argument.
+      env: the spec's env if already built (else built here from its env_id).
+    """
+    if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1) or host_env(
+            env if env is not None else envs.make(spec.config.env_id)[0]) is None:
+        return  # the env is built only when there is something to refuse
+    if jax.process_count() > 1:
+        raise ValueError(
+            f"{spec.config.env_id} is a host env, whose envs live in one Python process: it cannot train across "
+            f"{jax.process_count()} processes (--distributed); run it in one process."
+        )
+    if len(spec.groups) > 1:
+        raise ValueError(
+            f"max_parallel={spec.max_parallel} (--max-parallel) splits the {spec.num_runs} runs into groups "
+            f"trained one after another, but {spec.config.env_id} is a host env whose runs share one host pool: "
+            f"drop max_parallel (or make it at least {spec.num_runs})."
+        )
+    if devices not in (None, 1):
+        raise ValueError(
+            f"devices={devices} (--devices), but {spec.config.env_id} is a host env, stepped by one ordered host "
+            "callback that runs on one device: drop devices (or pass 1)."
+        )
+
+
+def host_env(env: Any) -> Optional[HostEnv]:
+    """The `HostEnv` that `env` is or wraps (through wrappers' `.env`), or None for a JAX env."""
+    while env is not None and not isinstance(env, HostEnv):
+        env = getattr(env, "env", None)
+    return env
+
+
+def reopen_host_envs(algorithm: Any, state: Any) -> Any:
+    """One run's resumed state with its host envs reset, since a host env's state is not in a checkpoint.
+
+    Every `RolloutState` in `state` gets fresh episodes: the host envs reset
+    with keys split from the rollout key (so resuming the same checkpoint twice
+    gives the same run), `first` set (a recurrent carry restarts), the running
+    episode statistics and the reward scaler's running returns zeroed. The
+    episodes in progress at the checkpoint are dropped and never counted. The
+    network, optimiser, observation statistics and minibatch key carry over.
+    Vmap it over runs.
+    """
+
+    def fresh(node):
+        if isinstance(node, RolloutState):
+            key, reset_key = jax.random.split(node.key)
+            num_envs = node.first.shape[0]
+            obs, env_state = algorithm.env.reset(jax.random.split(reset_key, num_envs), algorithm.env_params)
+            return node._replace(env_state=env_state, obs=obs, first=jnp.ones_like(node.first),
+                                 episode_return=jnp.zeros_like(node.episode_return),
+                                 episode_length=jnp.zeros_like(node.episode_length), key=key)
+        if isinstance(node, RewardScaleState):
+            return node._replace(returns=jnp.zeros_like(node.returns))
+        return node
+
+    return jax.tree.map(fresh, state, is_leaf=lambda node: isinstance(node, (RolloutState, RewardScaleState)))
+
+
+def map_runs(fn: Callable, env: Any) -> Callable:
+    """`jax.jit(jax.vmap(fn))` over the leading runs axis of every argument; one run at a time for a host env.
+
+    For `evaluate` and other code whose runs may stop stepping at different
+    times (a `lax.while_loop` under vmap keeps a finished run's env state while
+    the host pool advances, which the host env's tick check refuses): a host
+    env's runs are evaluated one after another, each a call of `jax.jit(fn)`
+    on its own slice, and the results stacked [R, ...].
+    """
+    if host_env(env) is None:
+        return jax.jit(jax.vmap(fn))
+    one = jax.jit(fn)
+
+    def each(*args):
+        runs = jax.tree.leaves(args)[0].shape[0]
+        outs = [one(*jax.tree.map(lambda x: x[r], args)) for r in range(runs)]
+        return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+    return each
 
 
 def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, sharding: NamedSharding, args):
     """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process."""
     cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat))
-    if cache_key not in _COMPILED:
+    # A host env's programs call back into that env object: they are built for it, not cached.
+    cache = {} if _vectorized(algorithm.env) else _COMPILED
+    if cache_key not in cache:
         if kind == "init":
-            fn = over_runs(algorithm.init, algorithm.env)
+            fn = jax.vmap(algorithm.init)
         else:
             def chunk(state, hparams):
                 return jax.lax.scan(lambda s, _: algorithm.update(s, hparams), state, None, length=length)
 
-            fn = over_runs(chunk, algorithm.env)
+            fn = jax.vmap(chunk)
         jitted = jax.jit(fn, in_shardings=(sharding, sharding), out_shardings=sharding)
-        _COMPILED[cache_key] = jitted.lower(*args).compile()
-    return _COMPILED[cache_key]
+        cache[cache_key] = jitted.lower(*args).compile()
+    return cache[cache_key]
 
 
 def _put(tree: Any, sharding: NamedSharding) -> Any:
@@ -299,6 +384,14 @@ def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, 
             f"  {rate:,.0f} steps/s  {ret}")
 
 
+def _host_share(start: HostStats, now: HostStats, elapsed: float) -> str:
+    """The progress line's host env part: host env steps/s and the share of the time spent in the host env."""
+    seconds = now.seconds - start.seconds
+    rate = (now.env_steps - start.env_steps) / seconds if seconds > 0 else float("nan")
+    share = 100 * seconds / elapsed if elapsed > 0 else float("nan")
+    return f"  (host env {rate:,.0f} steps/s, {share:.0f}% of the time)"
+
+
 class _ProgressBar:
     """A rich progress bar with ETA under the progress lines, for a terminal (no refresh thread)."""
 
@@ -342,7 +435,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
       resume: continue from the checkpoint in `folder`, which must be of the
         same spec (the caller checks config.json; the checkpoint's structure,
         shapes and dtypes are checked here). A resumed run ends bit-identical
-        to an uninterrupted one with the same spec on the same devices.
+        to an uninterrupted one with the same spec on the same devices, except
+        with a host env, whose envs restart their episodes at the resume
+        (`reopen_host_envs`).
       devices: how many devices to shard each group over (None: the most that
         divide every group).
       checkpoint_every: save after every this many chunks (and after the last,
@@ -364,19 +459,12 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     if resume and folder is None:
         raise ValueError("resume needs the folder of the run to continue.")
     algorithm = make_algorithm(spec)
-    if _vectorized(algorithm.env):
-        if spec.num_runs != 1:
-            raise ValueError(
-                f"{spec.config.env_id} is a host env (stepped in Python through io_callback), which cannot be "
-                f"vmapped: train one run per process (seeds=1 and no grid), not {spec.num_runs} runs."
-            )
-        if resume:
-            raise ValueError(
-                f"{spec.config.env_id} is a host env whose state lives in Python, outside the checkpoint: "
-                "its runs cannot be resumed; start the run again."
-            )
+    host = host_env(algorithm.env)
+    check_host_run(spec, devices=devices, env=algorithm.env)
     groups = spec.groups
-    mesh = Mesh(np.asarray(choose_devices([b - a for a, b in groups], devices)), ("runs",))
+    # A host env's runs share one ordered host callback, which runs on one device.
+    chosen = jax.devices()[:1] if host is not None else choose_devices([b - a for a, b in groups], devices)
+    mesh = Mesh(np.asarray(chosen), ("runs",))
     sharding = NamedSharding(mesh, PartitionSpec("runs"))
     keys, hparams = spec.run_keys(), spec.run_hparams()
     take = lambda tree, a, b: _put(jax.tree.map(lambda x: x[a:b], tree), sharding)  # noqa: E731
@@ -392,13 +480,17 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.
     merge = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts), out_shardings=sharding)
     if resume:
-        template = jax.eval_shape(over_runs(algorithm.init, algorithm.env), keys, hparams)
+        template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
         loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
         chunks_done = manifest["meta"]["chunks_done"]
         states = [loaded] if len(groups) == 1 else [
             jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(loaded)
             for a, b in groups]
         metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
+        if host is not None and chunks_done < len(lengths):
+            reopen = jax.jit(jax.vmap(lambda state: reopen_host_envs(algorithm, state)),
+                             in_shardings=sharding, out_shardings=sharding)
+            states = [reopen(state) for state in states]
     else:
         chunks_done, metrics = 0, {}
     if states is None:
@@ -416,6 +508,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
     say(f"  compile {compile_s:.1f} s; {spec.num_runs} runs in {len(groups)} group(s) over {mesh.size} "
         f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunks of {spec.chunk_updates} updates"
         + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
+    if resume and host is not None and chunks_done < len(lengths):
+        say(f"  {spec.config.env_id} is a host env, whose state is not in the checkpoint: every env starts a new "
+            "episode now (the episodes in progress at the checkpoint are dropped)")
 
     def save(state_list):
         if folder is None:
@@ -426,6 +521,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
                         {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
 
     run_start = time.perf_counter()
+    host_start = host.stats() if host is not None else None
     steps_run, last_saved, ran = 0, chunks_done, 0
     if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
         bar = _ProgressBar(stream, spec, updates_done)
@@ -443,7 +539,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
             chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
             steps_run += length * spec.config.batch_size * spec.num_runs
             returns = chunk_return(chunk)
-            say(_progress_line(spec, updates_done, time.perf_counter() - run_start, steps_run, returns))
+            elapsed = time.perf_counter() - run_start
+            say(_progress_line(spec, updates_done, elapsed, steps_run, returns)
+                + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
             if bar is not None:
                 bar.update(updates_done, returns)
             if on_chunk is not None and jax.process_index() == 0:
@@ -493,6 +591,6 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
     """
     spec = read_spec(folder)
     algorithm = make_algorithm(spec)
-    template = jax.eval_shape(over_runs(algorithm.init, algorithm.env), spec.run_keys(), spec.run_hparams())
+    template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
     state, extras, manifest = checkpoint.load(folder, template)
     return spec, state, extras, manifest

@@ -47,3 +47,9 @@ def test_envpool_next_step_reset_becomes_same_step():
 def test_envpool_unknown_task():
     with pytest.raises(ValueError, match="CartPole-v1"):
         envs.make("envpool/Cartpole-v1")
+
+
+def test_envpool_seed_i_of_a_sweep_equals_its_run_alone():
+    from tests.test_envs_host import assert_seed_i_equals_its_run_alone
+
+    assert_seed_i_equals_its_run_alone("envpool/CartPole-v1")

@@ -48,9 +48,9 @@ def _value_np(params, obs):
 
 
 class SeedRecordingEnv(GymnasiumEnv):
-    def _host_open(self, batch, seeds):
-        self.seeds = list(seeds)
-        return super()._host_open(batch, seeds)
+    def _host_open(self, seeds):
+        self.seeds = [int(s) for s in seeds.flat]
+        return super()._host_open(seeds)
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +136,23 @@ def test_same_key_same_trajectory_and_another_key_differs():
     assert not np.array_equal(first.obs, other.obs)
 
 
-def test_vmap_is_refused_with_a_clear_error():
-    env, _ = envs.make("gymnasium/CartPole-v1")
-    keys = jax.random.split(jax.random.key(0), 2)
-    with pytest.raises(ValueError, match="cannot be vmapped"):
-        jax.vmap(lambda k: jr.rollout_init(k, env, None, 2).obs)(keys)
+def test_vmapped_rollouts_step_one_pool_and_each_run_equals_its_key_alone():
+    env, _ = envs.make("gymnasium/CartPole-v1", max_episode_steps=LIMIT)
+    policy = jr.policies.categorical_policy(_apply)
+    params = _params()
+
+    def run(key):
+        return jr.rollout(env, None, policy, params, jr.rollout_init(key, env, None, 2), 30)[1]
+
+    keys = jax.random.split(jax.random.key(0), 6).reshape(2, 3)
+    before = env.stats()
+    nested = jax.jit(jax.vmap(jax.vmap(run)))(keys)  # two vmapped axes: one host pool of 2 x 3 x 2 envs
+    assert nested.obs.shape == (2, 3, 30, 2, 4)
+    assert env.stats().env_steps - before.env_steps == 2 * 3 * 30 * 2
+    alone = jax.jit(jax.vmap(run))(keys[1, 2][None])
+    for name in ("obs", "action", "reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(getattr(nested, name)[1, 2], getattr(alone, name)[0])
+    assert not np.array_equal(nested.obs[0, 0], nested.obs[0, 1])
 
 
 def test_stepping_a_stale_state_is_an_error_not_a_silent_continuation():
@@ -193,12 +205,81 @@ def test_importing_the_package_imports_no_suite():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def test_cli_trains_one_run_on_a_host_env_and_refuses_several(tmp_path, capsys):
+def _small_spec(env_id, num_seeds=3, **kwargs):
+    from jaxrl_rollout import runner
+    from jaxrl_rollout.algorithms import ppo
+
+    config = ppo.PPOConfig(env_id=env_id, num_envs=2, num_steps=8, total_timesteps=64, num_minibatches=2,
+                           update_epochs=1)
+    return runner.RunSpec("ppo", config, (ppo.PPOHParams(),), num_seeds=num_seeds, chunk_updates=2, **kwargs)
+
+
+def assert_seed_i_equals_its_run_alone(env_id):
+    """runner.train's last run of 3 against its key trained alone (a 1-run vmap): bit for bit."""
+    from jaxrl_rollout import runner
+
+    spec = _small_spec(env_id)
+    swept = runner.train(spec, progress=None)
+    keys, hparams = spec.run_keys(), spec.run_hparams()
+    for i in [spec.num_runs - 1]:  # one run keeps the test small; its pool neighbours are runs 0 and 1
+        algorithm = runner.make_algorithm(spec)  # a host env object per run trained alone
+        one = jax.tree.map(lambda x: x[i:i + 1], hparams)
+        chunk = jax.jit(jax.vmap(lambda s, h: jax.lax.scan(lambda s, _: algorithm.update(s, h), s, None, length=2)))
+        state, returns = jax.jit(jax.vmap(algorithm.init))(keys[i:i + 1], one), []
+        for _ in spec.chunk_lengths:
+            state, metrics = chunk(state, one)
+            returns.append(np.asarray(metrics.episode_return)[0])
+        np.testing.assert_array_equal(np.concatenate(returns), swept.metrics["episode_return"][i])
+        for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(swept.state.params)):
+            np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(b)[i])
+
+
+def test_gymnasium_seed_i_of_a_sweep_equals_its_run_alone():
+    assert_seed_i_equals_its_run_alone("gymnasium/CartPole-v1")
+
+
+def test_resume_restarts_the_host_envs_deterministically(tmp_path):
+    import shutil
+
+    from jaxrl_rollout import runner
+
+    spec = _small_spec("gymnasium/CartPole-v1", num_seeds=2)
+    (tmp_path / "a").mkdir()
+    stopped = runner.train(spec, tmp_path / "a", stop_after_chunks=1, progress=None)
+    assert not stopped.complete
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    lines = []
+    first = runner.train(spec, tmp_path / "a", resume=True, progress=None, on_chunk=lambda m, u: lines.append(u))
+    again = runner.train(spec, tmp_path / "b", resume=True, progress=None)
+    assert first.complete and first.updates_run == 2 and lines == [2]
+    for a, b in zip(jax.tree.leaves(first.state.params), jax.tree.leaves(again.state.params)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(first.metrics["episode_return"], again.metrics["episode_return"])
+
+
+def test_host_sweeps_refuse_groups_and_several_devices_in_one_line():
+    from jaxrl_rollout import runner
+
+    with pytest.raises(ValueError, match=r"max_parallel=2 \(--max-parallel\) splits the 4 runs.*host env"):
+        runner.check_host_run(_small_spec("gymnasium/CartPole-v1", num_seeds=4, max_parallel=2))
+    with pytest.raises(ValueError, match=r"devices=2 \(--devices\), but gymnasium/CartPole-v1 is a host env"):
+        runner.check_host_run(_small_spec("gymnasium/CartPole-v1"), devices=2)
+    runner.check_host_run(_small_spec("CartPole-v1", num_seeds=4, max_parallel=2), devices=2)  # gymnax: no limit
+
+
+def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_path, capsys):
     from jaxrl_rollout import cli
 
     folder = tmp_path / "host"
-    common = ["train", "--env", "gymnasium/CartPole-v1", "--total-steps", "1024", "--num-eval", "2"]
-    assert cli.main([*common, "--seeds", "1", "--out", str(folder)]) == 0
+    assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--total-steps", "1024", "--num-eval", "2",
+                     "--out", str(folder)]) == 0
+    out = capsys.readouterr()
+    assert "8 seeds" in out.out and "over 1 cpu device(s)" in out.err
+    assert "host env" in out.err and "% of the time" in out.err
     assert (folder / "metrics.csv").exists()
-    assert cli.main([*common, "--seeds", "2", "--out", str(tmp_path / "two")]) == 2
-    assert "cannot be vmapped: train one run per process" in capsys.readouterr().err
+    assert cli.main(["evaluate", str(folder), "--num-episodes", "2"]) == 0
+    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("  default")]) == 8
+    assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--max-parallel", "4",
+                     "--out", str(tmp_path / "groups")]) == 2
+    assert "max_parallel=4 (--max-parallel)" in capsys.readouterr().err
+    assert not (tmp_path / "groups").exists()

@@ -2,17 +2,29 @@
 
 `HostEnv` holds everything the gymnasium and envpool adapters share: the JAX
 side (`reset`/`step` in the vectorized gymnax protocol, one ordered
-`io_callback` per call, a clear error under vmap) and the bookkeeping that
-keeps a stateful host env from being silently misused (the tick check).
-Subclasses implement three host methods on numpy arrays: `_host_open(batch,
-seeds) -> obs`, `_host_step(action) -> (obs, final_obs, reward, terminated,
-truncated)` with same-step auto-reset, and `_host_close()`.
+`io_callback` per call) and the bookkeeping that keeps a stateful host env
+from being silently misused (the tick check).
+
+Runs axes: under `jax.vmap` (over seeds or hyperparameters, any number of
+nested vmaps) the host env does not step once per run. Its vmap rule hands the
+whole batch to one callback, so one host pool of R x B envs (R the product of
+the vmapped axes) steps in one call per step. Each run's envs are seeded only
+from that run's keys, so run r of a vmapped call meets the same episodes as a
+call on its key alone.
+
+Subclasses implement three host methods on numpy arrays with a leading runs
+axis R (1 when nothing is vmapped): `_host_open(seeds [R, B]) -> obs [R, B,
+...]`, `_host_step(action [R, B, ...]) -> (obs, final_obs, reward,
+terminated, truncated)`, each [R, B, ...], with same-step auto-reset, and
+`_host_close()`. Results may also come flat, [R * B, ...] (run-major).
 """
 
 from __future__ import annotations
 
+import math
 import threading
-from typing import Any, Callable
+import time
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +32,7 @@ import numpy as np
 from flax import struct
 from jax.experimental import io_callback
 
-__all__ = ["HostEnv", "HostParams"]
+__all__ = ["HostEnv", "HostParams", "HostStats"]
 
 _SEED_BOUND = 2**31 - 1
 
@@ -43,14 +55,49 @@ def _to_gymnax_space(space: Any, what: str) -> Any:
     )
 
 
-def _struct(space: Any, batch: int) -> jax.ShapeDtypeStruct:
-    """The [B, ...] array a gymnax Discrete/Box space's values stack to."""
+def _struct(space: Any, batch: Any) -> jax.ShapeDtypeStruct:
+    """The [*batch, ...] array a gymnax Discrete/Box space's values stack to (`batch` an int or a shape)."""
     from gymnax.environments import spaces
 
+    batch = (batch,) if isinstance(batch, int) else tuple(batch)
     if isinstance(space, spaces.Discrete):
-        return jax.ShapeDtypeStruct((batch,), jnp.int32)
+        return jax.ShapeDtypeStruct(batch, jnp.int32)
     shape = (space.shape,) if isinstance(space.shape, int) else tuple(space.shape)
-    return jax.ShapeDtypeStruct((batch, *shape), space.dtype)
+    return jax.ShapeDtypeStruct((*batch, *shape), space.dtype)
+
+
+def _host_call(callback: Callable, result_fn: Callable, *args: jax.Array) -> Any:
+    """`io_callback(callback, result_fn(args[0].shape), *args, ordered=True)`, one call under any vmap.
+
+    `args[0]` is [*L, B] (L the runs axes, B the envs), the others [*L, B, ...].
+    Under `jax.vmap` the rule moves the mapped axis in front of L (broadcasting
+    unmapped arguments) and calls again, so nested vmaps add axes to L and the
+    host still gets one call per step.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def call(*args):
+        return io_callback(callback, result_fn(args[0].shape), *args, ordered=True)
+
+    @call.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        args = [x if mapped else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))) for x, mapped in zip(args, in_batched)]
+        out = _host_call(callback, result_fn, *args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return call(*args)
+
+
+class HostStats(NamedTuple):
+    """A host env's work since it was built (`HostEnv.stats()`), for throughput reports.
+
+    Attributes:
+      env_steps: env steps taken on the host (every step call counts R x B).
+      seconds: wall seconds spent in the host's reset and step calls.
+    """
+
+    env_steps: int
+    seconds: float
 
 
 @struct.dataclass
@@ -67,7 +114,9 @@ class HostEnv:
     opens (or reopens) the host env with them; `step(keys [B], state,
     actions [B], params)` steps all B envs in one host call. `vectorized =
     True` tells the rollout to call these directly instead of vmapping them.
-    `params` (`HostParams`) only carry the time limit. The env state the rollout carries is an int32
+    Under `jax.vmap` over runs, all runs' envs form one host pool of R x B envs
+    stepped in one call (see the module docstring). `params` (`HostParams`)
+    only carry the time limit. The env state the rollout carries is an int32
     tick [B] compared with the host env's own at every step (see the
     `jaxrl_rollout.envs.gymnasium` docstring for why).
 
@@ -89,12 +138,15 @@ class HostEnv:
         self._action_space = _to_gymnax_space(action_space, f"{name}'s action_space")
         self._observation_space = _to_gymnax_space(observation_space, f"{name}'s observation_space")
         self._discrete_actions = isinstance(action_space, gym_spaces.Discrete)
-        self._num_envs = 0
+        self._shape: tuple = ()  # (*L, B) of the open host pool; () when closed
         self._tick = 0
+        self._env_steps = 0
+        self._seconds = 0.0
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._name!r}, num_envs={self._num_envs or 'unset'})"
+        shape = " x ".join(map(str, self._shape)) if self._shape else "unset"
+        return f"{type(self).__name__}({self._name!r}, envs={shape})"
 
     @property
     def name(self) -> str:
@@ -110,21 +162,26 @@ class HostEnv:
     def observation_space(self, params: Any = None) -> Any:
         return self._observation_space
 
+    def stats(self) -> HostStats:
+        """Env steps taken and seconds spent on the host so far (differences give throughput)."""
+        with self._lock:
+            return HostStats(self._env_steps, self._seconds)
+
     def close(self) -> None:
         """Closes the host env (the next reset opens it again)."""
         with self._lock:
-            if self._num_envs:
+            if self._shape:
                 self._host_close()
-            self._num_envs = 0
+            self._shape = ()
 
-    # ---- host side, implemented by subclasses (numpy in, numpy out) ----
+    # ---- host side, implemented by subclasses (numpy in, numpy out, leading runs axis R) ----
 
-    def _host_open(self, batch: int, seeds: list[int]) -> Any:
-        """(Re)opens the host env with `batch` envs seeded by `seeds`; returns the reset observations."""
+    def _host_open(self, seeds: np.ndarray) -> Any:
+        """(Re)opens the host env with R x B envs, env [r, i] seeded by `seeds[r, i]`; returns obs [R, B, ...]."""
         raise NotImplementedError
 
     def _host_step(self, action: np.ndarray) -> tuple:
-        """Steps all envs; returns (obs, final_obs, reward, terminated, truncated), same-step reset done."""
+        """Steps all envs with `action` [R, B, ...]; returns (obs, final_obs, reward, terminated, truncated)."""
         raise NotImplementedError
 
     def _host_close(self) -> None:
@@ -135,58 +192,53 @@ class HostEnv:
     def _reset_callback(self, seeds: Any) -> tuple:
         seeds = np.asarray(seeds)
         with self._lock:
-            batch = int(seeds.shape[0])
-            if self._num_envs:
+            start = time.perf_counter()
+            if self._shape:
                 self._host_close()
-                self._num_envs = 0
-            obs = self._host_open(batch, [int(s) for s in seeds])
-            self._num_envs = batch
+                self._shape = ()
+            runs, batch = math.prod(seeds.shape[:-1]), seeds.shape[-1]
+            obs = self._host_open(seeds.reshape(runs, batch).astype(np.int64))
+            self._shape = seeds.shape
             self._tick += 1
-            return self._obs(obs, batch), np.full((batch,), self._tick, np.int32)
+            self._seconds += time.perf_counter() - start
+            return self._obs(obs), np.full(self._shape, self._tick, np.int32)
 
-    def _step_callback(self, action: Any, tick: Any) -> tuple:
-        action, tick = np.asarray(action), np.asarray(tick)
+    def _step_callback(self, tick: Any, action: Any) -> tuple:
+        tick, action = np.asarray(tick), np.asarray(action)
         with self._lock:
-            if not self._num_envs:
+            start = time.perf_counter()
+            if not self._shape:
                 raise RuntimeError(f"{self!r} was stepped before any reset (or after close); call rollout_init first.")
-            if tick.shape != (self._num_envs,) or np.any(tick != self._tick):
+            if tick.shape != self._shape or np.any(tick != self._tick):
                 raise RuntimeError(
-                    f"{self!r} was stepped from a stale env state (tick {int(tick.flat[0]) if tick.size else '?'}, "
-                    f"the host env is at tick {self._tick}): a host env cannot be rewound or shared between two "
-                    "rollout states. Continue from the latest RolloutState, or use one env object per rollout."
+                    f"{self!r} was stepped from a stale env state (tick {int(tick.flat[0]) if tick.size else '?'} "
+                    f"for envs {list(tick.shape)}, the host env is at tick {self._tick} for envs "
+                    f"{list(self._shape)}): a host env cannot be rewound or shared between two rollout states, "
+                    "nor evaluated under vmap (runs whose episodes end first stop advancing). Continue from the "
+                    "latest RolloutState, use one env object per rollout, and evaluate runs one at a time."
                 )
             if self._discrete_actions:
                 action = action.astype(np.int64)
+            runs = math.prod(self._shape[:-1])
+            action = action.reshape(runs, self._shape[-1], *action.shape[tick.ndim:])
             obs, final, reward, terminated, truncated = self._host_step(action)
-            batch = self._num_envs
             self._tick += 1
+            self._env_steps += tick.size
+            self._seconds += time.perf_counter() - start
             return (
-                self._obs(obs, batch),
-                self._obs(final, batch),
-                np.asarray(reward, np.float32).reshape(batch),
-                np.asarray(terminated, bool).reshape(batch),
-                np.asarray(truncated, bool).reshape(batch),
-                np.full((batch,), self._tick, np.int32),
+                self._obs(obs),
+                self._obs(final),
+                np.asarray(reward, np.float32).reshape(self._shape),
+                np.asarray(terminated, bool).reshape(self._shape),
+                np.asarray(truncated, bool).reshape(self._shape),
+                np.full(self._shape, self._tick, np.int32),
             )
 
-    def _obs(self, obs: Any, batch: int) -> np.ndarray:
-        target = _struct(self._observation_space, batch)
+    def _obs(self, obs: Any) -> np.ndarray:
+        target = _struct(self._observation_space, self._shape)
         return np.asarray(obs).astype(target.dtype, copy=False).reshape(target.shape)
 
     # ---- JAX side ----
-
-    def _no_vmap(self, fn: Callable) -> Callable:
-        wrapped = jax.custom_batching.custom_vmap(fn)
-
-        @wrapped.def_vmap
-        def _rule(axis_size, in_batched, *args):
-            raise ValueError(
-                f"{self!r} steps its envs on the host through io_callback and cannot be vmapped "
-                f"(here over an axis of size {axis_size}): vmap over seeds or hyperparameters needs a JAX "
-                "env (gymnax, brax, ...). Run host-env seeds one after another or in separate processes."
-            )
-
-        return wrapped
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, jax.Array]:
         """Resets all B host envs; `key` holds one key per env. Returns (obs [B, ...], state)."""
@@ -197,14 +249,12 @@ class HostEnv:
                 f"{type(self).__name__}.reset takes one key per env (it is vectorized): typed keys [B] or raw "
                 f"uint32 keys [B, 2], got shape {keys.shape}."
             )
-        batch = keys.shape[0]
         seeds = jax.vmap(lambda k: jax.random.randint(k, (), 0, _SEED_BOUND, dtype=jnp.int32))(keys)
-        result = (_struct(self._observation_space, batch), jax.ShapeDtypeStruct((batch,), jnp.int32))
 
-        def call(seeds):
-            return io_callback(self._reset_callback, result, seeds, ordered=True)
+        def result(shape):
+            return _struct(self._observation_space, shape), jax.ShapeDtypeStruct(shape, jnp.int32)
 
-        obs, tick = self._no_vmap(call)(seeds)
+        obs, tick = _host_call(self._reset_callback, result, seeds)
         return obs, tick
 
     def step(self, key: jax.Array, state: jax.Array, action: jax.Array, params: Any = None) -> tuple:
@@ -219,19 +269,13 @@ class HostEnv:
                 f"[B, ...] = {expected.shape} for {self._action_space}; got state {tick.dtype}{list(tick.shape)} "
                 f"and action shape {action.shape}."
             )
-        batch = tick.shape[0]
-        obs_struct = _struct(self._observation_space, batch)
-        result = (
-            obs_struct,
-            obs_struct,
-            jax.ShapeDtypeStruct((batch,), jnp.float32),
-            jax.ShapeDtypeStruct((batch,), jnp.bool_),
-            jax.ShapeDtypeStruct((batch,), jnp.bool_),
-            jax.ShapeDtypeStruct((batch,), jnp.int32),
+
+        def result(shape):
+            obs = _struct(self._observation_space, shape)
+            flag, tick = jax.ShapeDtypeStruct(shape, jnp.bool_), jax.ShapeDtypeStruct(shape, jnp.int32)
+            return obs, obs, jax.ShapeDtypeStruct(shape, jnp.float32), flag, flag, tick
+
+        obs, final_obs, reward, terminated, truncated, tick = _host_call(
+            self._step_callback, result, tick, action.astype(expected.dtype)
         )
-
-        def call(action, tick):
-            return io_callback(self._step_callback, result, action, tick, ordered=True)
-
-        obs, final_obs, reward, terminated, truncated, tick = self._no_vmap(call)(action.astype(expected.dtype), tick)
         return obs, tick, reward, terminated, truncated, {"final_observation": final_obs}

@@ -2,7 +2,8 @@
 
 `make("CartPole-v1")` (or `envs.make("envpool/CartPole-v1")`) gives an
 `EnvpoolEnv` that the rollout steps through `io_callback`, like
-`jaxrl_rollout.envs.gymnasium` (same limits: no vmap, no rewinding; see there).
+`jaxrl_rollout.envs.gymnasium` (same limits: no rewinding, no vmapped
+`evaluate`; see there).
 
 envpool (checked with 1.2.5, the release that installs beside jax 0.10.2 on
 Python 3.11; 1.2.7 needs a newer jax and Python 3.12) resets a finished env on
@@ -19,7 +20,10 @@ for env 0 and none for env 1 when tried with envpool 1.2.5.
 
 Seeding: envpool seeds env i with `seed + i` at creation. `reset(keys)`
 recreates the pool with `seed` drawn from the first env's key, so the same key
-gives the same trajectory.
+gives the same trajectory. Under `jax.vmap` over R runs there is one pool per
+run, each seeded from its own run's first key (so run r meets the same
+episodes as a call on its key alone), all stepped one after another in the
+same host call.
 """
 
 from __future__ import annotations
@@ -65,31 +69,37 @@ class EnvpoolEnv(HostEnv):
         finally:
             probe.close()
         self._make_kwargs = make_kwargs
-        self._pool = None
+        self._pools: list = []
 
-    def _host_open(self, batch: int, seeds: list[int]) -> Any:
+    def _host_open(self, seeds: np.ndarray) -> Any:
         import envpool
 
-        self._seed = seeds[0]
-        self._pool = envpool.make_gymnasium(self._name, num_envs=batch, seed=self._seed, **self._make_kwargs)
-        obs, info = self._pool.reset()
-        return self._by_env_id(obs, info)
+        self._seeds = [int(s) for s in seeds[:, 0]]
+        self._seed = self._seeds[0]
+        self._pools = [envpool.make_gymnasium(self._name, num_envs=seeds.shape[1], seed=seed, **self._make_kwargs)
+                       for seed in self._seeds]
+        return np.stack([self._by_env_id(*pool.reset()) for pool in self._pools])
 
     def _host_step(self, action: np.ndarray) -> tuple:
-        obs, reward, terminated, truncated, info = self._pool.step(action)
+        return tuple(np.stack(x) for x in zip(*(self._step_pool(p, a) for p, a in zip(self._pools, action))))
+
+    @staticmethod
+    def _step_pool(pool: Any, action: np.ndarray) -> tuple:
+        """Steps one pool of B envs, resetting its finished envs at once (same-step)."""
+        obs, reward, terminated, truncated, info = pool.step(action)
         order = np.argsort(np.asarray(info["env_id"]))
         obs, reward, terminated, truncated = (np.asarray(x)[order] for x in (obs, reward, terminated, truncated))
         final = np.array(obs, copy=True)
         done = np.flatnonzero(terminated | truncated)
         if done.size:
-            reset_obs, reset_info = self._pool.reset(done.astype(np.int32))
+            reset_obs, reset_info = pool.reset(done.astype(np.int32))
             obs[np.asarray(reset_info["env_id"])] = reset_obs
         return obs, final, reward, terminated, truncated
 
     def _host_close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-        self._pool = None
+        for pool in self._pools:
+            pool.close()
+        self._pools = []
 
     @staticmethod
     def _by_env_id(obs: Any, info: dict) -> np.ndarray:

@@ -16,19 +16,23 @@ Semantics (the same as the gymnax envs):
     gives the same trajectory. Later episodes are seeded by each env's own
     generator, as in gymnasium.
 
+Under `jax.vmap` (over seeds or hyperparameters, as the runner trains R runs)
+the R runs' envs form one vector env of R x B sub-envs, stepped in one call per
+step; run r's sub-envs are seeded from run r's keys only, so run r meets the
+same episodes as a call on its key alone.
+
 What a host env cannot do:
-  * be vmapped (over seeds or hyperparameters): the env lives in one Python
-    process and steps once per call. Vmapping raises a ValueError; run seeds
-    one after another, in separate processes, or use a JAX env.
   * be rewound. The env state the rollout carries is a tick counter checked
     against the host env's own; stepping from a stale state (an old
     `RolloutState`, or after another reset of the same env) raises an error
     instead of silently continuing from wherever the host env is. Use separate
-    `GymnasiumEnv` objects for training and evaluation.
+    `GymnasiumEnv` objects for training and evaluation. The same check stops
+    a vmapped `evaluate`: its runs finish at different steps, and a finished
+    run stops advancing its env state; evaluate runs one at a time.
 
 Every `reset` (re)builds the host env with as many sub-envs as keys given
-(`gymnasium.vector.SyncVectorEnv`, or `AsyncVectorEnv` with
-`asynchronous=True`), in `AutoresetMode.SAME_STEP`.
+(times the runs under vmap): `gymnasium.vector.SyncVectorEnv`, or
+`AsyncVectorEnv` with `asynchronous=True`, in `AutoresetMode.SAME_STEP`.
 """
 
 from __future__ import annotations
@@ -89,16 +93,17 @@ class GymnasiumEnv(HostEnv):
         self._asynchronous = bool(asynchronous)
         self._vec = None
 
-    def _host_open(self, batch: int, seeds: list[int]) -> Any:
+    def _host_open(self, seeds: np.ndarray) -> Any:
         import gymnasium
 
         vector = gymnasium.vector.AsyncVectorEnv if self._asynchronous else gymnasium.vector.SyncVectorEnv
-        self._vec = vector([self._env_fn] * batch, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
-        obs, _ = self._vec.reset(seed=seeds)
+        # One vector env for every run's envs: sub-envs are independent, each seeded with its own seed.
+        self._vec = vector([self._env_fn] * seeds.size, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+        obs, _ = self._vec.reset(seed=[int(s) for s in seeds.flat])
         return obs
 
     def _host_step(self, action: np.ndarray) -> tuple:
-        obs, reward, terminated, truncated, info = self._vec.step(action)
+        obs, reward, terminated, truncated, info = self._vec.step(action.reshape(-1, *action.shape[2:]))
         final = np.array(obs, copy=True)
         if "_final_obs" in info:
             for i in np.flatnonzero(info["_final_obs"]):
