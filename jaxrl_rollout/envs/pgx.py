@@ -56,7 +56,11 @@ current policy parameters as the env params on every call::
     state, traj = rollout(env, params, policy_fn, params, state, num_steps)
 
 so that the opponent is always the latest policy (or keep a frozen copy of old
-params as env_params for a league of past selves). A fixed opponent keeps
+params as env_params for a league of past selves). PPO and A2C do this for
+every two-player game (`two_player`) with their default `network="auto"`
+(`ActorCriticMultiInput`, which applies `legal_action_mask`), with
+`agent_seat="random"`, and evaluate against `random_opponent` from a random
+seat, summarised by `outcome_rates` (win, draw, loss). A fixed opponent keeps
 fixed `opponent_params`. `evaluate` bounds episodes by `max_steps` if given; without it pass
 `evaluate` an explicit `max_steps`.
 """
