@@ -320,6 +320,16 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
     return np.asarray(run(params, jax.random.split(key, spec.num_runs)))
 
 
+def _self_play_game(spec) -> bool:
+    """Whether the run trained a two-player pgx game by self-play (its evaluation plays a random opponent)."""
+    if not spec.config.env_id.startswith("pgx/"):
+        return False
+    from jaxrl_rollout import envs
+    from jaxrl_rollout.envs.pgx import two_player
+
+    return two_player(envs.make(spec.config.env_id)[0])
+
+
 def _coarse_curve(metrics: dict) -> str:
     import numpy as np
 
@@ -402,10 +412,18 @@ def _run_train(args: argparse.Namespace) -> int:
     print("  mean episode return by tenth of training: " + _coarse_curve(result.metrics))
     window = max(1, result.updates_done // 10)
     print(report.format_summary(report.summarize(spec, result.metrics), window))
-    returns = evaluate_runs(spec, state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
-                            deterministic=True).mean(axis=1)
+    games = evaluate_runs(spec, state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
+                          deterministic=True)
+    returns = games.mean(axis=1)
     print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():.1f} "
           f"(std over runs {returns.std():.1f}); per run: " + " ".join(f"{r:.0f}" for r in returns))
+    if _self_play_game(spec):
+        from jaxrl_rollout.envs.pgx import outcome_rates
+
+        rates = outcome_rates(games)
+        print(f"  against a uniform random legal-move opponent (seat drawn per game): win {rates[:, 0].mean():.0%}, "
+              f"draw {rates[:, 1].mean():.0%}, loss {rates[:, 2].mean():.0%}; per run (W/D/L): "
+              + " ".join("/".join(f"{x:.2f}" for x in r) for r in rates))
     print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths])} and the checkpoint")
     return 0
 
@@ -427,11 +445,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
           f"{status}), {args.num_episodes} episodes per run; return mean (std)")
     labels = [report.grid_label(spec, g) for g in range(len(spec.grid))]
     width = max(len("grid point"), *map(len, labels))
-    print(f"  {'grid point':<{width}}  seed  {'deterministic':>17}  {'stochastic':>17}")
+    game = _self_play_game(spec)
+    if game:
+        from jaxrl_rollout.envs.pgx import outcome_rates
+
+        print("  against a uniform random legal-move opponent (seat drawn per game); W/D/L: win, draw, loss rates")
+        rates = {"det": outcome_rates(det), "sto": outcome_rates(sto)}
+    extra = f"  {'W/D/L det':>14}  {'W/D/L sto':>14}" if game else ""
+    print(f"  {'grid point':<{width}}  seed  {'deterministic':>17}  {'stochastic':>17}{extra}")
     for r in range(spec.num_runs):
         g, s = divmod(r, spec.num_seeds)
+        wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  "
-              f"{sto[r].mean():9.2f} ({sto[r].std():5.1f})")
+              f"{sto[r].mean():9.2f} ({sto[r].std():5.1f}){wdl}")
     return 0
 
 

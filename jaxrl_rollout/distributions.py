@@ -47,6 +47,7 @@ __all__ = [
     "categorical_from_logits",
     "categorical_from_probs",
     "diag_gaussian",
+    "masked_logits",
 ]
 
 # Python floats, as in torch's Normal, rounded to float32 when they meet an array.
@@ -111,6 +112,24 @@ def categorical_from_logits(logits: jax.Array) -> Categorical:
     logits = _check_events(logits, "logits")
     normalised = logits - jax.nn.logsumexp(logits, axis=-1, keepdims=True)
     return Categorical(logits=normalised, probs=jax.nn.softmax(normalised, axis=-1))
+
+
+def masked_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """`logits` with every masked-out action's logit set to -inf.
+
+    `categorical_from_logits` of the result is the distribution renormalised
+    over the allowed actions: p'(a) = p(a) / sum_{b allowed} p(b) for allowed
+    a, 0 otherwise. Its `log_prob` is finite for allowed actions (-inf for
+    the others) and `Categorical.entropy` clamps the -inf logits at
+    finfo.min, so the entropy and every gradient stay finite.
+
+    Args:
+      logits: [..., A] floating.
+      mask: [..., A] bool (True: allowed), broadcastable to `logits`. At least
+        one action per row must be allowed; a row with none gives NaN.
+    """
+    logits = jnp.asarray(logits)
+    return jnp.where(mask, logits, jnp.array(-jnp.inf, dtype=logits.dtype))
 
 
 def categorical_from_probs(probs: jax.Array) -> Categorical:

@@ -11,6 +11,11 @@ value of the batch shape):
   a shared one; `Categorical` logits or a `DiagGaussian` with a
   state-independent learned `log_std` initialised to 0.
 - `ActorCriticCNN`: MinAtar-style images `[B, H, W, C] -> (dist, value [B])`.
+- `ActorCriticMultiInput`: pytree observations (dicts, tuples, NamedTuples)
+  `{leaf: [B, ...]} -> (dist, value [B])`, one encoder per leaf (a conv
+  torso for images, a dense torso for flattened vectors and scalars), the
+  features concatenated, then actor and critic trunks; a leaf named in
+  `ACTION_MASK_KEYS` masks the logits instead of being a feature.
 - `ActorCriticGRU`: one recurrent step
   `(carry [B, H], obs [B, ...]) -> (new_carry, (dist, value [B]))`. It never
   resets its carry: the rollout zeroes it at episode starts
@@ -70,11 +75,13 @@ from jaxrl_rollout.distributions import (
     DiagGaussian,
     categorical_from_logits,
     diag_gaussian,
+    masked_logits,
 )
 from jaxrl_rollout.rollout import reset_carry
 from jaxrl_rollout.types import PolicyOutput, PyTree
 
 __all__ = [
+    "ACTION_MASK_KEYS",
     "ACTIVATIONS",
     "ACTOR_HEAD_GAIN",
     "CRITIC_HEAD_GAIN",
@@ -82,7 +89,9 @@ __all__ = [
     "ActorCriticCNN",
     "ActorCriticGRU",
     "ActorCriticMLP",
+    "ActorCriticMultiInput",
     "batched_init",
+    "leaf_name",
     "feedforward_policy",
     "recurrent_policy",
     "unroll",
@@ -92,6 +101,8 @@ HIDDEN_GAIN = math.sqrt(2.0)
 ACTOR_HEAD_GAIN = 0.01
 CRITIC_HEAD_GAIN = 1.0
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
+ACTION_MASK_KEYS = ("action_mask", "legal_action_mask")
+"""Observation leaves with these names are action masks (jumanji's `action_mask`, pgx's `legal_action_mask`)."""
 
 Distribution = Union[Categorical, DiagGaussian]
 
@@ -270,13 +281,18 @@ def _mlp(x: jax.Array, sizes: Sequence[int], activation: str, prefix: str) -> ja
     return x
 
 
-def _heads(module: nn.Module, actor_x: jax.Array, critic_x: jax.Array) -> tuple[Distribution, jax.Array]:
+def _heads(
+    module: nn.Module, actor_x: jax.Array, critic_x: jax.Array, action_mask: Union[jax.Array, None] = None
+) -> tuple[Distribution, jax.Array]:
     """The actor head (logits or mean, plus log_std) and the critic head of `module`.
 
     Called inside the module's compact `__call__`, so the layers and the
-    `log_std` parameter belong to it.
+    `log_std` parameter belong to it. `action_mask` ([B, A] bool, discrete
+    only) sets the logits of masked actions to -inf (`masked_logits`).
     """
     head = _dense(module.action_dim, ACTOR_HEAD_GAIN, "actor_head")(actor_x)
+    if action_mask is not None:
+        head = masked_logits(head, action_mask)
     if module.continuous:
         # CleanRL: a state-independent nn.Parameter(torch.zeros(1, A)), expanded to the mean.
         log_std = module.param("log_std", nn.initializers.zeros, (module.action_dim,), jnp.float32)
@@ -493,6 +509,158 @@ class ActorCriticCNN(nn.Module):
         x = x.reshape(x.shape[:-3] + (-1,))
         x = act(_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
         return _heads(self, x, x)
+
+
+def leaf_name(path: Sequence[Any]) -> str:
+    """The name of an observation leaf: its last dict key, attribute name or index, as a string.
+
+    `{"grid": x}` and a NamedTuple field `grid` both give "grid", so the same
+    leaf has the same name (and parameters) whichever container holds it.
+    """
+    if not path:
+        return ""
+    entry = path[-1]
+    for attr in ("key", "name", "idx"):
+        if hasattr(entry, attr):
+            return str(getattr(entry, attr))
+    return str(entry)
+
+
+def _param_label(path: Sequence[Any]) -> str:
+    """A flax-safe label for a leaf's layers, from its whole path (e.g. "grid", "0", "agent_pos")."""
+    parts = [leaf_name([entry]) for entry in path] or ["obs"]
+    return "_".join("".join(c if c.isalnum() else "_" for c in part) for part in parts)
+
+
+class ActorCriticMultiInput(nn.Module):
+    """An actor-critic over a pytree of observations, with an encoder per leaf.
+
+    Every leaf [B, ...] is encoded by its shape:
+
+    - images [B, H, W, C]: Conv(`conv_features`, k x k, stride 1, VALID) ->
+      activation -> flatten -> Dense(hidden_sizes[0]) -> activation, with
+      k = min(`kernel_size`, H, W), so images smaller than the kernel still
+      work (a 2x2 image gets a 2x2 kernel);
+    - scalars [B], vectors [B, O] and rank-2 arrays without channels
+      [B, H, W] (flattened): Dense(hidden_sizes[0]) -> activation.
+
+    The encodings are concatenated in the pytree's leaf order and read by
+    separate actor and critic trunks (Dense layers of hidden_sizes[1:]) and
+    the heads of `ActorCriticMLP` (gains: sqrt(2) hidden, 0.01 actor, 1.0
+    critic; orthogonal kernels, zero biases). Bool and int leaves are cast to
+    float32.
+
+    Action masks: a leaf whose name (`leaf_name`: its dict key, NamedTuple
+    field or tuple index) is in `mask_keys` is not a feature. It must be
+    bool [B, A]; True marks an allowed action, and the logits of the others
+    are set to -inf (`distributions.masked_logits`), so the `Categorical` is
+    the distribution renormalised over the allowed actions: masked actions
+    have probability 0, and `log_prob` and `entropy` are the renormalised
+    distribution's. A row with no allowed action (some envs give one at a
+    terminal observation, which the rollout only values, never acts on) is
+    left unmasked rather than turned into NaN. Masks need a discrete action
+    space.
+
+    Attributes:
+      action_dim: A.
+      continuous: as in `ActorCriticMLP` (then no leaf may be a mask).
+      hidden_sizes: hidden_sizes[0] is each leaf encoder's width; the rest
+        are the widths of the actor and critic trunks after the concatenation.
+      activation: one of `ACTIVATIONS`, for every layer.
+      conv_features: output channels of an image leaf's conv layer.
+      kernel_size: the conv kernel's side for images of at least that size.
+      mask_keys: names of leaves that are action masks.
+
+    Parameter names: `conv_<leaf>` and `encoder_<leaf>` per leaf (the leaf's
+    path joined by "_"), `actor_hidden_{i}`, `critic_hidden_{i}`,
+    `actor_head`, `critic_head` (`log_std`).
+    """
+
+    action_dim: int
+    continuous: bool = False
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    conv_features: int = 16
+    kernel_size: int = 3
+    mask_keys: Sequence[str] = ACTION_MASK_KEYS
+
+    def __post_init__(self) -> None:
+        _check_head_config(self)
+        _check_sizes("hidden_sizes", self.hidden_sizes)
+        if not self.hidden_sizes:
+            raise ValueError("hidden_sizes must hold at least the encoders' width, got ().")
+        for name in ("conv_features", "kernel_size"):
+            _check_positive_int(name, getattr(self, name))
+        if isinstance(self.mask_keys, str) or not all(isinstance(k, str) for k in self.mask_keys):
+            raise ValueError(f"mask_keys must be a sequence of leaf names, got {self.mask_keys!r}.")
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, obs: PyTree) -> tuple[Distribution, jax.Array]:
+        """Action distribution and value.
+
+        Args:
+          obs: a pytree of [B, ...] arrays with one batch axis B (a single
+            array works too); mask leaves bool [B, A].
+
+        Returns:
+          `(dist, value)`: dist with batch shape [B] (logits or mean [B, A]),
+          value [B] float32.
+        """
+        act = ACTIVATIONS[self.activation]
+        leaves = jax.tree_util.tree_flatten_with_path(obs)[0]
+        if not leaves:
+            raise ValueError("obs must hold at least one array leaf [B, ...], got an empty pytree.")
+        batch = {jnp.shape(leaf)[:1] for _, leaf in leaves}
+        if len(batch) != 1 or () in batch:
+            shapes = {jax.tree_util.keystr(p): jnp.shape(x) for p, x in leaves}
+            raise ValueError(f"obs leaves must share one leading batch axis [B, ...], got shapes {shapes}.")
+        features, mask = [], None
+        for path, leaf in leaves:
+            where = f"obs{jax.tree_util.keystr(path)}"
+            if leaf_name(path) in self.mask_keys:
+                mask = self._check_mask(jnp.asarray(leaf), where)
+                continue
+            x = _as_float(leaf, where, 1, "[B, ...]")
+            label = _param_label(path)
+            if x.ndim == 4:
+                k = min(self.kernel_size, *x.shape[1:3])
+                x = nn.Conv(
+                    self.conv_features,
+                    (k, k),
+                    padding="VALID",
+                    kernel_init=orthogonal(HIDDEN_GAIN),
+                    bias_init=nn.initializers.zeros,
+                    name=f"conv_{label}",
+                )(x)
+                x = act(x)
+            elif x.ndim > 4:
+                raise ValueError(
+                    f"{where} has shape {x.shape}: ActorCriticMultiInput encodes leaves of shape [B], [B, O], "
+                    "[B, H, W] or [B, H, W, C] (channels-last images); flatten or split larger ones in the env."
+                )
+            x = x.reshape(x.shape[0], -1)
+            features.append(act(_dense(self.hidden_sizes[0], HIDDEN_GAIN, f"encoder_{label}")(x)))
+        if not features:
+            raise ValueError(f"obs holds only action masks ({', '.join(self.mask_keys)}), no features to encode.")
+        x = jnp.concatenate(features, axis=-1)
+        actor_x = _mlp(x, self.hidden_sizes[1:], self.activation, "actor_hidden")
+        critic_x = _mlp(x, self.hidden_sizes[1:], self.activation, "critic_hidden")
+        if mask is not None:
+            # No allowed action at all: leave the row unmasked (see the class docstring).
+            mask = mask | ~jnp.any(mask, axis=-1, keepdims=True)
+        return _heads(self, actor_x, critic_x, mask)
+
+    @nn.nowrap
+    def _check_mask(self, mask: jax.Array, where: str) -> jax.Array:
+        if self.continuous:
+            raise ValueError(f"{where} is an action mask, but masks need discrete actions (continuous=True).")
+        if mask.dtype != jnp.bool_ or mask.ndim != 2 or mask.shape[-1] != self.action_dim:
+            raise ValueError(
+                f"{where} is an action mask and must be bool [B, A] with A=action_dim={self.action_dim}, "
+                f"got {mask.dtype}{mask.shape}."
+            )
+        return mask
 
 
 class ActorCriticGRU(nn.Module):

@@ -81,7 +81,7 @@ def test_metrics_are_per_update_and_nan_without_episodes():
         (dict(num_envs=0), r"num_envs must be a positive int, got 0"),
         (dict(update_epochs=-1), r"update_epochs must be a positive int"),
         (dict(total_timesteps=100), r"total_timesteps=100 is less than one batch"),
-        (dict(network="transformer"), r"network must be one of 'mlp', 'cnn', 'gru'"),
+        (dict(network="transformer"), r"network must be one of 'auto', 'mlp', 'cnn', 'gru'"),
         (dict(activation="gelu"), r"activation must be one of 'tanh', 'relu'"),
         (dict(hidden_sizes=()), r"hidden_sizes must be a non-empty tuple"),
     ],

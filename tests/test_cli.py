@@ -159,7 +159,7 @@ def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
     out = str(tmp_path / "x")
     cases = {
         ("--num-minibatches", "3"): "does not divide into num_minibatches=3",
-        ("--network", "lstm"): "network must be one of 'mlp', 'cnn', 'gru', got 'lstm'",
+        ("--network", "lstm"): "network must be one of 'auto', 'mlp', 'cnn', 'gru', got 'lstm'",
         ("--algo", "a2c", "--clip-eps", "0.1"): "--clip-eps is not a hyperparameter of A2C",
         ("--algo", "a2c", "--update-epochs", "2"): "--update-epochs is not an option of A2C",
         ("--total-steps", "256"): "less than one batch",
@@ -232,3 +232,23 @@ def test_evaluate_uses_the_saved_observation_statistics(tmp_path, capsys):
         want = jr.evaluate(algo.env, algo.env_params, algo.eval_policy_fn, (run.rollout.obs_rms, run.params),
                            keys[r], 1).returns
         np.testing.assert_allclose(got[r], want, rtol=1e-5)
+
+
+def test_two_player_game_trains_by_self_play_and_reports_win_draw_loss(tmp_path, capsys):
+    folder = tmp_path / "ttt"
+    args = ["--env", "pgx/tic_tac_toe", "--num-envs", "4", "--num-steps", "8", "--total-steps", "64",
+            "--update-epochs", "1", "--num-minibatches", "2", "--hidden-sizes", "16,16", "--seeds", "2",
+            "--num-eval", "4", "--tensorboard", "false"]
+    assert cli.main(["train", *args, "--out", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert json.loads((folder / "config.json").read_text())["config"]["network"] == "auto"
+    wdl = re.search(r"against a uniform random legal-move opponent \(seat drawn per game\): win (\d+)%, "
+                    r"draw (\d+)%, loss (\d+)%", out)
+    assert wdl and abs(sum(int(x) for x in wdl.groups()) - 100) <= 2
+    assert cli.main(["evaluate", str(folder), "--num-episodes", "4"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("  default")]
+    assert len(rows) == 2
+    for row in rows:  # default, seed, det mean, (std), sto mean, (std), W/D/L det, W/D/L sto
+        for rates in row[-2:]:
+            assert sum(float(x) for x in rates.split("/")) == pytest.approx(1.0)

@@ -357,3 +357,49 @@ def test_importing_the_package_does_not_import_pgx():
         "assert 'pgx' not in sys.modules, 'pgx was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_ppo_trains_two_player_games_by_self_play_and_evaluates_against_random():
+    """Default PPO on pgx/tic_tac_toe: self-play with the current params, W/D/L against the random opponent."""
+    from jaxrl_rollout.algorithms import ppo
+    from jaxrl_rollout.networks import ActorCriticMultiInput
+
+    config = ppo.PPOConfig(env_id="pgx/tic_tac_toe", num_envs=4, num_steps=8, total_timesteps=64,
+                           update_epochs=1, num_minibatches=2, hidden_sizes=(16, 16))
+    algo = ppo.make_ppo(config)
+    assert isinstance(algo.module, ActorCriticMultiInput)
+    # Evaluation plays the uniform random opponent from a random seat; training plays the current policy.
+    assert algo.env._opponent is pgx_envs.random_opponent and algo.env._agent_seat == "random"
+    state, metrics = jax.jit(algo.train)(jax.random.key(0))
+    assert np.isfinite(metrics.entropy).all() and np.isfinite(metrics.policy_loss).all()
+    assert (np.asarray(metrics.entropy) < np.log(9)).all()  # masked: fewer than 9 legal moves on average
+    assert int(np.sum(metrics.num_episodes)) > 0
+
+    # The self-play opponent plays with the params passed as env params: with an actor head that
+    # prefers low cells it replies on the lowest legal cell, with one that prefers high cells the highest.
+    built = ppo._common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
+    assert built.self_play and ppo._common.rollout_env_params(built, state.params) is state.params
+
+    def with_preference(sign):
+        head = dict(state.params["params"]["actor_head"], bias=sign * 100.0 * jnp.arange(9.0),
+                    kernel=jnp.zeros_like(state.params["params"]["actor_head"]["kernel"]))
+        return {"params": {**state.params["params"], "actor_head": head}}
+
+    @jax.jit
+    def opponent_marks(params, key):
+        obs, env_state = built.env.reset(key, params)
+        obs, *_ = built.env.step(jax.random.fold_in(key, 1), env_state, jnp.int32(4), params)
+        return obs["observation"].reshape(9, 2)[:, 1]
+
+    for key in jax.random.split(jax.random.key(5), 4):
+        low, high = opponent_marks(with_preference(-1.0), key), opponent_marks(with_preference(1.0), key)
+        assert low[0] and not low[8] and high[8] and not high[0]
+
+    returns = jax.jit(lambda p, k: jr.evaluate(algo.env, algo.env_params, algo.eval_policy_fn, p, k, 20).returns)(
+        algo.policy_params(state), jax.random.key(1)
+    )
+    assert set(np.unique(returns).tolist()) <= {-1.0, 0.0, 1.0}
+    rates = pgx_envs.outcome_rates(returns)
+    np.testing.assert_allclose(rates.sum(), 1.0)
+    np.testing.assert_allclose(rates, [np.mean(returns > 0), np.mean(returns == 0), np.mean(returns < 0)])
+    np.testing.assert_allclose(pgx_envs.outcome_rates(np.array([[1.0, 0.0, -1.0, 1.0]])), [[0.5, 0.25, 0.25]])

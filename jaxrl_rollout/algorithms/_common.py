@@ -1,4 +1,26 @@
-"""Pieces shared by the algorithms: env construction, networks, config checks, metrics."""
+"""Pieces shared by the algorithms: env construction, networks, config checks, metrics.
+
+`network="auto"` (the configs' default) chooses the flax module from the env's
+observation space when the algorithm is built (`choose_network`):
+
+- a 1-D Box [O]: `ActorCriticMLP`, exactly what `network="mlp"` builds;
+- a 3-D Box [H, W, C] (channels-last image): `ActorCriticCNN` (MinAtar
+  style), its kernel shrunk to min(3, H, W) for smaller images;
+- a scalar, or a 2-D Box [H, W] without channels: `ActorCriticMultiInput`
+  on the one leaf, which flattens it into its dense encoder;
+- a Dict or Tuple space (jumanji, pgx, your own env's pytree observations):
+  `ActorCriticMultiInput`, one encoder per leaf by its shape; leaves named
+  `action_mask` or `legal_action_mask` (`networks.ACTION_MASK_KEYS`) are the
+  action mask, bool [A], applied to the policy's logits rather than encoded.
+
+A GRU is never chosen: ask for `network="gru"`.
+
+Two-player pgx games (`pgx/tic_tac_toe`, `pgx/connect_four`, ...) train by
+self-play (`setup`): the opponent plays with the learner's current policy (the
+rollout's env params are the state's params), the agent's seat is drawn per
+episode, and the algorithm's `env` is the game against `envs.pgx.random_opponent`
+(seat drawn per episode too) that evaluation reports on.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +28,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from gymnax.environments import spaces
 
@@ -13,10 +36,14 @@ from jaxrl_rollout import envs, prng
 
 __all__ = [
     "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
-    "grad_norm", "init_params_and_rollout", "make_network", "make_train_loop", "resolve_hparams", "setup",
+    "choose_network", "grad_norm", "init_params_and_rollout", "is_self_play", "make_train_loop", "resolve_hparams",
+    "rollout_env_params", "setup", "space_leaves",
 ]
 
-NETWORKS = ("mlp", "cnn", "gru")
+NETWORKS = ("auto", "mlp", "cnn", "gru")
+
+# The most agent moves in an evaluation game of a self-play pgx game; a game still running then counts as a draw.
+SELF_PLAY_EVAL_MAX_MOVES = 1000
 
 
 def check_positive(name: str, value: Any) -> None:
@@ -40,17 +67,85 @@ def action_info(env, env_params) -> tuple[int, bool]:
     raise ValueError(f"unsupported action space {space!r}: expected Discrete or a 1-D Box.")
 
 
-def make_network(network: str, action_dim: int, continuous: bool, hidden_sizes, activation: str):
-    """The flax module for a config's network name."""
+def space_leaves(space: Any, path: tuple = ()) -> list:
+    """The arrays of an observation space: [(path, shape, dtype)], in jax's leaf order for the matching pytree.
+
+    Box and Discrete spaces are leaves; Dict and Tuple spaces are walked
+    (a Dict's keys sorted, as jax flattens a dict). Any other space is a
+    ValueError naming `network`.
+    """
+    if isinstance(space, spaces.Box):
+        return [(path, tuple(int(d) for d in space.shape), np.dtype(space.dtype))]
+    if isinstance(space, spaces.Discrete):
+        return [(path, (), np.dtype(getattr(space, "dtype", np.int32)))]
+    if isinstance(space, spaces.Dict):
+        return [leaf for k in sorted(space.spaces) for leaf in space_leaves(space.spaces[k], path + (str(k),))]
+    if isinstance(space, spaces.Tuple):
+        return [leaf for i, sub in enumerate(space.spaces) for leaf in space_leaves(sub, path + (str(i),))]
+    raise ValueError(
+        f"network='auto' cannot read the observation space {space!r}"
+        + (f" at {'/'.join(path)}" if path else "")
+        + ": expected gymnax Box, Discrete, Dict or Tuple spaces."
+    )
+
+
+def _describe(leaves: list) -> str:
+    return ", ".join(f"{'/'.join(p) or 'obs'} {dtype}{list(shape)}" for p, shape, dtype in leaves)
+
+
+def choose_network(network: str, observation_space: Any, action_dim: int, continuous: bool, hidden_sizes,
+                   activation: str):
+    """The flax module for a config's network name and the env's observation space (see the module docstring).
+
+    Raises:
+      ValueError: naming `network`, when the observation space does not fit
+        the network asked for (e.g. `network='mlp'` on images or dicts), or
+        `network='auto'` meets one it cannot encode (a leaf of rank > 3, or a
+        mask that is not bool [A] over discrete actions).
+    """
     from jaxrl_rollout import networks
 
+    leaves = space_leaves(observation_space)
+    single = isinstance(observation_space, (spaces.Box, spaces.Discrete))
+    shape = leaves[0][1] if single else None
+    mlp = lambda: networks.ActorCriticMLP(  # noqa: E731
+        action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation
+    )
+    cnn = lambda: networks.ActorCriticCNN(  # noqa: E731
+        action_dim=action_dim, continuous=continuous, kernel_size=min(3, *shape[:2])
+    )
+    if network == "gru":
+        if not single:
+            raise ValueError(f"network='gru' needs a single array observation, got a pytree ({_describe(leaves)}); "
+                             "use network='auto' (an encoder per leaf, action masks applied).")
+        return networks.ActorCriticGRU(action_dim=action_dim, continuous=continuous, hidden_size=hidden_sizes[0])
     if network == "mlp":
-        return networks.ActorCriticMLP(
-            action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation
-        )
+        if not (single and len(shape) == 1):
+            raise ValueError(f"network='mlp' needs a flat vector observation [O], got {_describe(leaves)}; "
+                             "use network='auto' (a CNN for images, an encoder per leaf for pytrees).")
+        return mlp()
     if network == "cnn":
-        return networks.ActorCriticCNN(action_dim=action_dim)
-    return networks.ActorCriticGRU(action_dim=action_dim, continuous=continuous, hidden_size=hidden_sizes[0])
+        if not (single and len(shape) == 3):
+            raise ValueError(f"network='cnn' needs an image observation [H, W, C] (channels last), got "
+                             f"{_describe(leaves)}; use network='auto'.")
+        return cnn()
+    for path, leaf_shape, dtype in leaves:
+        if len(leaf_shape) > 3:
+            raise ValueError(f"network='auto' encodes observation leaves of shape [], [O], [H, W] or [H, W, C]; "
+                             f"{'/'.join(path) or 'obs'} has shape {list(leaf_shape)}.")
+        if path and path[-1] in networks.ACTION_MASK_KEYS and (
+            continuous or dtype != np.bool_ or leaf_shape != (action_dim,)
+        ):
+            raise ValueError(f"network='auto' reads {'/'.join(path)} as an action mask, which must be bool "
+                             f"[A={action_dim}] over Discrete({action_dim}) actions; got {dtype}{list(leaf_shape)} "
+                             f"with {'continuous' if continuous else 'discrete'} actions.")
+    if single and len(shape) == 1:
+        return mlp()
+    if single and len(shape) == 3:
+        return cnn()
+    return networks.ActorCriticMultiInput(
+        action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation
+    )
 
 
 def grad_norm(opt_state: Any, grads: Any) -> jax.Array:
@@ -98,7 +193,10 @@ class Algorithm(NamedTuple):
         `evaluate(env, env_params, eval_policy_fn, policy_params(state), key, n)`
         works for every config (with observation normalisation they
         normalise with the state's frozen statistics).
-      env, env_params, module: what the policies act on and with.
+      env, env_params, module: what the policies act on and with. For a
+        self-play game (two-player pgx) env is the game against
+        `envs.pgx.random_opponent` from a random seat, the one evaluation
+        reports on; training plays the current policy instead.
       policy_params: `policy_params(state)`, the params the policies take.
     """
 
@@ -134,26 +232,72 @@ def make_train_loop(init: Callable, update: Callable, num_updates: int, hparams_
 
 
 class Setup(NamedTuple):
-    """What every algorithm builds from its config: env, network and policies."""
+    """What every algorithm builds from its config: env, network and policies.
+
+    Attributes:
+      env, env_params: the env the rollout trains on and its params; for a
+        self-play game env_params is None and the rollout's env params are
+        the policy params (`rollout_env_params`).
+      module, policy_fn, eval_policy_fn: the network and its policies.
+      self_play: the opponent in `env` plays with the current policy.
+      eval_env, eval_env_params: the env evaluation reports on: `env` itself,
+        or for self-play the game against `envs.pgx.random_opponent`.
+    """
 
     env: Any
     env_params: Any
     module: Any
     policy_fn: Callable
     eval_policy_fn: Callable
+    self_play: bool = False
+    eval_env: Any = None
+    eval_env_params: Any = None
+
+
+def is_self_play(env: Any) -> bool:
+    """Whether the algorithms train on `env` by self-play: a two-player pgx game (`envs.pgx.two_player`)."""
+    if type(env).__module__ != "jaxrl_rollout.envs.pgx":
+        return False  # not imported for other envs
+    from jaxrl_rollout.envs import pgx
+
+    return pgx.two_player(env)
 
 
 def setup(env_id: str, network: str, hidden_sizes, activation: str) -> Setup:
-    """Env (with actions clipped to Box bounds at the env), flax module and rollout policies."""
+    """Env (with actions clipped to Box bounds at the env), flax module and rollout policies.
+
+    The network is chosen by `choose_network` from the env's observation
+    space. For a two-player pgx game the training env is rebuilt for
+    self-play: `opponent_from_policy` of the sampling policy, whose params
+    are the env params, and `agent_seat="random"`; the evaluation env plays
+    `random_opponent` from a random seat, at most `SELF_PLAY_EVAL_MAX_MOVES`
+    agent moves per game.
+    """
     from jaxrl_rollout import networks
 
     env, env_params = envs.make(env_id)
     action_dim, continuous = action_info(env, env_params)
     if continuous:
         env = envs.ClipAction(env)
-    module = make_network(network, action_dim, continuous, hidden_sizes, activation)
+    module = choose_network(network, env.observation_space(env_params), action_dim, continuous, hidden_sizes,
+                            activation)
     make = networks.recurrent_policy if network == "gru" else networks.feedforward_policy
-    return Setup(env, env_params, module, make(module), make(module, deterministic=True))
+    policy_fn, eval_policy_fn = make(module), make(module, deterministic=True)
+    if not is_self_play(env):
+        return Setup(env, env_params, module, policy_fn, eval_policy_fn, False, env, env_params)
+    from jaxrl_rollout.envs import pgx
+
+    if network == "gru":
+        raise ValueError(f"network='gru' cannot play the self-play game {env_id!r} (the opponent's policy would "
+                         "need its own carry); use network='auto'.")
+    train_env, _ = envs.make(env_id, opponent=pgx.opponent_from_policy(policy_fn), agent_seat="random")
+    eval_env, eval_params = envs.make(env_id, agent_seat="random", max_steps=SELF_PLAY_EVAL_MAX_MOVES)
+    return Setup(train_env, None, module, policy_fn, eval_policy_fn, True, eval_env, eval_params)
+
+
+def rollout_env_params(s: Setup, params: Any) -> Any:
+    """The env params the rollout passes to `s.env`: the policy params for self-play, else `s.env_params`."""
+    return params if s.self_play else s.env_params
 
 
 def acting_policies(s: Setup, cfg) -> dict:
@@ -185,17 +329,33 @@ def check_normalization_config(cfg) -> None:
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
 
 
+def _zeros_for(space: Any) -> Any:
+    """One observation of zeros [1, ...] shaped like `space` (Box, Discrete, Dict -> dict, Tuple -> tuple)."""
+    if isinstance(space, spaces.Dict):
+        return {k: _zeros_for(v) for k, v in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_zeros_for(v) for v in space.spaces)
+    ((_, shape, dtype),) = space_leaves(space)
+    return jnp.zeros((1, *shape), dtype)
+
+
 def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, normalize_observations: bool = False):
     """(params, RolloutState, key) for a fresh run; the carry starts at zeros.
 
     Feedforward networks are initialised by `networks.batched_init` (module.init's
-    distribution at a fraction of its compile time).
+    distribution at a fraction of its compile time). For self-play the params
+    come first, from a zero observation of the env's space, since the env's
+    reset (where the opponent may open) needs them as its params.
     """
     from jaxrl_rollout import networks
     from jaxrl_rollout.rollout import rollout_init
 
     net_key, env_key, key = prng.split(key, 3)  # jax.random.split's keys, hashed in one kernel
     carry = s.module.initial_carry(num_envs) if recurrent else None
+    if s.self_play:
+        params = networks.batched_init(s.module, net_key, _zeros_for(s.env.observation_space(None)))
+        state = rollout_init(env_key, s.env, params, num_envs, normalize_observations=normalize_observations)
+        return params, state, key
     state = rollout_init(
         env_key, s.env, s.env_params, num_envs, initial_carry=carry, normalize_observations=normalize_observations
     )

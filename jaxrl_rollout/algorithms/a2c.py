@@ -50,7 +50,7 @@ class A2CConfig(_common.ConfigSizes):
     num_envs: int = 16
     num_steps: int = 5
     total_timesteps: int = 500_000
-    network: str = "mlp"
+    network: str = "auto"
     hidden_sizes: tuple = (64, 64)
     activation: str = "tanh"
     bootstrap_on_truncation: bool = True
@@ -151,8 +151,8 @@ def make_a2c(config: A2CConfig) -> A2C:
     def update(state: A2CState, hparams: Optional[A2CHParams] = None):
         hp = _common.resolve_hparams(hparams, A2CHParams)
         rollout_state, traj = rollout(
-            built.env, built.env_params, built.policy_fn, state.params, state.rollout, config.num_steps,
-            bootstrap_truncated=config.bootstrap_on_truncation,
+            built.env, _common.rollout_env_params(built, state.params), built.policy_fn, state.params, state.rollout,
+            config.num_steps, bootstrap_truncated=config.bootstrap_on_truncation,
         )
         # lambda = 1 gives the runner's n-step returns: R_t = r_t + gamma (1 - d_t) R_{t+1},
         # R_T = V(last obs), never read when the last step ended the episode.
@@ -179,8 +179,8 @@ def make_a2c(config: A2CConfig) -> A2C:
 
     train = _common.make_train_loop(init, update, config.num_updates, A2CHParams)
 
-    return A2C(init=init, update=update, train=train, env=built.env, env_params=built.env_params, module=module,
-               **_common.acting_policies(built, config))
+    return A2C(init=init, update=update, train=train, env=built.eval_env, env_params=built.eval_env_params,
+               module=module, **_common.acting_policies(built, config))
 
 
 def make_train(config: A2CConfig) -> Callable:

@@ -49,7 +49,10 @@ class PPOConfig(_common.ConfigSizes):
       update_epochs: passes over each batch.
       num_minibatches: minibatches per epoch (must divide the batch, or the
         envs for a recurrent network, which keeps env sequences whole).
-      network: "mlp", "cnn" (image observations) or "gru" (recurrent).
+      network: "auto" (default: chosen from the env's observation space, see
+        `_common.choose_network`: an MLP for vectors, a CNN for images, an
+        encoder per leaf with action masks applied for dict/tuple
+        observations), "mlp", "cnn" (image observations) or "gru" (recurrent).
       hidden_sizes: MLP hidden layers; the GRU uses hidden_sizes[0] units.
       activation: "tanh" or "relu" (MLP).
       bootstrap_on_truncation: bootstrap time limits from V(final observation)
@@ -72,7 +75,7 @@ class PPOConfig(_common.ConfigSizes):
     total_timesteps: int = 500_000
     update_epochs: int = 4
     num_minibatches: int = 4
-    network: str = "mlp"
+    network: str = "auto"
     hidden_sizes: tuple = (64, 64)
     activation: str = "tanh"
     bootstrap_on_truncation: bool = True
@@ -261,7 +264,7 @@ def make_ppo(config: PPOConfig) -> PPO:
     if not isinstance(config, PPOConfig):
         raise TypeError(f"config must be a PPOConfig, got {type(config).__name__}.")
     built = _common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
-    env, env_params, module, policy_fn = built.env, built.env_params, built.module, built.policy_fn
+    env, module, policy_fn = built.env, built.module, built.policy_fn
     acting = _common.acting_policies(built, config)
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
@@ -276,7 +279,8 @@ def make_ppo(config: PPOConfig) -> PPO:
     def update(state: PPOState, hparams: Optional[PPOHParams] = None):
         hp = _common.resolve_hparams(hparams, PPOHParams)
         rollout_state, traj = rollout(
-            env, env_params, policy_fn, state.params, state.rollout, config.num_steps,
+            env, _common.rollout_env_params(built, state.params), policy_fn, state.params, state.rollout,
+            config.num_steps,
             bootstrap_truncated=config.bootstrap_on_truncation, obs_clip=config.obs_clip,
         )
         reward_scale, learn_traj = state.reward_scale, traj
@@ -322,7 +326,8 @@ def make_ppo(config: PPOConfig) -> PPO:
 
     train = _common.make_train_loop(init, update, config.num_updates, PPOHParams)
 
-    return PPO(init=init, update=update, train=train, env=env, env_params=env_params, module=module, **acting)
+    return PPO(init=init, update=update, train=train, env=built.eval_env, env_params=built.eval_env_params,
+               module=module, **acting)
 
 
 def make_train(config: PPOConfig) -> Callable:

@@ -56,7 +56,11 @@ current policy parameters as the env params on every call::
     state, traj = rollout(env, params, policy_fn, params, state, num_steps)
 
 so that the opponent is always the latest policy (or keep a frozen copy of old
-params as env_params for a league of past selves). A fixed opponent keeps
+params as env_params for a league of past selves). PPO and A2C do this for
+every two-player game (`two_player`) with their default `network="auto"`
+(`ActorCriticMultiInput`, which applies `legal_action_mask`), with
+`agent_seat="random"`, and evaluate against `random_opponent` from a random
+seat, summarised by `outcome_rates` (win, draw, loss). A fixed opponent keeps
 fixed `opponent_params`. `evaluate` bounds episodes by `max_steps` if given; without it pass
 `evaluate` an explicit `max_steps`.
 """
@@ -73,6 +77,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
+from jaxrl_rollout.distributions import masked_logits
 from jaxrl_rollout.envs import _base
 from jaxrl_rollout.policies import categorical_policy
 from jaxrl_rollout.types import PolicyOutput
@@ -86,7 +91,9 @@ __all__ = [
     "masked_categorical_policy",
     "masked_logits",
     "opponent_from_policy",
+    "outcome_rates",
     "random_opponent",
+    "two_player",
 ]
 
 Opponent = Callable[[Any, jax.Array, jax.Array, jax.Array], jax.Array]
@@ -108,23 +115,6 @@ def random_opponent(opponent_params: Any, obs: jax.Array, legal_action_mask: jax
     num_legal = jnp.sum(legal_action_mask, dtype=jnp.int32)
     k = jnp.minimum(jnp.floor(jax.random.uniform(key) * num_legal).astype(jnp.int32), num_legal - 1)
     return jnp.argmax(jnp.cumsum(legal_action_mask, dtype=jnp.int32) > k).astype(jnp.int32)
-
-
-def masked_logits(logits: jax.Array, legal_action_mask: jax.Array) -> jax.Array:
-    """`logits` with every illegal action's logit set to -inf.
-
-    A softmax then gives illegal actions probability 0; `log_softmax` (and
-    `distributions.categorical_from_logits`) keeps finite log-probabilities
-    for the legal ones, and `Categorical.entropy` clamps the -inf logits, so
-    the entropy is finite too. At least one action must be legal (pgx
-    guarantees it: at a terminal state all are).
-
-    Args:
-      logits: [..., A] floating.
-      legal_action_mask: [..., A] bool, broadcastable to `logits`.
-    """
-    logits = jnp.asarray(logits)
-    return jnp.where(legal_action_mask, logits, jnp.array(-jnp.inf, dtype=logits.dtype))
 
 
 def _split_obs(obs: Any) -> tuple[Any, jax.Array]:
@@ -408,6 +398,22 @@ class PgxEnv(_base.SameStepEnv):
         next_state = PgxState(game=game, agent_player=agent, num_moves=num_moves)
         info = {"illegal_action": illegal}
         return self._observe(game, agent), next_state, reward + reply_reward, terminated, truncated, info
+
+
+def two_player(env: Any) -> bool:
+    """Whether `env` is a `PgxEnv` of a two-player game (the algorithms train those by self-play)."""
+    return isinstance(env, PgxEnv) and env._num_players == 2
+
+
+def outcome_rates(returns: Any) -> np.ndarray:
+    """Win, draw and loss rates [..., 3] of game returns [..., N] seen from the agent's side.
+
+    A game is won where its return is > 0, drawn where it is 0 (also a game
+    cut short by `max_steps`) and lost where it is < 0, as pgx pays +1, 0
+    and -1 (backgammon's gammons pay more, still signed).
+    """
+    returns = np.asarray(returns)
+    return np.stack([np.mean(returns > 0, -1), np.mean(returns == 0, -1), np.mean(returns < 0, -1)], -1)
 
 
 def _build(pgx: Any, name: str, env_kwargs: dict) -> Any:

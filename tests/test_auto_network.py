@@ -1,0 +1,187 @@
+"""network="auto", `ActorCriticMultiInput` and action masks.
+
+The choice of network is checked on gymnax spaces alone (nothing compiles);
+the multi-input module and the masks run on a toy env with a dict observation
+whose `action_mask` forbids one action per step, with a few-unit network.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+from gymnax.environments import environment, spaces
+
+import jaxrl_rollout as jr
+from jaxrl_rollout import networks
+from jaxrl_rollout.algorithms import _common
+from jaxrl_rollout.networks import ActorCriticCNN, ActorCriticMLP, ActorCriticMultiInput
+
+A = 3
+TINY = dict(hidden_sizes=(8, 8), activation="tanh")
+
+
+def choose(space, network="auto", continuous=False):
+    return _common.choose_network(network, space, 1 if continuous else A, continuous, TINY["hidden_sizes"], "tanh")
+
+
+def box(shape, dtype=jnp.float32):
+    return spaces.Box(0, 1, shape, dtype)
+
+
+def test_auto_chooses_by_observation_space():
+    mlp = choose(box((4,)))
+    assert mlp == ActorCriticMLP(A, hidden_sizes=(8, 8)) == choose(box((4,)), "mlp")
+    assert choose(box((10, 10, 4))) == ActorCriticCNN(A, kernel_size=3)
+    assert choose(box((2, 5, 1))) == ActorCriticCNN(A, kernel_size=2)  # smaller than the 3x3 kernel
+    assert isinstance(choose(box((5, 6))), ActorCriticMultiInput)  # no channels: flattened
+    assert isinstance(choose(spaces.Discrete(7)), ActorCriticMultiInput)  # a scalar
+    image_and_vector = spaces.Dict({"image": box((5, 5, 2)), "vector": box((3,))})
+    assert isinstance(choose(image_and_vector), ActorCriticMultiInput)
+    masked = spaces.Dict({"x": box((2,)), "action_mask": box((A,), jnp.bool_)})
+    assert isinstance(choose(masked), ActorCriticMultiInput)
+    assert isinstance(choose(spaces.Tuple([box((2,)), box((3, 3, 1))])), ActorCriticMultiInput)
+
+
+@pytest.mark.parametrize(
+    "network, space, continuous, message",
+    [
+        ("auto", box((2, 3, 4, 5)), False, r"network='auto' encodes observation leaves .* obs has shape \[2, 3, 4"),
+        ("auto", spaces.Dict({"v": box((2, 2, 2, 2))}), False, r"network='auto' .* v has shape"),
+        ("auto", spaces.Dict({"x": box((2,)), "action_mask": box((A,))}), False,
+         r"network='auto' reads action_mask as an action mask, which must be bool \[A=3\]"),
+        ("auto", spaces.Dict({"x": box((2,)), "action_mask": box((1,), jnp.bool_)}), True, r"continuous actions"),
+        ("mlp", box((10, 10, 4)), False, r"network='mlp' needs a flat vector observation \[O\], got obs"),
+        ("cnn", box((4,)), False, r"network='cnn' needs an image observation \[H, W, C\]"),
+        ("gru", spaces.Dict({"x": box((2,))}), False, r"network='gru' needs a single array observation"),
+    ],
+)
+def test_spaces_a_network_cannot_take_are_rejected_naming_network(network, space, continuous, message):
+    with pytest.raises(ValueError, match=message):
+        choose(space, network, continuous)
+
+
+def test_auto_rejects_unknown_space_types():
+    class Odd:
+        pass
+
+    with pytest.raises(ValueError, match=r"network='auto' cannot read the observation space .*expected gymnax Box"):
+        choose(spaces.Dict({"x": Odd()}))
+
+
+@struct.dataclass
+class MaskState(environment.EnvState):
+    time: jax.Array
+
+
+class MaskedToyEnv(environment.Environment):
+    """Dict observations {"x": [2] float, "image": [2, 2, 1], "action_mask": [3] bool}; action t % 3 is illegal at t.
+
+    Reward 1 for a legal action and -10 for the illegal one; episodes last 6 steps.
+    """
+
+    @property
+    def default_params(self):
+        return environment.EnvParams(max_steps_in_episode=6)
+
+    def _obs(self, time):
+        x = jnp.stack([time.astype(jnp.float32), jnp.float32(1.0)])
+        return {"x": x, "image": jnp.full((2, 2, 1), time, jnp.float32), "action_mask": jnp.arange(A) != time % A}
+
+    def reset_env(self, key, params):
+        return self._obs(jnp.int32(0)), MaskState(time=jnp.int32(0))
+
+    def step_env(self, key, state, action, params):
+        legal = action != state.time % A
+        time = state.time + 1
+        return self._obs(time), MaskState(time=time), jnp.where(legal, 1.0, -10.0), time >= 6, {}
+
+    def action_space(self, params=None):
+        return spaces.Discrete(A)
+
+    def observation_space(self, params=None):
+        return spaces.Dict({"x": box((2,)), "image": box((2, 2, 1)), "action_mask": box((A,), jnp.bool_)})
+
+
+ENV = MaskedToyEnv()
+MODULE = choose(ENV.observation_space())
+
+
+@pytest.fixture(scope="module")
+def toy_params():
+    obs, _ = ENV.reset(jax.random.key(0))
+    return jax.jit(MODULE.init)(jax.random.key(1), jax.tree.map(lambda x: x[None], obs))
+
+
+def test_multi_input_parameters_and_shapes(toy_params):
+    assert isinstance(MODULE, ActorCriticMultiInput)
+    shapes = jax.tree.map(jnp.shape, toy_params["params"])
+    assert shapes["conv_image"]["kernel"] == (2, 2, 1, 16)  # kernel shrunk to the 2x2 image
+    assert shapes["encoder_image"]["kernel"] == (16, 8)
+    assert shapes["encoder_x"]["kernel"] == (2, 8)
+    assert shapes["actor_hidden_0"]["kernel"] == (16, 8)  # two encodings of 8, concatenated
+    assert shapes["actor_head"]["kernel"] == (8, A) and shapes["critic_head"]["kernel"] == (8, 1)
+    assert not any("action_mask" in name for name in shapes)  # the mask is not a feature
+    # Orthogonal with the house gains: a square hidden kernel is sqrt(2) times orthogonal.
+    w = np.asarray(toy_params["params"]["actor_hidden_0"]["kernel"])
+    np.testing.assert_allclose(w[:8].T @ w[:8] + w[8:].T @ w[8:], 2.0 * np.eye(8), atol=1e-5)
+    obs = {"x": jnp.ones((5, 2)), "image": jnp.ones((5, 2, 2, 1)), "action_mask": jnp.ones((5, A), bool)}
+    dist, value = MODULE.apply(toy_params, obs)
+    assert dist.logits.shape == (5, A) and value.shape == (5,)
+    with pytest.raises(ValueError, match=r"obs\['action_mask'\] is an action mask and must be bool \[B, A\]"):
+        MODULE.apply(toy_params, {**obs, "action_mask": jnp.ones((5, A))})
+    with pytest.raises(ValueError, match=r"share one leading batch axis"):
+        MODULE.apply(toy_params, {**obs, "x": jnp.ones((4, 2))})
+
+
+def test_masked_distribution_is_the_renormalised_one(toy_params):
+    obs = {"x": jnp.array([[0.5, 1.0], [2.0, -1.0]]), "image": jnp.ones((2, 2, 2, 1)),
+           "action_mask": jnp.array([[True, False, True], [False, False, False]])}
+    masked, _ = MODULE.apply(toy_params, obs)
+    full, _ = MODULE.apply(toy_params, {**obs, "action_mask": jnp.ones((2, A), bool)})
+    p = np.asarray(full.probs, np.float64)
+    # Row 0: renormalised over actions 0 and 2. Row 1 allows nothing: left unmasked, never NaN.
+    keep = np.array([[1, 0, 1], [1, 1, 1]])
+    expected = p * keep / np.sum(p * keep, axis=-1, keepdims=True)
+    np.testing.assert_allclose(masked.probs, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(masked.log_prob(jnp.array([2, 1])), np.log(expected[[0, 1], [2, 1]]), rtol=1e-5)
+    assert np.isneginf(masked.log_prob(jnp.array([1, 1]))[0])
+    entropy = -np.sum(np.where(expected > 0, expected * np.log(np.where(expected > 0, expected, 1)), 0), -1)
+    np.testing.assert_allclose(masked.entropy(), entropy, rtol=1e-5)
+
+    def loss(params):
+        dist, value = MODULE.apply(params, obs)
+        return jnp.sum(dist.entropy()) + jnp.sum(dist.log_prob(jnp.array([0, 2]))) + jnp.sum(value)
+
+    grads = jax.jit(jax.grad(loss))(toy_params)
+    assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
+
+
+def test_a_masked_action_is_never_sampled_in_a_rollout(toy_params):
+    policy_fn = networks.feedforward_policy(MODULE)
+
+    @jax.jit
+    def collect(params, key):
+        state = jr.rollout_init(key, ENV, None, 8)
+        return jr.rollout(ENV, None, policy_fn, params, state, 60)[1]
+
+    traj = collect(toy_params, jax.random.key(2))
+    allowed = np.take_along_axis(np.asarray(traj.obs["action_mask"]), np.asarray(traj.action)[..., None], -1)
+    assert allowed.all()
+    assert np.isfinite(traj.log_prob).all() and (np.asarray(traj.reward) == 1.0).all()
+    assert len(np.unique(traj.action)) == A  # every action is taken where it is allowed
+
+
+def test_auto_on_cartpole_is_the_mlp_run_exactly():
+    from jaxrl_rollout.algorithms import ppo
+
+    tiny = dict(num_envs=2, num_steps=8, total_timesteps=32, update_epochs=1, num_minibatches=2)
+    auto, mlp = (ppo.make_ppo(ppo.PPOConfig(network=n, **tiny)) for n in ("auto", "mlp"))
+    assert ppo.PPOConfig().network == "auto" and auto.module == mlp.module
+    assert isinstance(auto.module, ActorCriticMLP)
+    run = lambda algo: jax.jit(algo.train)(jax.random.key(3))  # noqa: E731
+    (state_a, metrics_a), (state_m, metrics_m) = run(auto), run(mlp)
+    jax.tree.map(np.testing.assert_array_equal, state_a.params, state_m.params)
+    jax.tree.map(np.testing.assert_array_equal, metrics_a, metrics_m)
