@@ -52,8 +52,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["CheckpointError", "FORMAT", "SUBFOLDER", "flatten", "load", "read_manifest", "save", "unflatten",
-           "write_atomic"]
+__all__ = ["CheckpointError", "FORMAT", "SUBFOLDER", "exists", "flatten", "load", "read_manifest", "save",
+           "unflatten", "write_atomic"]
 
 FORMAT = "jaxrl_rollout.checkpoint/2"
 SUBFOLDER = "checkpoints"
@@ -263,6 +263,12 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
         for old in [folder / LEGACY_MANIFEST, *folder.glob("checkpoint-*.npz")]:
             old.unlink(missing_ok=True)
     return folder / SUBFOLDER / str(step)
+
+
+def exists(folder) -> bool:
+    """Whether `folder` holds a committed checkpoint (an Orbax step, or a 0.1 checkpoint's manifest)."""
+    folder = _absolute(folder)
+    return _latest_step(folder) is not None or (folder / LEGACY_MANIFEST).exists()
 
 
 def read_manifest(folder) -> dict:

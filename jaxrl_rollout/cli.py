@@ -14,6 +14,7 @@ and the grid is their cartesian product, trained with every seed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -24,6 +25,8 @@ import pathlib
 import sys
 import time
 from typing import Optional, Sequence
+
+from jaxrl_rollout._signals import StopSignals
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_SEEDS = 8
@@ -250,7 +253,9 @@ def _prepare_folder(args, given: dict):
     if prepared is not None:
         return prepared
     folder = pathlib.Path(args.resume or args.out)
-    return read_spec(folder), folder, bool(args.resume)
+    from jaxrl_rollout import checkpoint
+
+    return read_spec(folder), folder, bool(args.resume) and checkpoint.exists(folder)
 
 
 def _prepare_folder_here(args, given: dict):
@@ -262,10 +267,12 @@ def _prepare_folder_here(args, given: dict):
             raise ValueError("--out and --resume both given: a resumed run writes to its own folder.")
         folder = pathlib.Path(args.resume)
         saved = read_spec(folder)
-        checkpoint.read_manifest(folder)
         diff = _differences(_spec_options(saved), given, given)
         if diff:
             raise ValueError(f"--resume {folder}: the run there has a different config:\n  " + "\n  ".join(diff))
+        if not checkpoint.exists(folder):  # stopped before its first checkpoint: it starts again from scratch
+            return saved, folder, False
+        checkpoint.read_manifest(folder)
         return saved, folder, True
     spec = _build_spec(given)
     runner.check_host_run(spec, devices=args.devices)  # before the folder is written
@@ -349,7 +356,6 @@ def run_train(args: argparse.Namespace) -> int:
 
     In a multi-process run only process 0 prints (and writes the run folder).
     """
-    import contextlib
     import io
 
     import jax  # main() has already initialised the cluster for --distributed
@@ -393,9 +399,9 @@ def _run_train(args: argparse.Namespace) -> int:
         finally:
             for log in logs:
                 log.close()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
-        return 130
+        return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
     print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s "
           f"({result.updates_run * cfg.batch_size * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
           "over all runs"
@@ -579,6 +585,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in {"train", "evaluate", "rollout", "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
+    # During `train`, SIGINT and SIGTERM (SLURM, Kubernetes) ask the run to stop at the next chunk
+    # boundary with a checkpoint, from now on: a signal during the imports or the compile waits for it.
+    stop = StopSignals(lambda line: print(line, file=sys.stderr, flush=True)) if argv[0] == "train" else (
+        contextlib.nullcontext())
+    try:
+        with stop:
+            return _main(argv)
+    except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or Ctrl-C in another command
+        print(f"jaxrl-rollout: interrupted ({getattr(interrupt, 'signal_name', 'SIGINT')})", file=sys.stderr)
+        return getattr(interrupt, "exit_code", 130)
+
+
+def _main(argv: list) -> int:
     if argv[0] == "train":
         try:
             _configure_jax_early(argv)  # before building the parser imports gymnax
@@ -601,7 +620,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"jaxrl-rollout: error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,6 +46,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_rollout import checkpoint, envs
+from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.rollout import _vectorized
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
@@ -424,6 +425,7 @@ class _ProgressBar:
         self._progress.stop()
 
 
+
 def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional[int] = None,
           checkpoint_every: int = 5, stop_after_chunks: Optional[int] = None,
           progress: Any = True, on_chunk: Optional[Callable[[dict, int], None]] = None) -> RunResult:
@@ -475,95 +477,108 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
         lambda line: None)
     bar = None
 
-    compile_start = time.perf_counter()
-    states = None
-    # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.
-    merge = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts), out_shardings=sharding)
-    if resume:
-        template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
-        loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
-        chunks_done = manifest["meta"]["chunks_done"]
-        states = [loaded] if len(groups) == 1 else [
-            jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(loaded)
-            for a, b in groups]
-        metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
-        if host is not None and chunks_done < len(lengths):
-            reopen = jax.jit(jax.vmap(lambda state: reopen_host_envs(algorithm, state)),
-                             in_shardings=sharding, out_shardings=sharding)
-            states = [reopen(state) for state in states]
-    else:
-        chunks_done, metrics = 0, {}
-    if states is None:
-        states = [
-            _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
-            for (a, b), h in zip(groups, group_hparams)
-        ]
-    executables = {}
-    for length in sorted(set(lengths[chunks_done:])):
-        for (a, b), state, h in zip(groups, states, group_hparams):
-            executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding, (state, h))
-    jax.block_until_ready(states)
-    compile_s = time.perf_counter() - compile_start
-    updates_done = sum(lengths[:chunks_done])
-    say(f"  compile {compile_s:.1f} s; {spec.num_runs} runs in {len(groups)} group(s) over {mesh.size} "
-        f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunks of {spec.chunk_updates} updates"
-        + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
-    if resume and host is not None and chunks_done < len(lengths):
-        say(f"  {spec.config.env_id} is a host env, whose state is not in the checkpoint: every env starts a new "
-            "episode now (the episodes in progress at the checkpoint are dropped)")
+    with StopSignals(lambda line: say(line)) as signals:  # SIGINT / SIGTERM stop at a chunk boundary
+        compile_start = time.perf_counter()
+        states = None
+        # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.
+        merge = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts),
+                        out_shardings=sharding)
+        if resume:
+            template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
+            loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
+            chunks_done = manifest["meta"]["chunks_done"]
+            states = [loaded] if len(groups) == 1 else [
+                jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(loaded)
+                for a, b in groups]
+            metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
+            if host is not None and chunks_done < len(lengths):
+                reopen = jax.jit(jax.vmap(lambda state: reopen_host_envs(algorithm, state)),
+                                 in_shardings=sharding, out_shardings=sharding)
+                states = [reopen(state) for state in states]
+        else:
+            chunks_done, metrics = 0, {}
+        if states is None:
+            states = [
+                _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
+                for (a, b), h in zip(groups, group_hparams)
+            ]
+        executables = {}
+        for length in sorted(set(lengths[chunks_done:])):
+            for (a, b), state, h in zip(groups, states, group_hparams):
+                executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding, (state, h))
+        jax.block_until_ready(states)
+        compile_s = time.perf_counter() - compile_start
+        updates_done = sum(lengths[:chunks_done])
+        say(f"  compile {compile_s:.1f} s; {spec.num_runs} runs in {len(groups)} group(s) over {mesh.size} "
+            f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunks of {spec.chunk_updates} updates"
+            + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
+        if resume and host is not None and chunks_done < len(lengths):
+            say(f"  {spec.config.env_id} is a host env, whose state is not in the checkpoint: every env starts a new "
+                "episode now (the episodes in progress at the checkpoint are dropped)")
 
-    def save(state_list):
-        if folder is None:
-            return
-        # Every process saves its shards of the global state (Orbax); metrics are the same on all.
-        checkpoint.save(folder, chunks_done, state_list[0] if len(state_list) == 1 else merge(*state_list),
-                        {f"metrics/{k}": v for k, v in metrics.items()},
-                        {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
+        def save(state_list):
+            if folder is None:
+                return
+            # Every process saves its shards of the global state (Orbax); metrics are the same on all.
+            signals.saving = True  # a signal now only asks to stop: the save is never cut short
+            try:
+                checkpoint.save(folder, chunks_done, state_list[0] if len(state_list) == 1 else merge(*state_list),
+                                {f"metrics/{k}": v for k, v in metrics.items()},
+                                {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
+            finally:
+                signals.saving = False
 
-    run_start = time.perf_counter()
-    host_start = host.stats() if host is not None else None
-    steps_run, last_saved, ran = 0, chunks_done, 0
-    if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
-        bar = _ProgressBar(stream, spec, updates_done)
-        say = bar.line
-    try:
-        while chunks_done < len(lengths) and (stop_after_chunks is None or ran < stop_after_chunks):
-            length = lengths[chunks_done]
-            outputs = [executables[b - a, length](s, h) for (a, b), s, h in zip(groups, states, group_hparams)]
-            chunk = [_metric_arrays(m) for _, m in outputs]
-            chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
-            # Only now, with every group's chunk done, does the run advance: an interrupt
-            # before this point leaves `states` at the last whole chunk.
-            states = [s for s, _ in outputs]
-            metrics = {k: np.concatenate([metrics[k], v], axis=1) if k in metrics else v for k, v in chunk.items()}
-            chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
-            steps_run += length * spec.config.batch_size * spec.num_runs
-            returns = chunk_return(chunk)
-            elapsed = time.perf_counter() - run_start
-            say(_progress_line(spec, updates_done, elapsed, steps_run, returns)
-                + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
-            if bar is not None:
-                bar.update(updates_done, returns)
-            if on_chunk is not None and jax.process_index() == 0:
-                on_chunk(chunk, updates_done - length)
-            if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):
+        run_start = time.perf_counter()
+        host_start = host.stats() if host is not None else None
+        steps_run, last_saved, ran = 0, chunks_done, 0
+        if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
+            bar = _ProgressBar(stream, spec, updates_done)
+            say = bar.line
+        try:
+            while chunks_done < len(lengths) and (stop_after_chunks is None or ran < stop_after_chunks):
+                if signals.requested:
+                    raise Interrupted(signals.requested)
+                length = lengths[chunks_done]
+                outputs = [executables[b - a, length](s, h) for (a, b), s, h in zip(groups, states, group_hparams)]
+                chunk = [_metric_arrays(m) for _, m in outputs]
+                chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
+                # Only now, with every group's chunk done, does the run advance: an interrupt
+                # before this point leaves `states` at the last whole chunk.
+                states = [s for s, _ in outputs]
+                metrics = {k: np.concatenate([metrics[k], v], axis=1) if k in metrics else v for k, v in chunk.items()}
+                chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
+                steps_run += length * spec.config.batch_size * spec.num_runs
+                returns = chunk_return(chunk)
+                elapsed = time.perf_counter() - run_start
+                say(_progress_line(spec, updates_done, elapsed, steps_run, returns)
+                    + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
+                if bar is not None:
+                    bar.update(updates_done, returns)
+                if on_chunk is not None and jax.process_index() == 0:
+                    on_chunk(chunk, updates_done - length)
+                if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):
+                    save(states)
+                    last_saved = chunks_done
+            if signals.requested and chunks_done < len(lengths):  # arrived during the last chunk of this call
+                raise Interrupted(signals.requested)
+            signals.requested = None  # or during the run's last chunk: it is complete, and saved below
+        except KeyboardInterrupt:
+            if chunks_done > last_saved:
                 save(states)
-                last_saved = chunks_done
-    except KeyboardInterrupt:
+            saved = f"; checkpoint saved in {folder}" if folder else ""
+            say(f"  interrupted after chunk {chunks_done}{saved}" if chunks_done else
+                "  interrupted before the first chunk")
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
         if chunks_done > last_saved:
             save(states)
-        say(f"  interrupted after chunk {chunks_done}" + (f"; checkpoint saved in {folder}" if folder else ""))
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    if chunks_done > last_saved:
-        save(states)
-    run_s = time.perf_counter() - run_start
-    merged = states[0] if len(states) == 1 else merge(*states)
-    updates_run = sum(lengths[chunks_done - ran:chunks_done])
-    return RunResult(merged, metrics, updates_done, updates_run, chunks_done, chunks_done == len(lengths), compile_s, run_s,
-                     mesh.size)
+        run_s = time.perf_counter() - run_start
+        merged = states[0] if len(states) == 1 else merge(*states)
+        updates_run = sum(lengths[chunks_done - ran:chunks_done])
+        return RunResult(merged, metrics, updates_done, updates_run, chunks_done, chunks_done == len(lengths),
+                         compile_s, run_s, mesh.size)
 
 
 def read_spec(folder) -> RunSpec:

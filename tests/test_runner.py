@@ -196,6 +196,28 @@ def test_ctrl_c_saves_the_last_whole_chunk(uninterrupted, tmp_path):
     _assert_identical(uninterrupted[1].state, resumed.state)
 
 
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_at_the_chunk_boundary_and_saves(uninterrupted, tmp_path, name):
+    """SIGTERM (what SLURM and Kubernetes send) and a first Ctrl-C stop after the chunk in flight, saved."""
+    import os
+    import signal
+
+    from jaxrl_rollout._signals import Interrupted
+
+    def send(metrics, first_update):  # the signal arrives while chunk 1 is being logged
+        if first_update == 0:
+            os.kill(os.getpid(), getattr(signal, name))
+
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as stopped:
+        runner.train(SPEC, tmp_path, checkpoint_every=5, progress=None, on_chunk=send)
+    assert stopped.value.signal_name == name and stopped.value.exit_code == 128 + getattr(signal, name)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # put back
+    assert checkpoint.read_manifest(tmp_path)["meta"]["chunks_done"] == 1
+    resumed = runner.train(SPEC, tmp_path, resume=True, progress=None)
+    _assert_identical(uninterrupted[1].state, resumed.state)
+
 KILLED_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
     from orbax.checkpoint.path import atomicity

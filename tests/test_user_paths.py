@@ -127,8 +127,8 @@ SMALL = ["--seeds", "2", "--num-envs", "4", "--num-steps", "16", "--total-steps"
          "--num-eval", "2"]
 
 
-def test_ctrl_c_then_resume_by_another_relative_path(tmp_path):
-    """Ctrl-C mid-run with a relative --out, `--resume` from another folder: the same result as no interruption."""
+def test_ctrl_c_and_sigterm_then_resume_by_relative_paths(tmp_path):
+    """Ctrl-C mid-run and SIGTERM mid-compile, relative folders, `--resume` from another folder: no run lost."""
     a, b, c = (tmp_path / n for n in "abc")
     for d in (a, b, c):
         d.mkdir()
@@ -158,6 +158,24 @@ def test_ctrl_c_then_resume_by_another_relative_path(tmp_path):
     assert process.returncode == 130, f"exit {process.returncode}\n{out}\n{err}"
     assert "continue with: jaxrl-rollout train --resume runs/cut" in err, err
     assert "Traceback" not in err, err
+    # SIGTERM (a job scheduler's stop) while the run is still compiling, before any checkpoint: the folder
+    # holds only config.json, and --resume starts it from scratch.
+    process = subprocess.Popen([str(CLI), "train", *SMALL, "--out", "runs/early"], cwd=b, env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().startswith("jaxrl_rollout: PPO on CartPole-v1")  # the folder is written
+        process.send_signal(signal.SIGTERM)
+        out, early_err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 143, f"exit {process.returncode}\n{out}\n{early_err}"
+    assert "continue with: jaxrl-rollout train --resume runs/early" in early_err and "Traceback" not in early_err
+    again = _run([str(CLI), "train", "--resume", "runs/early"], cwd=b, timeout=600)
+    assert again.returncode == 0, _explain(again)
+    assert (b / "runs/early/metrics.csv").read_bytes() == (a / "runs/whole/metrics.csv").read_bytes()
+
     resumed = _run([str(CLI), "train", "--resume", "../b/runs/cut"], cwd=c, timeout=600)
     assert resumed.returncode == 0, _explain(resumed)
     assert "resuming after chunk" in resumed.stderr, _explain(resumed)

@@ -1,0 +1,94 @@
+"""SIGINT and SIGTERM as a request to stop at the next safe point (standard library only).
+
+SLURM and Kubernetes send SIGTERM before they kill a job; Ctrl-C sends SIGINT.
+Python's default turns SIGINT into a KeyboardInterrupt raised wherever the main
+thread happens to be, which can be inside a library that swallows it (a bare
+`except:` around an optional import, Orbax's save threads) or leaves threads
+hanging; SIGTERM, by default, ends the process with no save at all. Inside
+`StopSignals` both only set `requested`, and the training loop stops at the
+next chunk boundary, after saving the chunk in flight. A second SIGINT, outside
+a save, raises KeyboardInterrupt at once for a user who does not want to wait.
+
+Contexts nest: an inner `StopSignals` (the runner's) joins the outer one (the
+command line's, entered before the slow imports), so a signal that arrives
+while JAX is still importing or compiling is kept until the loop can act on it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Callable, Optional
+
+__all__ = ["Interrupted", "StopSignals"]
+
+_ACTIVE: Optional["StopSignals"] = None
+
+
+class Interrupted(KeyboardInterrupt):
+    """Stopped by a signal, after the last whole chunk was saved.
+
+    A KeyboardInterrupt, so code that handles Ctrl-C handles it too.
+
+    Attributes:
+      signal_name: "SIGINT" or "SIGTERM".
+      exit_code: the shell's convention, 128 + the signal number (130, 143).
+    """
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.exit_code = 128 + int(getattr(signal, signal_name))
+
+
+class StopSignals:
+    """Turns SIGINT and SIGTERM into `requested` (the signal's name) while active.
+
+    Args:
+      say: prints one line (the notice that a stop was requested).
+
+    Handlers are installed only from the main thread, and never over a signal
+    the process ignores (a job started with SIGINT ignored keeps it so); the
+    previous handlers come back on exit. `saving` set to True makes even a
+    second SIGINT wait: a checkpoint save is never cut short.
+    """
+
+    def __init__(self, say: Callable[[str], None]):
+        self.requested: Optional[str] = None
+        self.saving = False
+        self._say = say
+        self._previous: dict = {}
+        self._outer: Optional[StopSignals] = None
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.requested is not None and signum == signal.SIGINT and not self.saving:
+            raise KeyboardInterrupt
+        if self.requested is None:
+            self._say(f"  {name}: stopping at the next chunk boundary, after saving"
+                      + (" (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""))
+        self.requested = name
+
+    def __enter__(self) -> "StopSignals":
+        global _ACTIVE
+        if _ACTIVE is not None:  # join the outer context: one request, seen by both
+            self._outer = _ACTIVE
+            return _ACTIVE
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(sig)
+                if previous not in (signal.SIG_IGN, None):
+                    self._previous[sig] = previous
+                    signal.signal(sig, self._handle)
+        _ACTIVE = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _ACTIVE
+        if self._outer is not None:
+            self._outer = None
+            return
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+        _ACTIVE = None
