@@ -426,6 +426,15 @@ class _ProgressBar:
 
 
 
+_NETWORK_NAMES = {"ActorCriticMLP": "mlp", "ActorCriticCNN": "cnn", "ActorCriticGRU": "gru",
+                  "ActorCriticMultiInput": "multi-input"}
+
+
+def network_name(module: Any) -> str:
+    """A short name for an algorithm's network ("mlp", "cnn", "gru", "multi-input"), else its class name."""
+    return _NETWORK_NAMES.get(type(module).__name__, type(module).__name__)
+
+
 def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional[int] = None,
           checkpoint_every: int = 5, stop_after_chunks: Optional[int] = None,
           progress: Any = True, on_chunk: Optional[Callable[[dict, int], None]] = None) -> RunResult:
@@ -509,7 +518,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
         jax.block_until_ready(states)
         compile_s = time.perf_counter() - compile_start
         updates_done = sum(lengths[:chunks_done])
-        say(f"  compile {compile_s:.1f} s; {spec.num_runs} runs in {len(groups)} group(s) over {mesh.size} "
+        say(f"  compile {compile_s:.1f} s; network {network_name(algorithm.module)}"
+            + (" (chosen by network=auto)" if getattr(spec.config, "network", None) == "auto" else "")
+            + f"; {spec.num_runs} runs in {len(groups)} group(s) over {mesh.size} "
             f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunks of {spec.chunk_updates} updates"
             + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
         if resume and host is not None and chunks_done < len(lengths):

@@ -283,7 +283,6 @@ def test_live_reference_reproduces_fixture():
                 # The golden tolerance (rtol 1e-5, atol 1e-5 * max(1, max|ref|)): torch's orthogonal init runs
                 # LAPACK's QR, whose CPU kernels differ by processor in the last bits (1.5e-6 seen on one
                 # Xeon against the fixture's machine); the integer fields below stay exact.
-                atol = 1e-5 * max(1.0, float(np.max(np.abs(expected))) if expected.size else 1.0)
-                np.testing.assert_allclose(got, expected, rtol=1e-5, atol=atol, err_msg=f"{kind}/{name}")
+                assert_close(got, expected, err_msg=f"{kind}/{name}")
             else:
                 np.testing.assert_array_equal(got, expected, err_msg=f"{kind}/{name}")

@@ -17,7 +17,7 @@ import pytest
 from jaxrl_rollout import optim
 from jaxrl_rollout.algorithms import a2c, ppo
 from jaxrl_rollout.networks import ActorCriticMLP
-from tests.golden.conftest import load, requires_torch
+from tests.golden.conftest import assert_close, load, requires_torch
 
 DATA = load("updates")
 CASE = {k[len("in/"):]: v for k, v in DATA.items() if k.startswith("in/")}
@@ -125,10 +125,12 @@ def test_live_reference_reproduces_fixture():
 
     torch.set_num_threads(1)
     case = ppo_reference.make_case()
+    # The golden tolerance, not bit equality: torch's orthogonal init (a LAPACK QR) differs in the last
+    # bits between processors (6e-8 on this machine's Xeon against the fixture's), and the updates with it.
     for k, v in case["weights"].items():
-        np.testing.assert_array_equal(v, WEIGHTS[k])
+        assert_close(v, WEIGHTS[k], err_msg=k)
     for name, out in (("ppo", ppo_reference.ppo_update(case)), ("a2c", ppo_reference.a2c_update(case))):
         expected = PPO_OUT if name == "ppo" else A2C_OUT
         assert set(out) == set(expected)
         for k, v in out.items():
-            np.testing.assert_allclose(v, expected[k], rtol=1e-6, atol=1e-7, err_msg=f"{name}/{k}")
+            assert_close(v, expected[k], err_msg=f"{name}/{k}")
