@@ -33,13 +33,13 @@ from benchmarks._common import command_line, machine_info, markdown_table, parse
 # env id -> (seeds, env steps per run). CartPole-v1 is the README's main job (8 seeds, 5e5 steps).
 SUITES = {
     "CartPole-v1": (8, 500_000),
-    "Breakout-MinAtar": (2, 1_000_000),
-    "brax/inverted_pendulum": (2, 500_000),
-    "jumanji/Snake-v1": (2, 500_000),
-    "craftax/Craftax-Classic-Symbolic-v1": (2, 500_000),
-    "xminigrid/MiniGrid-Empty-5x5": (2, 200_000),
-    "pgx/tic_tac_toe": (2, 500_000),
-    "navix/Navix-Empty-5x5-v0": (2, 200_000),
+    "Breakout-MinAtar": (2, 200_000),
+    "brax/inverted_pendulum": (2, 200_000),
+    "jumanji/Snake-v1": (2, 200_000),
+    "craftax/Craftax-Classic-Symbolic-v1": (2, 200_000),
+    "xminigrid/MiniGrid-Empty-5x5": (2, 100_000),
+    "pgx/tic_tac_toe": (2, 200_000),
+    "navix/Navix-Empty-5x5-v0": (2, 100_000),
     "gymnasium/CartPole-v1": (8, 500_000),
     "envpool/CartPole-v1": (8, 500_000),
 }
