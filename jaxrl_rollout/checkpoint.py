@@ -196,8 +196,27 @@ def _latest_step(folder: pathlib.Path) -> Optional[int]:
     return max(steps, default=None)
 
 
+def _refuse_links(folder: pathlib.Path) -> None:
+    """A CheckpointError if the checkpoints folder or any step in it is a symbolic link.
+
+    Orbax would read a linked step from wherever it points and fail to delete
+    it after the next save (rmtree refuses links): a run folder's checkpoints
+    must lie inside it, so a link is refused before anything is read or written.
+    """
+    root = folder / SUBFOLDER
+    links = [root] if root.is_symlink() else [p for p in root.iterdir() if p.is_symlink()] if root.is_dir() else []
+    if links:
+        raise CheckpointError(f"{links[0]} is a symbolic link to {os.readlink(links[0])}: a run's checkpoints must "
+                              "lie inside its folder; replace the link with what it points to.")
+
+
 def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
-    """Writes via `write(file)` to a temporary file in `folder`, fsyncs, then renames it to `name`."""
+    """Writes via `write(file)` to a temporary file in `folder`, fsyncs, then renames it to `name`.
+
+    A failed write (a full disk, an error in `write`) leaves any earlier file
+    `name` whole. The rename replaces a symbolic link at `name` itself, so a
+    link pointing out of the folder is never written through.
+    """
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -208,9 +227,11 @@ def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make checkpoints private
         os.replace(tmp, folder / name)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(error, OSError) and not error.filename:  # a failed write() names no file: name it
+            raise OSError(error.errno, error.strerror or str(error), str(folder / name)) from error
         raise
     return folder / name
 
@@ -236,6 +257,7 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     import orbax.checkpoint as ocp
 
     folder = _absolute(folder)
+    _refuse_links(folder)
     treedef_str, specs = _leaf_specs(state)
     leaves, impls, _ = flatten(state)
     leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in leaves]
@@ -276,6 +298,7 @@ def read_manifest(folder) -> dict:
     import orbax.checkpoint as ocp
 
     folder = _absolute(folder)
+    _refuse_links(folder)
     step = _latest_step(folder)
     if step is None:
         return _read_legacy_manifest(folder)

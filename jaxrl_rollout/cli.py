@@ -347,8 +347,12 @@ def _coarse_curve(metrics: dict) -> str:
     for window in np.array_split(np.arange(updates), min(10, updates)):  # ten parts, the first ones a step longer
         per_run = chunk_return({k: metrics[k][:, window] for k in ("episode_return", "num_episodes")})
         finite = per_run[np.isfinite(per_run)]
-        parts.append(f"{finite.mean():.0f}" if finite.size else "n/a")
-    return " ".join(parts)
+        if (metrics["num_episodes"][:, window].sum(1) > 0).sum() > finite.size:
+            parts.append("nan")  # episodes that returned NaN or inf: never shown as a mean of the others
+        else:
+            parts.append(f"{finite.mean():.0f}" if finite.size else "n/a")
+    text = " ".join(parts)
+    return text + (" (nan: a run's episodes returned NaN or inf)" if "nan" in parts else "")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -606,12 +610,16 @@ def _main(argv: list) -> int:
             return 2
     parser = build_parser()
     args = parser.parse_args(argv)
+    from jaxrl_rollout.runner import Diverged  # after _configure_jax_early: it imports the algorithms
     try:
         if args.command == "train":
             return run_train(args)
         if args.command == "evaluate":
             return run_evaluate(args)
         run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval)
+    except Diverged as error:  # the run trained to NaN or inf: its last finite checkpoint is kept
+        print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
+        return 3
     except ValueError as error:  # bad configs, folders and checkpoints (CheckpointError is a ValueError)
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 2

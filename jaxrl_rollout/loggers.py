@@ -20,6 +20,7 @@ folder, so a resumed run continues the same W&B runs.
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Any
 
@@ -140,6 +141,11 @@ class WandbLogger:
 
         wandb, folder, spec, mode, project = self._wandb, self._folder, self._spec, self._mode, self._project
         self._runs = []
+        if mode == "offline":
+            # W&B's process-wide set-up (made at the first init) reads these: without them it runs git and
+            # sends analytics even for an offline run. Set for the process, as that set-up outlives this call.
+            os.environ["WANDB_MODE"] = "offline"
+            os.environ["WANDB_DISABLE_GIT"] = "true"
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
             config = {"algo": spec.algo, "grid_point": g, "seed": s, "root_seed": spec.seed,
@@ -147,9 +153,16 @@ class WandbLogger:
             self._runs.append(wandb.init(
                 mode=mode, dir=str(folder), project=project, group=folder.name, name=f"g{g}_s{s}",
                 id=f"{folder.name}-g{g}-s{s}".replace("/", "-"), resume="allow", config=config,
-                reinit="create_new",
+                reinit="create_new", settings=self._settings(),
             ))
         return self._runs
+
+    def _settings(self):
+        """Offline: no network and no subprocess but W&B's own service (no git, system metrics or metadata)."""
+        if self._mode != "offline":
+            return None
+        return self._wandb.Settings(mode="offline", disable_git=True, x_disable_stats=True, x_disable_meta=True,
+                                    x_disable_machine_info=True, x_save_requirements=False)
 
     def log_chunk(self, metrics: dict, first_update: int) -> None:
         """Logs a chunk's metrics (name -> [R, updates]) at the runs' env steps; NaNs are left out."""

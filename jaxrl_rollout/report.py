@@ -11,6 +11,7 @@ A run with no episode in the window is left out and counted.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import pathlib
 import warnings
@@ -18,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxrl_rollout.checkpoint import write_atomic
 from jaxrl_rollout.runner import RunSpec, chunk_return
 
 __all__ = ["GridSummary", "final_returns", "format_summary", "grid_label", "summarize", "write_learning_curve",
@@ -36,30 +38,39 @@ def write_metrics_csv(path, spec: RunSpec, metrics: dict) -> None:
     Columns: grid_point, seed, update, step (cumulative env steps of the run
     after that update), one column per swept hyperparameter, metric, value.
     Floats are written with 9 significant digits (float32 round-trips); NaN
-    marks an update in which no episode ended.
+    marks an update in which no episode ended. The file is written atomically
+    (`checkpoint.write_atomic`): a failed write (a full disk) leaves the
+    previous file whole, and a symbolic link there is replaced, not written through.
     """
+    path = pathlib.Path(path)
+    write_atomic(path.parent, path.name, lambda f: _write_rows(f, spec, metrics))
+
+
+def _write_rows(binary, spec: RunSpec, metrics: dict) -> None:
     swept = spec.swept()
     batch = spec.config.batch_size
     names = sorted(metrics)
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["grid_point", "seed", "update", "step", *swept, "metric", "value"])
-        for r in range(spec.num_runs):
-            g, s = divmod(r, spec.num_seeds)
-            hp = [f"{getattr(spec.grid[g], k):g}" for k in swept]
-            for u in range(metrics[names[0]].shape[1]):
-                head = [g, s, u, (u + 1) * batch, *hp]
-                for name in names:
-                    value = metrics[name][r, u]
-                    writer.writerow([*head, name, f"{value:.9g}" if np.issubdtype(value.dtype, np.floating)
-                                     else int(value)])
+    f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
+    writer = csv.writer(f)
+    writer.writerow(["grid_point", "seed", "update", "step", *swept, "metric", "value"])
+    for r in range(spec.num_runs):
+        g, s = divmod(r, spec.num_seeds)
+        hp = [f"{getattr(spec.grid[g], k):g}" for k in swept]
+        for u in range(metrics[names[0]].shape[1]):
+            head = [g, s, u, (u + 1) * batch, *hp]
+            for name in names:
+                value = metrics[name][r, u]
+                writer.writerow([*head, name, f"{value:.9g}" if np.issubdtype(value.dtype, np.floating)
+                                 else int(value)])
+    f.flush()
+    f.detach()  # write_atomic fsyncs and closes the binary file
 
 
 def write_learning_curve(path, spec: RunSpec, metrics: dict) -> None:
     """Episode return against env steps: mean across seeds and a +-1 sd band, one line per grid point.
 
     Each update's value per seed is the mean return of the episodes that
-    ended in it; updates where no seed finished an episode are gaps.
+    ended in it; updates where no seed finished an episode are gaps. Written atomically, as the CSV.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -80,7 +91,8 @@ def write_learning_curve(path, spec: RunSpec, metrics: dict) -> None:
     ax.set_title(f"{spec.algo.upper()} on {spec.config.env_id}: mean over {spec.num_seeds} seeds, band +-1 sd")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    fig.savefig(path, dpi=120)
+    path = pathlib.Path(path)
+    write_atomic(path.parent, path.name, lambda f: fig.savefig(f, format="png", dpi=120))
 
 
 def final_returns(spec: RunSpec, metrics: dict) -> np.ndarray:
@@ -92,7 +104,12 @@ def final_returns(spec: RunSpec, metrics: dict) -> np.ndarray:
 
 
 class GridSummary(NamedTuple):
-    """Final return of one grid point: mean and 95% t-interval across seeds with a finite final return."""
+    """Final return of one grid point: mean and 95% t-interval across seeds with a finite final return.
+
+    num_seeds counts those seeds; missing the seeds with no episode in the
+    window; nonfinite the seeds whose episodes there returned NaN or inf
+    (left out of the mean and named in the summary, never counted as 0).
+    """
 
     grid_point: int
     label: str
@@ -101,6 +118,7 @@ class GridSummary(NamedTuple):
     high: float
     num_seeds: int
     missing: int
+    nonfinite: int = 0
 
 
 def summarize(spec: RunSpec, metrics: dict) -> list[GridSummary]:
@@ -108,12 +126,17 @@ def summarize(spec: RunSpec, metrics: dict) -> list[GridSummary]:
     from scipy import stats
 
     rows = []
+    updates = metrics["num_episodes"].shape[1]
+    window = max(1, updates // 10)
+    ended = (metrics["num_episodes"][:, updates - window:].sum(1) > 0).reshape(len(spec.grid), spec.num_seeds)
     for g, values in enumerate(final_returns(spec, metrics)):
         finite = values[np.isfinite(values)]
         n = finite.size
         mean = float(finite.mean()) if n else math.nan
         half = float(stats.t.ppf(0.975, n - 1) * finite.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-        rows.append(GridSummary(g, grid_label(spec, g), mean, mean - half, mean + half, n, values.size - n))
+        bad = int(np.count_nonzero(ended[g] & ~np.isfinite(values)))
+        rows.append(GridSummary(g, grid_label(spec, g), mean, mean - half, mean + half, n, values.size - n - bad,
+                                bad))
     return rows
 
 
@@ -124,8 +147,11 @@ def format_summary(rows: list[GridSummary], window_updates: int) -> str:
              "across seeds)", f"  {'#':>3}  {'grid point':<{width}}  {'mean':>9}  {'95% interval':>21}  seeds"]
     for r in rows:
         interval = f"[{r.low:9.2f}, {r.high:9.2f}]" if math.isfinite(r.low) else f"{'n/a':>21}"
-        seeds = f"{r.num_seeds}" + (f" ({r.missing} without episodes)" if r.missing else "")
-        lines.append(f"  {r.grid_point:>3}  {r.label:<{width}}  {r.mean:9.2f}  {interval}  {seeds}")
+        notes = [f"{r.missing} without episodes"] * bool(r.missing) + [f"{r.nonfinite} with NaN or inf returns"] * bool(
+            r.nonfinite)
+        seeds = f"{r.num_seeds}" + (f" ({'; '.join(notes)})" if notes else "")
+        mean = f"{r.mean:9.2f}" if math.isfinite(r.mean) else f"{'n/a':>9}"
+        lines.append(f"  {r.grid_point:>3}  {r.label:<{width}}  {mean}  {interval}  {seeds}")
     return "\n".join(lines)
 
 

@@ -54,7 +54,8 @@ from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
 from jaxrl_rollout.types import RolloutState
 
-__all__ = ["ALGORITHMS", "RunResult", "RunSpec", "check_host_run", "default_chunk_updates", "host_env",
+__all__ = ["ALGORITHMS", "Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
+           "host_env", "returns_text",
            "make_algorithm", "map_runs", "reopen_host_envs", "train"]
 
 FORMAT = "jaxrl_rollout.run/1"
@@ -64,6 +65,53 @@ ALGORITHMS = {
     "a2c": (a2c.A2CConfig, a2c.A2CHParams, a2c.make_a2c),
 }
 """algo name -> (config class, hyperparameter class, factory)."""
+
+
+class Diverged(ValueError):
+    """A run's loss, gradients or params stopped being finite (the `nonfinite` metric of an update was set).
+
+    `train` raises it at the end of the first chunk with such an update,
+    without saving that chunk: the run folder keeps the checkpoint of the
+    last chunk whose updates were all finite (saved before raising, if it
+    was not yet). The message names the update, the run and what was not finite.
+
+    Attributes:
+      update: the first bad update, counted from 1 over the whole run.
+      run: the first run (g * S + s) with a bad update there.
+      what: what was not finite, e.g. ["loss", "gradients"].
+    """
+
+    def __init__(self, message: str, update: int, run: int, what: list):
+        super().__init__(message)
+        self.update, self.run, self.what = update, run, what
+
+
+_NONFINITE_NAMES = ((1, "loss"), (2, "gradients"), (4, "params"))
+
+
+def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
+    """Raises `Diverged` if any update of a chunk's metrics (name -> [R, U]) has its `nonfinite` flag set.
+
+    The message names the first such update and run, what was not finite
+    (loss, gradients, params), and which reported metrics were NaN or inf there.
+    """
+    flags = chunk.get("nonfinite")
+    if flags is None or not flags.any():
+        return
+    u = int(np.argmax(flags.any(axis=0)))
+    r = int(np.argmax(flags[:, u] != 0))
+    what = [name for bit, name in _NONFINITE_NAMES if int(flags[r, u]) & bit]
+    bad = [k for k, v in sorted(chunk.items())
+           if k not in ("nonfinite", "episode_return", "episode_length", "explained_variance")
+           and np.issubdtype(v.dtype, np.floating) and not np.isfinite(v[r, u])]
+    runs = int(np.count_nonzero(flags[:, u]))
+    g, s = divmod(r, spec.num_seeds)
+    update = first_update + u + 1
+    raise Diverged(
+        f"training diverged at update {update} (step {update * spec.config.batch_size:,}) of run {r} (grid point "
+        f"{g}, seed {s}){f' and {runs - 1} other run(s)' if runs > 1 else ''}: non-finite {', '.join(what)}"
+        + (f" (metrics {', '.join(bad)})" if bad else "") + ". Lower the learning rate, check the env's rewards "
+        "and observations for NaN or inf, or clip them.", update, r, what)
 
 
 def default_chunk_updates(num_updates: int) -> int:
@@ -367,20 +415,38 @@ def _metric_arrays(metrics: Any) -> dict:
 
 
 def chunk_return(metrics: dict) -> np.ndarray:
-    """[R] episode-weighted mean return over a metrics window [R, U]; NaN where no episode ended."""
+    """[R] episode-weighted mean return over a metrics window [R, U]; NaN where no episode ended.
+
+    An update with episodes but a non-finite return makes its run's mean NaN
+    (or inf): never counted as 0. `returns_text` tells the two NaNs apart.
+    """
     counts = metrics["num_episodes"].astype(np.float64)
-    total = np.where(counts > 0, np.nan_to_num(metrics["episode_return"].astype(np.float64)), 0.0) * counts
+    total = np.where(counts > 0, metrics["episode_return"].astype(np.float64) * counts, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts.sum(1) > 0, total.sum(1) / counts.sum(1), np.nan)
 
 
-def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray) -> str:
+def returns_text(returns: np.ndarray, ended: np.ndarray) -> str:
+    """The progress line's return part from `chunk_return`'s [R] returns and [R] bool "an episode ended".
+
+    Runs with no episode are left out; runs whose episodes returned NaN or
+    inf are left out of the mean and counted, never averaged as 0.
+    """
+    finite = returns[np.isfinite(returns)]
+    bad = int(np.count_nonzero(ended & ~np.isfinite(returns)))
+    note = f", {bad} run(s) with a non-finite return" if bad else ""
+    if finite.size:
+        return (f"return {finite.mean():.1f} +- {finite.std():.1f} (min {finite.min():.1f}, max {finite.max():.1f}, "
+                f"{finite.size}/{returns.size} runs{note})")
+    return f"return n/a ({bad}/{returns.size} runs with a non-finite return)" if bad else "return n/a (no episode ended)"
+
+
+def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray,
+                   ended: np.ndarray) -> str:
     batch = spec.config.batch_size
     total = spec.config.num_updates * batch
     rate = steps_run / elapsed if elapsed > 0 else float("nan")
-    finite = returns[np.isfinite(returns)]
-    ret = (f"return {finite.mean():.1f} +- {finite.std():.1f} (min {finite.min():.1f}, max {finite.max():.1f}, "
-           f"{finite.size}/{returns.size} runs)" if finite.size else "return n/a (no episode ended)")
+    ret = returns_text(returns, ended)
     return (f"  step {updates * batch:>{len(f'{total:,}')},}/{total:,} ({100 * updates / spec.config.num_updates:5.1f}%)"
             f"  {rate:,.0f} steps/s  {ret}")
 
@@ -553,15 +619,25 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
                 outputs = [executables[b - a, length](s, h) for (a, b), s, h in zip(groups, states, group_hparams)]
                 chunk = [_metric_arrays(m) for _, m in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
+                try:
+                    check_finite(spec, chunk, updates_done)
+                except Diverged as diverged:
+                    if chunks_done > last_saved:  # the chunks before this one were finite: keep them
+                        save(states)
+                    kept = f"; the checkpoint after chunk {chunks_done} (update {updates_done}) in {folder} " \
+                           "is the last finite state" if folder is not None and chunks_done else ""
+                    say(f"  stopped: {diverged}{kept}")
+                    raise
                 # Only now, with every group's chunk done, does the run advance: an interrupt
                 # before this point leaves `states` at the last whole chunk.
                 states = [s for s, _ in outputs]
-                metrics = {k: np.concatenate([metrics[k], v], axis=1) if k in metrics else v for k, v in chunk.items()}
+                metrics = {k: np.concatenate([metrics.get(k, np.zeros((v.shape[0], updates_done), v.dtype)), v],
+                                             axis=1) for k, v in chunk.items()}  # zeros: a metric new since the checkpoint
                 chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
                 steps_run += length * spec.config.batch_size * spec.num_runs
                 returns = chunk_return(chunk)
                 elapsed = time.perf_counter() - run_start
-                say(_progress_line(spec, updates_done, elapsed, steps_run, returns)
+                say(_progress_line(spec, updates_done, elapsed, steps_run, returns, chunk["num_episodes"].sum(1) > 0)
                     + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
                 if bar is not None:
                     bar.update(updates_done, returns)

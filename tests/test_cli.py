@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxrl_rollout import cli
-from jaxrl_rollout.algorithms import ppo
+from jaxrl_rollout.algorithms import a2c, ppo
 
 # The config of tests/test_runner.py's SPEC (one compile when both modules run in one process):
 # 2 grid points x 2 seeds, 7 updates in chunks of 3 (+ a tail of 1), groups of 2 runs.
@@ -75,7 +75,7 @@ def test_sweep_outputs(sweep_run, capsys):
     assert list(rows[0]) == ["grid_point", "seed", "update", "step", "lr", "metric", "value"]
     assert {(r["grid_point"], r["seed"], r["lr"]) for r in rows} == {
         ("0", "0", "0.001"), ("0", "1", "0.001"), ("1", "0", "0.0003"), ("1", "1", "0.0003")}
-    assert len(rows) == 4 * 7 * 7  # runs x updates x metrics
+    assert len(rows) == 4 * 7 * (len(a2c.A2CMetrics._fields) - 1)  # runs x updates x metrics (env_steps left out)
     saved = json.loads((sweep_run / "config.json").read_text())
     assert [p["lr"] for p in saved["grid"]] == [1e-3, 3e-4] and saved["chunk_updates"] == 3
 

@@ -123,3 +123,24 @@ def mlp_policy(key, obs_dim: int = 4, num_actions: int = 2, deterministic: bool 
     net = ActorCritic()
     params = net.init(key, jnp.zeros((1, obs_dim)))
     return jr.categorical_policy(net.apply, deterministic=deterministic), params
+
+
+
+class NaNRewardEnv(CountingEnv):
+    """CountingEnv that never terminates (1000-step time limit) and pays NaN from env step `nan_at` on.
+
+    With num_steps T, update k (from 0) sees env steps k T + 1 ... (k + 1) T, so
+    the first update with a NaN reward is the one holding step `nan_at`.
+    """
+
+    def __init__(self, nan_at: int = 17):
+        super().__init__()
+        self.nan_at = nan_at
+
+    @property
+    def default_params(self) -> CountingParams:
+        return CountingParams(max_steps_in_episode=1000)
+
+    def step_env(self, key, state, action, params):
+        obs, new, reward, _, info = super().step_env(key, state, action, params)
+        return obs, new, jnp.where(new.time >= self.nan_at, jnp.nan, reward), jnp.bool_(False), info

@@ -36,7 +36,7 @@ from jaxrl_rollout import envs, prng
 
 __all__ = [
     "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
-    "choose_network", "grad_norm", "init_params_and_rollout", "is_self_play", "make_train_loop", "resolve_hparams",
+    "choose_network", "grad_norm", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "NONFINITE_PARAMS", "nonfinite_flags", "init_params_and_rollout", "is_self_play", "make_train_loop", "resolve_hparams",
     "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -157,6 +157,30 @@ def grad_norm(opt_state: Any, grads: Any) -> jax.Array:
     """
     norm = optax.tree.get(opt_state, "total_norm", None)
     return optax.tree.norm(grads) if norm is None else norm
+
+
+NONFINITE_LOSS = 1
+NONFINITE_GRADIENTS = 2
+NONFINITE_PARAMS = 4
+
+
+def nonfinite_flags(loss: jax.Array, grad_norm: jax.Array, params: Any) -> jax.Array:
+    """int32 bitmask of what was not finite in one update: 1 loss, 2 gradients, 4 params (0: all finite).
+
+    Cheap enough for every update: the loss and the gradient norm are reduced
+    to one finiteness test each (a NaN or inf anywhere makes their sums
+    non-finite), and the params to the sum of their leaves' sums (one small
+    reduction per tensor; an overflow past float32's range counts as non-finite).
+
+    Args:
+      loss: the update's losses, any shape (e.g. [U] per gradient step).
+      grad_norm: the global gradient norms before clipping, any shape.
+      params: the updated parameters.
+    """
+    params_sum = sum(jnp.sum(x, dtype=jnp.float32) for x in jax.tree.leaves(params))
+    return (jnp.where(jnp.isfinite(jnp.sum(loss)), 0, NONFINITE_LOSS)
+            | jnp.where(jnp.isfinite(jnp.sum(grad_norm)), 0, NONFINITE_GRADIENTS)
+            | jnp.where(jnp.isfinite(params_sum), 0, NONFINITE_PARAMS)).astype(jnp.int32)
 
 
 def explained_variance(values: jax.Array, returns: jax.Array) -> jax.Array:

@@ -83,7 +83,12 @@ class A2CState(NamedTuple):
 
 
 class A2CMetrics(NamedTuple):
-    """Per-update metrics; episode_return / episode_length are NaN when no episode completed."""
+    """Per-update metrics; episode_return / episode_length are NaN when no episode completed.
+
+    `nonfinite` is 0 when the update's loss, gradients and new params were all
+    finite, else an int32 bitmask of what was not (1 loss, 2 gradients, 4
+    params; see `PPOMetrics`).
+    """
 
     env_steps: jax.Array
     episode_return: jax.Array
@@ -93,6 +98,7 @@ class A2CMetrics(NamedTuple):
     value_loss: jax.Array
     entropy: jax.Array
     explained_variance: jax.Array
+    nonfinite: jax.Array
 
 
 A2C = _common.Algorithm
@@ -165,6 +171,7 @@ def make_a2c(config: A2CConfig) -> A2C:
         else:
             batch = batching.flatten_env_major({"obs": traj.obs, "action": traj.action, "returns": returns})
         params, opt_state, parts = learn_batch(module, optimizer(hp), state.params, state.opt_state, batch, hp)
+        nonfinite = _common.nonfinite_flags(parts["loss"], parts["grad_norm"], params)
         parts = {k: v for k, v in parts.items() if k in A2CMetrics._fields}
         episodes = episode_metrics(traj)
         metrics = A2CMetrics(
@@ -173,6 +180,7 @@ def make_a2c(config: A2CConfig) -> A2C:
             episode_length=episodes.mean_length,
             num_episodes=episodes.num_episodes,
             explained_variance=_common.explained_variance(traj.value, returns),
+            nonfinite=nonfinite,
             **parts,
         )
         return A2CState(params, opt_state, rollout_state), metrics

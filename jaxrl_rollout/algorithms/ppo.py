@@ -152,7 +152,11 @@ class PPOMetrics(NamedTuple):
     """Per-update metrics (leading axis: updates; per seed under vmap).
 
     episode_return and episode_length are NaN for an update in which no
-    episode completed; num_episodes says how many did.
+    episode completed; num_episodes says how many did. `nonfinite` is 0 when
+    the update's losses, gradients and new params were all finite, else an
+    int32 bitmask of what was not (`_common.nonfinite_flags`: 1 loss, 2
+    gradients, 4 params); `runner.train` stops at the first update that sets
+    it (`runner.Diverged`).
     """
 
     env_steps: jax.Array
@@ -165,6 +169,7 @@ class PPOMetrics(NamedTuple):
     approx_kl: jax.Array
     clip_fraction: jax.Array
     explained_variance: jax.Array
+    nonfinite: jax.Array
 
 
 PPO = _common.Algorithm
@@ -312,6 +317,7 @@ def make_ppo(config: PPOConfig) -> PPO:
             module, optimizer(hp), state.params, state.opt_state, data, indices, hp, recurrent=config.recurrent,
             clip_value_loss=config.clip_value_loss, normalize=config.normalize_advantages,
         )
+        nonfinite = _common.nonfinite_flags(parts["loss"], parts["grad_norm"], params)
         parts = {k: v for k, v in parts.items() if k in PPOMetrics._fields}
         episodes = episode_metrics(traj)
         metrics = PPOMetrics(
@@ -320,6 +326,7 @@ def make_ppo(config: PPOConfig) -> PPO:
             episode_length=episodes.mean_length,
             num_episodes=episodes.num_episodes,
             explained_variance=_common.explained_variance(traj.value, returns),
+            nonfinite=nonfinite,
             **{k: jnp.mean(v) for k, v in parts.items()},
         )
         return PPOState(params, opt_state, rollout_state, key, reward_scale), metrics

@@ -1,0 +1,143 @@
+"""A run's files: atomic writes, symbolic links out of the folder, a full disk, and W&B offline staying offline."""
+
+import csv
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_rollout import checkpoint, cli, report, runner
+from jaxrl_rollout.algorithms import ppo
+
+SPEC = runner.RunSpec("ppo", ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64), (ppo.PPOHParams(),), 2)
+METRICS = {"episode_return": np.ones((2, 2), np.float32), "num_episodes": np.ones((2, 2), np.int32)}
+
+
+def test_a_failed_metrics_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.csv"
+    path.write_text("old\n")
+    real = csv.writer
+
+    def failing(f):
+        writer = real(f)
+
+        class Half:
+            rows = 0
+
+            def writerow(self, row):
+                Half.rows += 1
+                if Half.rows == 3:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                writer.writerow(row)
+
+        return Half()
+
+    monkeypatch.setattr(csv, "writer", failing)
+    with pytest.raises(OSError, match="No space left") as raised:
+        report.write_metrics_csv(path, SPEC, METRICS)
+    assert raised.value.filename == str(path)  # the CLI's one line names it
+    assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["metrics.csv"]
+
+
+def test_symlinked_outputs_are_replaced_not_written_through(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("metrics.csv", "learning_curve.png"):
+        (outside / name).write_text("theirs")
+        (run / name).symlink_to(outside / name)
+    report.write_outputs(run, SPEC, METRICS)
+    for name in ("metrics.csv", "learning_curve.png"):
+        assert (outside / name).read_text() == "theirs"
+        assert not (run / name).is_symlink() and (run / name).stat().st_size > 6
+
+
+def test_a_symlinked_checkpoint_step_is_refused_in_one_line(tmp_path):
+    (tmp_path / "run").mkdir()
+    checkpoint.save(tmp_path / "run", 1, {"x": jnp.ones(3)}, {}, {})
+    step = tmp_path / "run" / checkpoint.SUBFOLDER / "1"
+    step.rename(tmp_path / "elsewhere")
+    step.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(checkpoint.CheckpointError, match="is a symbolic link to .*elsewhere"):
+        checkpoint.read_manifest(tmp_path / "run")
+    with pytest.raises(checkpoint.CheckpointError, match="is a symbolic link"):
+        checkpoint.save(tmp_path / "run", 2, {"x": jnp.ones(3)}, {}, {})
+    assert not (tmp_path / "run" / checkpoint.SUBFOLDER / "2").exists()
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs, mounted if this process may (root in a container that allows it), else skipped."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount permission)")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_exit_2_with_earlier_files_intact(tmp_path, full_disk, capsys):
+    args = ["train", "--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--seeds", "1",
+            "--num-minibatches", "2", "--update-epochs", "1", "--chunk-updates", "1", "--tensorboard", "false",
+            "--host-devices", "1", "--num-eval", "1"]
+    run = full_disk / "run"
+    assert cli.main([*args, "--out", str(run), "--stop-after-chunks", "1"]) == 0
+    config = (run / "config.json").read_text()
+    manifest = checkpoint.read_manifest(run)
+    try:
+        with open(full_disk / "ballast", "wb") as f:  # fill the disk
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(run), "--tensorboard", "false", "--host-devices", "1",
+                     "--num-eval", "1"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("jaxrl-rollout: error:")]
+    assert len(lines) == 1 and str(run) in lines[0] and "Traceback" not in err, err
+    assert (run / "config.json").read_text() == config
+    assert checkpoint.read_manifest(run) == manifest
+
+
+def test_wandb_offline_makes_no_network_call_and_runs_no_git(tmp_path):
+    pytest.importorskip("wandb")
+    script = textwrap.dedent(f"""
+        import socket, subprocess, sys
+        import numpy as np
+        from jaxrl_rollout import loggers, runner
+        from jaxrl_rollout.algorithms import ppo
+
+        calls = []
+        def refuse(name):
+            def call(*args, **kwargs):
+                calls.append((name, args[:1]))
+                raise OSError("network refused by the test")
+            return call
+        for name in ("getaddrinfo", "create_connection", "gethostbyname", "getfqdn"):
+            setattr(socket, name, refuse(name))
+        popen = subprocess.Popen.__init__
+        def no_git(self, args, *rest, **kwargs):
+            if "git" in str(args if isinstance(args, str) else args[0]):
+                calls.append(("git", args))
+            return popen(self, args, *rest, **kwargs)
+        subprocess.Popen.__init__ = no_git
+        spec = runner.RunSpec("ppo", ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64), (ppo.PPOHParams(),), 1)
+        log = loggers.WandbLogger({str(tmp_path)!r}, spec, mode="offline")
+        log.log_chunk({{"value_loss": np.ones((1, 2), np.float32)}}, 0)
+        log.close()
+        print("CALLS", calls)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert "CALLS []" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
