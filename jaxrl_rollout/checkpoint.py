@@ -305,7 +305,8 @@ def read_manifest(folder) -> dict:
     try:  # the item's handler alone: no barrier, so process 0 can read it while the others wait
         manifest = ocp.JsonCheckpointHandler().restore(folder / SUBFOLDER / str(step) / "manifest")
     except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
-        raise CheckpointError(f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {_one_line(error)}") from None
+        raise CheckpointError(
+            f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {_one_line(error)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{folder / SUBFOLDER / str(step)} holds no {FORMAT} manifest.")
     return manifest

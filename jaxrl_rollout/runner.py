@@ -438,7 +438,9 @@ def returns_text(returns: np.ndarray, ended: np.ndarray) -> str:
     if finite.size:
         return (f"return {finite.mean():.1f} +- {finite.std():.1f} (min {finite.min():.1f}, max {finite.max():.1f}, "
                 f"{finite.size}/{returns.size} runs{note})")
-    return f"return n/a ({bad}/{returns.size} runs with a non-finite return)" if bad else "return n/a (no episode ended)"
+    if bad:
+        return f"return n/a ({bad}/{returns.size} runs with a non-finite return)"
+    return "return n/a (no episode ended)"
 
 
 def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray,
@@ -631,8 +633,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
                 # Only now, with every group's chunk done, does the run advance: an interrupt
                 # before this point leaves `states` at the last whole chunk.
                 states = [s for s, _ in outputs]
+                # zeros for a metric that is new since the checkpoint was written
                 metrics = {k: np.concatenate([metrics.get(k, np.zeros((v.shape[0], updates_done), v.dtype)), v],
-                                             axis=1) for k, v in chunk.items()}  # zeros: a metric new since the checkpoint
+                                             axis=1) for k, v in chunk.items()}
                 chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
                 steps_run += length * spec.config.batch_size * spec.num_runs
                 returns = chunk_return(chunk)

@@ -35,8 +35,9 @@ from gymnax.environments import spaces
 from jaxrl_rollout import envs, prng
 
 __all__ = [
-    "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "explained_variance",
-    "choose_network", "grad_norm", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "NONFINITE_PARAMS", "nonfinite_flags", "init_params_and_rollout", "is_self_play", "make_train_loop", "resolve_hparams",
+    "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "choose_network",
+    "explained_variance", "grad_norm", "init_params_and_rollout", "is_self_play", "make_train_loop",
+    "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "NONFINITE_PARAMS", "resolve_hparams",
     "rollout_env_params", "setup", "space_leaves",
 ]
 
