@@ -70,7 +70,7 @@ def measure(cli: str, env_id: str, seeds: int, steps: int) -> dict:
             row["error"] = (train.stderr.strip().splitlines() or ["?"])[-1]
             return row
         out, err = train.stdout, train.stderr
-        row["network"] = _search(r"network (\w+)", err)
+        row["network"] = _search(r"network ([\w-]+)", err)
         row["compile_s"] = float(_search(r"compile ([\d.]+) s, run", out))
         row["run_s"] = float(_search(r"compile [\d.]+ s, run ([\d.]+) s", out))
         summary = re.search(r"\n\s+0\s+default\s+(\S+)\s+\[\s*(\S+),\s*(\S+)\]", out)
