@@ -22,6 +22,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import sys
 import time
 from typing import Optional, Sequence
@@ -47,6 +48,16 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _total_steps(text: str) -> int:
+    from jaxrl_rollout.algorithms._common import MAX_TOTAL_TIMESTEPS
+
+    value = _positive_int(text)
+    if value > MAX_TOTAL_TIMESTEPS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TOTAL_TIMESTEPS:,} (2**31 - 1) steps, the most the "
+                                         f"int32 step counters hold, got {value}")
+    return value
 
 
 def _host_devices(text: str):
@@ -136,10 +147,13 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--algo", choices=tuple(_algorithms()), help="algorithm (default: ppo)")
     run.add_argument("--env", help=f"gymnax env id, or SUITE/NAME for another suite, e.g. brax/ant (default: {DEFAULT_ENV})")
     run.add_argument("--seeds", type=_positive_int, help=f"seeds per grid point (default: {DEFAULT_SEEDS})")
-    run.add_argument("--total-steps", type=_positive_int, help="env steps per run (default: the config's, 500000)")
+    run.add_argument("--total-steps", type=_total_steps,
+                     help="env steps per run, at most 2**31 - 1 (default: the config's, 500000); with --resume, "
+                          "a larger count trains the run longer")
     run.add_argument("--seed", type=_int, help="root PRNG seed (default: 0)")
     run.add_argument("--out", metavar="FOLDER", help="output folder for a new run (default: runs/ALGO-ENV-TIME)")
-    run.add_argument("--resume", metavar="FOLDER", help="continue the run saved in FOLDER (same config)")
+    run.add_argument("--resume", metavar="FOLDER",
+                     help="continue the run saved in FOLDER (same config; --total-steps may extend it)")
     run.add_argument("--chunk-updates", type=_positive_int,
                      help="updates per jitted chunk (default: a divisor of the updates giving 10-100 chunks)")
     run.add_argument("--tensorboard", type=_bool, default=True, metavar="{true,false}",
@@ -218,6 +232,12 @@ def _build_spec(given: dict):
         if name in given and name not in hparams_cls._fields:
             raise ValueError(f"--{name.replace('_', '-')} is not a hyperparameter of {algo.upper()}; it has "
                              f"{', '.join('--' + f.replace('_', '-') for f in hparams_cls._fields)}.")
+    from jaxrl_rollout.algorithms._common import hparam_in_range, hparam_range_text
+
+    for name in hparams_cls._fields:
+        for value in given.get(name, ()):
+            if not hparam_in_range(name, value):
+                raise ValueError(f"--{name.replace('_', '-')} {value:g}: {name} must be {hparam_range_text(name)}.")
     config = config_cls(**fields)
     axes = {name: given[name] for name in hparams_cls._fields if name in given}
     grid = tuple(hparams_cls(**dict(zip(axes, point))) for point in itertools.product(*axes.values()))
@@ -231,79 +251,170 @@ def _differences(saved: dict, wanted: dict, names) -> list[str]:
             for n in names if norm(saved.get(n)) != norm(wanted.get(n))]
 
 
-def _prepare_folder(args, given: dict):
+def _prepare_folder(args, given: dict, stack: contextlib.ExitStack):
     """(spec, folder, resume) after every check; nothing is written before they pass.
 
-    With several processes, process 0 checks and writes the folder while the
-    others wait at a barrier, then read the same spec (so `--out` or
-    `--resume` must be given: a time-stamped default name could differ).
+    Process 0 takes the folder's lock (`_lock.FolderLock`) first and holds it
+    until `stack` closes, at the end of the command. With several processes,
+    process 0 checks and writes the folder while the others wait at a barrier,
+    then read the same spec (so `--out` or `--resume` must be given: a
+    time-stamped default name could differ).
     """
     import jax
 
     if jax.process_count() == 1:
-        return _prepare_folder_here(args, given)
+        return _prepare_folder_here(args, given, stack)
     if not (args.out or args.resume):
         raise ValueError("a multi-process run needs --out FOLDER (or --resume FOLDER), the same on every process.")
     from jax.experimental import multihost_utils
 
     from jaxrl_rollout.runner import read_spec
 
-    prepared = _prepare_folder_here(args, given) if jax.process_index() == 0 else None
+    prepared = _prepare_folder_here(args, given, stack) if jax.process_index() == 0 else None
     multihost_utils.sync_global_devices("jaxrl_rollout: run folder prepared")
     if prepared is not None:
         return prepared
     folder = pathlib.Path(args.resume or args.out)
     from jaxrl_rollout import checkpoint
 
-    return read_spec(folder), folder, bool(args.resume) and checkpoint.exists(folder)
+    spec = read_spec(folder)
+    if args.resume and "total_steps" in given:  # an extension's config.json is rewritten at its first save
+        spec = _with_total_steps(spec, given["total_steps"])
+    return spec, folder, bool(args.resume) and checkpoint.exists(folder)
 
 
-def _prepare_folder_here(args, given: dict):
-    from jaxrl_rollout import checkpoint, runner
-    from jaxrl_rollout.runner import read_spec
+def _with_total_steps(spec, total_steps: int):
+    """`spec` with config.total_timesteps = total_steps (the same spec if it already is)."""
+    if total_steps == spec.config.total_timesteps:
+        return spec
+    return dataclasses.replace(spec, config=dataclasses.replace(spec.config, total_timesteps=total_steps))
 
-    if args.resume:
-        if args.out:
-            raise ValueError("--out and --resume both given: a resumed run writes to its own folder.")
-        folder = pathlib.Path(args.resume)
-        saved = read_spec(folder)
-        diff = _differences(_spec_options(saved), given, given)
-        if diff:
-            raise ValueError(f"--resume {folder}: the run there has a different config:\n  " + "\n  ".join(diff))
-        if not checkpoint.exists(folder):  # stopped before its first checkpoint: it starts again from scratch
-            return saved, folder, False
-        checkpoint.read_manifest(folder)
-        return saved, folder, True
-    spec = _build_spec(given)
-    runner.check_host_run(spec, devices=args.devices)  # before the folder is written
-    if args.out:
-        folder = pathlib.Path(args.out)
-    else:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        folder = pathlib.Path("runs") / f"{spec.algo}-{spec.config.env_id.replace('/', '-')}-{stamp}"
-    if folder.exists():
-        if not folder.is_dir():
-            raise ValueError(f"--out {folder} is a file, not a folder.")
-        if (folder / "config.json").exists():
-            saved = read_spec(folder)
-            diff = _differences(_spec_options(saved), _spec_options(spec), _spec_options(spec))
-            if diff:
-                raise ValueError(f"--out {folder} already holds a different run:\n  " + "\n  ".join(diff))
-            raise ValueError(f"--out {folder} already holds this run; continue it with --resume {folder} "
-                             "or choose another --out.")
-        if any(folder.iterdir()):
-            raise ValueError(f"--out {folder} is not empty and holds no jaxrl-rollout run; choose another --out.")
-    option = f"--out {folder}" if args.out else f"the default run folder {folder}"
+
+def _check_devices(spec, devices) -> None:
+    """Refuses a `--devices` count the runs cannot shard over, before anything is written."""
+    from jaxrl_rollout import runner
+
+    runner.check_host_run(spec, devices=devices)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ValueError(f"{option}: cannot create the folder ({error.strerror or error}).") from None
+        runner.choose_devices([b - a for a, b in spec.groups], devices)
+    except ValueError as error:
+        raise ValueError(f"--devices {devices}: {error}") from None
+
+
+def _write_config(folder: pathlib.Path, spec, option: str) -> None:
+    from jaxrl_rollout import checkpoint
+
     text = json.dumps(spec.to_json(), indent=1) + "\n"
     try:
         checkpoint.write_atomic(folder, "config.json", lambda f: f.write(text.encode()))
     except OSError as error:
         raise ValueError(f"{option}: cannot write config.json ({error.strerror or error}).") from None
+
+
+def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
+    from jaxrl_rollout._lock import FolderLock
+
+    if args.resume:
+        if args.out:
+            raise ValueError("--out and --resume both given: a resumed run writes to its own folder.")
+        folder = pathlib.Path(args.resume)
+        option = f"--resume {folder}"
+        from jaxrl_rollout.runner import read_spec
+
+        read_spec(folder)  # a folder without a run is refused before a lock file is put in it
+        lock = FolderLock(folder).acquire(option)
+        try:
+            prepared = _prepare_resume(folder, given, args)
+        except BaseException:
+            lock.release(remove=lock.created)
+            raise
+        stack.callback(lock.release)
+        return prepared
+    spec = _build_spec(given)
+    _check_devices(spec, args.devices)  # before the folder is written
+    if args.out:
+        folder = pathlib.Path(args.out)
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        folder = pathlib.Path("runs") / f"{spec.algo}-{spec.config.env_id.replace('/', '-')}-{stamp}"
+    option = f"--out {folder}" if args.out else f"the default run folder {folder}"
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {folder} is a file, not a folder.")
+    created = next((p for p in [*reversed(folder.parents), folder] if not p.exists()), None)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"{option}: cannot create the folder ({error.strerror or error}).") from None
+    lock = FolderLock(folder)
+    try:
+        lock.acquire(option)  # before the checks: a second writer waits for none of them
+    except BaseException:
+        if created is not None and not lock.path.exists():  # ours alone: nobody else locked it
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    try:
+        _check_new_folder(folder, spec)
+        _write_config(folder, spec, option)
+    except BaseException:
+        if created is not None:  # a refused command leaves no folder
+            shutil.rmtree(created, ignore_errors=True)
+        lock.release(remove=lock.created)
+        raise
+    stack.callback(lock.release)
     return spec, folder, False
+
+
+def _check_new_folder(folder: pathlib.Path, spec) -> None:
+    """Refuses an `--out` folder that holds a run or other files (the lock file aside)."""
+    from jaxrl_rollout._lock import LOCK_NAME
+    from jaxrl_rollout.runner import read_spec
+
+    if (folder / "config.json").exists():
+        saved = read_spec(folder)
+        diff = _differences(_spec_options(saved), _spec_options(spec), _spec_options(spec))
+        if diff:
+            raise ValueError(f"--out {folder} already holds a different run:\n  " + "\n  ".join(diff))
+        raise ValueError(f"--out {folder} already holds this run; continue it with --resume {folder} "
+                         "or choose another --out.")
+    if any(p.name != LOCK_NAME for p in folder.iterdir()):
+        raise ValueError(f"--out {folder} is not empty and holds no jaxrl-rollout run; choose another --out.")
+
+
+def _prepare_resume(folder: pathlib.Path, given: dict, args):
+    """(spec, folder, resume) for `--resume FOLDER`, under the folder's lock.
+
+    config.json must match the spec saved with the checkpoint, and the given
+    options the saved ones, except `--total-steps`, which may extend the run
+    (never below the steps it has done). An extended run's config.json is
+    rewritten at its first checkpoint save (`_run_train`), so config.json and
+    the checkpoint agree at every moment a process could be stopped; with no
+    checkpoint yet it is rewritten here.
+    """
+    from jaxrl_rollout import checkpoint, runner
+
+    option = f"--resume {folder}"
+    saved = runner.read_spec(folder)
+    diff = _differences(_spec_options(saved), given, [n for n in given if n != "total_steps"])
+    if diff:
+        raise ValueError(f"{option}: the run there has a different config:\n  " + "\n  ".join(diff))
+    has_checkpoint = checkpoint.exists(folder)
+    done = 0
+    if has_checkpoint:
+        manifest = checkpoint.read_manifest(folder)
+        runner.check_checkpoint_spec(folder, saved, manifest)
+        done = manifest["meta"]["updates_done"]
+    spec = saved
+    if "total_steps" in given:
+        spec = _with_total_steps(saved, given["total_steps"])
+        if spec.config.num_updates < done:
+            batch = spec.config.batch_size
+            raise ValueError(f"--total-steps {given['total_steps']}: the run in {folder} has already trained "
+                             f"{done * batch:,} steps ({done} updates of {batch}); a resumed run can only be "
+                             "extended, to at least that many steps.")
+    _check_devices(spec, args.devices)
+    if spec != saved and not has_checkpoint:
+        _write_config(folder, spec, option)
+    return spec, folder, has_checkpoint
 
 
 def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
@@ -374,12 +485,34 @@ def _run_train(args: argparse.Namespace) -> int:
                "process_id": args.process_id}
     if any(v is not None for v in cluster.values()) and not args.distributed:
         raise ValueError("--coordinator, --num-processes and --process-id need --distributed.")
+    given = _given(args)
+    with contextlib.ExitStack() as stack:  # holds the run folder's lock until the command ends
+        return _train_in_folder(args, given, stack)
+
+
+def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.ExitStack) -> int:
     import jax
 
     from jaxrl_rollout import checkpoint, report, runner
 
-    given = _given(args)
-    spec, folder, resume = _prepare_folder(args, given)
+    spec, folder, resume = _prepare_folder(args, given, stack)
+    on_save = None
+    if resume and jax.process_index() == 0:
+        before = checkpoint.read_manifest(folder)["meta"]
+        saved_total = before.get("spec", {}).get("config", {}).get("total_timesteps", spec.config.total_timesteps)
+        if saved_total != spec.config.total_timesteps:
+            print(f"jaxrl_rollout: extending the run in {folder} from {saved_total:,} to "
+                  f"{spec.config.total_timesteps:,} steps per run")
+            if getattr(spec.config, "anneal_lr", False):
+                print(f"  anneal_lr: from update {before['updates_done']} on, the learning rate follows the new "
+                      f"total's linear schedule over {spec.config.num_updates} updates (it rises again after "
+                      "a finished run's decay)")
+            written = []
+
+            def on_save(chunks_done):  # config.json follows the checkpoint, never leads it
+                if not written:
+                    _write_config(folder, spec, f"--resume {folder}")
+                    written.append(chunks_done)
     cfg = spec.config
     steps = cfg.num_updates * cfg.batch_size
     grid = f"{len(spec.grid)} grid points x " if len(spec.grid) > 1 else ""
@@ -399,7 +532,7 @@ def _run_train(args: argparse.Namespace) -> int:
         try:
             result = runner.train(spec, folder, resume=resume, devices=args.devices,
                                   checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks,
-                                  on_chunk=loggers.chain(*(log.log_chunk for log in logs)))
+                                  on_chunk=loggers.chain(*(log.log_chunk for log in logs)), on_save=on_save)
         finally:
             for log in logs:
                 log.close()
@@ -411,7 +544,7 @@ def _run_train(args: argparse.Namespace) -> int:
           "over all runs"
           + (", this session" if resume else "") + ")")
     if not result.complete:
-        print(f"  stopped after chunk {result.chunks_done} of {len(spec.chunk_lengths)}; "
+        print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
               f"continue with: jaxrl-rollout train --resume {folder}")
         return 0
     # Every process takes part in gathering the runs' states; process 0 alone then evaluates and writes.
@@ -446,11 +579,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from jaxrl_rollout.runner import load_run
 
     spec, state, _, manifest = load_run(args.folder)
-    chunks_done, chunks = manifest["meta"]["chunks_done"], len(spec.chunk_lengths)
+    chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
     det = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 0), deterministic=True)
     sto = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 1), deterministic=False)
-    status = "final" if chunks_done == chunks else f"after chunk {chunks_done} of {chunks} (run incomplete)"
+    status = "final" if updates_done == spec.config.num_updates else (
+        f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
     print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "
           f"{status}), {args.num_episodes} episodes per run; return mean (std)")
     labels = [report.grid_label(spec, g) for g in range(len(spec.grid))]

@@ -50,6 +50,7 @@ from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.rollout import _vectorized
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
+from jaxrl_rollout.algorithms._common import check_hparams
 from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
 from jaxrl_rollout.types import RolloutState
@@ -115,11 +116,41 @@ def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
 
 
 def default_chunk_updates(num_updates: int) -> int:
-    """Updates per chunk: a divisor of num_updates giving 10 to 100 chunks if one exists, else ~20 chunks."""
-    divisors = [d for d in range(1, num_updates + 1) if num_updates % d == 0 and 10 <= num_updates // d <= 100]
-    if divisors:
-        return min(divisors, key=lambda d: abs(num_updates // d - 20))
+    """Updates per chunk: a divisor of num_updates giving 10 to 100 chunks if one exists, else ~20 chunks.
+
+    Of the chunk counts 10 to 100 that divide num_updates, the one nearest 20
+    (the larger on a tie); 91 candidates whatever the run's length.
+    """
+    counts = [k for k in range(100, 9, -1) if num_updates % k == 0]
+    if counts:
+        return num_updates // min(counts, key=lambda k: abs(k - 20))
     return max(1, math.ceil(num_updates / 20))
+
+
+def split_updates(num_updates: int, chunk_updates: int) -> list[int]:
+    """Chunk lengths for `num_updates` updates: full chunks of `chunk_updates`, then the remainder."""
+    n, c = num_updates, chunk_updates
+    return [c] * (n // c) + ([n % c] if n % c else [])
+
+
+def continued_lengths(spec: "RunSpec", chunks_done: int, updates_done: int) -> list[int]:
+    """Chunk lengths of `spec`'s run that has done `chunks_done` chunks, `updates_done` updates in all.
+
+    The done chunks, then the rest of `spec.config.num_updates` in chunks of
+    `spec.chunk_updates` (the last one shorter). For a run resumed with the spec
+    it was started with this is `spec.chunk_lengths`; a run extended to more
+    total steps (`train --resume F --total-steps N`) continues in whole chunks
+    after the ones it has done, even when its last chunk was a short one.
+    """
+    if updates_done > spec.config.num_updates:
+        raise ValueError(f"the run has done {updates_done} updates, more than the {spec.config.num_updates} of "
+                         f"total_timesteps={spec.config.total_timesteps}.")
+    planned = spec.chunk_lengths
+    if sum(planned[:chunks_done]) == updates_done:
+        return planned
+    c = spec.chunk_updates
+    done = [c] * (chunks_done - 1) + [updates_done - c * (chunks_done - 1)] if chunks_done else []
+    return done + split_updates(spec.config.num_updates - updates_done, c)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +185,13 @@ class RunSpec:
         object.__setattr__(self, "grid", tuple(self.grid))
         if not self.grid or any(not isinstance(h, hparams_cls) for h in self.grid):
             raise TypeError(f"grid must be a non-empty sequence of {hparams_cls.__name__}.")
+        for h in self.grid:
+            for name, value in h._asdict().items():
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise TypeError(f"grid: {name} must be a number, got {value!r}.")
+            check_hparams(h)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"seed must be an int, got {self.seed!r}.")
         for name in ("num_seeds", "chunk_updates") + (("max_parallel",) if self.max_parallel is not None else ()):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "chunk_updates" else 1):
@@ -172,8 +210,7 @@ class RunSpec:
     @property
     def chunk_lengths(self) -> list[int]:
         """Updates in each chunk: full chunks, then the remainder."""
-        n, c = self.config.num_updates, self.chunk_updates
-        return [c] * (n // c) + ([n % c] if n % c else [])
+        return split_updates(self.config.num_updates, self.chunk_updates)
 
     @property
     def groups(self) -> list[tuple[int, int]]:
@@ -213,9 +250,19 @@ class RunSpec:
         unknown = set(data["config"]) - set(defaults)
         if unknown:
             raise ValueError(f"saved config has fields {sorted(unknown)} that {config_cls.__name__} does not know.")
+        annotations = {f.name: str(f.type) for f in dataclasses.fields(config_cls)}
+        for name, value in data["config"].items():
+            _check_json_type(f"config.{name}", value, defaults[name], "Optional" in annotations[name])
+        for name in ("num_seeds", "seed", "chunk_updates"):
+            _check_json_type(name, data[name], 0, False)
+        _check_json_type("max_parallel", data["max_parallel"], 0, True)
+        if not isinstance(data["grid"], list) or not all(isinstance(p, dict) for p in data["grid"]):
+            raise ValueError("grid must be a list of hyperparameter objects.")
         fields = {k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in data["config"].items()}
         grid = []
         for point in data["grid"]:
+            for name, value in point.items():
+                _check_json_type(f"grid {name}", value, 0.0, False)
             unknown = set(point) - set(hparams_cls._fields)
             if unknown:
                 raise ValueError(f"saved grid has hyperparameters {sorted(unknown)} that {hparams_cls.__name__} "
@@ -223,6 +270,67 @@ class RunSpec:
             grid.append(hparams_cls(**point))
         return cls(algo, config_cls(**fields), tuple(grid), data["num_seeds"], data["seed"], data["chunk_updates"],
                    data["max_parallel"])
+
+
+def _check_json_type(name: str, value: Any, default: Any, optional: bool) -> None:
+    """A saved value of the kind its field takes (the kind of `default`), or a ValueError naming the field."""
+    if value is None and optional:
+        return
+    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,), tuple: (list,)}
+    kind = type(default) if default is not None else float
+    ok = isinstance(value, kinds.get(kind, (object,))) and (kind is bool or not isinstance(value, bool))
+    if ok and kind is tuple:
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    if not ok:
+        words = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+                 tuple: "a list of integers"}[kind]
+        raise ValueError(f"{name} must be {words}{' or null' if optional else ''}, got {json.dumps(value)}.")
+
+
+def spec_differences(a: dict, b: dict, names: tuple = ("config.json", "the checkpoint")) -> list[str]:
+    """"field: x in A, y in B" for every field where two `RunSpec.to_json` dicts differ (config.lr, grid[1].gamma).
+
+    NaN differs from everything, itself included, so a NaN saved on either side is always listed.
+    """
+    def flat(data: dict) -> dict:
+        out = {}
+        for key, value in data.items():
+            if key == "config" and isinstance(value, dict):
+                out.update({f"config.{k}": v for k, v in value.items()})
+            elif key == "grid" and isinstance(value, list):
+                out.update({f"grid[{i}].{k}": v for i, p in enumerate(value) if isinstance(p, dict)
+                            for k, v in p.items()})
+                out["grid points"] = len(value)
+            else:
+                out[key] = value
+        return out
+
+    fa, fb = flat(a), flat(b)
+    norm = lambda v: json.loads(json.dumps(v))  # noqa: E731  tuples and lists compare equal
+    return [f"{k}: {json.dumps(fa.get(k))} in {names[0]}, {json.dumps(fb.get(k))} in {names[1]}"
+            for k in dict.fromkeys([*fa, *fb]) if norm(fa.get(k)) != norm(fb.get(k))]
+
+
+def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tuple = ()) -> None:
+    """Refuses a config.json `spec` that differs from the spec saved in the checkpoint's manifest.
+
+    Both are written by `train`, so a difference means config.json was edited
+    (or a `--total-steps` extension stopped between its two writes). A
+    checkpoint of jaxrl_rollout 0.1 has no saved spec and is not compared.
+
+    Args:
+      folder: the run folder (for the message).
+      spec: the spec read from config.json.
+      manifest: `checkpoint.read_manifest(folder)`.
+      ignore: fields allowed to differ, e.g. ("config.total_timesteps",) when extending.
+    """
+    saved = manifest.get("meta", {}).get("spec")
+    if saved is None:
+        return
+    diff = [d for d in spec_differences(spec.to_json(), saved) if d.split(":")[0] not in ignore]
+    if diff:
+        raise ValueError(f"{folder}: config.json differs from the spec saved with its checkpoint (was it edited?):\n  "
+                         + "\n  ".join(diff))
 
 
 def make_algorithm(spec: RunSpec):
@@ -242,6 +350,7 @@ class RunResult(NamedTuple):
       complete: every chunk has run.
       compile_s: seconds spent compiling in this call; run_s: seconds in the chunk loop.
       num_devices: devices each group was sharded over.
+      num_chunks: chunks in the whole run (`continued_lengths`).
     """
 
     state: Any
@@ -253,6 +362,7 @@ class RunResult(NamedTuple):
     compile_s: float
     run_s: float
     num_devices: int
+    num_chunks: int = 0
 
 
 def choose_devices(group_sizes: Sequence[int], requested: Optional[int] = None) -> list:
@@ -505,15 +615,22 @@ def network_name(module: Any) -> str:
 
 def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional[int] = None,
           checkpoint_every: int = 5, stop_after_chunks: Optional[int] = None,
-          progress: Any = True, on_chunk: Optional[Callable[[dict, int], None]] = None) -> RunResult:
+          progress: Any = True, on_chunk: Optional[Callable[[dict, int], None]] = None,
+          on_save: Optional[Callable[[int], None]] = None) -> RunResult:
     """Trains every run of `spec` in jitted chunks; saves checkpoints to `folder` if given.
 
     Args:
       spec: the sweep.
       folder: where checkpoints go (must exist); None trains without saving.
       resume: continue from the checkpoint in `folder`, which must be of the
-        same spec (the caller checks config.json; the checkpoint's structure,
-        shapes and dtypes are checked here). A resumed run ends bit-identical
+        same spec (checked against the spec saved with the checkpoint, and its
+        structure, shapes and dtypes), except that `spec.config.total_timesteps`
+        may be larger, to train longer: the run continues in chunks of
+        `chunk_updates` up to the new total (`continued_lengths`). With
+        `anneal_lr` the learning rate then follows the new total's schedule,
+        lr * (1 - u / new updates) at update u, from the resumed update on: it
+        rises again after a finished run's decay, so the extended run is not
+        the same as a run started with the new total. A resumed run ends bit-identical
         to an uninterrupted one with the same spec on the same devices, except
         with a host env, whose envs restart their episodes at the resume
         (`reopen_host_envs`).
@@ -529,6 +646,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
         `on_chunk(metrics, first_update)` with the chunk's metrics (name ->
         [R, chunk updates] numpy arrays) and the updates done before it (a
         logger's hook, e.g. `loggers.TensorBoardLogger.log_chunk`).
+      on_save: called on process 0 after every checkpoint save with the chunks
+        done (the command line rewrites config.json after an extended run's first save).
 
     Returns:
       A `RunResult`.
@@ -562,8 +681,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
                         out_shardings=sharding)
         if resume:
             template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
+            check_checkpoint_spec(folder, spec, checkpoint.read_manifest(folder), ignore=("config.total_timesteps",))
             loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
             chunks_done = manifest["meta"]["chunks_done"]
+            lengths = continued_lengths(spec, chunks_done, manifest["meta"]["updates_done"])
             states = [loaded] if len(groups) == 1 else [
                 jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(loaded)
                 for a, b in groups]
@@ -606,6 +727,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
                                 {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
             finally:
                 signals.saving = False
+            if on_save is not None and jax.process_index() == 0:
+                on_save(chunks_done)
 
         run_start = time.perf_counter()
         host_start = host.stats() if host is not None else None
@@ -668,7 +791,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional
         merged = states[0] if len(states) == 1 else merge(*states)
         updates_run = sum(lengths[chunks_done - ran:chunks_done])
         return RunResult(merged, metrics, updates_done, updates_run, chunks_done, chunks_done == len(lengths),
-                         compile_s, run_s, mesh.size)
+                         compile_s, run_s, mesh.size, len(lengths))
 
 
 def read_spec(folder) -> RunSpec:
@@ -695,6 +818,7 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
         corrupt or mismatched checkpoint.
     """
     spec = read_spec(folder)
+    check_checkpoint_spec(folder, spec, checkpoint.read_manifest(folder))
     algorithm = make_algorithm(spec)
     template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
     state, extras, manifest = checkpoint.load(folder, template)

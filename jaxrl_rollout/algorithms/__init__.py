@@ -18,11 +18,18 @@ H = TypeVar("H")
 
 
 def stack_hparams(hparams: Sequence[H]) -> H:
-    """Stacks hyperparameter records field by field into one record of [G] float32 arrays, for vmap."""
+    """Stacks hyperparameter records field by field into one record of [G] float32 arrays, for vmap.
+
+    Every record is checked first (`_common.check_hparams`): a ValueError names a field out of its range.
+    """
     hparams = list(hparams)
     if not hparams:
         raise ValueError("stack_hparams needs at least one hyperparameter record.")
     kinds = {type(h) for h in hparams}
     if len(kinds) != 1:
         raise TypeError(f"stack_hparams needs records of one type, got {sorted(k.__name__ for k in kinds)}.")
+    from jaxrl_rollout.algorithms._common import check_hparams
+
+    for h in hparams:
+        check_hparams(h)
     return jax.tree.map(lambda *xs: jnp.asarray(xs, jnp.float32), *hparams)

@@ -35,16 +35,71 @@ from gymnax.environments import spaces
 from jaxrl_rollout import envs, prng
 
 __all__ = [
-    "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_positive", "choose_network",
-    "explained_variance", "grad_norm", "init_params_and_rollout", "is_self_play", "make_train_loop",
-    "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "NONFINITE_PARAMS", "resolve_hparams",
-    "rollout_env_params", "setup", "space_leaves",
+    "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_hparams", "check_positive",
+    "choose_network", "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
+    "make_train_loop", "MAX_TOTAL_TIMESTEPS", "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
+    "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
 NETWORKS = ("auto", "mlp", "cnn", "gru")
 
 # The most agent moves in an evaluation game of a self-play pgx game; a game still running then counts as a draw.
 SELF_PLAY_EVAL_MAX_MOVES = 1000
+
+
+# The most env steps in one run: the step counters are int32 (the metrics' cumulative env_steps in
+# `make_train_loop`, the optimiser's step count that drives anneal_lr), so a longer run would wrap around.
+MAX_TOTAL_TIMESTEPS = 2**31 - 1
+
+HPARAM_RANGES = {
+    "lr": (0.0, False, None, False),
+    "gamma": (0.0, True, 1.0, True),
+    "gae_lambda": (0.0, True, 1.0, True),
+    "clip_eps": (0.0, False, None, False),
+    "ent_coef": (0.0, True, None, False),
+    "vf_coef": (0.0, True, None, False),
+    "max_grad_norm": (0.0, False, None, False),
+}
+"""Hyperparameter name -> (low, low included, high or None, high included): the valid values of PPO's and A2C's."""
+
+
+def hparam_range_text(name: str) -> str:
+    """The valid range of a hyperparameter in words: "> 0", "in [0, 1]"."""
+    low, low_in, high, high_in = HPARAM_RANGES[name]
+    if high is None:
+        return f"{'>=' if low_in else '>'} {low:g}"
+    return f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+
+
+def hparam_in_range(name: str, value: float) -> bool:
+    """Whether one concrete value is valid for `name` (NaN never is; names without a range always are)."""
+    if name not in HPARAM_RANGES:
+        return True
+    low, low_in, high, high_in = HPARAM_RANGES[name]
+    ok = value >= low if low_in else value > low
+    if high is not None:
+        ok = ok and (value <= high if high_in else value < high)
+    return bool(ok)
+
+
+def check_hparams(hparams: Any) -> None:
+    """Checks every concrete field of a hyperparameter record against `HPARAM_RANGES`; ValueError names it.
+
+    Fields may be Python floats or arrays (a stacked grid, [G]); every element
+    is checked. Traced values (inside `jax.jit` or `jax.vmap`) cannot be read
+    at trace time and are skipped: check a record before you trace with it,
+    or let `train` / `init` check it when called eagerly.
+    """
+    for name in hparams._fields:
+        if name not in HPARAM_RANGES:
+            continue
+        try:
+            values = np.asarray(getattr(hparams, name), dtype=np.float64).ravel()
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            continue  # traced: its value is not known until it runs
+        bad = [v for v in values if not hparam_in_range(name, v)]
+        if bad:
+            raise ValueError(f"{name} must be {hparam_range_text(name)}, got {bad[0]:g}.")
 
 
 def check_positive(name: str, value: Any) -> None:
@@ -237,11 +292,15 @@ class Algorithm(NamedTuple):
 
 
 def resolve_hparams(hparams: Any, cls: type) -> Any:
-    """`cls()` for None, the record itself if it is a `cls`, else a TypeError naming the argument."""
+    """`cls()` for None, the record itself if it is a `cls` (checked by `check_hparams`), else a TypeError.
+
+    A ValueError names a concrete field out of its range; traced fields are not checked.
+    """
     if hparams is None:
         return cls()
     if not isinstance(hparams, cls):
         raise TypeError(f"hparams must be a {cls.__name__}, got {type(hparams).__name__}.")
+    check_hparams(hparams)
     return hparams
 
 
@@ -396,6 +455,9 @@ def check_common_config(cfg) -> None:
     """Checks the fields PPO and A2C configs share; raises ValueError naming the field."""
     for name in ("num_envs", "num_steps", "total_timesteps"):
         check_positive(name, getattr(cfg, name))
+    if cfg.total_timesteps > MAX_TOTAL_TIMESTEPS:
+        raise ValueError(f"total_timesteps={cfg.total_timesteps} is more than {MAX_TOTAL_TIMESTEPS:,} (2**31 - 1), "
+                         "the most env steps the int32 step counters of a run hold.")
     check_choice("network", cfg.network, NETWORKS)
     check_choice("activation", cfg.activation, ("tanh", "relu"))
     if not cfg.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in cfg.hidden_sizes):

@@ -67,7 +67,14 @@ class A2CConfig(_common.ConfigSizes):
 
 
 class A2CHParams(NamedTuple):
-    """Traced hyperparameters; defaults are the seed's (baselines) values."""
+    """Traced hyperparameters; defaults are the seed's (baselines) values.
+
+    Valid values: lr > 0, 0 <= gamma <= 1, ent_coef >= 0,
+    vf_coef >= 0, max_grad_norm > 0 (`_common.HPARAM_RANGES`). `init`, `update`, `train`
+    and `stack_hparams` raise a ValueError naming a field out of range when its value is
+    concrete (Python floats, concrete arrays); traced values (inside `jax.jit` or
+    `jax.vmap`) cannot be read at trace time and are not checked.
+    """
 
     lr: float = 7e-4
     gamma: float = 0.99

@@ -116,7 +116,14 @@ class PPOConfig(_common.ConfigSizes):
 
 
 class PPOHParams(NamedTuple):
-    """Traced hyperparameters (vmappable for sweeps); defaults are CleanRL's CartPole values."""
+    """Traced hyperparameters (vmappable for sweeps); defaults are CleanRL's CartPole values.
+
+    Valid values: lr > 0, 0 <= gamma <= 1, 0 <= gae_lambda <= 1, clip_eps > 0, ent_coef >= 0,
+    vf_coef >= 0, max_grad_norm > 0 (`_common.HPARAM_RANGES`). `init`, `update`, `train`
+    and `stack_hparams` raise a ValueError naming a field out of range when its value is
+    concrete (Python floats, concrete arrays); traced values (inside `jax.jit` or
+    `jax.vmap`) cannot be read at trace time and are not checked.
+    """
 
     lr: float = 2.5e-4
     gamma: float = 0.99

@@ -1,0 +1,189 @@
+"""No run lost, none silently wrong (#25): one writer per folder, checks before writing, resume and extension."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from jaxrl_rollout import checkpoint, cli, runner
+from jaxrl_rollout._lock import LOCK_NAME, FolderLock, FolderLocked
+from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# 2 updates of 4 envs x 8 steps, in chunks of 1, 2 seeds.
+SMALL = ["--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--seeds", "2", "--num-eval", "1",
+         "--tensorboard", "false"]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _cli(*args, cwd):
+    return subprocess.Popen([sys.executable, "-m", "jaxrl_rollout", *args], cwd=cwd, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _holder(folder, exit_at_once=False):
+    """A process that locks `folder` and holds the lock until its stdin closes (or exits at once)."""
+    code = textwrap.dedent(f"""
+        import sys
+        from jaxrl_rollout._lock import FolderLock
+        FolderLock({str(folder)!r}).acquire("test")
+        print("locked", flush=True)
+        {"" if exit_at_once else "sys.stdin.read()"}
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=_env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("guard") / "run"
+    assert cli.main(["train", *SMALL, "--out", str(folder)]) == 0
+    return folder
+
+
+def test_two_writers_racing_on_one_folder_one_is_refused(tmp_path):
+    procs = [_cli("train", *SMALL, "--out", "race", cwd=tmp_path) for _ in range(2)]
+    outs = []
+    for proc in procs:
+        try:
+            outs.append((*proc.communicate(timeout=300), proc.returncode))
+        finally:
+            proc.kill()
+    codes = sorted(rc for _, _, rc in outs)
+    assert codes == [0, 2], outs
+    err = next(e for _, e, rc in outs if rc == 2)
+    # Refused by the lock, or (if the first had already finished) by the folder check; never a traceback.
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    assert ("--out race: the run folder is in use by pid" in err and "on host" in err) or "already holds" in err
+    spec = runner.read_spec(tmp_path / "race")
+    runner.check_checkpoint_spec(tmp_path / "race", spec, checkpoint.read_manifest(tmp_path / "race"))
+
+
+def test_resume_while_another_process_holds_the_lock_exits_2(small_run, tmp_path, capsys):
+    holder = _holder(small_run)
+    try:
+        assert cli.main(["train", "--resume", str(small_run)]) == 2
+        assert cli.main(["train", *SMALL, "--out", str(small_run)]) == 2
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    err = capsys.readouterr().err
+    assert f"--resume {small_run}: the run folder is in use by pid {holder.pid} on host" in err
+    assert f"--out {small_run}: the run folder is in use by pid {holder.pid}" in err
+
+
+def test_a_dead_holders_lock_is_taken_over(small_run, tmp_path, capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(small_run, folder)
+    dead = _holder(folder, exit_at_once=True)
+    dead.wait(timeout=60)
+    assert f"pid {dead.pid} " in (folder / LOCK_NAME).read_text()  # the file stays; the flock went with the process
+    assert cli.main(["train", "--resume", str(folder)]) == 0
+    with FolderLock(folder).acquire("test"):
+        with pytest.raises(FolderLocked, match=f"in use by pid {os.getpid()} on host"):
+            FolderLock(folder).acquire("test")  # a second descriptor, even in the same process, is refused
+
+
+@pytest.mark.parametrize("bad", [
+    ["--devices", "3", "--seeds", "4"], ["--lr", "-1"], ["--gamma", "2"], ["--gae-lambda", "-3"],
+    ["--lr", "1e-3,0"], ["--max-grad-norm", "0"], ["--ent-coef", "-0.1"]])
+def test_refused_commands_exit_2_and_leave_no_folder(bad, tmp_path, capsys):
+    assert cli.main(["train", *SMALL, *bad, "--out", str(tmp_path / "runs" / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"jaxrl-rollout: error: {bad[0]} ") and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_gamma_message_names_the_option_and_range(tmp_path, capsys):
+    assert cli.main(["train", *SMALL, "--gamma", "2", "--out", str(tmp_path / "x")]) == 2
+    assert "--gamma 2: gamma must be in [0, 1]" in capsys.readouterr().err
+
+
+def test_huge_step_counts_are_refused_at_once(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", *SMALL, "--total-steps", "99999999999999999999999", "--out", str(tmp_path / "x")])
+    assert exit_.value.code == 2 and not (tmp_path / "x").exists()
+    assert "--total-steps: expected at most 2,147,483,647" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="total_timesteps=2147483648 is more than"):
+        ppo.PPOConfig(total_timesteps=2**31)
+    assert runner.default_chunk_updates(10**12) == 10**12 // 20  # no loop over every update
+    assert runner.default_chunk_updates(976) == 61 and runner.default_chunk_updates(7) == 1
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("lr", 0.0, "lr must be > 0"), ("gamma", 1.5, r"gamma must be in \[0, 1\]"),
+    ("gae_lambda", -0.1, r"gae_lambda must be in \[0, 1\]"), ("clip_eps", 0.0, "clip_eps must be > 0"),
+    ("ent_coef", -1.0, "ent_coef must be >= 0"), ("vf_coef", math.nan, "vf_coef must be >= 0"),
+    ("max_grad_norm", -1.0, "max_grad_norm must be > 0")])
+def test_python_hparams_out_of_range_are_a_value_error(field, value, words):
+    bad = ppo.PPOHParams(**{field: value})
+    with pytest.raises(ValueError, match=words):
+        stack_hparams([ppo.PPOHParams(), bad])
+    with pytest.raises(ValueError, match=words):
+        runner.RunSpec("ppo", ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64), (bad,), num_seeds=1)
+
+
+def test_python_init_checks_concrete_hparams_and_skips_traced_ones():
+    config = a2c.A2CConfig(num_envs=2, num_steps=4, total_timesteps=8)
+    algorithm = a2c.make_a2c(config)
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got 2"):
+        algorithm.init(key, a2c.A2CHParams(gamma=2.0))
+    with pytest.raises(ValueError, match="lr must be > 0, got -1"):
+        algorithm.init(key, stack_hparams([a2c.A2CHParams()])._replace(lr=np.array([1e-3, -1.0])))
+    traced = jax.eval_shape(lambda g: algorithm.init(key, a2c.A2CHParams(gamma=g)), 2.0)  # not checkable: traced
+    assert traced is not None
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["grid"][0].update(lr=0.5), ["grid[0].lr: 0.5 in config.json, 0.00025 in the checkpoint"]),
+    (lambda d: d["grid"][0].update(lr=math.nan), ["lr must be > 0, got nan"]),
+    (lambda d: d["config"].update(total_timesteps=128), ["config.total_timesteps: 128 in config.json, 64 in"]),
+    (lambda d: d.update(seed="abc"), ['seed must be an integer, got "abc"'])])
+def test_edited_config_json_is_refused_naming_the_fields(edit, words, small_run, tmp_path, capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(small_run, folder)
+    data = json.loads((folder / "config.json").read_text())
+    edit(data)
+    (folder / "config.json").write_text(json.dumps(data))
+    assert cli.main(["train", "--resume", str(folder)]) == 2
+    assert cli.main(["evaluate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert all(err.count(w) == 2 for w in words) and "Traceback" not in err, err
+    assert not any(p.name.startswith(".config.json") for p in folder.iterdir())
+
+
+def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(small_run, folder)
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "128"]) == 0
+    out = capsys.readouterr().out
+    assert f"extending the run in {folder} from 64 to 128 steps per run" in out and "anneal_lr" in out
+    spec = runner.read_spec(folder)
+    meta = checkpoint.read_manifest(folder)["meta"]
+    assert spec.config.total_timesteps == 128 and meta["spec"] == spec.to_json()
+    assert meta["updates_done"] == 4 and meta["chunks_done"] == 4
+    assert cli.main(["evaluate", str(folder)]) == 0 and "checkpoint final" in capsys.readouterr().out
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "64"]) == 2
+    assert "has already trained 128 steps (4 updates of 32)" in capsys.readouterr().err
+
+
+def test_an_extended_run_continues_in_whole_chunks_after_a_short_last_one():
+    config = a2c.A2CConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 10)
+    spec = runner.RunSpec("a2c", config, (a2c.A2CHParams(),), num_seeds=1, chunk_updates=3)
+    assert runner.continued_lengths(spec, 3, 7) == [3, 3, 1, 3]  # 7 updates were [3, 3, 1]
+    assert runner.continued_lengths(spec, 2, 6) == spec.chunk_lengths == [3, 3, 3, 1]
+    with pytest.raises(ValueError, match="done 11 updates"):
+        runner.continued_lengths(spec, 4, 11)
