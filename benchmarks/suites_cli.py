@@ -78,6 +78,9 @@ def measure(cli: str, env_id: str, seeds: int, steps: int) -> dict:
             row["final_return"], row["interval"] = float(summary.group(1)), [float(summary.group(2)),
                                                                              float(summary.group(3))]
         row["eval"] = _search(r"deterministic evaluation, (.*)", out)
+        wdl = _search(r"legal-move opponent \(seat drawn per game\): (win .*?); per run", out)
+        if wdl:  # a two-player game: win, draw and loss rates against a random legal-move player
+            row["eval"] = wdl
         evaluated, _ = _run([cli, "evaluate", folder], work)
         row["evaluate_exit"] = evaluated.returncode
         if evaluated.returncode != 0:
@@ -100,7 +103,7 @@ def main() -> None:
     rows = []
     for env_id in ids:
         seeds, steps = SUITES[env_id]
-        row = measure(args.cli, env_id, seeds, QUICK_STEPS if args.quick else steps)
+        row = measure(os.path.abspath(args.cli), env_id, seeds, QUICK_STEPS if args.quick else steps)
         rows.append(row)
         print(f"{env_id}: {row}", file=sys.stderr, flush=True)
     table = markdown_table(

@@ -112,6 +112,18 @@ def test_spaces():
 
 
 @needs_navix
+def test_evaluate_is_bounded_by_the_env_horizon():
+    """`evaluate` (and so the CLI's evaluation) finds navix's time limit without a `max_steps`."""
+    env, params = envs.make(ENV_ID)
+    assert env.max_steps_in_episode(params) == env.max_steps
+    spin = lambda p, obs, key: jr.PolicyOutput(jnp.zeros(obs.shape[0], jnp.int32), jnp.zeros(obs.shape[0]),  # noqa: E731
+                                               jnp.zeros(obs.shape[0]))
+    result = jax.jit(lambda key: jr.evaluate(env, params, spin, None, key, 2))(jax.random.key(0))
+    np.testing.assert_array_equal(result.lengths, [env.max_steps] * 2)  # truncated at the horizon, then stopped
+    assert bool(result.completed.all())
+
+
+@needs_navix
 def test_termination_and_truncation_through_rollout():
     _, traj = scripted_rollout()
     # Env 0 reaches the goal on its 5th step (t = 4); env 1 is truncated on its 6th (t = 5).

@@ -129,6 +129,10 @@ class NavixEnv(_base.SameStepEnv):
         """navix's truncation horizon: a step with `t >= max_steps` is truncated."""
         return int(self._env.max_steps)
 
+    def max_steps_in_episode(self, params: Any = None) -> int:
+        """The truncation horizon (`max_steps`), which bounds `evaluate`'s episodes."""
+        return self.max_steps
+
     def action_space(self, params: Any = None) -> Any:
         return self._action_space
 
