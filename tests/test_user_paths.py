@@ -6,6 +6,7 @@ relative run folders, so the paths a user walks are the paths tested. The README
 and its suite table are read from README.md here, so they cannot drift from what is tested.
 """
 
+import contextlib
 import os
 import pathlib
 import re
@@ -123,6 +124,17 @@ def test_every_suite_trains_and_evaluates_from_the_command_line(env_id, tmp_path
     assert "checkpoint final" in evaluated.stdout and "Traceback" not in evaluated.stderr, _explain(evaluated)
 
 
+@contextlib.contextmanager
+def _ended(process: subprocess.Popen):
+    """Kills `process` on the way out if it is still running (a failed assertion, a time-out)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 SMALL = ["--seeds", "2", "--num-envs", "4", "--num-steps", "16", "--total-steps", "6400", "--chunk-updates", "1",
          "--num-eval", "2"]
 
@@ -139,7 +151,7 @@ def test_ctrl_c_and_sigterm_then_resume_by_relative_paths(tmp_path):
     process = subprocess.Popen([str(CLI), "train", *SMALL, "--checkpoint-every", "1", "--out", "runs/cut"], cwd=b,
                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
+    with _ended(process):
         lines, progress = [], 0
         while progress < 2:  # the second chunk's line: the first chunk's checkpoint is committed
             line = process.stderr.readline()
@@ -150,10 +162,6 @@ def test_ctrl_c_and_sigterm_then_resume_by_relative_paths(tmp_path):
         assert process.poll() is None, "the run ended before it could be interrupted: " + "".join(lines)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     err = "".join(lines) + err
     assert process.returncode == 130, f"exit {process.returncode}\n{out}\n{err}"
     assert "continue with: jaxrl-rollout train --resume runs/cut" in err, err
@@ -162,14 +170,10 @@ def test_ctrl_c_and_sigterm_then_resume_by_relative_paths(tmp_path):
     # holds only config.json, and --resume starts it from scratch.
     process = subprocess.Popen([str(CLI), "train", *SMALL, "--out", "runs/early"], cwd=b, env=_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with _ended(process):
         assert process.stdout.readline().startswith("jaxrl_rollout: PPO on CartPole-v1")  # the folder is written
         process.send_signal(signal.SIGTERM)
         out, early_err = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert process.returncode == 143, f"exit {process.returncode}\n{out}\n{early_err}"
     assert "continue with: jaxrl-rollout train --resume runs/early" in early_err and "Traceback" not in early_err
     again = _run([str(CLI), "train", "--resume", "runs/early"], cwd=b, timeout=600)
