@@ -135,6 +135,12 @@ def _digest_leaf(x: jax.Array) -> jax.Array:
 _digests = jax.jit(lambda leaves: [_digest_leaf(x) for x in leaves])
 
 
+def _array_sha256(x: np.ndarray) -> str:
+    """sha256 of a host array's dtype, shape and bytes (the extras: small, already on the host)."""
+    x = np.ascontiguousarray(x)
+    return hashlib.sha256(f"{x.dtype.str}{x.shape}".encode() + x.tobytes()).hexdigest()
+
+
 def _digest_strings(leaves: list[Any]) -> list[str]:
     return [f"{int(a):08x}{int(b):08x}" for a, b in (np.asarray(d) for d in _digests(leaves))]
 
@@ -265,7 +271,8 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     manifest = {
         "format": FORMAT, "step": step, "treedef": treedef_str, "leaves": specs, "key_impls": impls,
         "digests": _digest_strings(leaves),
-        "extras": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in extras.items()}, "meta": meta,
+        "extras": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in extras.items()},
+        "extras_sha256": {k: _array_sha256(v) for k, v in extras.items()}, "meta": meta,
     }
     items = {"state": ocp.args.StandardSave({f"{i:05d}": x for i, x in enumerate(leaves)}),
              "manifest": ocp.args.JsonSave(manifest)}
@@ -363,6 +370,10 @@ def load(folder, template: Any, sharding: Optional[jax.sharding.Sharding] = None
         raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of state leaf {bad} does not match the "
                               "digest saved with it.")
     extras = {k: np.asarray(v) for k, v in restored.extras.items()} if manifest["extras"] else {}
+    for name, digest in manifest.get("extras_sha256", {}).items():  # absent in checkpoints before 2026-11-25
+        if name not in extras or _array_sha256(extras[name]) != digest:
+            raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of extra {name!r} does not match the "
+                                  "sha256 saved with it.")
     if sharding is None:
         leaves = [np.asarray(x) for x in leaves]
     _, treedef = jax.tree.flatten(template)

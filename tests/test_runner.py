@@ -137,6 +137,27 @@ def test_corrupt_checkpoint_files_are_a_clear_error(uninterrupted, tmp_path):
         checkpoint.load(folder, template)
 
 
+def test_extras_swapped_for_other_valid_ones_are_a_clear_error(tmp_path):
+    """The extras item (the metrics so far) carries a sha256: readable files of other metrics are refused.
+
+    Flipped bytes in the extras files are caught by TensorStore's own reads (or land in bytes never read);
+    an extras item copied from another checkpoint of the same shapes reads cleanly, and only the sha256
+    saved in the manifest tells it apart.
+    """
+    import shutil
+
+    state = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    for name, value in (("mine", 1.0), ("other", 2.0)):
+        checkpoint.save(tmp_path / name, 1, state, {"metrics/loss": np.full((2, 3), value, np.float32)}, {})
+    _, extras, _ = checkpoint.load(tmp_path / "mine", jax.eval_shape(lambda: state))
+    np.testing.assert_array_equal(extras["metrics/loss"], np.ones((2, 3)))
+    mine = tmp_path / "mine" / "checkpoints" / "1" / "extras"
+    shutil.rmtree(mine)
+    shutil.copytree(tmp_path / "other" / "checkpoints" / "1" / "extras", mine)
+    with pytest.raises(checkpoint.CheckpointError, match="extra 'metrics/loss' does not match the sha256"):
+        checkpoint.load(tmp_path / "mine", jax.eval_shape(lambda: state))
+
+
 def test_digest_sees_every_single_word_change():
     rng = np.random.default_rng(0)
     leaves = [rng.normal(size=(3, 50)).astype(np.float32), rng.integers(0, 9, 40).astype(np.int32),
