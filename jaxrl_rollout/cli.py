@@ -443,9 +443,9 @@ def _self_play_game(spec) -> bool:
     if not spec.config.env_id.startswith("pgx/"):
         return False
     from jaxrl_rollout import envs
-    from jaxrl_rollout.envs.pgx import two_player
+    from jaxrl_rollout.algorithms._common import is_self_play
 
-    return two_player(envs.make(spec.config.env_id)[0])
+    return is_self_play(envs.make(spec.config.env_id)[0])
 
 
 def _coarse_curve(metrics: dict) -> str:

@@ -50,7 +50,7 @@ from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.rollout import _vectorized
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
-from jaxrl_rollout.algorithms._common import check_hparams
+from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
 from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
 from jaxrl_rollout.types import RolloutState
@@ -87,7 +87,7 @@ class Diverged(ValueError):
         self.update, self.run, self.what = update, run, what
 
 
-_NONFINITE_NAMES = ((1, "loss"), (2, "gradients"), (4, "params"))
+_NONFINITE_NAMES = ((NONFINITE_LOSS, "loss"), (NONFINITE_GRADIENTS, "gradients"), (NONFINITE_PARAMS, "params"))
 
 
 def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
