@@ -20,6 +20,7 @@ import fcntl
 import os
 import pathlib
 import socket
+import time
 from typing import Optional
 
 __all__ = ["LOCK_NAME", "FolderLock", "FolderLocked"]
@@ -75,13 +76,21 @@ class FolderLock:
             return self
         raise FolderLocked(f"{option}: could not lock the run folder (it keeps being removed).")
 
-    def holder(self) -> str:
-        """Who holds the lock, as written in the lock file (a holder still writing it reads as unknown)."""
-        try:
-            text = self.path.read_text().strip()
-        except OSError:
-            text = ""
-        return text or "another process (pid and host not yet written)"
+    def holder(self, wait: float = 0.5) -> str:
+        """Who holds the lock, as written in the lock file.
+
+        The holder writes its pid just after it takes the lock, so an empty file is
+        read again for up to `wait` seconds before it is reported as unknown.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                text = self.path.read_text().strip()
+            except OSError:
+                text = ""
+            if text or time.monotonic() >= deadline:
+                return text or "another process (pid and host not yet written)"
+            time.sleep(0.02)
 
     def release(self, remove: bool = False) -> None:
         """Releases the lock; `remove` deletes the lock file first (for a refused command that created it)."""

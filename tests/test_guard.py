@@ -66,7 +66,8 @@ def test_two_writers_racing_on_one_folder_one_is_refused(tmp_path):
     err = next(e for _, e, rc in outs if rc == 2)
     # Refused by the lock, or (if the first had already finished) by the folder check; never a traceback.
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
-    assert ("--out race: the run folder is in use by pid" in err and "on host" in err) or "already holds" in err
+    # The holder's pid is normally named; a refusal in the instant between its flock and its write says so.
+    assert "--out race: the run folder is in use by " in err or "already holds" in err, err
     spec = runner.read_spec(tmp_path / "race")
     runner.check_checkpoint_spec(tmp_path / "race", spec, checkpoint.read_manifest(tmp_path / "race"))
 
