@@ -185,9 +185,43 @@ def _quiet_failures():
         sys.unraisablehook = hook
 
 
+def _is_late_orbax_noise(unraisable) -> bool:
+    """Leftovers of a failed Orbax read or write that Python reports later, at any moment, even at exit.
+
+    Two kinds: a TensorStore read that completes after Orbax's event loop has
+    closed ("Event loop is closed" when it posts its result), and one of Orbax's
+    read coroutines, finalised without being awaited, that holds the read error.
+    """
+    value, obj = unraisable.exc_value, unraisable.object
+    if isinstance(value, RuntimeError) and str(value) == "Event loop is closed":
+        return True
+    code = getattr(obj, "cr_code", None)
+    return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+
+
+def _drop_late_orbax_noise() -> None:
+    """From now on, keeps the leftovers of a failed Orbax call (see `_is_late_orbax_noise`) off stderr.
+
+    The failure itself has become one CheckpointError line; only those leftovers
+    are dropped, and every other unraisable error still reaches the hook that was
+    installed before. Installed once, after the first failure.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "_jaxrl_rollout_orbax_noise", False):
+        return
+
+    def hook(unraisable):
+        if not _is_late_orbax_noise(unraisable):
+            previous(unraisable)
+
+    hook._jaxrl_rollout_orbax_noise = True
+    sys.unraisablehook = hook
+
+
 def _one_line(error: BaseException) -> str:
     """An exception as one short line (Orbax and TensorStore errors can span pages)."""
     text = " ".join(str(error).split()) or type(error).__name__
+    text = text.split(" See full TensorStore details")[0]  # then a repr of the whole TensorStore spec
     if isinstance(error, OSError) and error.strerror:
         text = f"{error.strerror}: {error.filename}" if error.filename else error.strerror
     return text[:300]
@@ -287,6 +321,7 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
         finally:
             manager.close()
     except Exception as error:  # noqa: BLE001 - Orbax, TensorStore and the OS raise many types; one line says which
+        _drop_late_orbax_noise()
         raise CheckpointError(f"could not save the checkpoint in {folder / SUBFOLDER}: {_one_line(error)}") from None
     if jax.process_index() == 0:
         for old in [folder / LEGACY_MANIFEST, *folder.glob("checkpoint-*.npz")]:
@@ -358,6 +393,7 @@ def load(folder, template: Any, sharding: Optional[jax.sharding.Sharding] = None
         with _quiet_failures():
             restored = manager.restore(manifest["step"], args=ocp.args.Composite(**items))
     except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
+        _drop_late_orbax_noise()
         raise CheckpointError(f"corrupt checkpoint {step_dir}: {_one_line(error)}") from None
     finally:
         manager.close()

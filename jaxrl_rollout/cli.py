@@ -533,9 +533,15 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
             result = runner.train(spec, folder, resume=resume, devices=args.devices,
                                   checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks,
                                   on_chunk=loggers.chain(*(log.log_chunk for log in logs)), on_save=on_save)
-        finally:
-            for log in logs:
-                log.close()
+        except BaseException:
+            for log in logs:  # the error in flight (a signal, a divergence, a full disk) is the one to report
+                try:
+                    log.close()
+                except Exception:  # noqa: BLE001 - e.g. the same full disk again
+                    pass
+            raise
+        for log in logs:
+            log.close()
     except KeyboardInterrupt as stop:
         print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM

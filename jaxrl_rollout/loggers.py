@@ -8,7 +8,7 @@ jit. Every metric is a scalar tagged `train/<metric>` at the run's cumulative
 env steps; a grid point's hyperparameters are written once as text.
 
 Resuming: a logger opened at update U tells TensorBoard to drop events past
-step U * batch_size from the earlier writer (tensorboardX's `purge_step`), so
+step U * batch_size from the earlier writer (tensorboardX's purge event), so
 chunks logged after the last checkpoint of an interrupted run are not shown
 twice.
 
@@ -20,8 +20,12 @@ folder, so a resumed run continues the same W&B runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import socket
+import struct
+import time
 from typing import Any
 
 import numpy as np
@@ -51,6 +55,68 @@ def _chunk_arrays(metrics: dict, runs: int) -> dict:
     return arrays
 
 
+class _EventFile:
+    """One TensorBoard event file, written and flushed in the calling thread.
+
+    tensorboardX's `SummaryWriter` writes from a background thread and closes
+    its files at exit: an error there (a full disk) reached the user as thread
+    and atexit tracebacks, and a dead writer thread could block the run on a
+    full queue. Here every write happens in the runner's thread, so an OS error
+    is raised where the runner can name the file. The file format, its name
+    (events.out.tfevents.<time>.<host><suffix>) and the purge event are
+    tensorboardX's; only the writing thread differs.
+    """
+
+    def __init__(self, folder: pathlib.Path, suffix: str, purge_step):
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.record_writer import masked_crc32c
+
+        self._event, self._crc = Event, masked_crc32c
+        folder.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        self.path = folder / f"events.out.tfevents.{int(now)}.{socket.gethostname()}{suffix}"
+        with self._naming():
+            self._file = open(self.path, "wb")
+            self._write(Event(wall_time=now, file_version="brain.Event:2"))
+            if purge_step is not None:  # TensorBoard drops the earlier writer's events from this step on
+                self._write(Event(wall_time=now, step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+
+    @contextlib.contextmanager
+    def _naming(self):
+        """Re-raises an OS error with this file's path."""
+        try:
+            yield
+        except OSError as error:
+            raise OSError(error.errno, error.strerror or str(error), str(self.path)) from None
+
+    def _write(self, event) -> None:
+        """One TFRecord: length, its masked CRC-32C, the Event proto, the proto's masked CRC-32C."""
+        data = event.SerializeToString()
+        header = struct.pack("<Q", len(data))
+        self._file.write(header + struct.pack("<I", self._crc(header)) + data + struct.pack("<I", self._crc(data)))
+
+    def add(self, summary, step: int) -> None:
+        with self._naming():
+            self._write(self._event(wall_time=time.time(), step=step, summary=summary))
+
+    def flush(self) -> None:
+        """Hands what was written to the OS (TensorBoard sees it); `close` also syncs it to disk."""
+        with self._naming():
+            self._file.flush()
+
+    def close(self) -> None:
+        """Flushes, syncs and closes; a failed flush still closes the file, then raises."""
+        try:
+            with self._naming():
+                self._file.flush()
+                os.fsync(self._file.fileno())
+        finally:
+            try:
+                self._file.close()
+            except OSError:
+                pass  # the flush's error (raised) says what went wrong
+
+
 class TensorBoardLogger:
     """TensorBoard scalars for every run of a `RunSpec`.
 
@@ -59,38 +125,42 @@ class TensorBoardLogger:
       spec: the sweep (its grid, seeds and batch size name and place the runs).
       first_update: updates already done (0 for a new run, the checkpoint's on
         resume); events from an earlier writer past it are purged.
+
+    Every chunk is written and flushed before `log_chunk` returns, in the
+    caller's thread: a full disk or a read-only folder raises an `OSError`
+    naming the event file, and no thread or exit hook is left behind.
     """
 
     def __init__(self, folder, spec: Any, first_update: int = 0):
         try:
-            from tensorboardX import SummaryWriter
+            from tensorboardX import summary
         except ImportError as err:  # a base dependency; this only fires in a broken install
             raise ImportError(
                 f"TensorBoard logs need tensorboardX ({err}); pip install tensorboardX, or pass --tensorboard false."
             ) from err
+        self._summary = summary
         self._batch = spec.config.batch_size
         self.root = pathlib.Path(folder) / "tensorboard"
-        self._writer_class, self._spec, self._first_update, self._writers = SummaryWriter, spec, first_update, None
+        self._spec, self._first_update, self._files = spec, first_update, None
 
-    def _open_writers(self) -> list:
+    def _open_files(self) -> list:
         # Opened at the first chunk, so a run that fails before one (a corrupt checkpoint on
         # resume, a bad config) leaves no event files behind.
         from jaxrl_rollout.report import grid_label
 
-        SummaryWriter, spec, first_update = self._writer_class, self._spec, self._first_update
+        spec, first_update = self._spec, self._first_update
         purge = first_update * self._batch if first_update else None
-        self._writers = []
+        self._files = []
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
-            # tensorboardX names files by the second: the suffix keeps a resume's file apart from the
+            # Files are named by the second: the suffix keeps a resume's file apart from the
             # earlier writer's even within the same second.
-            writer = SummaryWriter(str(self.root / f"g{g}_s{s}"), purge_step=purge, flush_secs=30,
-                                   filename_suffix=f".from_update_{first_update}")
+            events = _EventFile(self.root / f"g{g}_s{s}", f".from_update_{first_update}", purge)
+            self._files.append(events)
             if not first_update:
-                writer.add_text("run", f"{spec.algo} on {spec.config.env_id}; grid point {g} ({grid_label(spec, g)}), "
-                                       f"seed {s}", 0)
-            self._writers.append(writer)
-        return self._writers
+                events.add(self._summary.text("run", f"{spec.algo} on {spec.config.env_id}; grid point {g} "
+                                                     f"({grid_label(spec, g)}), seed {s}"), 0)
+        return self._files
 
     def log_chunk(self, metrics: dict, first_update: int) -> None:
         """Writes a chunk's metrics (name -> [R, updates] arrays) for updates first_update + 1, ...
@@ -98,17 +168,27 @@ class TensorBoardLogger:
         NaN values (no episode ended in that update) are skipped, as TensorBoard
         would draw them as gaps anyway.
         """
-        writers = self._writers if self._writers is not None else self._open_writers()
-        for name, values in _chunk_arrays(metrics, len(writers)).items():
-            for writer, row in zip(writers, values):
+        files = self._files if self._files is not None else self._open_files()
+        for name, values in _chunk_arrays(metrics, len(files)).items():
+            for events, row in zip(files, values):
                 for u, value in enumerate(row):
                     if np.isfinite(value):
-                        writer.add_scalar(f"train/{name}", float(value), (first_update + u + 1) * self._batch)
+                        events.add(self._summary.scalar(f"train/{name}", float(value)),
+                                   (first_update + u + 1) * self._batch)
+        for events in files:
+            events.flush()
 
     def close(self) -> None:
-        """Flushes and closes every writer."""
-        for writer in self._writers or []:
-            writer.close()
+        """Flushes and closes every event file (all of them, then raises the first error)."""
+        files, self._files = self._files or [], []
+        first_error = None
+        for events in files:
+            try:
+                events.close()
+            except OSError as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
 
 
 class WandbLogger:

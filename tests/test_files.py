@@ -15,6 +15,8 @@ import pytest
 from jaxrl_rollout import checkpoint, cli, report, runner
 from jaxrl_rollout.algorithms import ppo
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 SPEC = runner.RunSpec("ppo", ppo.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64), (ppo.PPOHParams(),), 2)
 METRICS = {"episode_return": np.ones((2, 2), np.float32), "num_episodes": np.ones((2, 2), np.int32)}
 
@@ -84,12 +86,14 @@ def full_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=False)
 
 
-def test_a_full_disk_is_one_line_and_exit_2_with_earlier_files_intact(tmp_path, full_disk, capsys):
-    args = ["train", "--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--seeds", "1",
-            "--num-minibatches", "2", "--update-epochs", "1", "--chunk-updates", "1", "--tensorboard", "false",
+@pytest.mark.parametrize("tensorboard", ["false", "true"])
+def test_a_full_disk_is_one_line_and_exit_2_with_earlier_files_intact(tmp_path, full_disk, tensorboard):
+    """Run as a user runs it, in its own process, so tracebacks from threads or exit hooks would show."""
+    args = ["--num-envs", "4", "--num-steps", "8", "--total-steps", "64", "--seeds", "1",
+            "--num-minibatches", "2", "--update-epochs", "1", "--chunk-updates", "1", "--tensorboard", tensorboard,
             "--host-devices", "1", "--num-eval", "1"]
     run = full_disk / "run"
-    assert cli.main([*args, "--out", str(run), "--stop-after-chunks", "1"]) == 0
+    assert cli.main(["train", *args, "--out", str(run), "--stop-after-chunks", "1"]) == 0
     config = (run / "config.json").read_text()
     manifest = checkpoint.read_manifest(run)
     try:
@@ -99,12 +103,14 @@ def test_a_full_disk_is_one_line_and_exit_2_with_earlier_files_intact(tmp_path, 
                 f.flush()
     except OSError:
         pass
-    capsys.readouterr()
-    assert cli.main(["train", "--resume", str(run), "--tensorboard", "false", "--host-devices", "1",
-                     "--num-eval", "1"]) == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("jaxrl-rollout: error:")]
-    assert len(lines) == 1 and str(run) in lines[0] and "Traceback" not in err, err
+    proc = subprocess.run([sys.executable, "-m", "jaxrl_rollout", "train", "--resume", "run", "--tensorboard",
+                           tensorboard, "--host-devices", "1", "--num-eval", "1"], cwd=full_disk,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr
+    assert [line for line in err.splitlines() if "error" in line.lower()] == [err.strip().splitlines()[-1]], err
+    assert err.strip().splitlines()[-1].startswith("jaxrl-rollout: error: "), err
+    assert "No space left on device" in err and "Traceback" not in err and "Exception" not in err, err
     assert (run / "config.json").read_text() == config
     assert checkpoint.read_manifest(run) == manifest
 

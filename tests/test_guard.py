@@ -188,3 +188,43 @@ def test_an_extended_run_continues_in_whole_chunks_after_a_short_last_one():
     assert runner.continued_lengths(spec, 2, 6) == spec.chunk_lengths == [3, 3, 3, 1]
     with pytest.raises(ValueError, match="done 11 updates"):
         runner.continued_lengths(spec, 4, 11)
+
+
+def test_a_corrupt_checkpoint_is_one_line_even_at_exit(small_run, tmp_path):
+    """Orbax leaves failed TensorStore reads behind; Python would print them later (even at exit) as
+    "Event loop is closed" and never-awaited coroutine tracebacks. A user sees the one error line only."""
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(small_run, corrupt)
+    step = max((p for p in (corrupt / "checkpoints").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    data = max((p for p in (step / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    for command in (["evaluate", "corrupt"], ["train", "--resume", "corrupt"]) * 2:  # the leftovers come and go
+        proc = _cli(*command, cwd=tmp_path)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, err
+        assert err.strip().splitlines() == [f"jaxrl-rollout: error: {err.split('error: ', 1)[1].strip()}"], err
+        assert f"corrupt checkpoint {step}" in err and "Traceback" not in err, err
+
+
+def test_the_orbax_noise_filter_passes_every_other_unraisable_error():
+    seen = []
+    previous = sys.unraisablehook
+    try:
+        sys.unraisablehook = seen.append
+        checkpoint._drop_late_orbax_noise()
+        checkpoint._drop_late_orbax_noise()  # installed once
+        hook = sys.unraisablehook
+        assert hook._jaxrl_rollout_orbax_noise
+
+        class Unraisable:
+            def __init__(self, value, obj=None):
+                self.exc_value, self.object = value, obj
+
+        hook(Unraisable(RuntimeError("Event loop is closed")))
+        other = Unraisable(RuntimeError("something else"))
+        hook(other)
+        mine = Unraisable(ValueError("x"), obj=(lambda: None).__code__)
+        hook(mine)
+        assert seen == [other, mine]
+    finally:
+        sys.unraisablehook = previous

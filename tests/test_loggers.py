@@ -18,14 +18,18 @@ SWEEP = ["--seeds", "2", "--lr", "1e-3,5e-4", "--total-steps", "2048", "--chunk-
 def read_scalars(folder) -> dict:
     """tag -> {step: value} from every event file in `folder` (TFRecord framing, Event protos)."""
     from tensorboardX.proto import event_pb2
+    from tensorboardX.record_writer import masked_crc32c
 
     scalars: dict = {}
     for path in sorted(folder.glob("events.out.tfevents.*")):
         data = path.read_bytes()
         at = 0
         while at < len(data):
-            (length,) = struct.unpack("<Q", data[at:at + 8])
-            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            header, (length,) = data[at:at + 8], struct.unpack("<Q", data[at:at + 8])
+            assert struct.unpack("<I", data[at + 8:at + 12])[0] == masked_crc32c(header), path
+            body = data[at + 12:at + 12 + length]
+            assert struct.unpack("<I", data[at + 12 + length:at + 16 + length])[0] == masked_crc32c(body), path
+            event = event_pb2.Event.FromString(body)
             at += 12 + length + 4
             for value in event.summary.value:
                 if value.HasField("simple_value"):
