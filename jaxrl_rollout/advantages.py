@@ -1,6 +1,6 @@
 """Advantage and return estimators, time-major `[T, ...]` with any trailing batch shape.
 
-Conventions (../SEMANTICS.md section 0): transition t goes from s_t to s_{t+1}
+Conventions (docs/semantics.md §1 and §3 to §5): transition t goes from s_t to s_{t+1}
 with reward r_t. `terminated[t]` says s_{t+1} is a true terminal state (no
 bootstrap); `done[t]` says the episode ended at t for any reason (the trace is
 cut). `next_values[t]` is V of the true next state: values[t + 1] inside an

@@ -1,6 +1,6 @@
 """Flatten orders and minibatch permutations for the learner.
 
-Two flatten orders appear in the PyTorch references (../SEMANTICS.md, 13.7):
+Two flatten orders appear in the PyTorch references (docs/semantics.md §7):
 time-major k = t * B + b (CleanRL, ARENA, ilpyt: `reshape(-1)` /
 `flatten(0, 1)` of [T, B]) and env-major k = b * T + t (torch-ac, SB3, A2C:
 transpose to [B, T] first). Minibatch indices are data, so a PyTorch run's

@@ -3,16 +3,17 @@
 Both distributions are NamedTuples of arrays, so they pass through `jit`,
 `vmap` and `lax.scan` (a scan stacks them along a new leading axis) and can be
 indexed like any pytree. Their methods follow torch's formulas term by term
-(../SEMANTICS.md section 10).
+(docs/semantics.md §13).
 
 `Categorical` follows torch's two construction paths exactly:
 
 - from logits: logits are normalised as l - logsumexp(l); probs = softmax(l);
   the entropy clamps the logits at finfo.min, so a -inf logit contributes 0
   (a naive JAX entropy gives NaN there).
-- from probs (the A2C seed): probs are divided by their sum and the logits are
-  log(clamp(p, eps, 1 - eps)) with eps = finfo.eps, without renormalising, so
-  log_prob saturates at log(eps) = -15.94 in float32.
+- from probs (the A2C agent's path, docs/semantics.md §13.2): probs are
+  divided by their sum and the logits are log(clamp(p, eps, 1 - eps)) with
+  eps = finfo.eps, without renormalising, so log_prob saturates at
+  log(eps) = -15.94 in float32.
 
 `DiagGaussian` is torch `Normal(mean, exp(log_std))` with log_prob and entropy
 summed over the last (action) axis, as CleanRL's continuous PPO does:
@@ -22,9 +23,9 @@ summed over the last (action) axis, as CleanRL's continuous PPO does:
 
 with the terms grouped as torch groups them. `jax.scipy.stats.norm.logpdf`
 computes -(log(2 pi sigma^2) + (x - mu)^2 / sigma^2) / 2 instead, which differs
-by a few ulps on ordinary inputs (SEMANTICS.md: 2.8e-7 relative) and returns
--inf where sigma^2 overflows float32 (log sigma > 44), where torch's quadratic
-term just vanishes and its log_prob stays finite.
+by a few ulps on ordinary inputs (about 2.8e-7 relative) and returns -inf
+where sigma^2 overflows float32 (log sigma > 44), where torch's quadratic term
+just vanishes and its log_prob stays finite (docs/semantics.md §13.3).
 
 Sampling uses `jax.random`, whose streams cannot reproduce torch.multinomial
 or torch.normal; golden tests teacher-force the recorded actions.

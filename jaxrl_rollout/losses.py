@@ -1,4 +1,4 @@
-"""Policy-gradient losses with CleanRL's and the A2C seed's exact semantics.
+"""Policy-gradient losses with CleanRL's and the A2C agent's exact semantics (docs/semantics.md §9).
 
 Each loss returns `(loss, parts)`: the scalar to differentiate and a dict of
 named float32 scalars for logging. Inputs are flat minibatches [N] (any shape
@@ -90,7 +90,7 @@ def a2c_loss(
     vf_coef: float,
     ent_coef: float,
 ) -> tuple[jax.Array, dict]:
-    """The A2C seed's `_update_network` loss (Mnih et al. 2016, arXiv:1602.01783).
+    """The A2C agent's `_update_network` loss (docs/semantics.md §9.2; Mnih et al. 2016, arXiv:1602.01783).
 
         A = R - v;  value_loss = mean(A^2) (no 1/2);  policy_loss = -mean(stop_gradient(A) log pi(a))
         loss = policy_loss + vf_coef value_loss - ent_coef mean(entropy)

@@ -1,4 +1,4 @@
-"""Torch-equivalent optimizer pieces as optax transformations (../SEMANTICS.md section 12).
+"""Torch-equivalent optimizer pieces as optax transformations (docs/semantics.md §10, §11).
 
 `torch_adam`, `torch_adamw` and `torch_rmsprop` reproduce `torch.optim.Adam`,
 `AdamW` and `RMSprop` step for step; `clip_grad_norm` / `clip_grad_norm_torch`
@@ -8,7 +8,7 @@ returns the whole update (learning rate included), so use it on its own or
 after `clip_grad_norm_torch` in an `optax.chain`, and apply it with
 `optax.apply_updates`.
 
-Where plain optax differs (SEMANTICS section 12): `optax.adam` defaults to
+Where plain optax differs (docs/semantics.md §10, §11): `optax.adam` defaults to
 eps = 1e-8 while every reference here passes 1e-5 (`REFERENCE_EPS`), and it
 computes the bias corrections 1 - b^t in float32 (up to 2e-5 relative error
 at b2 = 0.999); `optax.adamw` decays by wd * p with wd = 1e-4, torch multiplies

@@ -13,6 +13,7 @@
 - `compat.rlplay`: rlplay's (1 + T) x B fragments, sticky and non-sticky, and
   `evaluate`.
 
-../SEMANTICS.md states each convention; tests/golden/ proves the numbers.
+docs/semantics.md states each convention (§3 to §6 and §15); tests/golden/
+proves the numbers.
 Import the module you need: `from jaxrl_rollout.compat import cleanrl`.
 """

@@ -1,4 +1,9 @@
-"""The A2C seed (baselines runner): `discount_with_dones`, n-step returns with the bootstrap rule, the loss.
+"""The A2C agent: `discount_with_dones`, n-step returns with the bootstrap rule, the loss.
+
+The agent is `a2c_agent.py` of TianhongDai's reinforcement-learning-algorithms
+(https://github.com/TianhongDai/reinforcement-learning-algorithms); its runner
+follows OpenAI baselines' A2C runner and uses baselines' `discount_with_dones`
+(https://github.com/openai/baselines). See docs/semantics.md §6.1 and §9.2.
 
 The runner's `mb_dones[:, 1:]` are end flags of the same index. Per env row
 (env-major [N, T] after `swapaxes`): if the last step did not end the episode,

@@ -1,10 +1,11 @@
-"""torch-ac `BaseAlgo.collect_experiences` (seed 000), as pure JAX.
+"""torch-ac `BaseAlgo.collect_experiences` (https://github.com/lcswillems/torch-ac), as pure JAX.
 
 torch-ac keeps `mask = 1 - done` (start flags as masks: masks[i] = 1 - s_i),
 calls a recurrent model with `memory * mask`, stores the unmasked memory,
 optionally reshapes rewards from the post-step observation, runs the CleanRL
 GAE recurrence in float32 and flattens every field env-major ([T, P] ->
-[P, T] -> [P * T]). Time limits count as terminations.
+[P, T] -> [P * T]). Time limits count as terminations (docs/semantics.md
+§15.1).
 """
 
 from __future__ import annotations
