@@ -102,7 +102,7 @@ def test_gymnasium_rollout_equals_the_same_envs_stepped_in_python(cartpole_run):
     next_value[-1] = np.where(ref["truncated"][-1] & ~ref["terminated"][-1], next_value[-1], traj.next_value[-1])
     np.testing.assert_allclose(traj.next_value, next_value, rtol=1e-5, atol=1e-6)
 
-    # GAE with truncation bootstrapped from V(final observation) (SEMANTICS.md), as a reverse loop.
+    # GAE with truncation bootstrapped from V(final observation) (docs/semantics.md §4, §5), as a reverse loop.
     adv_ref = np.zeros((T, B), np.float64)
     following = np.zeros(B)
     for t in reversed(range(T)):

@@ -1,6 +1,6 @@
 """Actor-critic modules, policies built from them, and `DiagGaussian`.
 
-Init is tested by its properties (SEMANTICS.md section 11): torch's
+Init is tested by its properties (docs/semantics.md §12): torch's
 `orthogonal_(W, gain)` makes the smaller Gram matrix of W (out, in) equal to
 gain^2 I, i.e. W^T W = gain^2 I when W is square or tall. The rollout tests
 run each policy through `jaxrl_rollout.rollout` on gymnax envs, and the GRU

@@ -60,7 +60,7 @@ def np_torch_adam(p, grads, lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, decoupled=Fa
 
 def test_adam_first_step_is_eps_sensitive():
     # t = 1: m = (1 - b1) g and v = (1 - b2) g^2, so the bias corrections cancel and
-    # p1 = p0 - lr * g / (|g| + eps). For g = 1e-6 (SEMANTICS section 12):
+    # p1 = p0 - lr * g / (|g| + eps). For g = 1e-6 (docs/semantics.md §10.1):
     #   eps = 1e-5: -lr * 1e-6 / 1.1e-5  = -0.0909 lr
     #   eps = 1e-8: -lr * 1e-6 / 1.01e-6 = -0.9901 lr
     params = {"w": jnp.zeros(2)}
@@ -167,13 +167,13 @@ def test_rmsprop_two_steps_by_hand():
 def test_rmsprop_eps_outside_the_sqrt():
     # First step from v0 = 0: p1 = -lr g / (sqrt(1 - alpha) |g| + eps). With g = 1e-6,
     # alpha = 0.99, eps = 1e-5: -lr * 1e-6 / (1e-7 + 1e-5). eps inside the sqrt (optax's
-    # default) would give -lr * 1e-6 / sqrt(1e-14 + 1e-5), 30x smaller.
+    # default) would give -lr * 1e-6 / sqrt(1e-14 + 1e-5), about 300x smaller.
     (p1,) = steps(optim.torch_rmsprop(1.0, eps=1e-5), [jnp.array([1e-6])], jnp.zeros(1))
     np.testing.assert_allclose(p1, [-1e-6 / (1e-7 + 1e-5)], rtol=1e-5)
 
 
 def test_rmsprop_equals_optax_recipe():
-    # SEMANTICS section 12: optax.rmsprop(decay=alpha, eps_in_sqrt=False, initial_scale=0).
+    # docs/semantics.md §10.3: optax.rmsprop(decay=alpha, eps_in_sqrt=False, initial_scale=0).
     rng = np.random.default_rng(1)
     grads = [jnp.asarray((rng.normal(size=5) * 10.0 ** rng.uniform(-7, 0)).astype(F32)) for _ in range(30)]
     ours = steps(optim.torch_rmsprop(7e-4, eps=1e-5), grads, jnp.ones(5))[-1]

@@ -7,13 +7,13 @@ A plain Python loop, the way a PyTorch PPO collector is usually written:
   time, with same-step auto-reset done by hand: when a step terminates or
   truncates, the pre-reset ("final") observation is kept and the env is reset
   at once with a recorded seed, so the observation handed to the policy next
-  is the reset observation (SEMANTICS.md section 0).
+  is the reset observation (docs/semantics.md §2).
 * A torch actor-critic (separate actor and critic MLPs, 2 hidden layers of 64,
   tanh, ARENA-style `layer_init`: orthogonal weights with gain sqrt(2) in the
   hidden layers, 0.01 on the actor head and 1.0 on the critic head, zero
   biases) built from a fixed torch seed. Actions are sampled from
   `Categorical(logits=...)`.
-* TorchRL truncation semantics (SEMANTICS.md section 5): a time limit that is
+* TorchRL truncation semantics (docs/semantics.md §4, §5): a time limit that is
   not a termination bootstraps from V(final observation) and then cuts the
   GAE trace. Advantages and returns come from a reverse loop in torch float32:
 
@@ -54,7 +54,7 @@ DEFAULTS = dict(
 
 
 def orthogonal_linear(n_in: int, n_out: int, gain: float = math.sqrt(2.0)) -> nn.Linear:
-    """A Linear layer with an orthogonal weight of the given gain and a zero bias (SEMANTICS 4, 11)."""
+    """A Linear layer with an orthogonal weight of the given gain and a zero bias (docs/semantics.md §12)."""
     linear = nn.Linear(n_in, n_out)
     with torch.no_grad():
         nn.init.orthogonal_(linear.weight, gain=gain)

@@ -4,7 +4,7 @@ NumPy only, so the fixture generator (with torch) and the tests (without)
 build the same inputs. A case is canonical data (rewards, values, the value
 of the true next state, terminated and done end flags, the start flag of
 obs[0], gamma, lambda) converted into each recipe's native arguments
-(../../SEMANTICS.md sections 0 to 8).
+(docs/semantics.md §3 to §6 and §15).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PyTorch references for the collectors (torch-ac, ilpyt, rlplay), written to ../../SEMANTICS.md.
+"""PyTorch references for the collectors (torch-ac, ilpyt, rlplay), written to docs/semantics.md §15.
 
 Each steps NumPy twin envs (`walk.WalkEnvPy`) one call at a time, as the
 originals do, computes logits and values with the torch twin of the JAX
@@ -21,7 +21,7 @@ def _categorical(logits, actions):
     return dist.log_prob(torch.as_tensor(actions, dtype=torch.int64))
 
 
-# --- torch-ac collect_experiences (seed 000) ---------------------------------------------
+# --- torch-ac collect_experiences (https://github.com/lcswillems/torch-ac; docs/semantics.md §15.1) ---
 
 def torch_ac(weights, actions_per_call, recurrent, reshape, gamma, gae_lambda, max_steps=100):
     feedforward, rec = walk.torch_model(weights)
@@ -49,7 +49,7 @@ def torch_ac(weights, actions_per_call, recurrent, reshape, gamma, gae_lambda, m
             action = torch.as_tensor(actions[i])
             results = []
             for env, a in zip(envs, actions[i]):
-                o, r, terminated, _ = env.step(a)  # time limits are kept out (SEMANTICS 3)
+                o, r, terminated, _ = env.step(a)  # time limits are kept out (docs/semantics.md §15.1)
                 results.append((env.reset() if terminated else o, r, terminated))
             new_obs = [o for o, _, _ in results]
             reward = [r for _, r, _ in results]
@@ -113,7 +113,7 @@ def torch_ac(weights, actions_per_call, recurrent, reshape, gamma, gae_lambda, m
     return out
 
 
-# --- ilpyt Runner (seed 001) -------------------------------------------------------------
+# --- ilpyt Runner (https://github.com/mitre/ilpyt; docs/semantics.md §15.2) ------------------
 
 class _DummyVecEnv:
     """baselines DummyVecEnv: auto-reset inside step; float32 rewards."""
@@ -205,7 +205,7 @@ def ilpyt(weights, batch_actions, step_actions, num_episodes, max_steps):
     return out
 
 
-# --- rlplay collect and evaluate (seed 004) ----------------------------------------------
+# --- rlplay collect and evaluate (https://github.com/ivannz/rlplay; docs/semantics.md §15.3) ---
 
 def _actor(weights, recurrent):
     feedforward, rec = walk.torch_model(weights)

@@ -27,7 +27,7 @@ def grouped(data: dict) -> dict:
 
 
 def assert_close(actual, expected, rtol=1e-5, scale_atol=1e-5, err_msg=""):
-    """SEMANTICS.md section 14: rtol 1e-5, atol 1e-5 * max(1, max|ref|)."""
+    """docs/semantics.md §18: rtol 1e-5, atol 1e-5 * max(1, max|ref|)."""
     expected = np.asarray(expected)
     scale = max(1.0, float(np.nanmax(np.abs(expected)))) if expected.size else 1.0
     np.testing.assert_allclose(np.asarray(actual), expected, rtol=rtol, atol=scale_atol * scale, err_msg=err_msg)

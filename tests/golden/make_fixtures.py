@@ -63,7 +63,7 @@ def distribution_fixtures() -> dict:
 
 
 def update_fixtures() -> dict:
-    """One CleanRL PPO update and one A2C seed update from the same weights and batch."""
+    """One CleanRL PPO update and one A2C agent update (docs/semantics.md §9) from the same weights and batch."""
     from tests.golden import ppo_reference
 
     case = ppo_reference.make_case()

@@ -5,7 +5,7 @@ The actor-critic is CleanRL's `Agent` (`ppo.py` for discrete actions,
 options as the flax module:
 
 * `layer_init`: orthogonal weight with gain sqrt(2) on hidden layers, 0.01 on
-  the actor head, 1.0 on the critic head, zero biases (SEMANTICS.md 4, 11).
+  the actor head, 1.0 on the critic head, zero biases (docs/semantics.md §12).
 * Separate actor and critic trunks (Linear-act-Linear-act), or one shared
   trunk read by both heads.
 * Discrete: `Categorical(logits=actor(x))`. Continuous: a state-independent

@@ -1,4 +1,4 @@
-"""PyTorch reference runs for `jaxrl_rollout.optim` (../../SEMANTICS.md section 12).
+"""PyTorch reference runs for `jaxrl_rollout.optim` (docs/semantics.md §10, §11).
 
 The inputs (`initial_params`, `gradient_sequence`, `clip_cases`) and the
 optimizer configurations (`OPTIMIZER_CASES`) are NumPy / plain Python, so the

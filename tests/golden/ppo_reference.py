@@ -1,9 +1,9 @@
-"""PyTorch reference for one CleanRL PPO update (and one A2C seed update), from fixed weights and a fixed batch.
+"""PyTorch reference for one CleanRL PPO update (and one A2C agent update), from fixed weights and a fixed batch.
 
-Written to ../../SEMANTICS.md sections 9 and 12: per-minibatch advantage
+Written to docs/semantics.md §8 to §11: per-minibatch advantage
 normalisation with torch's unbiased std, the clipped surrogate, the clipped
-value loss with its 1/2, `clip_grad_norm_` and Adam(eps=1e-5); the A2C seed's
-loss with `clip_grad_norm_` and RMSprop. Minibatch indices are inputs, so the
+value loss with its 1/2, `clip_grad_norm_` and Adam(eps=1e-5); the A2C agent's
+loss (docs/semantics.md §9.2) with `clip_grad_norm_` and RMSprop. Minibatch indices are inputs, so the
 JAX side replays the same permutation.
 """
 
@@ -101,7 +101,7 @@ def ppo_update(case: dict, lr=1e-2, clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, m
 
 
 def a2c_update(case: dict, lr=7e-4, alpha=0.99, eps=1e-5, vf_coef=0.5, ent_coef=0.01, max_grad_norm=0.5) -> dict:
-    """The seed's `_update_network` on the whole batch (Categorical from softmax probabilities)."""
+    """The A2C agent's `_update_network` on the whole batch (Categorical from softmax probabilities)."""
     agent = _agent(case["weights"])
     optimizer = torch.optim.RMSprop(agent.parameters(), lr=lr, alpha=alpha, eps=eps)
     obs, actions = torch.tensor(case["obs"]), torch.tensor(case["actions"])

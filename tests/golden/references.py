@@ -1,6 +1,6 @@
 """PyTorch (and NumPy, where the original is NumPy) reference implementations.
 
-Written for jaxrl_rollout from the conventions in ../../SEMANTICS.md; each
+Written for jaxrl_rollout from the conventions in docs/semantics.md; each
 function follows its original's loop structure, float32 arithmetic and masking
 (multiplication, or select for rlplay), so the golden fixtures carry the
 original's numerics. Inputs and outputs are NumPy arrays.
@@ -199,7 +199,10 @@ def categorical(logits, probs, actions):
 
 
 def a2c_loss(values, probs, actions, returns, value_loss_coef, entropy_coef):
-    """The A2C seed's `_update_network` loss, with autograd gradients w.r.t. values and probs."""
+    """The A2C agent's `_update_network` loss, with autograd gradients w.r.t. values and probs.
+
+    docs/semantics.md §9.2.
+    """
     values = _t(values).clone().requires_grad_(True)
     probs = _t(probs).clone().requires_grad_(True)
     dist = torch.distributions.Categorical(probs)

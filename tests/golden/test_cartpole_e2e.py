@@ -243,7 +243,7 @@ def test_rollout_matches_torch_reference():
     # Observations: float32 (gymnax) against float64-integrated (gymnasium).
     np.testing.assert_allclose(traj.obs["obs"], OUT["obs"], rtol=0, atol=OBS_ATOL)
 
-    # Network outputs and estimators: SEMANTICS.md section 14 (rtol 1e-5, atol 1e-5 * scale).
+    # Network outputs and estimators: docs/semantics.md §18 (rtol 1e-5, atol 1e-5 * scale).
     assert_close(traj.value, OUT["value"], err_msg="value")
     assert_close(traj.log_prob, OUT["log_prob"], err_msg="log_prob")
     assert_close(traj.next_value, OUT["next_value"], err_msg="next_value")

@@ -46,7 +46,7 @@ def test_collector_matches_reference(run):
         actual = got[name]
         if run.startswith("rlplay") and name.endswith("/act"):
             # Row 0 of the first fragment is rlplay's undefined a_{-1}; stuck rows hold
-            # actions that were never taken (SEMANTICS 7): both sides record them anyway.
+            # actions that were never taken (docs/semantics.md §15.3): both sides record them anyway.
             pass
         assert np.shape(actual) == np.shape(expected), f"{run}/{name}: {np.shape(actual)} vs {np.shape(expected)}"
         if name.split("/")[-1].split(".")[-1] in EXACT or name.endswith(("actions", "info_length")):

@@ -15,7 +15,7 @@ for key, value in DATA.items():
     if not key.startswith("meta/"):
         case, kind, name = key.split("/", 2)
         CASES.setdefault(case, {"in": {}, "out": {}})[kind][name] = value
-TOL = dict(rtol=1e-5, atol=1e-5)  # SEMANTICS.md section 14 for distributions and the A2C loss
+TOL = dict(rtol=1e-5, atol=1e-5)  # docs/semantics.md §18 for distributions and the A2C loss
 
 
 def jax_outputs(inp):

@@ -3,7 +3,7 @@
 The torch weights stored in fixtures/networks.npz are copied into the flax
 module (Dense kernel = Linear weight transposed, log_std = actor_logstd[0]);
 logits / means, values, log-probs of the stored actions and entropies must
-agree within rtol 1e-5, atol 1e-5 (SEMANTICS.md section 14). Each config is
+agree within rtol 1e-5, atol 1e-5 (docs/semantics.md §18). Each config is
 checked at CleanRL's init and with perturbed weights (outputs of order 1 to
 1e3, where the init's 0.01 actor head would hide a wrong head).
 """

@@ -4,7 +4,7 @@ fixtures/optim.npz holds 200 torch steps of Adam, AdamW, RMSprop and CleanRL's
 clipped, annealed Adam on two tensors, and clip_grad_norm_ around its
 threshold (tests/golden/optim_reference.py). The JAX side runs each optimizer
 in one jitted `lax.scan` and must match every step: rtol 1e-5, atol 1e-6 for
-the parameters, rtol 1e-6 for clipping (SEMANTICS.md section 14). The last
+the parameters, rtol 1e-6 for clipping (docs/semantics.md §18). The last
 tests show that plain optax with its defaults does not match, which is why
 `jaxrl_rollout.optim` exists.
 """
@@ -188,7 +188,7 @@ def test_optax_rmsprop_defaults_do_not_match():
     # optax: decay 0.9 (torch alpha 0.99) and eps inside the square root.
     assert not _within_tolerance(run(optax.rmsprop(1e-2))[0], "rmsprop_torch_defaults")
     assert not _within_tolerance(run(optax.rmsprop(7e-4, decay=0.99, eps=1e-5))[0], "rmsprop_sb3")
-    # SEMANTICS section 12's recipe does match.
+    # The optax recipe of docs/semantics.md §10.3 does match.
     tx = optax.rmsprop(7e-4, decay=0.99, eps=1e-5, initial_scale=0.0, eps_in_sqrt=False)
     assert _within_tolerance(run(tx)[0], "rmsprop_sb3")
 

@@ -1,9 +1,9 @@
-"""One whole PPO update and one A2C update against PyTorch (CleanRL's loops and the A2C seed's step).
+"""One whole PPO update and one A2C update against PyTorch (CleanRL's loops and the A2C agent's step).
 
 From fixed weights and a fixed batch, with CleanRL's minibatch permutations
 passed in as data, the library's `learn_minibatches` / `learn_batch` must
 reproduce torch's per-step losses, gradient norms, first-step gradients and
-the parameters after the optimiser steps (SEMANTICS.md sections 9, 12, 14).
+the parameters after the optimiser steps (docs/semantics.md §8 to §11, §18).
 """
 
 import functools

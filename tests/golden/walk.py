@@ -4,7 +4,7 @@ WalkEnv: position p starts at 0; action a in {0, 1, 2} moves it by a - 1;
 reward = 1 - |p'| / 4; the episode terminates when |p'| >= 3 and is truncated
 at `max_steps_in_episode`. obs = [p, time] float32. Resets are deterministic,
 so the PyTorch references need only the actions, which they replay from the
-JAX run (teacher forcing, ../../SEMANTICS.md section 10).
+JAX run (teacher forcing, docs/semantics.md §13.4).
 """
 
 from __future__ import annotations
