@@ -12,9 +12,12 @@ Each measurement is a fresh process, and the sides alternate within a round
 (order flipped every round), so load bursts hit both. Each ratio is the median
 of the per-round ratios ours / PureJaxRL's; below 1 means we are faster.
 
-PureJaxRL runs from `--purejaxrl-dir` (default `../shared/anchors/purejaxrl`,
-beside the repository) with `--purejaxrl-python` (default
-`/tmp/pjr_venv/bin/python`, the venv its README sets up). If either is
+PureJaxRL (https://github.com/luchris429/purejaxrl: its `ppo.py` unchanged,
+with a timing script `time_ppo.py` beside it) runs from a checkout given by
+`--purejaxrl-dir` (default `DEFAULT_ANCHOR`, `shared/anchors/purejaxrl` beside
+the repository, where the project's benchmark machines keep one) with
+`--purejaxrl-python` (default `/tmp/pjr_venv/bin/python`: a venv with the same
+jax, flax, optax and gymnax versions as ours, plus distrax). If either is
 missing, only our side is timed and the script says why.
 
 With `--rejax`, rejax 0.1.3's PPO (benchmarks/rejax_ppo.py, run with
