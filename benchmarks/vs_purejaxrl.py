@@ -14,8 +14,7 @@ of the per-round ratios ours / PureJaxRL's; below 1 means we are faster.
 
 PureJaxRL (https://github.com/luchris429/purejaxrl: its `ppo.py` unchanged,
 with a timing script `time_ppo.py` beside it) runs from a checkout given by
-`--purejaxrl-dir` (default `DEFAULT_ANCHOR`, `shared/anchors/purejaxrl` beside
-the repository, where the project's benchmark machines keep one) with
+`--purejaxrl-dir` (default: the `PUREJAXRL_DIR` environment variable) with
 `--purejaxrl-python` (default `/tmp/pjr_venv/bin/python`: a venv with the same
 jax, flax, optax and gymnax versions as ours, plus distrax). If either is
 missing, only our side is timed and the script says why.
@@ -70,7 +69,7 @@ if __package__ in (None, ""):
 
 from benchmarks import _common
 
-DEFAULT_ANCHOR = os.path.join(os.path.dirname(_common.REPO_ROOT), "shared", "anchors", "purejaxrl")
+DEFAULT_ANCHOR = os.environ.get("PUREJAXRL_DIR", "")
 DEFAULT_PJR_PYTHON = "/tmp/pjr_venv/bin/python"
 TARGETS = {1: 0.9, 8: 0.85, 64: 0.85}  # run-time ratio targets (issue #14); compile <= 1.0
 LINE = re.compile(r"compile=([\d.]+)s run1=([\d.]+)s run2=([\d.]+)s mean_final_return=(-?[\d.]+|nan)")
@@ -148,6 +147,8 @@ def rounds_arg(text: str) -> dict:
 
 def anchor_problem(anchor_dir: str, python: str) -> str | None:
     """Why PureJaxRL cannot be timed here, or None."""
+    if not anchor_dir:
+        return "no PureJaxRL checkout given; pass --purejaxrl-dir DIR or set PUREJAXRL_DIR"
     if not os.path.isfile(os.path.join(anchor_dir, "time_ppo.py")):
         return f"no PureJaxRL anchor at {anchor_dir} (time_ppo.py missing); pass --purejaxrl-dir"
     if not os.access(python, os.X_OK):
