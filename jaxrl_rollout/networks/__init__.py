@@ -39,7 +39,7 @@ from __future__ import annotations
 # this package was one file (tests/test_networks.py uses them).
 import flax.linen as nn  # noqa: F401
 
-from jaxrl_rollout.networks.init import _Dense, _householder_q, orthogonal  # noqa: F401
+from jaxrl_rollout.networks.init import _Dense, _householder_q, batched_init, orthogonal  # noqa: F401
 from jaxrl_rollout.networks.modules import (
     ACTION_MASK_KEYS,
     ACTIVATIONS,
@@ -50,7 +50,6 @@ from jaxrl_rollout.networks.modules import (
     ActorCriticGRU,
     ActorCriticMLP,
     ActorCriticMultiInput,
-    batched_init,
     leaf_name,
 )
 from jaxrl_rollout.networks.policies import feedforward_policy, recurrent_policy, unroll

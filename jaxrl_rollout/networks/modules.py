@@ -42,7 +42,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_rollout import prng
 from jaxrl_rollout.distributions import (
     Categorical,
     DiagGaussian,
@@ -50,7 +49,7 @@ from jaxrl_rollout.distributions import (
     diag_gaussian,
     masked_logits,
 )
-from jaxrl_rollout.networks.init import _SHAPES_ONLY, _dense, _householder_q, orthogonal
+from jaxrl_rollout.networks.init import _dense, orthogonal
 from jaxrl_rollout.types import PyTree
 
 __all__ = [
@@ -63,7 +62,6 @@ __all__ = [
     "ActorCriticGRU",
     "ActorCriticMLP",
     "ActorCriticMultiInput",
-    "batched_init",
     "leaf_name",
 ]
 
@@ -201,84 +199,6 @@ class ActorCriticMLP(nn.Module):
             actor_x = _mlp(obs, self.hidden_sizes, self.activation, "actor_hidden")
             critic_x = _mlp(obs, self.hidden_sizes, self.activation, "critic_hidden")
         return _heads(self, actor_x, critic_x)
-
-
-# The largest padded kernel `batched_init` handles; larger MLPs use module.init (the
-# batched QR costs P^3 per kernel).
-_BATCHED_INIT_MAX_SIZE = 256
-
-
-def _mlp_layer_gain(layer: str) -> Union[float, None]:
-    """The orthogonal gain of an `ActorCriticMLP` layer by name, or None for an unknown name."""
-    if layer == "actor_head":
-        return ACTOR_HEAD_GAIN
-    if layer == "critic_head":
-        return CRITIC_HEAD_GAIN
-    prefix, _, index = layer.rpartition("_")
-    if prefix in ("actor_hidden", "critic_hidden", "shared_hidden") and index.isdigit():
-        return HIDDEN_GAIN
-    return None
-
-
-def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
-    """Initial parameters of `module`, drawn in one batch for an `ActorCriticMLP`.
-
-    `module.init(key, obs)` draws and orthogonalises each kernel on its own:
-    a key derivation, a normal draw and a QR loop per layer, which XLA
-    compiles separately (about 200 kernels for the 64x64 actor-critic, over
-    a second of a PPO train's compile time on 2 CPU cores). For an
-    `ActorCriticMLP` this function gives the same initialisation (orthogonal
-    kernels with the layer's gain, zero biases and `log_std`) from one normal
-    draw and one batched Householder loop over all kernels, each zero-padded
-    to a common square size. The padding changes only rounding: no reflection
-    touches a zero row and a zero column reflects nothing, so the top-left
-    block of each padded Q is the Q of the kernel's own normal matrix.
-
-    The distribution is module.init's, the values are not: the key is used
-    differently. Any other module, or an MLP wider than 256 units, gets
-    `module.init(key, obs)`.
-
-    Args:
-      module: a flax module.
-      key: PRNG key.
-      obs: a sample observation batch, as for `module.init`.
-
-    Returns:
-      The variables dict `module.init` would return.
-    """
-    if not isinstance(module, ActorCriticMLP):
-        return module.init(key, obs)
-    token = _SHAPES_ONLY.set(True)
-    try:
-        shapes = jax.eval_shape(module.init, key, obs)
-    finally:
-        _SHAPES_ONLY.reset(token)
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
-    kernels = []  # (leaf index, tall shape (m, n), wide, gain)
-    for i, (path, leaf) in enumerate(leaves):
-        names = [getattr(entry, "key", None) for entry in path]
-        if names[-1] == "kernel" and len(names) == 3:
-            gain = _mlp_layer_gain(names[-2])
-            if gain is None or len(leaf.shape) != 2:
-                return module.init(key, obs)
-            rows, cols = leaf.shape
-            kernels.append((i, (max(rows, cols), min(rows, cols)), rows < cols, gain))
-        elif names[-1] not in ("bias", "log_std"):
-            return module.init(key, obs)
-    size = 1 << max(max(m for _, (m, _), _, _ in kernels) - 1, 1).bit_length()
-    if size > _BATCHED_INIT_MAX_SIZE:
-        return module.init(key, obs)
-    mask = np.zeros((len(kernels), size, size), np.float32)
-    for j, (_, (m, n), _, _) in enumerate(kernels):
-        mask[j, :m, :n] = 1.0
-    # One 1-D draw: rank-1 random draws compile faster on CPU than rank-3 ones.
-    normal = jax.random.normal(prng.fused(key), (mask.size,), jnp.float32).reshape(mask.shape) * mask
-    q = _householder_q(normal)
-    values = [jnp.zeros(leaf.shape, leaf.dtype) for _, leaf in leaves]
-    for j, (i, (m, n), wide, gain) in enumerate(kernels):
-        kernel = q[j, :m, :n]
-        values[i] = (gain * (kernel.T if wide else kernel)).astype(leaves[i][1].dtype)
-    return jax.tree_util.tree_unflatten(treedef, values)
 
 
 class ActorCriticCNN(nn.Module):
