@@ -423,7 +423,7 @@ class ActorCriticGRU(nn.Module):
     Dense(`embed_size`) -> activation -> GRUCell(`hidden_size`) -> for each
     of actor and critic, Dense(`head_sizes`) -> activation -> head. The carry
     is used as given: zeroing it at episode starts is the caller's job
-    (`jaxrl_rollout.rollout` does it, and so does `unroll`).
+    (`jaxrl_rollout.rollout` does it, and so does `networks.unroll`).
 
     Attributes:
       action_dim: A.

@@ -11,6 +11,10 @@ function `apply_fn(params, obs) -> (dist, value)` (recurrent:
 - `unroll(module, params, initial_carry, obs, first)` replays a recurrent
   module over a `[T, B, ...]` trajectory to recompute log-probs and values,
   resetting the carry by the rollout's own rule (`jaxrl_rollout.reset_carry`).
+
+These need a network that returns a distribution; for one that returns
+logits, `jaxrl_rollout.categorical_policy` (jaxrl_rollout/policies.py) builds
+the policy.
 """
 
 from __future__ import annotations
