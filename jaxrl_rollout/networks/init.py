@@ -153,7 +153,7 @@ class _Dense(nn.Module):
         bias = self._param("bias", nn.initializers.zeros, (self.features,))
         gains = _SHAPES_ONLY.get()
         if gains is not None:
-            gains[tuple(self.path)] = self.gain  # for `batched_init`
+            gains[tuple(self.path)] = float(self.gain)  # for `batched_init`, as `orthogonal` takes it
         dtype = jnp.result_type(inputs, kernel, bias)
         inputs, kernel, bias = (jnp.asarray(x, dtype) for x in (inputs, kernel, bias))
         y = jax.lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())))

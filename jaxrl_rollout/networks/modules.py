@@ -481,7 +481,7 @@ class ActorCriticGRU(nn.Module):
             )
         x = obs.reshape(obs.shape[0], -1)
         x = ACTIVATIONS[self.activation](_dense(self.embed_size, HIDDEN_GAIN, "embed")(x))
-        # flax's default recurrent init (orthogonal), built without LAPACK (see `_householder_q`).
+        # flax's default recurrent init (orthogonal), built without LAPACK (see `_householder_q` in init.py).
         new_carry, h = nn.GRUCell(self.hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(carry, x)
         actor_x = _mlp(h, self.head_sizes, self.activation, "actor_hidden")
         critic_x = _mlp(h, self.head_sizes, self.activation, "critic_hidden")
