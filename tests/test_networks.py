@@ -204,7 +204,7 @@ def test_dense_layers_match_flax_dense_and_check_shapes_without_the_initializer(
     np.testing.assert_array_equal(ours.apply(params, obs), flax_dense.apply(params, obs))
     # apply reads the stored parameters without running the initializer again (flax's param does).
     calls = []
-    monkeypatch.setattr(networks, "_orthogonal_draw", lambda *a: calls.append(a))
+    monkeypatch.setattr(networks.init, "_orthogonal_draw", lambda *a: calls.append(a))
     jax.make_jaxpr(lambda p: MLP.apply(p, jnp.zeros((B, 4))))(INIT["mlp"])
     # batched_init asks flax for the shapes only, with no orthogonal draw traced for them.
     jax.make_jaxpr(lambda k: networks.batched_init(MLP, k, jnp.zeros((1, 4))))(jax.random.key(0))

@@ -1,7 +1,4 @@
-"""Flax linen actor-critics with PyTorch's orthogonal init, and policies built from them.
-
-This is the only module of the package that imports `flax.linen`; the rollout
-itself only sees plain callables.
+"""The actor-critic modules (flax linen), their construction checks and layer constants.
 
 Modules (all return a distribution from `jaxrl_rollout.distributions` and a
 value of the batch shape):
@@ -15,11 +12,13 @@ value of the batch shape):
   `{leaf: [B, ...]} -> (dist, value [B])`, one encoder per leaf (a conv
   torso for images, a dense torso for flattened vectors and scalars), the
   features concatenated, then actor and critic trunks; a leaf named in
-  `ACTION_MASK_KEYS` masks the logits instead of being a feature.
+  `ACTION_MASK_KEYS` masks the logits instead of being a feature
+  (`leaf_name` gives a leaf's name).
 - `ActorCriticGRU`: one recurrent step
   `(carry [B, H], obs [B, ...]) -> (new_carry, (dist, value [B]))`. It never
   resets its carry: the rollout zeroes it at episode starts
-  (`jaxrl_rollout.reset_carry`) and `unroll` replays that rule for a learner.
+  (`jaxrl_rollout.reset_carry`) and `networks.unroll` replays that rule for a
+  learner.
 
 Every Dense (and Conv) kernel is `orthogonal(gain)` with zero bias, which on a
 flax (in, out) kernel mirrors torch's `orthogonal_(W, gain)` on the (out, in)
@@ -27,38 +26,12 @@ weight (../SEMANTICS.md section 11):
 gain sqrt(2) for hidden layers, 0.01 for the actor head and 1.0 for the critic
 head (ARENA / CleanRL `layer_init`). The GRU cell keeps flax's own init
 (torch's `nn.GRU` has no `layer_init` counterpart in the references).
-The MLP and head layers are `_Dense`: `nn.Dense`'s parameters and numbers,
-without flax's re-run of the initializer on every `apply`.
-
-Policies:
-
-- `feedforward_policy(module)` -> `policy_fn(params, obs, key) -> PolicyOutput`
-- `recurrent_policy(module)` -> `policy_fn(params, obs, key, carry) ->
-  (PolicyOutput, new_carry)`
-- `unroll(module, params, initial_carry, obs, first)` replays a recurrent
-  module over a `[T, B, ...]` trajectory to recompute log-probs and values.
-
-Bringing your own network: `module` may be any flax linen module (its `apply`
-is used) or any plain function `apply_fn(params, obs) -> (dist, value)`
-(recurrent: `apply_fn(params, carry, obs) -> (new_carry, (dist, value))`),
-where `dist` has `sample(key)`, `mode()` and `log_prob(action)` (build it with
-`distributions.categorical_from_logits` or `distributions.diag_gaussian`) and
-`value` has the batch shape [B]. A flax nnx model plugs in through
-`nnx.split` / `nnx.merge`::
-
-    graphdef, state = nnx.split(model)          # model(obs) -> (dist, value)
-    policy_fn = feedforward_policy(lambda state, obs: nnx.merge(graphdef, state)(obs))
-    # pass `state` as the rollout's params
-
-A network that returns logits rather than a distribution can be wrapped the
-same way (`lambda p, obs: (categorical_from_logits(l), v)` after calling it),
-or used directly with `jaxrl_rollout.categorical_policy`.
+The MLP and head layers are `_Dense` (`init.py`): `nn.Dense`'s parameters and
+numbers, without flax's re-run of the initializer on every `apply`.
 """
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -69,7 +42,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_rollout import prng
 from jaxrl_rollout.distributions import (
     Categorical,
     DiagGaussian,
@@ -77,8 +49,8 @@ from jaxrl_rollout.distributions import (
     diag_gaussian,
     masked_logits,
 )
-from jaxrl_rollout.rollout import reset_carry
-from jaxrl_rollout.types import PolicyOutput, PyTree
+from jaxrl_rollout.networks.init import _dense, orthogonal
+from jaxrl_rollout.types import PyTree
 
 __all__ = [
     "ACTION_MASK_KEYS",
@@ -90,11 +62,7 @@ __all__ = [
     "ActorCriticGRU",
     "ActorCriticMLP",
     "ActorCriticMultiInput",
-    "batched_init",
     "leaf_name",
-    "feedforward_policy",
-    "recurrent_policy",
-    "unroll",
 ]
 
 HIDDEN_GAIN = math.sqrt(2.0)
@@ -136,142 +104,6 @@ def _check_head_config(module: nn.Module) -> None:
     if not isinstance(module.continuous, (bool, np.bool_)):
         raise ValueError(f"continuous must be a bool, got {module.continuous!r}.")
     _check_activation(module.activation)
-
-
-@jax.jit
-def _householder_q(a: jax.Array) -> jax.Array:
-    """Q [..., m, n] of the QR decompositions of a [..., m, n] (m >= n) whose R has a non-negative diagonal.
-
-    Householder reflections in plain jnp ops (a `fori_loop` over columns), so
-    no LAPACK custom call is emitted. jaxlib's CPU `geqrf` kernel splits a
-    batched QR (what `vmap` over seeds makes of an init) into tasks on XLA's
-    intra-op thread pool and blocks a pool thread until they finish; with two
-    such kernels running at once on a 2-thread pool the process deadlocks
-    (seen on this project's 2-core CI machine). The Q of a full-rank matrix
-    with R's diagonal made non-negative is unique, so this equals
-    `jnp.linalg.qr` followed by the sign fix up to float rounding.
-
-    Leading axes are a batch, handled by the ops themselves: the operations
-    `vmap` would produce, without `vmap` batching the loop body again at each
-    trace (py-spy put `batched_init`'s vmapped QR at 12% of the trace and
-    lowering samples of a PPO train over 8 vmapped seeds). Jitted so that it
-    is traced once per shape.
-    """
-    *batch, m, n = a.shape
-    rows = jnp.arange(m)
-    hi = jax.lax.Precision.HIGHEST
-    nb = len(batch)
-    batch_dims = tuple(range(nb))
-    # v [..., m] . r [..., m, n] -> [..., n], and q [..., m, m] . v [..., m] -> [..., m]
-    vr_dims = (((nb,), (nb,)), (batch_dims, batch_dims))
-    qv_dims = (((nb + 1,), (nb,)), (batch_dims, batch_dims))
-
-    def reflect(k, carry):
-        r, q = carry
-        x = jnp.where(rows >= k, jax.lax.dynamic_index_in_dim(r, k, axis=nb + 1, keepdims=False), 0.0)
-        norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
-        x_k = jax.lax.dynamic_index_in_dim(x, k, axis=nb, keepdims=True)
-        alpha = jnp.where(x_k >= 0, -norm, norm)  # the sign that avoids cancellation
-        v = x - alpha * (rows == k)
-        v_norm = jnp.sqrt(jnp.sum(v * v, axis=-1, keepdims=True))
-        v = jnp.where(v_norm > 0, v / jnp.where(v_norm > 0, v_norm, 1.0), 0.0)
-        vr = jax.lax.dot_general(v, r, vr_dims, precision=hi)
-        r = r - 2.0 * (v[..., :, None] * vr[..., None, :])
-        qv = jax.lax.dot_general(q, v, qv_dims, precision=hi)
-        q = q - 2.0 * (qv[..., :, None] * v[..., None, :])
-        return r, q
-
-    eye = jnp.broadcast_to(jnp.eye(m, dtype=a.dtype), (*batch, m, m))
-    r, q = jax.lax.fori_loop(0, n, reflect, (a, eye))
-    q = q[..., :, :n]
-    diag = jnp.diagonal(r, axis1=-2, axis2=-1)[..., :n]
-    return q * jnp.where(diag < 0, -1.0, 1.0).astype(a.dtype)[..., None, :]
-
-
-# Set only while `batched_init` asks flax for the parameter shapes (under `eval_shape`):
-# the orthogonal draws would be traced for nothing there.
-_SHAPES_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxrl_rollout_shapes_only", default=False)
-
-
-def orthogonal(scale: float = 1.0, column_axis: int = -1) -> Callable:
-    """Orthogonal kernel initializer (torch's `orthogonal_`), with no LAPACK call.
-
-    The same construction as `jax.nn.initializers.orthogonal`: a standard
-    normal matrix shaped (rows, cols), transposed when wide, its QR's Q with
-    sign(diag R) applied, transposed back and scaled. Only the QR differs
-    (`_householder_q`), which keeps vmapped inits off the CPU LAPACK kernel.
-    """
-    scale, column_axis = float(scale), int(column_axis)
-
-    def init(key, shape, dtype=jnp.float32):
-        if len(shape) < 2:
-            raise ValueError(f"orthogonal init needs a kernel of rank >= 2, got shape {tuple(shape)}.")
-        if _SHAPES_ONLY.get():
-            return jnp.zeros(shape, dtype)
-        return _orthogonal_draw(key, tuple(int(d) for d in shape), jnp.dtype(dtype), scale, column_axis)
-
-    return init
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _orthogonal_draw(key, shape, dtype, scale, column_axis):
-    """`orthogonal(scale, column_axis)(key, shape, dtype)`.
-
-    Jitted, so it is traced once per shape: flax's own layers (the conv of
-    `ActorCriticCNN`, the GRU cell's recurrent kernel) evaluate their
-    initializer again on every `apply` to check the stored parameter's shape.
-    """
-    cols = shape[column_axis]
-    rows = math.prod(shape) // cols
-    wide = rows < cols
-    a = jax.random.normal(key, (cols, rows) if wide else (rows, cols), jnp.float32)
-    q = _householder_q(a)
-    if wide:
-        q = q.T
-    other = tuple(d for i, d in enumerate(shape) if i != column_axis % len(shape))
-    q = jnp.moveaxis(q.reshape(other + (cols,)), -1, column_axis)
-    return (scale * q).astype(dtype)
-
-
-class _Dense(nn.Module):
-    """`nn.Dense(features)` with an `orthogonal(gain)` kernel and zero bias, the same parameters and numbers.
-
-    The one difference is in `apply`: flax's `Module.param` evaluates the
-    initializer again on every call to check the stored parameter's shape,
-    which for an orthogonal kernel means tracing a normal draw and a QR loop
-    per layer per `apply` (py-spy: a fifth of the trace and lowering samples
-    of a one-seed PPO train). Here a stored parameter's shape is checked
-    directly, and the initializer runs only when the parameter is created.
-    """
-
-    features: int
-    gain: float
-
-    @nn.compact
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        kernel = self._param("kernel", orthogonal(self.gain), (jnp.shape(inputs)[-1], self.features))
-        bias = self._param("bias", nn.initializers.zeros, (self.features,))
-        dtype = jnp.result_type(inputs, kernel, bias)
-        inputs, kernel, bias = (jnp.asarray(x, dtype) for x in (inputs, kernel, bias))
-        y = jax.lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())))
-        return y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
-
-    def _param(self, name: str, init: Callable, shape: tuple[int, ...]) -> jax.Array:
-        if self.has_variable("params", name):
-            value = self.get_variable("params", name)
-            if tuple(jnp.shape(value)) != shape:
-                raise ValueError(
-                    f"parameter {'/'.join(self.path)}/{name} has shape {tuple(jnp.shape(value))}, "
-                    f"but this layer needs {shape} (input features {shape[0]}, features {self.features}); "
-                    "were the params initialised for another observation shape or module config?"
-                )
-            return value
-        return self.param(name, init, shape, jnp.float32)
-
-
-def _dense(features: int, gain: float, name: str) -> nn.Module:
-    """torch `layer_init(nn.Linear(in, features), std=gain)`: orthogonal kernel, zero bias."""
-    return _Dense(features, gain, name=name)
 
 
 def _mlp(x: jax.Array, sizes: Sequence[int], activation: str, prefix: str) -> jax.Array:
@@ -367,84 +199,6 @@ class ActorCriticMLP(nn.Module):
             actor_x = _mlp(obs, self.hidden_sizes, self.activation, "actor_hidden")
             critic_x = _mlp(obs, self.hidden_sizes, self.activation, "critic_hidden")
         return _heads(self, actor_x, critic_x)
-
-
-# The largest padded kernel `batched_init` handles; larger MLPs use module.init (the
-# batched QR costs P^3 per kernel).
-_BATCHED_INIT_MAX_SIZE = 256
-
-
-def _mlp_layer_gain(layer: str) -> Union[float, None]:
-    """The orthogonal gain of an `ActorCriticMLP` layer by name, or None for an unknown name."""
-    if layer == "actor_head":
-        return ACTOR_HEAD_GAIN
-    if layer == "critic_head":
-        return CRITIC_HEAD_GAIN
-    prefix, _, index = layer.rpartition("_")
-    if prefix in ("actor_hidden", "critic_hidden", "shared_hidden") and index.isdigit():
-        return HIDDEN_GAIN
-    return None
-
-
-def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
-    """Initial parameters of `module`, drawn in one batch for an `ActorCriticMLP`.
-
-    `module.init(key, obs)` draws and orthogonalises each kernel on its own:
-    a key derivation, a normal draw and a QR loop per layer, which XLA
-    compiles separately (about 200 kernels for the 64x64 actor-critic, over
-    a second of a PPO train's compile time on 2 CPU cores). For an
-    `ActorCriticMLP` this function gives the same initialisation (orthogonal
-    kernels with the layer's gain, zero biases and `log_std`) from one normal
-    draw and one batched Householder loop over all kernels, each zero-padded
-    to a common square size. The padding changes only rounding: no reflection
-    touches a zero row and a zero column reflects nothing, so the top-left
-    block of each padded Q is the Q of the kernel's own normal matrix.
-
-    The distribution is module.init's, the values are not: the key is used
-    differently. Any other module, or an MLP wider than 256 units, gets
-    `module.init(key, obs)`.
-
-    Args:
-      module: a flax module.
-      key: PRNG key.
-      obs: a sample observation batch, as for `module.init`.
-
-    Returns:
-      The variables dict `module.init` would return.
-    """
-    if not isinstance(module, ActorCriticMLP):
-        return module.init(key, obs)
-    token = _SHAPES_ONLY.set(True)
-    try:
-        shapes = jax.eval_shape(module.init, key, obs)
-    finally:
-        _SHAPES_ONLY.reset(token)
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
-    kernels = []  # (leaf index, tall shape (m, n), wide, gain)
-    for i, (path, leaf) in enumerate(leaves):
-        names = [getattr(entry, "key", None) for entry in path]
-        if names[-1] == "kernel" and len(names) == 3:
-            gain = _mlp_layer_gain(names[-2])
-            if gain is None or len(leaf.shape) != 2:
-                return module.init(key, obs)
-            rows, cols = leaf.shape
-            kernels.append((i, (max(rows, cols), min(rows, cols)), rows < cols, gain))
-        elif names[-1] not in ("bias", "log_std"):
-            return module.init(key, obs)
-    size = 1 << max(max(m for _, (m, _), _, _ in kernels) - 1, 1).bit_length()
-    if size > _BATCHED_INIT_MAX_SIZE:
-        return module.init(key, obs)
-    mask = np.zeros((len(kernels), size, size), np.float32)
-    for j, (_, (m, n), _, _) in enumerate(kernels):
-        mask[j, :m, :n] = 1.0
-    # One 1-D draw: rank-1 random draws compile faster on CPU than rank-3 ones.
-    normal = jax.random.normal(prng.fused(key), (mask.size,), jnp.float32).reshape(mask.shape) * mask
-    q = _householder_q(normal)
-    values = [jnp.zeros(leaf.shape, leaf.dtype) for _, leaf in leaves]
-    for j, (i, (m, n), wide, gain) in enumerate(kernels):
-        kernel = q[j, :m, :n]
-        values[i] = (gain * (kernel.T if wide else kernel)).astype(leaves[i][1].dtype)
-    return jax.tree_util.tree_unflatten(treedef, values)
 
 
 class ActorCriticCNN(nn.Module):
@@ -669,7 +423,7 @@ class ActorCriticGRU(nn.Module):
     Dense(`embed_size`) -> activation -> GRUCell(`hidden_size`) -> for each
     of actor and critic, Dense(`head_sizes`) -> activation -> head. The carry
     is used as given: zeroing it at episode starts is the caller's job
-    (`jaxrl_rollout.rollout` does it, and so does `unroll`).
+    (`jaxrl_rollout.rollout` does it, and so does `networks.unroll`).
 
     Attributes:
       action_dim: A.
@@ -727,178 +481,8 @@ class ActorCriticGRU(nn.Module):
             )
         x = obs.reshape(obs.shape[0], -1)
         x = ACTIVATIONS[self.activation](_dense(self.embed_size, HIDDEN_GAIN, "embed")(x))
-        # flax's default recurrent init (orthogonal), built without LAPACK (see `_householder_q`).
+        # flax's default recurrent init (orthogonal), built without LAPACK (see `_householder_q` in init.py).
         new_carry, h = nn.GRUCell(self.hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(carry, x)
         actor_x = _mlp(h, self.head_sizes, self.activation, "actor_hidden")
         critic_x = _mlp(h, self.head_sizes, self.activation, "critic_hidden")
         return new_carry, _heads(self, actor_x, critic_x)
-
-
-# --------------------------------------------------------------------------
-# Policies
-# --------------------------------------------------------------------------
-
-
-def _as_apply_fn(module: Any) -> Callable:
-    if isinstance(module, nn.Module):
-        return module.apply
-    if callable(module):
-        return module
-    raise TypeError(
-        "module must be a flax linen Module or a callable apply_fn(params, ...), got "
-        f"{type(module).__name__}."
-    )
-
-
-def _check_dist(dist: Any, where: str) -> None:
-    missing = [m for m in ("sample", "mode", "log_prob") if not callable(getattr(dist, m, None))]
-    if missing:
-        raise TypeError(
-            f"{where} must return a distribution with sample(key), mode() and log_prob(action) "
-            f"(e.g. distributions.categorical_from_logits(logits)); got {type(dist).__name__} "
-            f"without {missing}. For a network returning (logits, value) use "
-            "jaxrl_rollout.categorical_policy."
-        )
-
-
-def _split_output(out: Any, where: str) -> tuple[Any, jax.Array]:
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise TypeError(f"{where} must return (dist, value), got {type(out).__name__}.")
-    dist, value = out
-    _check_dist(dist, where)
-    return dist, value
-
-
-def _act(dist: Any, value: jax.Array, key: jax.Array, deterministic: bool, where: str) -> PolicyOutput:
-    action = dist.mode() if deterministic else dist.sample(key)
-    log_prob = dist.log_prob(action)
-    if jnp.shape(value) != jnp.shape(log_prob):
-        raise ValueError(
-            f"{where} must return a value of the distribution's batch shape "
-            f"{jnp.shape(log_prob)} ([B]), got {jnp.shape(value)}; squeeze a critic output [B, 1]."
-        )
-    return PolicyOutput(action=action, log_prob=log_prob, value=value)
-
-
-def _check_deterministic(deterministic: Any) -> None:
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool, got {deterministic!r}.")
-
-
-def feedforward_policy(
-    module: Any, deterministic: bool = False
-) -> Callable[[PyTree, PyTree, jax.Array], PolicyOutput]:
-    """A rollout policy from a module returning `(dist, value)`.
-
-    Args:
-      module: a flax linen module with `__call__(obs) -> (dist, value)` (e.g.
-        `ActorCriticMLP`, `ActorCriticCNN`), or any function
-        `apply_fn(params, obs) -> (dist, value)`.
-      deterministic: act with `dist.mode()` (argmax, or the mean) instead of
-        sampling; `log_prob` is then that of the mode.
-
-    Returns:
-      `policy_fn(params, obs [B, ...], key) -> PolicyOutput(action, log_prob [B],
-      value [B])`. For continuous actions the action is the raw, unclipped
-      sample and `log_prob` is its density (CleanRL); clip only when sending it
-      to the env.
-    """
-    _check_deterministic(deterministic)
-    apply_fn = _as_apply_fn(module)
-
-    def policy_fn(params: PyTree, obs: PyTree, key: jax.Array) -> PolicyOutput:
-        dist, value = _split_output(apply_fn(params, obs), "apply_fn(params, obs)")
-        return _act(dist, value, key, deterministic, "apply_fn(params, obs)")
-
-    return policy_fn
-
-
-def _split_recurrent(out: Any, where: str) -> tuple[PyTree, Any, jax.Array]:
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise TypeError(f"{where} must return (new_carry, (dist, value)), got {type(out).__name__}.")
-    new_carry, dist_value = out
-    dist, value = _split_output(dist_value, where)
-    return new_carry, dist, value
-
-
-def recurrent_policy(
-    module: Any, deterministic: bool = False
-) -> Callable[[PyTree, PyTree, jax.Array, PyTree], tuple[PolicyOutput, PyTree]]:
-    """A recurrent rollout policy from a module stepping `(carry, obs)`.
-
-    Args:
-      module: a flax linen module with `__call__(carry, obs) -> (new_carry,
-        (dist, value))` (e.g. `ActorCriticGRU`), or any function
-        `apply_fn(params, carry, obs) -> (new_carry, (dist, value))`.
-      deterministic: act with `dist.mode()` instead of sampling.
-
-    Returns:
-      `policy_fn(params, obs [B, ...], key, carry) -> (PolicyOutput, new_carry)`,
-      the rollout's recurrent signature. The carry it receives has already been
-      reset by the rollout where an episode starts.
-    """
-    _check_deterministic(deterministic)
-    apply_fn = _as_apply_fn(module)
-    where = "apply_fn(params, carry, obs)"
-
-    def policy_fn(params: PyTree, obs: PyTree, key: jax.Array, carry: PyTree) -> tuple[PolicyOutput, PyTree]:
-        new_carry, dist, value = _split_recurrent(apply_fn(params, carry, obs), where)
-        return _act(dist, value, key, deterministic, where), new_carry
-
-    return policy_fn
-
-
-def unroll(
-    module: Any,
-    params: PyTree,
-    initial_carry: PyTree,
-    obs: PyTree,
-    first: jax.Array,
-) -> tuple[Any, jax.Array]:
-    """Replays a recurrent module over a time-major sequence, as the rollout ran it.
-
-    Before step t the carry is `reset_carry(carry, first[t])`, exactly the
-    rollout's rule, so with `initial_carry = traj.carry[0]` (the raw carry at
-    the start of the rollout), `obs = traj.obs` and `first = traj.first`,
-    `dist.log_prob(traj.action)` and `value` reproduce `traj.log_prob` and
-    `traj.value` (torch-ac's recurrent `evaluate` with `memory * mask`).
-
-    Args:
-      module: a recurrent linen module or `apply_fn(params, carry, obs) ->
-        (new_carry, (dist, value))`, as in `recurrent_policy`.
-      params: the module's parameters.
-      initial_carry: pytree of [B, ...] arrays, the carry before the reset for
-        `first[0]`.
-      obs: pytree of [T, B, ...] observations.
-      first: [T, B] bool, obs[t] starts an episode.
-
-    Returns:
-      `(dist, value)`: the distributions stacked over time (batch shape
-      [T, B], e.g. logits [T, B, A]) and values [T, B].
-    """
-    apply_fn = _as_apply_fn(module)
-    first = jnp.asarray(first)
-    if first.ndim != 2:
-        raise ValueError(f"first must have shape [T, B], got {first.shape}.")
-    num_steps, batch_size = first.shape
-    for path, leaf in jax.tree_util.tree_leaves_with_path(obs):
-        if jnp.shape(leaf)[:2] != (num_steps, batch_size):
-            raise ValueError(
-                f"obs{jax.tree_util.keystr(path)} must have shape [T, B, ...] with "
-                f"[T, B]={first.shape} from first, got {jnp.shape(leaf)}."
-            )
-    for path, leaf in jax.tree_util.tree_leaves_with_path(initial_carry):
-        if jnp.shape(leaf)[:1] != (batch_size,):
-            raise ValueError(
-                f"initial_carry{jax.tree_util.keystr(path)} must have shape [B, ...] with "
-                f"B={batch_size} from first, got {jnp.shape(leaf)}."
-            )
-    where = "apply_fn(params, carry, obs)"
-
-    def step(carry, inputs):
-        obs_t, first_t = inputs
-        new_carry, dist, value = _split_recurrent(apply_fn(params, reset_carry(carry, first_t), obs_t), where)
-        return new_carry, (dist, value)
-
-    _, (dist, value) = jax.lax.scan(step, initial_carry, (obs, first))
-    return dist, value

@@ -1,0 +1,72 @@
+"""Flax linen actor-critics with PyTorch's orthogonal init, and policies built from them.
+
+This is the only part of the package that imports `flax.linen`; the rollout
+itself only sees plain callables. Everything is reachable as
+`jaxrl_rollout.networks.X`; the files hold, by kind:
+
+- `init.py`: initialisation with PyTorch's numbers. `orthogonal(gain)` (torch's
+  `orthogonal_`, on a Householder QR without LAPACK), the Dense layer with an
+  orthogonal kernel and zero bias that the modules use, and `batched_init`
+  (an `ActorCriticMLP`'s parameters drawn in one batch).
+- `modules.py`: the actor-critics `ActorCriticMLP`, `ActorCriticCNN`,
+  `ActorCriticMultiInput` and `ActorCriticGRU`, their construction checks,
+  the layer gains (`HIDDEN_GAIN`, `ACTOR_HEAD_GAIN`, `CRITIC_HEAD_GAIN`),
+  `ACTIVATIONS`, `ACTION_MASK_KEYS` and `leaf_name`.
+- `policies.py`: rollout policies from any network, `feedforward_policy` and
+  `recurrent_policy`, and `unroll`, which replays a recurrent network over a
+  trajectory for a learner.
+
+Bringing your own network: `module` may be any flax linen module (its `apply`
+is used) or any plain function `apply_fn(params, obs) -> (dist, value)`
+(recurrent: `apply_fn(params, carry, obs) -> (new_carry, (dist, value))`),
+where `dist` has `sample(key)`, `mode()` and `log_prob(action)` (build it with
+`distributions.categorical_from_logits` or `distributions.diag_gaussian`) and
+`value` has the batch shape [B]. A flax nnx model plugs in through
+`nnx.split` / `nnx.merge`::
+
+    graphdef, state = nnx.split(model)          # model(obs) -> (dist, value)
+    policy_fn = feedforward_policy(lambda state, obs: nnx.merge(graphdef, state)(obs))
+    # pass `state` as the rollout's params
+
+A network that returns logits rather than a distribution can be wrapped the
+same way (`lambda p, obs: (categorical_from_logits(l), v)` after calling it),
+or used directly with `jaxrl_rollout.categorical_policy`.
+"""
+
+from __future__ import annotations
+
+# `nn`, `_Dense` and `_householder_q` are kept reachable here as they were when
+# this package was one file (tests/test_networks.py uses them).
+import flax.linen as nn  # noqa: F401
+
+from jaxrl_rollout.networks.init import _Dense, _householder_q, batched_init, orthogonal  # noqa: F401
+from jaxrl_rollout.networks.modules import (
+    ACTION_MASK_KEYS,
+    ACTIVATIONS,
+    ACTOR_HEAD_GAIN,
+    CRITIC_HEAD_GAIN,
+    HIDDEN_GAIN,
+    ActorCriticCNN,
+    ActorCriticGRU,
+    ActorCriticMLP,
+    ActorCriticMultiInput,
+    leaf_name,
+)
+from jaxrl_rollout.networks.policies import feedforward_policy, recurrent_policy, unroll
+
+__all__ = [
+    "ACTION_MASK_KEYS",
+    "ACTIVATIONS",
+    "ACTOR_HEAD_GAIN",
+    "CRITIC_HEAD_GAIN",
+    "HIDDEN_GAIN",
+    "ActorCriticCNN",
+    "ActorCriticGRU",
+    "ActorCriticMLP",
+    "ActorCriticMultiInput",
+    "batched_init",
+    "feedforward_policy",
+    "leaf_name",
+    "recurrent_policy",
+    "unroll",
+]

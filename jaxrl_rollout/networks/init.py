@@ -1,0 +1,253 @@
+"""Initialisation with PyTorch's numbers: the orthogonal initializer, the Dense layer that uses it, `batched_init`.
+
+- `orthogonal(gain)`: torch's `orthogonal_(W, gain)` on the (out, in) weight,
+  mirrored on a flax (in, out) kernel, built on `_householder_q`, a
+  Householder QR in plain jnp ops (no LAPACK call, see its docstring).
+- `_Dense` / `_dense`: `nn.Dense` with an `orthogonal(gain)` kernel and zero
+  bias (CleanRL's `layer_init(nn.Linear(...), std=gain)`), which does not
+  re-run its initializer on every `apply`.
+- `batched_init(module, key, obs)`: an `ActorCriticMLP`'s parameters with
+  the same recipe as `module.init` (orthogonal kernels with each layer's
+  gain, zero biases and `log_std`), drawn in one batch: one normal draw and
+  one Householder loop over all kernels, padded to a common square.
+- `_SHAPES_ONLY`: set while `batched_init` asks flax for parameter shapes;
+  `orthogonal` then returns zeros instead of tracing a draw, and each
+  `_Dense` records its gain there for `batched_init`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import math
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_rollout import prng
+from jaxrl_rollout.types import PyTree
+
+__all__ = ["batched_init", "orthogonal"]
+
+
+@jax.jit
+def _householder_q(a: jax.Array) -> jax.Array:
+    """Q [..., m, n] of the QR decompositions of a [..., m, n] (m >= n) whose R has a non-negative diagonal.
+
+    Householder reflections in plain jnp ops (a `fori_loop` over columns), so
+    no LAPACK custom call is emitted. jaxlib's CPU `geqrf` kernel splits a
+    batched QR (what `vmap` over seeds makes of an init) into tasks on XLA's
+    intra-op thread pool and blocks a pool thread until they finish; with two
+    such kernels running at once on a 2-thread pool the process deadlocks
+    (seen on this project's 2-core CI machine). The Q of a full-rank matrix
+    with R's diagonal made non-negative is unique, so this equals
+    `jnp.linalg.qr` followed by the sign fix up to float rounding.
+
+    Leading axes are a batch, handled by the ops themselves: the operations
+    `vmap` would produce, without `vmap` batching the loop body again at each
+    trace (py-spy put `batched_init`'s vmapped QR at 12% of the trace and
+    lowering samples of a PPO train over 8 vmapped seeds). Jitted so that it
+    is traced once per shape.
+    """
+    *batch, m, n = a.shape
+    rows = jnp.arange(m)
+    hi = jax.lax.Precision.HIGHEST
+    nb = len(batch)
+    batch_dims = tuple(range(nb))
+    # v [..., m] . r [..., m, n] -> [..., n], and q [..., m, m] . v [..., m] -> [..., m]
+    vr_dims = (((nb,), (nb,)), (batch_dims, batch_dims))
+    qv_dims = (((nb + 1,), (nb,)), (batch_dims, batch_dims))
+
+    def reflect(k, carry):
+        r, q = carry
+        x = jnp.where(rows >= k, jax.lax.dynamic_index_in_dim(r, k, axis=nb + 1, keepdims=False), 0.0)
+        norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
+        x_k = jax.lax.dynamic_index_in_dim(x, k, axis=nb, keepdims=True)
+        alpha = jnp.where(x_k >= 0, -norm, norm)  # the sign that avoids cancellation
+        v = x - alpha * (rows == k)
+        v_norm = jnp.sqrt(jnp.sum(v * v, axis=-1, keepdims=True))
+        v = jnp.where(v_norm > 0, v / jnp.where(v_norm > 0, v_norm, 1.0), 0.0)
+        vr = jax.lax.dot_general(v, r, vr_dims, precision=hi)
+        r = r - 2.0 * (v[..., :, None] * vr[..., None, :])
+        qv = jax.lax.dot_general(q, v, qv_dims, precision=hi)
+        q = q - 2.0 * (qv[..., :, None] * v[..., None, :])
+        return r, q
+
+    eye = jnp.broadcast_to(jnp.eye(m, dtype=a.dtype), (*batch, m, m))
+    r, q = jax.lax.fori_loop(0, n, reflect, (a, eye))
+    q = q[..., :, :n]
+    diag = jnp.diagonal(r, axis1=-2, axis2=-1)[..., :n]
+    return q * jnp.where(diag < 0, -1.0, 1.0).astype(a.dtype)[..., None, :]
+
+
+# Set only while `batched_init` asks flax for the parameter shapes (under `eval_shape`), to a
+# dict in which each `_Dense` records its kernel's gain by module path; None otherwise. While
+# it is set `orthogonal` returns zeros: the draws would be traced for nothing there.
+_SHAPES_ONLY: contextvars.ContextVar[dict[tuple[str, ...], float] | None] = contextvars.ContextVar(
+    "jaxrl_rollout_shapes_only", default=None
+)
+
+
+def orthogonal(scale: float = 1.0, column_axis: int = -1) -> Callable:
+    """Orthogonal kernel initializer (torch's `orthogonal_`), with no LAPACK call.
+
+    The same construction as `jax.nn.initializers.orthogonal`: a standard
+    normal matrix shaped (rows, cols), transposed when wide, its QR's Q with
+    sign(diag R) applied, transposed back and scaled. Only the QR differs
+    (`_householder_q`), which keeps vmapped inits off the CPU LAPACK kernel.
+    """
+    scale, column_axis = float(scale), int(column_axis)
+
+    def init(key, shape, dtype=jnp.float32):
+        if len(shape) < 2:
+            raise ValueError(f"orthogonal init needs a kernel of rank >= 2, got shape {tuple(shape)}.")
+        if _SHAPES_ONLY.get() is not None:
+            return jnp.zeros(shape, dtype)
+        return _orthogonal_draw(key, tuple(int(d) for d in shape), jnp.dtype(dtype), scale, column_axis)
+
+    return init
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _orthogonal_draw(key, shape, dtype, scale, column_axis):
+    """`orthogonal(scale, column_axis)(key, shape, dtype)`.
+
+    Jitted, so it is traced once per shape: flax's own layers (the conv of
+    `ActorCriticCNN`, the GRU cell's recurrent kernel) evaluate their
+    initializer again on every `apply` to check the stored parameter's shape.
+    """
+    cols = shape[column_axis]
+    rows = math.prod(shape) // cols
+    wide = rows < cols
+    a = jax.random.normal(key, (cols, rows) if wide else (rows, cols), jnp.float32)
+    q = _householder_q(a)
+    if wide:
+        q = q.T
+    other = tuple(d for i, d in enumerate(shape) if i != column_axis % len(shape))
+    q = jnp.moveaxis(q.reshape(other + (cols,)), -1, column_axis)
+    return (scale * q).astype(dtype)
+
+
+class _Dense(nn.Module):
+    """`nn.Dense(features)` with an `orthogonal(gain)` kernel and zero bias, the same parameters and numbers.
+
+    The one difference is in `apply`: flax's `Module.param` evaluates the
+    initializer again on every call to check the stored parameter's shape,
+    which for an orthogonal kernel means tracing a normal draw and a QR loop
+    per layer per `apply` (py-spy: a fifth of the trace and lowering samples
+    of a one-seed PPO train). Here a stored parameter's shape is checked
+    directly, and the initializer runs only when the parameter is created.
+    While `batched_init` computes the shapes, the layer records its gain
+    there (`_SHAPES_ONLY`).
+    """
+
+    features: int
+    gain: float
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        kernel = self._param("kernel", orthogonal(self.gain), (jnp.shape(inputs)[-1], self.features))
+        bias = self._param("bias", nn.initializers.zeros, (self.features,))
+        gains = _SHAPES_ONLY.get()
+        if gains is not None:
+            gains[tuple(self.path)] = float(self.gain)  # for `batched_init`, as `orthogonal` takes it
+        dtype = jnp.result_type(inputs, kernel, bias)
+        inputs, kernel, bias = (jnp.asarray(x, dtype) for x in (inputs, kernel, bias))
+        y = jax.lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())))
+        return y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+
+    def _param(self, name: str, init: Callable, shape: tuple[int, ...]) -> jax.Array:
+        if self.has_variable("params", name):
+            value = self.get_variable("params", name)
+            if tuple(jnp.shape(value)) != shape:
+                raise ValueError(
+                    f"parameter {'/'.join(self.path)}/{name} has shape {tuple(jnp.shape(value))}, "
+                    f"but this layer needs {shape} (input features {shape[0]}, features {self.features}); "
+                    "were the params initialised for another observation shape or module config?"
+                )
+            return value
+        return self.param(name, init, shape, jnp.float32)
+
+
+def _dense(features: int, gain: float, name: str) -> nn.Module:
+    """torch `layer_init(nn.Linear(in, features), std=gain)`: orthogonal kernel, zero bias."""
+    return _Dense(features, gain, name=name)
+
+
+# The largest padded kernel `batched_init` handles; larger MLPs use module.init (the
+# batched QR costs P^3 per kernel).
+_BATCHED_INIT_MAX_SIZE = 256
+
+
+def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
+    """Initial parameters of `module`, drawn in one batch for an `ActorCriticMLP`.
+
+    `module.init(key, obs)` draws and orthogonalises each kernel on its own:
+    a key derivation, a normal draw and a QR loop per layer, which XLA
+    compiles separately (about 200 kernels for the 64x64 actor-critic, over
+    a second of a PPO train's compile time on 2 CPU cores). For an
+    `ActorCriticMLP` this function gives the same initialisation (orthogonal
+    kernels with the layer's gain, zero biases and `log_std`) from one normal
+    draw and one batched Householder loop over all kernels, each zero-padded
+    to a common square size. The padding changes only rounding: no reflection
+    touches a zero row and a zero column reflects nothing, so the top-left
+    block of each padded Q is the Q of the kernel's own normal matrix.
+
+    Each kernel's gain is the one its `_Dense` layer was built with, which the
+    layer records in `_SHAPES_ONLY` while flax computes the shapes (so no gain
+    is inferred from a layer's name). A kernel that no `_Dense` made, or any
+    parameter other than a kernel, a `bias` or a `log_std`, sends the module
+    to `module.init`.
+
+    The distribution is module.init's, the values are not: the key is used
+    differently. Any other module, or an MLP wider than 256 units, gets
+    `module.init(key, obs)`.
+
+    Args:
+      module: a flax module.
+      key: PRNG key.
+      obs: a sample observation batch, as for `module.init`.
+
+    Returns:
+      The variables dict `module.init` would return.
+    """
+    # Imported here, not at the top: modules.py imports this file.
+    from jaxrl_rollout.networks.modules import ActorCriticMLP
+
+    if not isinstance(module, ActorCriticMLP):
+        return module.init(key, obs)
+    gains: dict[tuple[str, ...], float] = {}
+    token = _SHAPES_ONLY.set(gains)
+    try:
+        shapes = jax.eval_shape(module.init, key, obs)
+    finally:
+        _SHAPES_ONLY.reset(token)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
+    kernels = []  # (leaf index, tall shape (m, n), wide, gain)
+    for i, (path, leaf) in enumerate(leaves):
+        names = [getattr(entry, "key", None) for entry in path]
+        if names[-1] == "kernel" and len(names) == 3:
+            gain = gains.get(tuple(names[1:-1]))  # None: not a `_Dense` kernel
+            if gain is None or len(leaf.shape) != 2:
+                return module.init(key, obs)
+            rows, cols = leaf.shape
+            kernels.append((i, (max(rows, cols), min(rows, cols)), rows < cols, gain))
+        elif names[-1] not in ("bias", "log_std"):
+            return module.init(key, obs)
+    size = 1 << max(max(m for _, (m, _), _, _ in kernels) - 1, 1).bit_length()
+    if size > _BATCHED_INIT_MAX_SIZE:
+        return module.init(key, obs)
+    mask = np.zeros((len(kernels), size, size), np.float32)
+    for j, (_, (m, n), _, _) in enumerate(kernels):
+        mask[j, :m, :n] = 1.0
+    # One 1-D draw: rank-1 random draws compile faster on CPU than rank-3 ones.
+    normal = jax.random.normal(prng.fused(key), (mask.size,), jnp.float32).reshape(mask.shape) * mask
+    q = _householder_q(normal)
+    values = [jnp.zeros(leaf.shape, leaf.dtype) for _, leaf in leaves]
+    for j, (i, (m, n), wide, gain) in enumerate(kernels):
+        kernel = q[j, :m, :n]
+        values[i] = (gain * (kernel.T if wide else kernel)).astype(leaves[i][1].dtype)
+    return jax.tree_util.tree_unflatten(treedef, values)
