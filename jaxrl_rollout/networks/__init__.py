@@ -12,7 +12,7 @@ itself only sees plain callables. Everything is reachable as
   `ActorCriticMultiInput` and `ActorCriticGRU`, their construction checks,
   the layer gains (`HIDDEN_GAIN`, `ACTOR_HEAD_GAIN`, `CRITIC_HEAD_GAIN`),
   `ACTIVATIONS`, `ACTION_MASK_KEYS` and `leaf_name`.
-- `policies.py`: rollout policies from any network, `feedforward_policy` and
+- `adapters.py`: rollout policies from any network, `feedforward_policy` and
   `recurrent_policy`, and `unroll`, which replays a recurrent network over a
   trajectory for a learner.
 
@@ -52,7 +52,7 @@ from jaxrl_rollout.networks.modules import (
     ActorCriticMultiInput,
     leaf_name,
 )
-from jaxrl_rollout.networks.policies import feedforward_policy, recurrent_policy, unroll
+from jaxrl_rollout.networks.adapters import feedforward_policy, recurrent_policy, unroll
 
 __all__ = [
     "ACTION_MASK_KEYS",

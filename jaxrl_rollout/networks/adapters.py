@@ -1,4 +1,4 @@
-"""Rollout policies from networks: `feedforward_policy`, `recurrent_policy` and `unroll`.
+"""Policy adapters: rollout policies from networks, `feedforward_policy`, `recurrent_policy` and `unroll`.
 
 A network here is a flax linen module (its `apply` is used) or a plain
 function `apply_fn(params, obs) -> (dist, value)` (recurrent:
