@@ -22,7 +22,7 @@ value of the batch shape):
 
 Every Dense (and Conv) kernel is `orthogonal(gain)` with zero bias, which on a
 flax (in, out) kernel mirrors torch's `orthogonal_(W, gain)` on the (out, in)
-weight (../SEMANTICS.md section 11):
+weight (docs/semantics.md §12):
 gain sqrt(2) for hidden layers, 0.01 for the actor head and 1.0 for the critic
 head (ARENA / CleanRL `layer_init`). The GRU cell keeps flax's own init
 (torch's `nn.GRU` has no `layer_init` counterpart in the references).
