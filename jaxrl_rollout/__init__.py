@@ -23,7 +23,7 @@ _EXPORTS = {
     "categorical_policy": "policies",
     "episode_metrics": "episodes",
     "evaluate": "rollout",
-    "reset_carry": "rollout",
+    "reset_carry": "stepping",
     "rollout": "rollout",
     "rollout_init": "rollout",
     "uniform_random_policy": "policies",
@@ -34,7 +34,8 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from jaxrl_rollout.episodes import episode_metrics  # noqa: F401
     from jaxrl_rollout.policies import categorical_policy, uniform_random_policy  # noqa: F401
-    from jaxrl_rollout.rollout import evaluate, reset_carry, rollout, rollout_init  # noqa: F401
+    from jaxrl_rollout.rollout import evaluate, rollout, rollout_init  # noqa: F401
+    from jaxrl_rollout.stepping import reset_carry  # noqa: F401
     from jaxrl_rollout.types import EpisodeMetrics, EvalResult, PolicyOutput, RolloutState, Trajectory  # noqa: F401
 
 

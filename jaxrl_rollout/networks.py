@@ -77,7 +77,7 @@ from jaxrl_rollout.distributions import (
     diag_gaussian,
     masked_logits,
 )
-from jaxrl_rollout.rollout import reset_carry
+from jaxrl_rollout.stepping import reset_carry
 from jaxrl_rollout.types import PolicyOutput, PyTree
 
 __all__ = [

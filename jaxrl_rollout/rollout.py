@@ -24,10 +24,10 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import _checks, normalization, prng
+from jaxrl_rollout import _checks, normalization, prng, stepping
 from jaxrl_rollout.types import EvalResult, PyTree, RolloutState, Trajectory
 
-__all__ = ["evaluate", "reset_carry", "rollout", "rollout_init"]
+__all__ = ["evaluate", "rollout", "rollout_init"]
 
 # Up to this many T * B rows, a rollout values the truncated final observations
 # in one batched call after the scan (cheap per-step overhead for small batches;
@@ -35,84 +35,6 @@ __all__ = ["evaluate", "reset_carry", "rollout", "rollout_init"]
 # them). Above it, each step values them under a `lax.cond`, whose memory is
 # one step's worth and whose per-step overhead large batches hide.
 BATCHED_FINAL_VALUE_ROWS = 2048
-
-
-def _batch_where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
-    """`where(mask[b], x[b], y[b])` on every leaf of two pytrees batched [B, ...]."""
-
-    def select(x, y):
-        m = jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(x) - mask.ndim))
-        return jnp.where(m, x, y)
-
-    return jax.tree.map(select, on_true, on_false)
-
-
-def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
-    """Zeroes a recurrent carry where an episode starts.
-
-    This is torch-ac's `memory * mask` and rlplay's `hx` reset, written as a
-    select so that a NaN in a stale carry cannot leak into the new episode.
-    Learners replaying `Trajectory.carry` use the same rule.
-
-    Args:
-      carry: pytree of [B, ...] arrays.
-      first: [B] bool, the observation about to be processed starts an episode.
-
-    Returns:
-      The carry with every leaf zeroed at rows where `first` is True.
-    """
-    first = jnp.asarray(first, dtype=bool)
-    return _batch_where(first, jax.tree.map(jnp.zeros_like, carry), carry)
-
-
-def _resolve_params(env: Any, env_params: Any) -> Any:
-    """Checks that `env` has the gymnax methods; returns its params or the defaults."""
-    for method in ("reset", "step", "action_space"):
-        if not callable(getattr(env, method, None)):
-            raise TypeError(
-                f"env must follow the gymnax>=1.0.1 Environment protocol; "
-                f"{type(env).__name__} has no callable `{method}`."
-            )
-    if env_params is None:
-        if not hasattr(env, "default_params"):
-            raise TypeError(
-                f"env_params is None and {type(env).__name__} has no default_params; "
-                "pass the env's params."
-            )
-        return env.default_params
-    return env_params
-
-
-def _vectorized(env: Any) -> bool:
-    """True for an env that resets and steps its B copies in one call (`vectorized = True`)."""
-    return getattr(env, "vectorized", False) is True
-
-
-def _env_reset(env: Any, keys: jax.Array, env_params: Any) -> tuple[PyTree, PyTree]:
-    """Resets B envs, env i with `keys[i]`: (obs [B, ...], state)."""
-    if _vectorized(env):
-        return env.reset(keys, env_params)
-    return jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
-
-
-def _check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
-    """Traces one reset and step (no env runs) to check the step protocol."""
-
-    def one_step(key, env_params):
-        _, state = env.reset(key, env_params)
-        action = env.action_space(env_params).sample(key)
-        return env.step(key, state, action, env_params)
-
-    def all_steps(keys, env_params):  # a vectorized env: all B at once
-        _, state = env.reset(keys, env_params)
-        actions = jax.vmap(env.action_space(env_params).sample)(keys)
-        return env.step(keys, state, actions, env_params)
-
-    if _vectorized(env):
-        result = jax.eval_shape(all_steps, jax.random.split(key, num_envs), env_params)
-    else:
-        result = jax.eval_shape(one_step, key, env_params)
-    _checks.unpack_step(result, env)
 
 
 def rollout_init(
@@ -145,12 +67,12 @@ def rollout_init(
       A `RolloutState` with every `first` flag set.
     """
     num_envs = _checks.check_positive_int("num_envs", num_envs)
-    env_params = _resolve_params(env, env_params)
+    env_params = stepping.resolve_params(env, env_params)
     reset_key, key = prng.split(key)  # jax.random.split's keys, each split hashed in one kernel
-    _check_env(env, env_params, reset_key, num_envs)
+    stepping.check_env(env, env_params, reset_key, num_envs)
     if initial_carry is not None:
         _checks.check_carry(initial_carry, num_envs)
-    obs, env_state = _env_reset(env, prng.split(reset_key, num_envs), env_params)
+    obs, env_state = stepping.env_reset(env, prng.split(reset_key, num_envs), env_params)
     obs_rms = None
     if normalize_observations:
         if not isinstance(obs, jax.Array) or not jnp.issubdtype(obs.dtype, jnp.number):
@@ -171,68 +93,10 @@ def rollout_init(
     )
 
 
-def _act(policy_fn, params, obs, key, carry, first, batch_size, space):
-    """Calls the policy; for recurrent ones resets the carry where `first`.
-
-    Returns:
-      (PolicyOutput, new_carry), new_carry None for feedforward policies.
-    """
-    if carry is None:
-        out = policy_fn(params, obs, key)
-        return _checks.check_policy_output(out, batch_size, space), None
-    out = policy_fn(params, obs, key, reset_carry(carry, first))
-    return _checks.check_recurrent_output(out, batch_size, space, carry)
-
-
 def _value(policy_fn, params, obs, key, carry, first, batch_size, space) -> jax.Array:
     """V(obs) from a policy call whose action and carry are discarded (and so DCE'd)."""
-    out, _ = _act(policy_fn, params, obs, key, carry, first, batch_size, space)
+    out, _ = stepping.act(policy_fn, params, obs, key, carry, first, batch_size, space)
     return out.value
-
-
-def _step_keys(
-    key: jax.Array, batch_size: int, fused_env_keys: bool = False
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(next key, policy key, env keys [B]) for one step, from one split of `key`.
-
-    One threefry hash per step instead of two (a split into three, then the
-    env key into B), computed as one fused kernel (`prng`): on CPU JAX's own
-    lowering of a hash is a loop of about 25 small kernels and copies, a large
-    share of a small-batch rollout step. The keys are the ones
-    `jax.random.split` gives, in `key`'s representation, except that with
-    `fused_env_keys` the env keys stay `prng.FUSED_THREEFRY` keys (same bits),
-    so the env's own draws are fused too.
-    """
-    keys = jax.random.split(prng.fused(key), batch_size + 2)
-    env_keys = keys[2:] if fused_env_keys else prng.like(keys[2:], key)
-    return prng.like(keys[0], key), prng.like(keys[1], key), env_keys
-
-
-def _env_step(env, env_params, keys, env_state, action, batch_size):
-    """Steps every env once with its key (`keys` [B]).
-
-    Returns:
-      (obs, state, reward f32, terminated, truncated, final_obs).
-    """
-    if _vectorized(env):
-        result = env.step(keys, env_state, action, env_params)
-    else:
-        result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
-    obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env)
-    for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
-        if jnp.shape(x) != (batch_size,):
-            raise ValueError(
-                f"env.step must return a scalar {name} per env ([B]=({batch_size},) "
-                f"after vmap), got shape {jnp.shape(x)}."
-            )
-    return (
-        obs,
-        env_state,
-        jnp.asarray(reward, dtype=jnp.float32),
-        jnp.asarray(terminated, dtype=bool),
-        jnp.asarray(truncated, dtype=bool),
-        info["final_observation"],
-    )
 
 
 def rollout(
@@ -299,10 +163,10 @@ def rollout(
     num_steps = _checks.check_positive_int("num_steps", num_steps)
     if not isinstance(state, RolloutState):
         raise TypeError(f"state must be a RolloutState from rollout_init, got {type(state).__name__}.")
-    env_params = _resolve_params(env, env_params)
+    env_params = stepping.resolve_params(env, env_params)
     batch_size = jnp.shape(state.first)[0]
     space = env.action_space(env_params)
-    act = lambda obs, key, carry, first: _act(  # noqa: E731
+    act = lambda obs, key, carry, first: stepping.act(  # noqa: E731
         policy_fn, params, obs, key, carry, first, batch_size, space
     )
     value = lambda obs, key, carry, first: _value(  # noqa: E731
@@ -313,10 +177,10 @@ def rollout(
     seen = lambda obs, rms: normalization.normalize(rms, obs, obs_clip, obs_epsilon) if normalizing else obs  # noqa: E731
 
     def step(state: RolloutState, _, fused_env_keys: bool):
-        key, policy_key, env_keys = _step_keys(state.key, batch_size, fused_env_keys)
+        key, policy_key, env_keys = stepping.step_keys(state.key, batch_size, fused_env_keys)
         policy_obs = seen(state.obs, state.obs_rms)
         out, new_carry = act(policy_obs, policy_key, state.carry, state.first)
-        obs, env_state, reward, terminated, truncated, final_obs = _env_step(
+        obs, env_state, reward, terminated, truncated, final_obs = stepping.env_step(
             env, env_params, env_keys, state.env_state, out.action, batch_size
         )
         obs_rms = normalization.rms_update(state.obs_rms, obs) if normalizing else None
@@ -456,7 +320,7 @@ def evaluate(
       `completed` mask [N].
     """
     num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
-    env_params = _resolve_params(env, env_params)
+    env_params = stepping.resolve_params(env, env_params)
     if max_steps is None:
         max_steps = getattr(env_params, "max_steps_in_episode", None)
         if max_steps is None and callable(getattr(env, "max_steps_in_episode", None)):
@@ -478,11 +342,11 @@ def evaluate(
 
     def body(loop):
         state, active, t = loop
-        key, policy_key, env_keys = _step_keys(state.key, num_episodes)
-        out, carry = _act(
+        key, policy_key, env_keys = stepping.step_keys(state.key, num_episodes)
+        out, carry = stepping.act(
             policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space
         )
-        obs, env_state, reward, terminated, truncated, _ = _env_step(
+        obs, env_state, reward, terminated, truncated, _ = stepping.env_step(
             env, env_params, env_keys, state.env_state, out.action, num_episodes
         )
         done = terminated | truncated
