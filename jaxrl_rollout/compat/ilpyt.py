@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxrl_rollout import _checks, stepping
 from jaxrl_rollout.advantages import discounted_returns
-from jaxrl_rollout.rollout import rollout
+from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = [

@@ -1,4 +1,11 @@
-"""The functional rollout core: `rollout_init`, `rollout` and `evaluate`.
+"""Collecting experience: `rollout_init`, `rollout` and `evaluate`.
+
+The module is named for what it does, collect trajectories and episodes,
+rather than after its main function: a submodule called `rollout` would
+share its name with the exported `jaxrl_rollout.rollout` function, and
+importing it would rebind that package attribute to the module. The per-step
+pieces these functions are built from (env reset and step over B envs,
+acting with a policy, per-step keys) are the public `jaxrl_rollout.stepping`.
 
 The env protocol is gymnax 1.0's `Environment`: `reset(key, params)` and
 `step(key, state, action, params) -> (obs, state, reward, terminated,
