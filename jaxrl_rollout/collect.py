@@ -26,7 +26,7 @@ are traced.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -100,12 +100,6 @@ def rollout_init(
     )
 
 
-def _value(policy_fn, params, obs, key, carry, first, batch_size, space) -> jax.Array:
-    """V(obs) from a policy call whose action and carry are discarded (and so DCE'd)."""
-    out, _ = stepping.act(policy_fn, params, obs, key, carry, first, batch_size, space)
-    return out.value
-
-
 def rollout(
     env: Any,
     env_params: Any,
@@ -166,110 +160,262 @@ def rollout(
     Returns:
       `(state, trajectory)`: the state to continue from and a time-major
       `Trajectory` with leaves [T, B, ...].
+
+    Raises:
+      TypeError, ValueError: num_steps is not a positive int, state is not a
+        `RolloutState`, or the env's step or the policy's output breaks its
+        protocol (the message names which).
+    """
+    num_steps, env_params = _check_rollout_inputs(env, env_params, state, num_steps)
+    batch_size = jnp.shape(state.first)[0]
+    spec = _RolloutSpec(
+        env=env,
+        env_params=env_params,
+        policy_fn=policy_fn,
+        params=params,
+        batch_size=batch_size,
+        space=env.action_space(env_params),
+        normalizing=state.obs_rms is not None,
+        obs_clip=obs_clip,
+        obs_epsilon=obs_epsilon,
+        final_values=_final_values_path(bootstrap_truncated, num_steps, batch_size),
+    )
+    state, (traj, final_obs) = _scan_steps(spec, state, num_steps)
+    return state, traj._replace(next_value=_next_values(spec, state, traj, final_obs))
+
+
+# How a rollout values the final observations of truncated transitions; see
+# `_final_values_path` (None: it does not, bootstrap_truncated=False).
+_AFTER_SCAN = "after the scan"
+_PER_STEP = "per step"
+
+
+class _RolloutSpec(NamedTuple):
+    """What every step of one `rollout` call shares: its arguments, resolved.
+
+    Attributes:
+      env, env_params, policy_fn, params: `rollout`'s arguments (env_params
+        resolved by `stepping.resolve_params`).
+      batch_size: B, a Python int.
+      space: the env's action space.
+      normalizing: whether the policy acts on normalised observations
+        (`state.obs_rms` is set).
+      obs_clip, obs_epsilon: `rollout`'s normalisation arguments.
+      final_values: `_AFTER_SCAN`, `_PER_STEP` or None (see
+        `_final_values_path`).
+    """
+
+    env: Any
+    env_params: Any
+    policy_fn: Any
+    params: PyTree
+    batch_size: int
+    space: Any
+    normalizing: bool
+    obs_clip: Optional[float]
+    obs_epsilon: float
+    final_values: Optional[str]
+
+
+def _check_rollout_inputs(env: Any, env_params: Any, state: Any, num_steps: Any) -> tuple[int, Any]:
+    """Checks `rollout`'s arguments.
+
+    Returns:
+      `(num_steps, env_params)`: num_steps as an int, and the env's params
+      (`env.default_params` when `env_params` is None).
+
+    Raises:
+      TypeError, ValueError: num_steps is not a positive int, state is not a
+        `RolloutState`, or env does not follow the gymnax protocol (see
+        `stepping.resolve_params`).
     """
     num_steps = _checks.check_positive_int("num_steps", num_steps)
     if not isinstance(state, RolloutState):
         raise TypeError(f"state must be a RolloutState from rollout_init, got {type(state).__name__}.")
-    env_params = stepping.resolve_params(env, env_params)
-    batch_size = jnp.shape(state.first)[0]
-    space = env.action_space(env_params)
-    act = lambda obs, key, carry, first: stepping.act(  # noqa: E731
-        policy_fn, params, obs, key, carry, first, batch_size, space
-    )
-    value = lambda obs, key, carry, first: _value(  # noqa: E731
-        policy_fn, params, obs, key, carry, first, batch_size, space
-    )
-    batched_final_values = bootstrap_truncated and num_steps * batch_size <= BATCHED_FINAL_VALUE_ROWS
-    normalizing = state.obs_rms is not None
-    seen = lambda obs, rms: normalization.normalize(rms, obs, obs_clip, obs_epsilon) if normalizing else obs  # noqa: E731
+    return num_steps, stepping.resolve_params(env, env_params)
 
-    def step(state: RolloutState, _, fused_env_keys: bool):
-        key, policy_key, env_keys = stepping.step_keys(state.key, batch_size, fused_env_keys)
-        policy_obs = seen(state.obs, state.obs_rms)
-        out, new_carry = act(policy_obs, policy_key, state.carry, state.first)
-        obs, env_state, reward, terminated, truncated, final_obs = stepping.env_step(
-            env, env_params, env_keys, state.env_state, out.action, batch_size
-        )
-        obs_rms = normalization.rms_update(state.obs_rms, obs) if normalizing else None
-        final_obs = seen(final_obs, obs_rms)
-        done = terminated | truncated
-        truncated = truncated & ~terminated
-        ep_return = state.episode_return + reward
-        ep_length = state.episode_length + 1
 
-        if bootstrap_truncated and not batched_final_values:
-            final_value = jax.lax.cond(
-                jnp.any(truncated),
-                lambda: value(final_obs, jax.random.fold_in(policy_key, 1), new_carry, jnp.zeros_like(done)).astype(
-                    out.value.dtype
-                ),
-                lambda: jnp.zeros_like(out.value),
-            )
-            step_final_value = jnp.where(truncated, final_value, jnp.zeros_like(out.value))
-        else:
-            step_final_value = jnp.zeros_like(out.value)  # batched after the scan, or not needed
+def _final_values_path(bootstrap_truncated: bool, num_steps: int, batch_size: int) -> Optional[str]:
+    """Chooses how a rollout values the final observations of truncated transitions.
 
-        record = Trajectory(
-            obs=policy_obs,
-            action=out.action,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            done=done,
-            first=state.first,
-            log_prob=out.log_prob,
-            value=out.value,
-            next_value=step_final_value,  # V(final observation) where truncated; completed after the scan
-            completed_return=jnp.where(done, ep_return, 0.0),
-            completed_length=jnp.where(done, ep_length, 0),
-            carry=state.carry,
-        )
-        next_state = RolloutState(
-            env_state=env_state,
-            obs=obs,
-            first=done,
-            episode_return=jnp.where(done, 0.0, ep_return),
-            episode_length=jnp.where(done, 0, ep_length),
-            carry=new_carry,
-            key=key,
-            obs_rms=obs_rms,
-        )
-        # The true final observations, valued in one batched call after the scan.
-        return next_state, (record, final_obs if batched_final_values else None)
+    Both paths give the same values, bit for bit (tests/test_rollout.py); they
+    trade speed against memory:
 
-    # The env gets fused keys (bit-identical, fewer kernels) unless it cannot take
-    # them: an env that keeps its key in its state (its type would change from
-    # step to step, which the scan rejects) or that needs raw key arrays. Any
-    # error then comes from the plain trace, as it would without this.
-    scanned = None
+    - `_AFTER_SCAN` for T * B <= `BATCHED_FINAL_VALUE_ROWS`: the scan keeps
+      the [T, B] final observations and `_final_values_after_scan` values them
+      in one batched policy call. Cheaper per step, most of all under `vmap`,
+      where a conditional call becomes an unconditional one.
+    - `_PER_STEP` above it: each step values its own under a `lax.cond`
+      (`_final_value_per_step`), so the memory stays one step's worth.
+
+    Returns:
+      `_AFTER_SCAN`, `_PER_STEP`, or None when `bootstrap_truncated` is False.
+    """
+    if not bootstrap_truncated:
+        return None
+    return _AFTER_SCAN if num_steps * batch_size <= BATCHED_FINAL_VALUE_ROWS else _PER_STEP
+
+
+def _observed(spec: _RolloutSpec, obs: PyTree, obs_rms: Any) -> PyTree:
+    """What the policy sees of `obs`: normalised by `obs_rms` when the rollout normalises, else `obs`."""
+    if spec.normalizing:
+        return normalization.normalize(obs_rms, obs, spec.obs_clip, spec.obs_epsilon)
+    return obs
+
+
+def _value(spec: _RolloutSpec, params: PyTree, obs: PyTree, key: jax.Array, carry: Any, first: Any) -> jax.Array:
+    """V(obs) [B] from a policy call whose action and carry are discarded (and so DCE'd)."""
+    out, _ = stepping.act(spec.policy_fn, params, obs, key, carry, first, spec.batch_size, spec.space)
+    return out.value
+
+
+def _scan_steps(spec: _RolloutSpec, state: RolloutState, num_steps: int) -> tuple[RolloutState, tuple]:
+    """Runs `_step` `num_steps` times in a `lax.scan`.
+
+    The env gets fused keys (bit-identical, fewer kernels) unless it cannot
+    take them: an env that keeps its key in its state (its type would change
+    from step to step, which the scan rejects) or that needs raw key arrays.
+    Any error then comes from the plain trace, as it would without this.
+
+    Returns:
+      `(state, (trajectory, final_obs))`: the state after the last step, the
+      stacked `Trajectory` [T, B, ...] (its `next_value` not yet complete, see
+      `_next_values`), and the stacked final observations on the
+      `_AFTER_SCAN` path (None otherwise).
+    """
     if prng.can_fuse(state.key):
         try:
-            scanned = jax.lax.scan(functools.partial(step, fused_env_keys=True), state, None, length=num_steps)
+            return jax.lax.scan(functools.partial(_step, spec, True), state, None, length=num_steps)
         except Exception:  # noqa: BLE001 -- retraced below with the env's usual keys
-            scanned = None
-    if scanned is None:
-        scanned = jax.lax.scan(functools.partial(step, fused_env_keys=False), state, None, length=num_steps)
-    state, (traj, final_obs) = scanned
+            pass
+    return jax.lax.scan(functools.partial(_step, spec, False), state, None, length=num_steps)
 
-    # The bootstrap key is derived without advancing state.key, so two rollouts
-    # of T steps draw the same actions as one rollout of 2T steps.
-    last_value = value(seen(state.obs, state.obs_rms), jax.random.fold_in(state.key, 2), state.carry, state.first)
+
+def _step(spec: _RolloutSpec, fused_env_keys: bool, state: RolloutState, _: Any) -> tuple[RolloutState, tuple]:
+    """One scan step: the policy acts, every env steps once, episode statistics advance.
+
+    Returns:
+      `(next_state, (record, final_obs))`: the record is the step's
+      `Trajectory` row, whose `next_value` holds V(final observation) where
+      truncated on the `_PER_STEP` path and zeros otherwise; final_obs is the
+      step's (normalised) final observations on the `_AFTER_SCAN` path, else
+      None.
+    """
+    key, policy_key, env_keys = stepping.step_keys(state.key, spec.batch_size, fused_env_keys)
+    policy_obs = _observed(spec, state.obs, state.obs_rms)
+    out, new_carry = stepping.act(
+        spec.policy_fn, spec.params, policy_obs, policy_key, state.carry, state.first, spec.batch_size, spec.space
+    )
+    obs, env_state, reward, terminated, truncated, final_obs = stepping.env_step(
+        spec.env, spec.env_params, env_keys, state.env_state, out.action, spec.batch_size
+    )
+    obs_rms = normalization.rms_update(state.obs_rms, obs) if spec.normalizing else None
+    final_obs = _observed(spec, final_obs, obs_rms)
+    done = terminated | truncated
+    truncated = truncated & ~terminated
+    ep_return = state.episode_return + reward
+    ep_length = state.episode_length + 1
+    if spec.final_values == _PER_STEP:
+        step_final_value = _final_value_per_step(spec, final_obs, new_carry, truncated, policy_key, out.value)
+    else:
+        step_final_value = jnp.zeros_like(out.value)  # valued after the scan, or not needed
+
+    record = Trajectory(
+        obs=policy_obs,
+        action=out.action,
+        reward=reward,
+        terminated=terminated,
+        truncated=truncated,
+        done=done,
+        first=state.first,
+        log_prob=out.log_prob,
+        value=out.value,
+        next_value=step_final_value,  # V(final observation) where truncated; completed after the scan
+        completed_return=jnp.where(done, ep_return, 0.0),
+        completed_length=jnp.where(done, ep_length, 0),
+        carry=state.carry,
+    )
+    next_state = RolloutState(
+        env_state=env_state,
+        obs=obs,
+        first=done,
+        episode_return=jnp.where(done, 0.0, ep_return),
+        episode_length=jnp.where(done, 0, ep_length),
+        carry=new_carry,
+        key=key,
+        obs_rms=obs_rms,
+    )
+    return next_state, (record, final_obs if spec.final_values == _AFTER_SCAN else None)
+
+
+def _final_value_per_step(
+    spec: _RolloutSpec,
+    final_obs: PyTree,
+    new_carry: Any,
+    truncated: jax.Array,
+    policy_key: jax.Array,
+    value: jax.Array,
+) -> jax.Array:
+    """The `_PER_STEP` path: one step's V(final observation) where truncated, inside the scan.
+
+    The policy call runs under a `lax.cond`, skipped when no env truncated;
+    a recurrent policy continues the finished episode with `new_carry` (no
+    carry is reset).
+
+    Args:
+      final_obs: the step's (normalised) final observations [B, ...].
+      new_carry: the carry the step's policy call produced, or None.
+      truncated: [B] bool, truncated and not terminated.
+      policy_key: the step's policy key; the call gets `fold_in(policy_key, 1)`.
+      value: the step's V(obs) [B], whose dtype and shape the result takes.
+
+    Returns:
+      [B]: V(final_obs) where `truncated`, 0 elsewhere.
+    """
+    final_value = jax.lax.cond(
+        jnp.any(truncated),
+        lambda: _value(
+            spec, spec.params, final_obs, jax.random.fold_in(policy_key, 1), new_carry, jnp.zeros_like(truncated)
+        ).astype(value.dtype),
+        lambda: jnp.zeros_like(value),
+    )
+    return jnp.where(truncated, final_value, jnp.zeros_like(value))
+
+
+def _next_values(spec: _RolloutSpec, state: RolloutState, traj: Trajectory, final_obs: Any) -> jax.Array:
+    """`next_value` [T, B]: V(obs[t + 1]), or V(final observation) where truncated.
+
+    One more policy call values the last observation; its key is derived
+    without advancing `state.key`, so two rollouts of T steps draw the same
+    actions as one rollout of 2T steps.
+
+    Args:
+      state: the state after the scan.
+      traj: the scanned trajectory (its `next_value` from `_step`).
+      final_obs: the stacked final observations on the `_AFTER_SCAN` path,
+        else None.
+
+    Returns:
+      [T, B] in `traj.value`'s dtype.
+    """
+    last_value = _value(
+        spec, spec.params, _observed(spec, state.obs, state.obs_rms), jax.random.fold_in(state.key, 2),
+        state.carry, state.first,
+    )
     following = jnp.concatenate([traj.value[1:], last_value[None].astype(traj.value.dtype)])
-    if batched_final_values:
-        # Under jit this inlines; called eagerly it still runs as one XLA program, so an
-        # eager rollout fuses (and rounds) these values exactly as a jitted one does.
-        final_values = jax.jit(lambda params, *args: _final_values(
-            lambda obs, key, carry, first: _value(policy_fn, params, obs, key, carry, first, batch_size, space), *args
-        ))
-        final_value = final_values(params, final_obs, traj.carry, state.carry, jax.random.fold_in(state.key, 3))
+    if spec.final_values == _AFTER_SCAN:
+        key = jax.random.fold_in(state.key, 3)
+        final_value = _final_values_after_scan(spec, final_obs, traj.carry, state.carry, key)
         following = jnp.where(traj.truncated, final_value.astype(traj.value.dtype), following)
-    elif bootstrap_truncated:
+    elif spec.final_values == _PER_STEP:
         following = jnp.where(traj.truncated, traj.next_value, following)
-    return state, traj._replace(next_value=following)
+    return following
 
 
-def _final_values(value, final_obs: PyTree, carries: PyTree, last_carry: PyTree, key: jax.Array) -> jax.Array:
-    """V(final_obs[t]) for every step and env [T, B], in one policy call vmapped over the T steps.
+def _final_values_after_scan(
+    spec: _RolloutSpec, final_obs: PyTree, carries: Any, last_carry: Any, key: jax.Array
+) -> jax.Array:
+    """The `_AFTER_SCAN` path: V(final_obs[t]) [T, B] for every step and env, in one policy call vmapped over T.
 
     The policy still sees [B] batches (so per-env closures keep working), and
     XLA runs the critic as one batched matmul over all T * B observations. A
@@ -278,12 +424,29 @@ def _final_values(value, final_obs: PyTree, carries: PyTree, last_carry: PyTree,
     `last_carry` for the last step; no carry is reset. This replaces a
     per-step `lax.cond`, which under `vmap` becomes a select that runs the
     critic at every step anyway.
+
+    The call is a `jax.jit`: under jit it inlines; called eagerly it still runs
+    as one XLA program, so an eager rollout fuses (and rounds) these values
+    exactly as a jitted one does.
+
+    Args:
+      final_obs: the stacked final observations [T, B, ...].
+      carries: `Trajectory.carry` [T, B, ...], or None for a feedforward policy.
+      last_carry: the carry after the last step [B, ...], or None.
+      key: the key every policy call gets.
+
+    Returns:
+      [T, B] in the policy's value dtype.
     """
-    if last_carry is None:
-        return jax.vmap(lambda obs: value(obs, key, None, None))(final_obs)
-    following = jax.tree.map(lambda seq, last: jnp.concatenate([seq[1:], last[None]]), carries, last_carry)
-    no_reset = jnp.zeros(jnp.shape(jax.tree.leaves(last_carry)[0])[:1], dtype=bool)
-    return jax.vmap(lambda obs, carry: value(obs, key, carry, no_reset))(final_obs, following)
+
+    def final_values(params, final_obs, carries, last_carry, key):
+        if last_carry is None:
+            return jax.vmap(lambda obs: _value(spec, params, obs, key, None, None))(final_obs)
+        following = jax.tree.map(lambda seq, last: jnp.concatenate([seq[1:], last[None]]), carries, last_carry)
+        no_reset = jnp.zeros(jnp.shape(jax.tree.leaves(last_carry)[0])[:1], dtype=bool)
+        return jax.vmap(lambda obs, carry: _value(spec, params, obs, key, carry, no_reset))(final_obs, following)
+
+    return jax.jit(final_values)(spec.params, final_obs, carries, last_carry, key)
 
 
 def evaluate(
