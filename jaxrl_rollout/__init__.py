@@ -8,8 +8,6 @@ touches neither gymnax nor an XLA backend: the command line can call
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -22,19 +20,20 @@ _EXPORTS = {
     "Trajectory": "types",
     "categorical_policy": "policies",
     "episode_metrics": "episodes",
-    "evaluate": "rollout",
-    "reset_carry": "rollout",
-    "rollout": "rollout",
-    "rollout_init": "rollout",
+    "evaluate": "collect",
+    "reset_carry": "stepping",
+    "rollout": "collect",
+    "rollout_init": "collect",
     "uniform_random_policy": "policies",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from jaxrl_rollout.collect import evaluate, rollout, rollout_init  # noqa: F401
     from jaxrl_rollout.episodes import episode_metrics  # noqa: F401
     from jaxrl_rollout.policies import categorical_policy, uniform_random_policy  # noqa: F401
-    from jaxrl_rollout.rollout import evaluate, reset_carry, rollout, rollout_init  # noqa: F401
+    from jaxrl_rollout.stepping import reset_carry  # noqa: F401
     from jaxrl_rollout.types import EpisodeMetrics, EvalResult, PolicyOutput, RolloutState, Trajectory  # noqa: F401
 
 
@@ -57,19 +56,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
-
-
-class _Package(types.ModuleType):
-    """The package module; keeps `jaxrl_rollout.rollout` the function once the submodule is imported.
-
-    Importing a submodule binds it as an attribute of its package, and the
-    `rollout` submodule shares its name with the exported `rollout` function.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "rollout" and isinstance(value, types.ModuleType):
-            return  # reachable as sys.modules["jaxrl_rollout.rollout"]; the attribute stays the function
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

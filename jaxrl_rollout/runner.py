@@ -48,7 +48,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxrl_rollout import checkpoint, envs
 from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.devices import largest_dividing
-from jaxrl_rollout.rollout import _vectorized
+from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
 from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
 from jaxrl_rollout.envs._host import HostEnv, HostStats
@@ -476,7 +476,7 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
     """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process."""
     cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat))
     # A host env's programs call back into that env object: they are built for it, not cached.
-    cache = {} if _vectorized(algorithm.env) else _COMPILED
+    cache = {} if is_vectorized(algorithm.env) else _COMPILED
     if cache_key not in cache:
         if kind == "init":
             fn = jax.vmap(algorithm.init)

@@ -281,7 +281,7 @@ def test_batched_and_per_step_final_values_agree(monkeypatch, recurrent):
 
     from tests.toy_envs import counting_recurrent_policy
 
-    rollout_module = importlib.import_module("jaxrl_rollout.rollout")  # the package exports the function by that name
+    rollout_module = importlib.import_module("jaxrl_rollout.collect")
 
     env = CountingEnv()
     params = env.default_params
@@ -370,3 +370,62 @@ def test_fused_keys_change_no_number_on_cartpole(monkeypatch):
     fused = jax.jit(cartpole_run)(jax.random.PRNGKey(8))
     _no_fusing(monkeypatch)
     assert_trees_equal(fused, jax.jit(cartpole_run)(jax.random.PRNGKey(8)))
+
+
+# --- the package's names ------------------------------------------------------------------
+
+# Imports the collecting module and every other submodule (in the order given
+# by argv[1]), then checks that the package's exported names are still the
+# functions and that they run.
+_IMPORT_EVERYTHING = """
+import importlib, pkgutil, sys, types
+
+import jaxrl_rollout
+
+def import_all():
+    importlib.import_module("jaxrl_rollout.collect")
+    for info in pkgutil.walk_packages(jaxrl_rollout.__path__, "jaxrl_rollout."):
+        if info.name == "jaxrl_rollout.__main__":  # running it starts the command line
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ModuleNotFoundError as err:  # an optional suite that is not installed
+            if err.name.startswith("jaxrl_rollout"):
+                raise
+
+if sys.argv[1] == "submodules first":
+    import_all()
+    rollout = jaxrl_rollout.rollout
+else:
+    rollout = jaxrl_rollout.rollout
+    import_all()
+
+import gymnax
+import jax
+
+from jaxrl_rollout import collect, stepping
+
+assert type(jaxrl_rollout) is types.ModuleType, type(jaxrl_rollout)
+assert rollout is jaxrl_rollout.rollout is collect.rollout, jaxrl_rollout.rollout
+for name in ("evaluate", "rollout_init"):
+    assert getattr(jaxrl_rollout, name) is getattr(collect, name), name
+assert jaxrl_rollout.reset_carry is stepping.reset_carry
+for name in jaxrl_rollout.__all__:
+    assert not isinstance(getattr(jaxrl_rollout, name), types.ModuleType), name
+
+env, params = gymnax.make("CartPole-v1")
+policy = jaxrl_rollout.uniform_random_policy(env.action_space(params))
+state = jaxrl_rollout.rollout_init(jax.random.key(0), env, params, 2)
+_, traj = jaxrl_rollout.rollout(env, params, policy, None, state, 3)
+assert traj.reward.shape == (3, 2), traj.reward.shape
+result = jaxrl_rollout.evaluate(env, params, policy, None, jax.random.key(1), 2, max_steps=3)
+assert result.returns.shape == (2,), result.returns.shape
+"""
+
+
+@pytest.mark.parametrize("order", ["submodules first", "function first"])
+def test_the_exported_rollout_is_the_function_whatever_is_imported_first(order):
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", _IMPORT_EVERYTHING, order], check=True, timeout=300)

@@ -432,7 +432,7 @@ def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, norma
     reset (where the opponent may open) needs them as its params.
     """
     from jaxrl_rollout import networks
-    from jaxrl_rollout.rollout import rollout_init
+    from jaxrl_rollout.collect import rollout_init
 
     net_key, env_key, key = prng.split(key, 3)  # jax.random.split's keys, hashed in one kernel
     carry = s.module.initial_carry(num_envs) if recurrent else None

@@ -22,7 +22,7 @@ from jaxrl_rollout.algorithms import _common
 from jaxrl_rollout.distributions import Categorical, categorical_from_probs
 from jaxrl_rollout.episodes import episode_metrics
 from jaxrl_rollout.losses import a2c_loss
-from jaxrl_rollout.rollout import rollout
+from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = [

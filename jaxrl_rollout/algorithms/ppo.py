@@ -25,7 +25,7 @@ from jaxrl_rollout.advantages import gae, trajectory_gae
 from jaxrl_rollout.algorithms import _common
 from jaxrl_rollout.episodes import episode_metrics
 from jaxrl_rollout.losses import ppo_loss
-from jaxrl_rollout.rollout import rollout
+from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = [

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from jaxrl_rollout import batching
 from jaxrl_rollout.advantages import ends_to_starts, gae, starts_to_ends
-from jaxrl_rollout.rollout import rollout
+from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = ["ArenaMemory", "compute_advantages", "get_minibatch_indices", "get_minibatches", "play_steps"]

@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_rollout import _checks
+from jaxrl_rollout import _checks, stepping
 from jaxrl_rollout.advantages import discounted_returns
-from jaxrl_rollout.rollout import _act, _batch_where, _env_step, _resolve_params, _vectorized, rollout
+from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = [
@@ -151,8 +151,8 @@ def generate_episodes(
     max_steps = _checks.check_positive_int("max_steps", max_steps)
     if state.carry is not None:
         raise ValueError("generate_episodes supports feedforward policies (state.carry must be None).")
-    env_params = _resolve_params(env, env_params)
-    if _vectorized(env):
+    env_params = stepping.resolve_params(env, env_params)
+    if stepping.is_vectorized(env):
         raise ValueError(
             f"generate_episodes resets single envs outside their step (ilpyt's second reset), which a "
             f"vectorized host env ({type(env).__name__}) cannot do; use a JAX env."
@@ -166,8 +166,8 @@ def generate_episodes(
     def step(carry, _):
         env_state, obs, count, key = carry
         key, policy_key, env_key, reset_key = jax.random.split(key, 4)
-        out, _ = _act(policy_fn, params, obs, policy_key, None, None, batch_size, space)
-        next_obs, next_env_state, reward, terminated, truncated, _ = _env_step(
+        out, _ = stepping.act(policy_fn, params, obs, policy_key, None, None, batch_size, space)
+        next_obs, next_env_state, reward, terminated, truncated, _ = stepping.env_step(
             env, env_params, jax.random.split(env_key, batch_size), env_state, out.action, batch_size
         )
         done = terminated | truncated
@@ -176,8 +176,8 @@ def generate_episodes(
         before_i = count + jnp.cumsum(done) - done
         second = done & (before_i < num_episodes)
         reset_obs, reset_state = reset(jax.random.split(reset_key, batch_size), env_params)
-        next_obs = _batch_where(second, reset_obs, next_obs)
-        next_env_state = _batch_where(second, reset_state, next_env_state)
+        next_obs = stepping.batch_where(second, reset_obs, next_obs)
+        next_env_state = stepping.batch_where(second, reset_state, next_env_state)
         running = count < num_episodes
         new = (next_env_state, next_obs, count + jnp.sum(done, dtype=jnp.int32), key)
         old = (env_state, obs, count, key)

@@ -14,8 +14,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import _checks
-from jaxrl_rollout.rollout import _act, _batch_where, _env_reset, _env_step, _resolve_params, _step_keys, reset_carry
+from jaxrl_rollout import _checks, stepping
 from jaxrl_rollout.types import PolicyOutput
 
 __all__ = ["Context", "Fragment", "collect", "context", "evaluate", "gae", "returns"]
@@ -124,11 +123,11 @@ def context(key: jax.Array, env: Any, env_params: Any, num_envs: int, hx: Option
       hx: initial recurrent state (leaves [B, ...]) or None.
     """
     num_envs = _checks.check_positive_int("num_envs", num_envs)
-    env_params = _resolve_params(env, env_params)
+    env_params = stepping.resolve_params(env, env_params)
     if hx is not None:
         _checks.check_carry(hx, num_envs)
     reset_key, key = jax.random.split(key)
-    obs, env_state = _env_reset(env, jax.random.split(reset_key, num_envs), env_params)
+    obs, env_state = stepping.env_reset(env, jax.random.split(reset_key, num_envs), env_params)
     space = env.action_space(env_params)
     act = jax.tree.map(lambda a: jnp.zeros((num_envs, *a.shape), a.dtype), jax.eval_shape(space.sample, key))
     return Context(
@@ -152,7 +151,7 @@ def _reactor(env, env_params, policy_fn, params, batch_size):
     (rlplay resets hx when an env finishes, not when the actor reads it)."""
     space = env.action_space(env_params)
     never = jnp.zeros((batch_size,), bool)
-    return lambda ctx, key: _act(policy_fn, params, ctx.obs, key, ctx.hx, never, batch_size, space)
+    return lambda ctx, key: stepping.act(policy_fn, params, ctx.obs, key, ctx.hx, never, batch_size, space)
 
 
 def _advance(ctx, t, react, env, env_params, batch_size, *, freeze_finished, reset_finished):
@@ -164,25 +163,25 @@ def _advance(ctx, t, react, env, env_params, batch_size, *, freeze_finished, res
       hx zeroed (`collect`); otherwise it keeps its terminal observation and hx
       (`evaluate`).
     """
-    key, policy_key, env_keys = _step_keys(ctx.key, batch_size)
+    key, policy_key, env_keys = stepping.step_keys(ctx.key, batch_size)
     out, hx = react(ctx, policy_key)
-    obs, env_state, rew, terminated, truncated, final_obs = _env_step(
+    obs, env_state, rew, terminated, truncated, final_obs = stepping.env_step(
         env, env_params, env_keys, ctx.env_state, out.action, batch_size
     )
     fin = terminated | truncated
     frozen = ctx.fin & (t > 0) if freeze_finished else jnp.zeros_like(fin)
     if not reset_finished:
-        obs = _batch_where(fin, final_obs, obs)
+        obs = stepping.batch_where(fin, final_obs, obs)
     elif hx is not None:
-        hx = reset_carry(hx, fin & ~frozen)
+        hx = stepping.reset_carry(hx, fin & ~frozen)
     new = Context(
         stepno=jnp.where(frozen, ctx.stepno, jnp.where(fin, 0, ctx.stepno + 1)),
-        obs=_batch_where(frozen, ctx.obs, obs),
+        obs=stepping.batch_where(frozen, ctx.obs, obs),
         act=out.action,
         rew=jnp.where(frozen, 0.0, rew),
         fin=jnp.where(frozen, ctx.fin, fin),
         hx=hx,
-        env_state=_batch_where(frozen, ctx.env_state, env_state),
+        env_state=stepping.batch_where(frozen, ctx.env_state, env_state),
         key=key,
     )
     return new, out, frozen
@@ -220,7 +219,7 @@ def collect(
       (ctx, fragment).
     """
     num_steps = _checks.check_positive_int("num_steps", num_steps)
-    env_params = _resolve_params(env, env_params)
+    env_params = stepping.resolve_params(env, env_params)
     batch_size = jnp.shape(ctx.fin)[0]
     react = _reactor(env, env_params, policy_fn, params, batch_size)
 
@@ -239,7 +238,7 @@ def collect(
     stepno, obs, act, rew, fin = (jax.tree.map(append, r, l) for r, l in zip(rows, _row(ctx)))
     actor = jax.tree.map(append, actor, last_out)
     if sticky and ctx.hx is not None:
-        ctx = ctx._replace(hx=reset_carry(ctx.hx, ctx.fin))
+        ctx = ctx._replace(hx=stepping.reset_carry(ctx.hx, ctx.fin))
     fragment = Fragment(
         stepno=stepno, obs=obs, act=act, rew=rew, fin=fin, actor=actor, hx=start_hx,
         stuck=append(stuck, stuck_last),
@@ -271,7 +270,7 @@ def evaluate(
     """
     n_steps = _checks.check_positive_int("n_steps", n_steps)
     ctx = context(key, env, env_params, num_envs, hx)
-    env_params = _resolve_params(env, env_params)
+    env_params = stepping.resolve_params(env, env_params)
     batch_size = jnp.shape(ctx.fin)[0]
     react = _reactor(env, env_params, policy_fn, params, batch_size)
 

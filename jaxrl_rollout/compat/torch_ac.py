@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxrl_rollout.advantages import gae
 from jaxrl_rollout.batching import flatten_env_major
-from jaxrl_rollout.rollout import rollout, rollout_init
+from jaxrl_rollout.collect import rollout, rollout_init
 from jaxrl_rollout.types import RolloutState
 
 __all__ = ["Experiences", "LogInputs", "TorchAcLogger", "collect_experiences", "compute_gae", "init_state"]

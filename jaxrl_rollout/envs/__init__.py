@@ -92,9 +92,9 @@ class ClipAction:
     def __init__(self, env: Any):
         self.env = env
         # A vectorized (host) env stays one: the rollout must not vmap it.
-        from jaxrl_rollout.rollout import _vectorized
+        from jaxrl_rollout.stepping import is_vectorized
 
-        self.vectorized = _vectorized(env)
+        self.vectorized = is_vectorized(env)
 
     @property
     def default_params(self):

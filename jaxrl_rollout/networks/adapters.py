@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout.rollout import reset_carry
+from jaxrl_rollout.stepping import reset_carry
 from jaxrl_rollout.types import PolicyOutput, PyTree
 
 __all__ = ["feedforward_policy", "recurrent_policy", "unroll"]

@@ -1,0 +1,315 @@
+"""The step kit: the pieces every collector is built from.
+
+`jaxrl_rollout.collect` (`rollout`, `evaluate`), the reference collectors in
+`jaxrl_rollout.compat` and any new algorithm's own loop use the same few
+operations on a batch of B envs; they live here, each with its contract:
+
+- `resolve_params(env, env_params)`: check the gymnax protocol, fill in the
+  default params.
+- `is_vectorized(env)`: does the env step its B copies in one call?
+- `check_env(env, env_params, key, num_envs)`: trace one reset and step to
+  check the step protocol before a loop is built on it.
+- `env_reset(env, keys, env_params)` and `env_step(...)`: reset or step all
+  B envs, vmapped or, for a vectorized env, in one call.
+- `step_keys(key, batch_size)`: one step's next key, policy key and env keys.
+- `act(policy_fn, params, obs, key, carry, first, batch_size, space)`: call a
+  feedforward or recurrent policy and check its output.
+- `reset_carry(carry, first)` and `batch_where(mask, on_true, on_false)`:
+  per-env selects on [B, ...] pytrees.
+
+The env protocol is gymnax 1.0's `Environment`: `reset(key, params)` and
+`step(key, state, action, params) -> (obs, state, reward, terminated,
+truncated, info)` with same-step auto-reset and the pre-reset observation in
+`info["final_observation"]`. An env that steps all B copies at once (a host
+env such as `jaxrl_rollout.envs.gymnasium`'s) says so with a class attribute
+`vectorized = True` and then gets keys [B], the batched state and the actions
+[B] directly.
+
+All functions are pure and traceable (`jit`, `vmap`, `lax.scan`); `env`,
+`policy_fn`, `batch_size` and `space` are static Python objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_rollout import _checks, prng
+from jaxrl_rollout.types import PolicyOutput, PyTree
+
+__all__ = [
+    "EnvStep",
+    "act",
+    "batch_where",
+    "check_env",
+    "env_reset",
+    "env_step",
+    "is_vectorized",
+    "reset_carry",
+    "resolve_params",
+    "step_keys",
+]
+
+
+class EnvStep(NamedTuple):
+    """One step of B envs, as `env_step` returns it (unpacks like a 6-tuple).
+
+    Attributes:
+      obs: the next observations [B, ...] (reset observations where done).
+      env_state: the next env state, leaves [B, ...].
+      reward: [B] float32.
+      terminated: [B] bool.
+      truncated: [B] bool, as the env reports it (it may also be set where
+        `terminated` is).
+      final_obs: `info["final_observation"]` [B, ...], the observation before
+        the auto-reset.
+    """
+
+    obs: PyTree
+    env_state: PyTree
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    final_obs: PyTree
+
+
+def batch_where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
+    """Selects env by env between two batched pytrees.
+
+    Args:
+      mask: [B] bool.
+      on_true, on_false: pytrees of the same structure with leaves [B, ...].
+
+    Returns:
+      A pytree whose leaf rows b are `on_true`'s where `mask[b]`, else
+      `on_false`'s.
+    """
+
+    def select(x, y):
+        m = jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(x) - mask.ndim))
+        return jnp.where(m, x, y)
+
+    return jax.tree.map(select, on_true, on_false)
+
+
+def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
+    """Zeroes a recurrent carry where an episode starts.
+
+    This is torch-ac's `memory * mask` and rlplay's `hx` reset, written as a
+    select so that a NaN in a stale carry cannot leak into the new episode.
+    Learners replaying `Trajectory.carry` use the same rule.
+
+    Args:
+      carry: pytree of [B, ...] arrays.
+      first: [B] bool, the observation about to be processed starts an episode.
+
+    Returns:
+      The carry with every leaf zeroed at rows where `first` is True.
+    """
+    first = jnp.asarray(first, dtype=bool)
+    return batch_where(first, jax.tree.map(jnp.zeros_like, carry), carry)
+
+
+def resolve_params(env: Any, env_params: Any) -> Any:
+    """Checks that `env` follows the gymnax protocol and fills in its params.
+
+    Args:
+      env: the environment (static).
+      env_params: its params, or None for `env.default_params`.
+
+    Returns:
+      `env_params`, or `env.default_params` when it is None.
+
+    Raises:
+      TypeError: `env` lacks a callable `reset`, `step` or `action_space`, or
+        `env_params` is None and `env` has no `default_params`.
+    """
+    for method in ("reset", "step", "action_space"):
+        if not callable(getattr(env, method, None)):
+            raise TypeError(
+                f"env must follow the gymnax>=1.0.1 Environment protocol; "
+                f"{type(env).__name__} has no callable `{method}`."
+            )
+    if env_params is None:
+        if not hasattr(env, "default_params"):
+            raise TypeError(
+                f"env_params is None and {type(env).__name__} has no default_params; "
+                "pass the env's params."
+            )
+        return env.default_params
+    return env_params
+
+
+def is_vectorized(env: Any) -> bool:
+    """Whether `env` resets and steps its B copies in one call.
+
+    Args:
+      env: the environment.
+
+    Returns:
+      True only for an env with the attribute `vectorized = True` (a host env);
+      such an env gets keys [B] and batched states and actions, and is never
+      vmapped.
+    """
+    return getattr(env, "vectorized", False) is True
+
+
+def env_reset(env: Any, keys: jax.Array, env_params: Any) -> tuple[PyTree, PyTree]:
+    """Resets B envs, env i with `keys[i]`.
+
+    Args:
+      env: the environment (static).
+      keys: [B] PRNG keys.
+      env_params: the env's params (shared by the B envs, not batched).
+
+    Returns:
+      `(obs, env_state)`, leaves [B, ...].
+    """
+    if is_vectorized(env):
+        return env.reset(keys, env_params)
+    return jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+
+
+def env_step(
+    env: Any, env_params: Any, keys: jax.Array, env_state: PyTree, action: PyTree, batch_size: int
+) -> EnvStep:
+    """Steps every env once, env i with `keys[i]` and `action[i]`.
+
+    Args:
+      env: the environment (static).
+      env_params: the env's params (shared by the B envs).
+      keys: [B] PRNG keys.
+      env_state: the env state, leaves [B, ...].
+      action: the actions, leaves [B, ...].
+      batch_size: B, a Python int.
+
+    Returns:
+      An `EnvStep`: (obs, env_state, reward f32 [B], terminated bool [B],
+      truncated bool [B], final_obs).
+
+    Raises:
+      TypeError: the step's result is not the 6-tuple of the protocol, or its
+        info has no "final_observation".
+      ValueError: its reward, terminated or truncated is not one scalar per
+        env.
+    """
+    if is_vectorized(env):
+        result = env.step(keys, env_state, action, env_params)
+    else:
+        result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
+    obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env)
+    for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+        if jnp.shape(x) != (batch_size,):
+            raise ValueError(
+                f"env.step must return a scalar {name} per env ([B]=({batch_size},) "
+                f"after vmap), got shape {jnp.shape(x)}."
+            )
+    return EnvStep(
+        obs,
+        env_state,
+        jnp.asarray(reward, dtype=jnp.float32),
+        jnp.asarray(terminated, dtype=bool),
+        jnp.asarray(truncated, dtype=bool),
+        info["final_observation"],
+    )
+
+
+def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
+    """Traces one reset and one step (no env runs) to check the step protocol.
+
+    Args:
+      env: the environment (static).
+      env_params: its params (resolved, see `resolve_params`).
+      key: a PRNG key for the traced calls.
+      num_envs: B, used to batch a vectorized env's keys.
+
+    Raises:
+      TypeError: the step's result is not the 6-tuple of the protocol, or its
+        info has no "final_observation".
+    """
+
+    def one_step(key, env_params):
+        _, state = env.reset(key, env_params)
+        action = env.action_space(env_params).sample(key)
+        return env.step(key, state, action, env_params)
+
+    def all_steps(keys, env_params):  # a vectorized env: all B at once
+        _, state = env.reset(keys, env_params)
+        actions = jax.vmap(env.action_space(env_params).sample)(keys)
+        return env.step(keys, state, actions, env_params)
+
+    if is_vectorized(env):
+        result = jax.eval_shape(all_steps, jax.random.split(key, num_envs), env_params)
+    else:
+        result = jax.eval_shape(one_step, key, env_params)
+    _checks.unpack_step(result, env)
+
+
+def step_keys(
+    key: jax.Array, batch_size: int, fused_env_keys: bool = False
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One step's keys from one split of `key`.
+
+    One threefry hash per step instead of two (a split into three, then the
+    env key into B), computed as one fused kernel (`prng`): on CPU JAX's own
+    lowering of a hash is a loop of about 25 small kernels and copies, a large
+    share of a small-batch rollout step. The keys are the ones
+    `jax.random.split(key, batch_size + 2)` gives, in `key`'s representation.
+
+    Args:
+      key: the PRNG key to split (typed or raw uint32).
+      batch_size: B, a Python int.
+      fused_env_keys: keep the env keys as `prng.FUSED_THREEFRY` keys (same
+        bits), so the env's own draws are fused too; only for an env that
+        accepts such keys.
+
+    Returns:
+      `(next_key, policy_key, env_keys)`: the key to carry to the next step,
+      the policy's key and the env keys [B].
+    """
+    keys = jax.random.split(prng.fused(key), batch_size + 2)
+    env_keys = keys[2:] if fused_env_keys else prng.like(keys[2:], key)
+    return prng.like(keys[0], key), prng.like(keys[1], key), env_keys
+
+
+def act(
+    policy_fn: Any,
+    params: PyTree,
+    obs: PyTree,
+    key: jax.Array,
+    carry: Optional[PyTree],
+    first: Optional[jax.Array],
+    batch_size: int,
+    space: Any,
+) -> tuple[PolicyOutput, Optional[PyTree]]:
+    """Calls the policy on B observations and checks what it returns.
+
+    Args:
+      policy_fn: `policy_fn(params, obs, key) -> PolicyOutput`, or the
+        recurrent `policy_fn(params, obs, key, carry) -> (PolicyOutput,
+        new_carry)` (static).
+      params: the policy's parameters.
+      obs: observations, leaves [B, ...].
+      key: the policy's PRNG key.
+      carry: the recurrent carry (leaves [B, ...]), or None for a feedforward
+        policy.
+      first: [B] bool, rows whose carry is zeroed before the call (see
+        `reset_carry`); ignored when `carry` is None.
+      batch_size: B, a Python int.
+      space: the env's action space, which the actions must match.
+
+    Returns:
+      `(PolicyOutput, new_carry)` with action, log_prob and value [B, ...];
+      new_carry is None for a feedforward policy.
+
+    Raises:
+      TypeError, ValueError: the policy's output does not have the promised
+        structure, shapes or dtypes (see `_checks`).
+    """
+    if carry is None:
+        out = policy_fn(params, obs, key)
+        return _checks.check_policy_output(out, batch_size, space), None
+    out = policy_fn(params, obs, key, reset_carry(carry, first))
+    return _checks.check_recurrent_output(out, batch_size, space, carry)
