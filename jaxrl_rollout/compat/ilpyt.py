@@ -1,10 +1,10 @@
-"""ilpyt `Runner` and `Experiences` (seed 001), as pure JAX with fixed shapes and masks.
+"""ilpyt `Runner` and `Experiences` (https://github.com/mitre/ilpyt), as pure JAX with fixed shapes and masks.
 
 Inside jit everything is a fixed-shape array plus masks; small host helpers
 turn them into the Python lists ilpyt returns (`IlpytEpisodeStats.infos`,
 `episodes_to_lists`, `episode_rewards_list`).
 
-Quirks reproduced (../SEMANTICS.md section 8):
+Quirks reproduced (docs/semantics.md §15.2):
 - `generate_batch`: next_states[t] is the reset observation on done; actions
   are stored as float32 even for discrete spaces; episode infos carry the
   env's cumulative episode count and a float64 return, and the statistics

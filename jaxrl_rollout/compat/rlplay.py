@@ -1,10 +1,11 @@
-"""rlplay engine (seed 004): fragment estimators, as pure JAX.
+"""rlplay engine (https://github.com/ivannz/rlplay): fragment estimators, as pure JAX.
 
 A fragment has T + 1 rows: row t holds (x_t, a_{t-1}, r_t, fin_t), fin_t meaning
 the transition into t ended the episode; row T is the bootstrap step.
 Estimators read rew = rew[1:], fin = fin[1:], val = value[:-1] and
 bootstrap = value[-1], and mask with a select (`masked_fill`), so a NaN in a
-masked value does not propagate (unlike the multiplicative masks elsewhere).
+masked value does not propagate (unlike the multiplicative masks elsewhere;
+docs/semantics.md §15.3).
 """
 
 from __future__ import annotations
