@@ -86,7 +86,8 @@ class ClipAction:
     """Clips continuous actions to the Box bounds inside `step`.
 
     The policy's raw action is what the rollout stores and what its log-prob
-    refers to; only the env sees the clipped one, so the stored log-prob stays the log-density of the stored action (docs/semantics.md §13.3).
+    refers to; only the env sees the clipped one, so the stored log-prob stays
+    the log-density of the stored action (docs/semantics.md §13.3).
     """
 
     def __init__(self, env: Any):
