@@ -17,6 +17,11 @@ then ends in one kernel that writes `x` out, and its readers load it; with a
 single reader it still fuses into that reader. Values and gradients are
 unchanged (the tangent passes straight through). The cost is one integer
 division per element, about 4% of a million-number `jax.random.uniform`.
+
+It is built from public JAX only (`jax.custom_jvp`, `jax.lax.div`,
+`jax.lax.bitcast_convert_type`), so unlike `prng.FUSED_THREEFRY` it needs no
+guard against JAX moving an internal (tests/test_fallback.py runs it with those
+internals deleted).
 """
 
 from __future__ import annotations

@@ -20,24 +20,28 @@ viewed with `fused(key)` as for the key itself (tested in tests/test_prng.py).
 `fused` leaves a key unchanged (so nothing changes) when it is not a threefry
 key, when `jax_threefry_partitionable` is off (the legacy counters differ), or
 when the default backend is not CPU (GPU lowers threefry to one kernel already).
+
+`FUSED_THREEFRY` is built from JAX internals (`jax.extend.random`, a primitive
+with its own lowering and batching rule). If this JAX lacks one of them,
+importing the module does not fail: `FUSED_THREEFRY` is None, `fused` leaves
+every key unchanged, so JAX's own threefry hashes it (the same bits), and one
+`FusionUnavailableWarning` names what is missing.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
-from typing import Sequence, Union
+import warnings
+from typing import Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
-from jax.extend.mlir.dialects import stablehlo as hlo
-from jax.extend.random import define_prng_impl, threefry_prng_impl
-from jax.interpreters import batching, mlir
 
 from jaxrl_rollout._fusion import computed_once
 
-__all__ = ["FUSED_THREEFRY", "can_fuse", "fused", "like", "split"]
+__all__ = ["FUSED_THREEFRY", "FusionUnavailableWarning", "can_fuse", "fused", "like", "split"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)  # Threefry's key-schedule constant
@@ -66,15 +70,57 @@ def _hash_jnp(k1, k2, x1, x2):
     return _hash_rounds(k1, k2, x1, x2, jnp.add, jnp.bitwise_xor, _rotate_left, np.uint32)
 
 
+# The JAX internals that FUSED_THREEFRY is built from, as (module, attribute).
+# They are not JAX's stable API. If this JAX lacks any of them, FUSED_THREEFRY
+# is None, `fused`, `split` and `like` leave keys as they are (JAX's own
+# threefry: the same bits, hashed as JAX lowers it), and one warning at import
+# names what is missing. Nothing is checked per call.
+_INTERNALS = (
+    ("jax.extend.core", "Primitive"),
+    ("jax.extend.mlir.dialects.stablehlo", "add"),
+    ("jax.extend.mlir.dialects.stablehlo", "xor"),
+    ("jax.extend.mlir.dialects.stablehlo", "or_"),
+    ("jax.extend.mlir.dialects.stablehlo", "shift_left"),
+    ("jax.extend.mlir.dialects.stablehlo", "shift_right_logical"),
+    ("jax.extend.random", "define_prng_impl"),
+    ("jax.extend.random", "threefry_prng_impl"),
+    ("jax.interpreters.mlir", "register_lowering"),
+    ("jax.interpreters.mlir", "ir_constant"),
+    ("jax.interpreters.batching", "primitive_batchers"),
+)
+
+
+class FusionUnavailableWarning(RuntimeWarning):
+    """This JAX lacks an internal that FUSED_THREEFRY needs; JAX's own threefry is used instead."""
+
+
+def _missing_internal() -> Optional[str]:
+    """The dotted name of the first of `_INTERNALS` that this JAX lacks, or None when it has them all."""
+    for module, attribute in _INTERNALS:
+        try:
+            if not hasattr(importlib.import_module(module), attribute):
+                return f"{module}.{attribute}"
+        except ImportError:
+            return module
+    return None
+
+
+_MISSING = _missing_internal()
+if _MISSING is None:
+    from jax.extend.core import Primitive
+    from jax.extend.mlir.dialects import stablehlo as hlo
+    from jax.extend.random import define_prng_impl, threefry_prng_impl
+    from jax.interpreters import batching, mlir
+
+
 # The hash as one primitive with a hand-written lowering. JAX lowers a PRNG
 # implementation's functions afresh at each call site, so written in jnp ops each
 # of the hash's ~130 operations was traced, batched (keys under `vmap`) and lowered
 # again for every PRNG operation of a program: 37% of a PPO train's lowering time
 # at one seed, 51% at 8 vmapped seeds. The lowering below emits the same StableHLO
 # operations directly, so XLA compiles the same program (outputs bit-identical).
-_hash_p = Primitive("fused_threefry2x32")
-_hash_p.multiple_results = True
-_hash_p.def_impl(_hash_jnp)
+# `_define_fused_threefry` (at the end of this section) makes the primitive.
+_hash_p = None
 
 
 def _hash_abstract_eval(*avals):
@@ -105,11 +151,6 @@ def _hash_batch(args, dims):
         for a, d in zip(args, dims)
     ]
     return _hash_p.bind(*moved), (0, 0)
-
-
-_hash_p.def_abstract_eval(_hash_abstract_eval)
-mlir.register_lowering(_hash_p, _hash_lowering)
-batching.primitive_batchers[_hash_p] = _hash_batch
 
 
 def _hash(k1: jax.Array, k2: jax.Array, x1: jax.Array, x2: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -151,15 +192,40 @@ def _fold_in(key: jax.Array, data: jax.Array) -> jax.Array:
     return computed_once(jnp.stack([bits1, bits2]), key)
 
 
-FUSED_THREEFRY = define_prng_impl(
-    key_shape=(2,),
-    seed=threefry_prng_impl.seed,
-    split=_split,
-    random_bits=_random_bits,
-    fold_in=_fold_in,
-    name="threefry2x32_fused",
-    tag="fyf",
-)
+def _define_fused_threefry():
+    """The hash primitive and FUSED_THREEFRY, or (None, None) after one warning saying why not."""
+    if _MISSING is not None:
+        reason = f"this JAX (jax {jax.__version__}) has no {_MISSING}"
+    else:
+        try:
+            hash_p = Primitive("fused_threefry2x32")
+            hash_p.multiple_results = True
+            hash_p.def_impl(_hash_jnp)
+            hash_p.def_abstract_eval(_hash_abstract_eval)
+            mlir.register_lowering(hash_p, _hash_lowering)
+            batching.primitive_batchers[hash_p] = _hash_batch
+            impl = define_prng_impl(
+                key_shape=(2,),
+                seed=threefry_prng_impl.seed,
+                split=_split,
+                random_bits=_random_bits,
+                fold_in=_fold_in,
+                name="threefry2x32_fused",
+                tag="fyf",
+            )
+            return hash_p, impl
+        except Exception as error:  # the internals are there but no longer work as they did
+            reason = f"this JAX's (jax {jax.__version__}) internals refused it ({type(error).__name__}: {error})"
+    warnings.warn(
+        f"jaxrl_rollout.prng: {reason}, which the fused CPU threefry needs; falling back to JAX's own "
+        "threefry2x32 (the same random bits, without the one-kernel hash on CPU).",
+        FusionUnavailableWarning,
+        stacklevel=2,
+    )
+    return None, None
+
+
+_hash_p, FUSED_THREEFRY = _define_fused_threefry()
 
 
 def _is_typed(key: jax.Array) -> bool:
@@ -177,7 +243,7 @@ def _is_threefry(key: jax.Array) -> bool:
 
 
 def _enabled() -> bool:
-    return bool(jax.config.jax_threefry_partitionable) and jax.default_backend() == "cpu"
+    return FUSED_THREEFRY is not None and bool(jax.config.jax_threefry_partitionable) and jax.default_backend() == "cpu"
 
 
 def fused(key: jax.Array) -> jax.Array:
