@@ -451,7 +451,7 @@ def _self_play_game(spec) -> bool:
 def _coarse_curve(metrics: dict) -> str:
     import numpy as np
 
-    from jaxrl_rollout.runner import chunk_return
+    from jaxrl_rollout.run_metrics import chunk_return
 
     updates = metrics["episode_return"].shape[1]
     parts = []

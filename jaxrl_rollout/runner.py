@@ -53,6 +53,7 @@ from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
 from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
 from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
+from jaxrl_rollout.run_metrics import chunk_return, returns_text
 from jaxrl_rollout.types import RolloutState
 
 __all__ = ["ALGORITHMS", "Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
@@ -522,35 +523,6 @@ def gather_state(states: Sequence[Any]) -> Any:
 
 def _metric_arrays(metrics: Any) -> dict:
     return {k: _to_host(v) for k, v in metrics._asdict().items() if k != "env_steps"}
-
-
-def chunk_return(metrics: dict) -> np.ndarray:
-    """[R] episode-weighted mean return over a metrics window [R, U]; NaN where no episode ended.
-
-    An update with episodes but a non-finite return makes its run's mean NaN
-    (or inf): never counted as 0. `returns_text` tells the two NaNs apart.
-    """
-    counts = metrics["num_episodes"].astype(np.float64)
-    total = np.where(counts > 0, metrics["episode_return"].astype(np.float64) * counts, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts.sum(1) > 0, total.sum(1) / counts.sum(1), np.nan)
-
-
-def returns_text(returns: np.ndarray, ended: np.ndarray) -> str:
-    """The progress line's return part from `chunk_return`'s [R] returns and [R] bool "an episode ended".
-
-    Runs with no episode are left out; runs whose episodes returned NaN or
-    inf are left out of the mean and counted, never averaged as 0.
-    """
-    finite = returns[np.isfinite(returns)]
-    bad = int(np.count_nonzero(ended & ~np.isfinite(returns)))
-    note = f", {bad} run(s) with a non-finite return" if bad else ""
-    if finite.size:
-        return (f"return {finite.mean():.1f} +- {finite.std():.1f} (min {finite.min():.1f}, max {finite.max():.1f}, "
-                f"{finite.size}/{returns.size} runs{note})")
-    if bad:
-        return f"return n/a ({bad}/{returns.size} runs with a non-finite return)"
-    return "return n/a (no episode ended)"
 
 
 def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray,
