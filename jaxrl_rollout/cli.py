@@ -104,9 +104,9 @@ def _float_list(text: str) -> list:
 
 
 def _algorithms():
-    from jaxrl_rollout.runner import ALGORITHMS
+    from jaxrl_rollout.algorithms import REGISTRY
 
-    return ALGORITHMS
+    return REGISTRY
 
 
 # Config fields with their own option names (--env, --total-steps).

@@ -49,25 +49,19 @@ from jaxrl_rollout import checkpoint, envs
 from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.rollout import _vectorized
-from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
+from jaxrl_rollout import algorithms
+from jaxrl_rollout.algorithms import stack_hparams
 from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
 from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
 from jaxrl_rollout.run_metrics import chunk_return, returns_text
 from jaxrl_rollout.types import RolloutState
 
-__all__ = ["ALGORITHMS", "Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
+__all__ = ["Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
            "host_env", "returns_text",
            "make_algorithm", "map_runs", "reopen_host_envs", "train"]
 
 FORMAT = "jaxrl_rollout.run/1"
-
-ALGORITHMS = {
-    "ppo": (ppo.PPOConfig, ppo.PPOHParams, ppo.make_ppo),
-    "a2c": (a2c.A2CConfig, a2c.A2CHParams, a2c.make_a2c),
-}
-"""algo name -> (config class, hyperparameter class, factory)."""
-
 
 class Diverged(ValueError):
     """A run's loss, gradients or params stopped being finite (the `nonfinite` metric of an update was set).
@@ -178,9 +172,7 @@ class RunSpec:
     max_parallel: Optional[int] = None
 
     def __post_init__(self):
-        if self.algo not in ALGORITHMS:
-            raise ValueError(f"algo must be one of {', '.join(ALGORITHMS)}, got {self.algo!r}.")
-        config_cls, hparams_cls, _ = ALGORITHMS[self.algo]
+        config_cls, hparams_cls, _ = algorithms.get(self.algo)  # a ValueError names an unknown algo
         if not isinstance(self.config, config_cls):
             raise TypeError(f"config must be a {config_cls.__name__} for {self.algo}, got {type(self.config).__name__}.")
         object.__setattr__(self, "grid", tuple(self.grid))
@@ -244,9 +236,9 @@ class RunSpec:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} config.")
         algo = data.get("algo")
-        if algo not in ALGORITHMS:
+        if algo not in algorithms.NAMES:
             raise ValueError(f"unknown algo {algo!r} in the saved config.")
-        config_cls, hparams_cls, _ = ALGORITHMS[algo]
+        config_cls, hparams_cls, _ = algorithms.get(algo)
         defaults = {f.name: f.default for f in dataclasses.fields(config_cls)}
         unknown = set(data["config"]) - set(defaults)
         if unknown:
@@ -335,8 +327,8 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
 
 
 def make_algorithm(spec: RunSpec):
-    """The spec's `Algorithm` (init, update, policies, env)."""
-    return ALGORITHMS[spec.algo][2](spec.config)
+    """The spec's `Algorithm` (init, update, policies, env), from the registry (`algorithms.get`)."""
+    return algorithms.get(spec.algo).make(spec.config)
 
 
 class RunResult(NamedTuple):
