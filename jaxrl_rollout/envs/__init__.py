@@ -17,7 +17,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-__all__ = ["SUITES", "ClipAction", "make"]
+__all__ = ["SUITES", "ClipAction", "check_id", "make"]
 
 # suite prefix -> the pip extra that installs it (`pip install 'jaxrl-rollout[<extra>]'`).
 SUITES = {
@@ -33,14 +33,61 @@ SUITES = {
 }
 
 
-def _make_gymnax(env_id: str):
+def _check_gymnax_name(env_id: str) -> None:
+    """A ValueError with close matches for a name that gymnax does not register; builds nothing."""
     import gymnax
 
     if env_id not in gymnax.registered_envs:
         close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}.")
+
+
+def _make_gymnax(env_id: str):
+    import gymnax
+
+    _check_gymnax_name(env_id)
     return gymnax.make(env_id)
+
+
+def _split_id(env_id: str) -> tuple[str, str]:
+    """(suite, name) of an env id, "gymnax" for an id without a prefix; ValueError for a bad id or suite."""
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"env_id must be a non-empty string such as 'CartPole-v1' or 'brax/ant', got {env_id!r}.")
+    suite, sep, name = env_id.partition("/")
+    if not sep:
+        suite, name = "gymnax", env_id
+    if suite not in SUITES:
+        close = difflib.get_close_matches(suite, list(SUITES), n=1, cutoff=0.5)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"unknown env suite {suite!r} in env_id {env_id!r}.{hint} "
+            f"Known suites: {', '.join(SUITES)} (gymnax ids may also be given without a prefix)."
+        )
+    if not name:
+        raise ValueError(f"env_id {env_id!r} names no environment after {suite + '/'!r}.")
+    return suite, name
+
+
+def check_id(env_id: str) -> None:
+    """Checks an env id as far as it can without building the env or importing another suite.
+
+    The id's form and suite are checked, and a gymnax name against gymnax's
+    registry, with the same messages as `make`. Another suite's name (and
+    whether its extra is installed) is only known to its adapter, so `make`
+    checks it when the env is built. The algorithms' configs call this: a
+    config never builds its env.
+
+    Args:
+      env_id: as for `make`.
+
+    Raises:
+      ValueError: a malformed id, an unknown suite, or an unknown gymnax name
+        (with close matches).
+    """
+    suite, name = _split_id(env_id)
+    if suite == "gymnax":
+        _check_gymnax_name(name)
 
 
 def make(env_id: str, **kwargs: Any):
@@ -60,20 +107,7 @@ def make(env_id: str, **kwargs: Any):
       ValueError: an unknown suite or env name (with close matches).
       ImportError: the suite's extra is not installed (the message names it).
     """
-    if not isinstance(env_id, str) or not env_id:
-        raise ValueError(f"env_id must be a non-empty string such as 'CartPole-v1' or 'brax/ant', got {env_id!r}.")
-    suite, sep, name = env_id.partition("/")
-    if not sep:
-        suite, name = "gymnax", env_id
-    if suite not in SUITES:
-        close = difflib.get_close_matches(suite, list(SUITES), n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"unknown env suite {suite!r} in env_id {env_id!r}.{hint} "
-            f"Known suites: {', '.join(SUITES)} (gymnax ids may also be given without a prefix)."
-        )
-    if not name:
-        raise ValueError(f"env_id {env_id!r} names no environment after {suite + '/'!r}.")
+    suite, name = _split_id(env_id)
     if suite == "gymnax":
         if kwargs:
             raise ValueError(f"gymnax envs take no options; got {sorted(kwargs)} for {env_id!r}.")
