@@ -1,5 +1,8 @@
 """make_train on your own env and network: the id route's bits, a module of your own, clear errors, env-free configs."""
 
+import pathlib
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -201,3 +204,12 @@ def test_a_config_never_builds_its_env(env_id, monkeypatch):
         ppo.PPOConfig(env_id="envpol/CartPole-v1")
     with pytest.raises(ValueError, match=r"unknown env_id 'CartPole-v2'. Did you mean CartPole-v1"):
         a2c.A2CConfig(env_id="CartPole-v2")
+
+
+def test_the_readme_example_runs():
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"### Your own env and network\n\n.*?```python\n(.*?)```", readme, flags=re.S).group(1)
+    namespace = {"jax": jax}
+    exec(compile(code, "README-own-env-and-network", "exec"), namespace)
+    assert namespace["own_metrics"].episode_return.shape == (8,)
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(namespace["own_state"].params))
