@@ -199,11 +199,15 @@ def test_a_config_never_builds_its_env(env_id, monkeypatch):
     # The env is built when the algorithm is.
     with pytest.raises(AssertionError, match="a config built an env"):
         ppo.make_ppo(ppo.PPOConfig(env_id=env_id, **TINY_PPO))
-    # A bad suite or gymnax name is still refused at construction, without building anything.
-    with pytest.raises(ValueError, match=r"unknown env suite 'envpol'.*Did you mean 'envpool'"):
-        ppo.PPOConfig(env_id="envpol/CartPole-v1")
+    # A bad gymnax name is still refused at construction, without building anything; another suite's id
+    # when the env is built.
     with pytest.raises(ValueError, match=r"unknown env_id 'CartPole-v2'. Did you mean CartPole-v1"):
-        a2c.A2CConfig(env_id="CartPole-v2")
+        a2c.A2CConfig(env_id="gymnax/CartPole-v2")
+    with pytest.raises(ValueError, match=r"env_id must be a non-empty string"):
+        ppo.PPOConfig(env_id="")
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"unknown env suite 'envpol'.*Did you mean 'envpool'"):
+        ppo.make_ppo(ppo.PPOConfig(env_id="envpol/CartPole-v1", **TINY_PPO))
 
 
 def test_the_readme_example_runs():

@@ -695,6 +695,6 @@ def check_common_config(cfg) -> None:
         raise ValueError(
             f"total_timesteps={cfg.total_timesteps} is less than one batch of num_envs * num_steps = {batch} steps."
         )
-    # A config never builds its env: the id's form and suite, and a gymnax name, are checked here (unknown
-    # names fail with suggestions); another suite's name is checked when make_train builds the env.
+    # A config never builds its env: a gymnax name is checked here (an unknown one fails with suggestions);
+    # another suite's id, its suite included, when make_train builds the env.
     envs.check_id(cfg.env_id)

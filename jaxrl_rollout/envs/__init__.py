@@ -50,43 +50,28 @@ def _make_gymnax(env_id: str):
     return gymnax.make(env_id)
 
 
-def _split_id(env_id: str) -> tuple[str, str]:
-    """(suite, name) of an env id, "gymnax" for an id without a prefix; ValueError for a bad id or suite."""
-    if not isinstance(env_id, str) or not env_id:
-        raise ValueError(f"env_id must be a non-empty string such as 'CartPole-v1' or 'brax/ant', got {env_id!r}.")
-    suite, sep, name = env_id.partition("/")
-    if not sep:
-        suite, name = "gymnax", env_id
-    if suite not in SUITES:
-        close = difflib.get_close_matches(suite, list(SUITES), n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"unknown env suite {suite!r} in env_id {env_id!r}.{hint} "
-            f"Known suites: {', '.join(SUITES)} (gymnax ids may also be given without a prefix)."
-        )
-    if not name:
-        raise ValueError(f"env_id {env_id!r} names no environment after {suite + '/'!r}.")
-    return suite, name
-
-
 def check_id(env_id: str) -> None:
     """Checks an env id as far as it can without building the env or importing another suite.
 
-    The id's form and suite are checked, and a gymnax name against gymnax's
-    registry, with the same messages as `make`. Another suite's name (and
-    whether its extra is installed) is only known to its adapter, so `make`
-    checks it when the env is built. The algorithms' configs call this: a
+    The id must be a non-empty string, and a gymnax id ("CartPole-v1" or
+    "gymnax/CartPole-v1") a name in gymnax's registry, with `make`'s
+    messages. Any other "<suite>/<name>" id, its suite included, is checked
+    by `make` when the env is built. The algorithms' configs call this: a
     config never builds its env.
 
     Args:
       env_id: as for `make`.
 
     Raises:
-      ValueError: a malformed id, an unknown suite, or an unknown gymnax name
-        (with close matches).
+      ValueError: an id that is not a non-empty string, or an unknown gymnax
+        name (with close matches).
     """
-    suite, name = _split_id(env_id)
-    if suite == "gymnax":
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"env_id must be a non-empty string such as 'CartPole-v1' or 'brax/ant', got {env_id!r}.")
+    suite, sep, name = env_id.partition("/")
+    if not sep:
+        _check_gymnax_name(env_id)
+    elif suite == "gymnax" and name:
         _check_gymnax_name(name)
 
 
@@ -107,7 +92,20 @@ def make(env_id: str, **kwargs: Any):
       ValueError: an unknown suite or env name (with close matches).
       ImportError: the suite's extra is not installed (the message names it).
     """
-    suite, name = _split_id(env_id)
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"env_id must be a non-empty string such as 'CartPole-v1' or 'brax/ant', got {env_id!r}.")
+    suite, sep, name = env_id.partition("/")
+    if not sep:
+        suite, name = "gymnax", env_id
+    if suite not in SUITES:
+        close = difflib.get_close_matches(suite, list(SUITES), n=1, cutoff=0.5)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"unknown env suite {suite!r} in env_id {env_id!r}.{hint} "
+            f"Known suites: {', '.join(SUITES)} (gymnax ids may also be given without a prefix)."
+        )
+    if not name:
+        raise ValueError(f"env_id {env_id!r} names no environment after {suite + '/'!r}.")
     if suite == "gymnax":
         if kwargs:
             raise ValueError(f"gymnax envs take no options; got {sorted(kwargs)} for {env_id!r}.")
