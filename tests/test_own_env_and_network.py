@@ -98,7 +98,8 @@ def test_a_recurrent_network_of_your_own_trains_and_its_sequences_divide():
     # 6 envs x 4 steps = 24 transitions divide into 4 minibatches, which the config checks; 6 whole env
     # sequences do not, which only make_ppo can check, once it knows the module is recurrent.
     bad = ppo.PPOConfig(**{**TINY_PPO, "num_envs": 6, "num_steps": 4, "total_timesteps": 48, "num_minibatches": 4})
-    with pytest.raises(ValueError, match=r"keeps env sequences whole, so num_envs=6 must divide into num_minibatches=4"):
+    with pytest.raises(ValueError, match=r"keeps env sequences whole, so num_envs=6 must divide into "
+                                         r"num_minibatches=4"):
         ppo.make_ppo(bad, network=net)
     assert a2c.make_a2c(a2c.A2CConfig(**TINY_A2C), network=net).recurrent
 

@@ -15,6 +15,13 @@ observation space when the algorithm is built (`choose_network`):
 
 A GRU is never chosen: ask for `network="gru"`.
 
+`make_train(config, env=..., env_params=..., network=...)` replaces the
+config's env id and network name with objects of your own (`build`,
+`setup`): an env of the gymnax protocol (`check_env`, `ENV_METHODS`) and a
+flax module of `NETWORK_CONTRACT`, checked on one zero observation when the
+algorithm is built (`check_network`). Configs stay static and serialisable
+and never build an env (`check_common_config` calls `envs.check_id`).
+
 Two-player pgx games (`pgx/tic_tac_toe`, `pgx/connect_four`, ...) train by
 self-play (`setup`): the opponent plays with the learner's current policy (the
 rollout's env params are the state's params), the agent's seat is drawn per
@@ -36,7 +43,8 @@ from jaxrl_rollout import envs, prng
 
 __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
-    "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "choose_network", "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
+    "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "choose_network",
+    "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
     "make_train_loop", "MAX_TOTAL_TIMESTEPS", "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
