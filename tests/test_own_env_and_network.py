@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gymnax.environments import spaces
 from gymnax.environments.classic_control import CartPole, Pendulum
 
 from jaxrl_rollout import envs
@@ -182,6 +183,12 @@ def test_bad_env_arguments_name_the_argument():
     with pytest.raises(TypeError, match=r"env must follow the gymnax>=1.0.1 protocol.*NoSpaces has no callable "
                                         r"`action_space`, `observation_space`"):
         ppo.make_train(config, env=NoSpaces())
+    class GridActions(MyCartPole):
+        def action_space(self, params=None):
+            return spaces.Box(0.0, 1.0, (2, 2))
+
+    with pytest.raises(ValueError, match=r"env GridActions: unsupported action space .*expected Discrete or a 1-D Box"):
+        ppo.make_train(config, env=GridActions())
     with pytest.raises(ValueError, match=r"env_params is given without env"):
         ppo.make_train(config, env_params=MyCartPole().default_params)
     with pytest.raises(ValueError, match=r"network: a module of your own is given, and config.network='mlp' names "

@@ -128,7 +128,8 @@ def action_info(env, env_params) -> tuple[int, bool]:
         return int(space.n), False
     if isinstance(space, spaces.Box) and len(tuple(space.shape)) == 1:
         return int(space.shape[0]), True
-    raise ValueError(f"unsupported action space {space!r}: expected Discrete or a 1-D Box.")
+    raise ValueError(f"env {type(env).__name__}: unsupported action space {space!r}: expected Discrete or a 1-D "
+                     "Box.")
 
 
 def space_leaves(space: Any, path: tuple = ()) -> list:
