@@ -45,11 +45,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_rollout import checkpoint, envs
+from jaxrl_rollout import algorithms, checkpoint, envs
 from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.rollout import _vectorized
-from jaxrl_rollout import algorithms
 from jaxrl_rollout.algorithms import stack_hparams
 from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
 from jaxrl_rollout.envs._host import HostEnv, HostStats
@@ -62,6 +61,7 @@ __all__ = ["Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run",
            "make_algorithm", "map_runs", "reopen_host_envs", "train"]
 
 FORMAT = "jaxrl_rollout.run/1"
+
 
 class Diverged(ValueError):
     """A run's loss, gradients or params stopped being finite (the `nonfinite` metric of an update was set).
