@@ -104,9 +104,9 @@ def _float_list(text: str) -> list:
 
 
 def _algorithms():
-    from jaxrl_rollout.runner import ALGORITHMS
+    from jaxrl_rollout.algorithms import REGISTRY
 
-    return ALGORITHMS
+    return REGISTRY
 
 
 # Config fields with their own option names (--env, --total-steps).
@@ -290,15 +290,33 @@ def _with_total_steps(spec, total_steps: int):
     return dataclasses.replace(spec, config=dataclasses.replace(spec.config, total_timesteps=total_steps))
 
 
-def _check_devices(spec, devices) -> None:
-    """Refuses a `--devices` count the runs cannot shard over, before anything is written."""
+def _check_devices(spec, devices, env=None) -> None:
+    """Refuses a `--devices` count the runs cannot shard over, before anything is written.
+
+    Args:
+      spec: the run's spec.
+      devices: the `--devices` count, or None.
+      env: the spec's env if already built (`_build_env`), else built here only if there is something to refuse.
+    """
     from jaxrl_rollout import runner
 
-    runner.check_host_run(spec, devices=devices)
+    runner.check_host_run(spec, devices=devices, env=env)
     try:
         runner.choose_devices([b - a for a, b in spec.groups], devices)
     except ValueError as error:
         raise ValueError(f"--devices {devices}: {error}") from None
+
+
+def _build_env(spec):
+    """The spec's env, built once before a new run's folder is written.
+
+    A config never builds its env, so it checks only what needs none (a
+    gymnax name); another suite's unknown name, or its missing extra, is
+    refused here, before anything is written.
+    """
+    from jaxrl_rollout import envs
+
+    return envs.make(spec.config.env_id)[0]
 
 
 def _write_config(folder: pathlib.Path, spec, option: str) -> None:
@@ -331,7 +349,7 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         stack.callback(lock.release)
         return prepared
     spec = _build_spec(given)
-    _check_devices(spec, args.devices)  # before the folder is written
+    _check_devices(spec, args.devices, env=_build_env(spec))  # before the folder is written
     if args.out:
         folder = pathlib.Path(args.out)
     else:
@@ -431,7 +449,7 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
     algorithm = make_algorithm(spec)  # a host env gets a fresh host env here, apart from training's
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
-    carry = algorithm.module.initial_carry(num_episodes) if spec.config.recurrent else None
+    carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
     run = map_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
                                             num_episodes, initial_carry=carry).returns, algorithm.env)
     params = jax.vmap(algorithm.policy_params)(state)  # with observation normalisation: (obs_rms, params)
@@ -451,7 +469,7 @@ def _self_play_game(spec) -> bool:
 def _coarse_curve(metrics: dict) -> str:
     import numpy as np
 
-    from jaxrl_rollout.runner import chunk_return
+    from jaxrl_rollout.run_metrics import chunk_return
 
     updates = metrics["episode_return"].shape[1]
     parts = []

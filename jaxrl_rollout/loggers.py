@@ -146,7 +146,7 @@ class TensorBoardLogger:
     def _open_files(self) -> list:
         # Opened at the first chunk, so a run that fails before one (a corrupt checkpoint on
         # resume, a bad config) leaves no event files behind.
-        from jaxrl_rollout.report import grid_label
+        from jaxrl_rollout.run_metrics import grid_label
 
         spec, first_update = self._spec, self._first_update
         purge = first_update * self._batch if first_update else None

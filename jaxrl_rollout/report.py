@@ -6,6 +6,11 @@ that ended in that window. Per grid point the summary gives its mean over
 seeds and a 95% Student-t interval across seeds,
 mean +- t_{0.975, S-1} * sd / sqrt(S) (sd with ddof=1; none for one seed).
 A run with no episode in the window is left out and counted.
+
+Every function takes the sweep as `spec`, a `runner.RunSpec` of which only
+`algo`, `config.env_id`, `config.batch_size`, `grid`, `num_seeds`,
+`num_runs` and `swept()` are read; this module does not import the runner,
+which it stands beside (the command line composes the two).
 """
 
 from __future__ import annotations
@@ -15,24 +20,18 @@ import io
 import math
 import pathlib
 import warnings
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from jaxrl_rollout.checkpoint import write_atomic
-from jaxrl_rollout.runner import RunSpec, chunk_return
+from jaxrl_rollout.run_metrics import chunk_return, grid_label
 
 __all__ = ["GridSummary", "final_returns", "format_summary", "grid_label", "summarize", "write_learning_curve",
            "write_metrics_csv", "write_outputs"]
 
 
-def grid_label(spec: RunSpec, g: int) -> str:
-    """Grid point g's swept hyperparameters, e.g. 'lr=0.001, ent_coef=0' ('default' without a sweep)."""
-    swept = spec.swept()
-    return ", ".join(f"{k}={getattr(spec.grid[g], k):g}" for k in swept) if swept else "default"
-
-
-def write_metrics_csv(path, spec: RunSpec, metrics: dict) -> None:
+def write_metrics_csv(path, spec: Any, metrics: dict) -> None:
     """Long format, one row per (grid point, seed, update, metric).
 
     Columns: grid_point, seed, update, step (cumulative env steps of the run
@@ -46,7 +45,7 @@ def write_metrics_csv(path, spec: RunSpec, metrics: dict) -> None:
     write_atomic(path.parent, path.name, lambda f: _write_rows(f, spec, metrics))
 
 
-def _write_rows(binary, spec: RunSpec, metrics: dict) -> None:
+def _write_rows(binary, spec: Any, metrics: dict) -> None:
     swept = spec.swept()
     batch = spec.config.batch_size
     names = sorted(metrics)
@@ -66,7 +65,7 @@ def _write_rows(binary, spec: RunSpec, metrics: dict) -> None:
     f.detach()  # write_atomic fsyncs and closes the binary file
 
 
-def write_learning_curve(path, spec: RunSpec, metrics: dict) -> None:
+def write_learning_curve(path, spec: Any, metrics: dict) -> None:
     """Episode return against env steps: mean across seeds and a +-1 sd band, one line per grid point.
 
     Each update's value per seed is the mean return of the episodes that
@@ -95,7 +94,7 @@ def write_learning_curve(path, spec: RunSpec, metrics: dict) -> None:
     write_atomic(path.parent, path.name, lambda f: fig.savefig(f, format="png", dpi=120))
 
 
-def final_returns(spec: RunSpec, metrics: dict) -> np.ndarray:
+def final_returns(spec: Any, metrics: dict) -> np.ndarray:
     """[G, S] final return per run (episode-weighted mean over the last 10% of updates)."""
     updates = metrics["episode_return"].shape[1]
     window = max(1, updates // 10)
@@ -121,7 +120,7 @@ class GridSummary(NamedTuple):
     nonfinite: int = 0
 
 
-def summarize(spec: RunSpec, metrics: dict) -> list[GridSummary]:
+def summarize(spec: Any, metrics: dict) -> list[GridSummary]:
     """One `GridSummary` per grid point."""
     from scipy import stats
 
@@ -155,7 +154,7 @@ def format_summary(rows: list[GridSummary], window_updates: int) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(folder, spec: RunSpec, metrics: dict) -> list[pathlib.Path]:
+def write_outputs(folder, spec: Any, metrics: dict) -> list[pathlib.Path]:
     """Writes metrics.csv and learning_curve.png into `folder`; returns their paths."""
     folder = pathlib.Path(folder)
     csv_path, png_path = folder / "metrics.csv", folder / "learning_curve.png"

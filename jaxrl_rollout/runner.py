@@ -45,27 +45,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_rollout import checkpoint, envs
+from jaxrl_rollout import algorithms, checkpoint, envs
 from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.stepping import is_vectorized
-from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
+from jaxrl_rollout.algorithms import stack_hparams
 from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
 from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
+from jaxrl_rollout.run_metrics import chunk_return, returns_text
 from jaxrl_rollout.types import RolloutState
 
-__all__ = ["ALGORITHMS", "Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
+__all__ = ["Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
            "host_env", "returns_text",
            "make_algorithm", "map_runs", "reopen_host_envs", "train"]
 
 FORMAT = "jaxrl_rollout.run/1"
-
-ALGORITHMS = {
-    "ppo": (ppo.PPOConfig, ppo.PPOHParams, ppo.make_ppo),
-    "a2c": (a2c.A2CConfig, a2c.A2CHParams, a2c.make_a2c),
-}
-"""algo name -> (config class, hyperparameter class, factory)."""
 
 
 class Diverged(ValueError):
@@ -177,9 +172,7 @@ class RunSpec:
     max_parallel: Optional[int] = None
 
     def __post_init__(self):
-        if self.algo not in ALGORITHMS:
-            raise ValueError(f"algo must be one of {', '.join(ALGORITHMS)}, got {self.algo!r}.")
-        config_cls, hparams_cls, _ = ALGORITHMS[self.algo]
+        config_cls, hparams_cls, _ = algorithms.get(self.algo)  # a ValueError names an unknown algo
         if not isinstance(self.config, config_cls):
             raise TypeError(f"config must be a {config_cls.__name__} for {self.algo}, got {type(self.config).__name__}.")
         object.__setattr__(self, "grid", tuple(self.grid))
@@ -243,9 +236,9 @@ class RunSpec:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} config.")
         algo = data.get("algo")
-        if algo not in ALGORITHMS:
+        if algo not in algorithms.NAMES:
             raise ValueError(f"unknown algo {algo!r} in the saved config.")
-        config_cls, hparams_cls, _ = ALGORITHMS[algo]
+        config_cls, hparams_cls, _ = algorithms.get(algo)
         defaults = {f.name: f.default for f in dataclasses.fields(config_cls)}
         unknown = set(data["config"]) - set(defaults)
         if unknown:
@@ -334,8 +327,8 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
 
 
 def make_algorithm(spec: RunSpec):
-    """The spec's `Algorithm` (init, update, policies, env)."""
-    return ALGORITHMS[spec.algo][2](spec.config)
+    """The spec's `Algorithm` (init, update, policies, env), from the registry (`algorithms.get`)."""
+    return algorithms.get(spec.algo).make(spec.config)
 
 
 class RunResult(NamedTuple):
@@ -522,35 +515,6 @@ def gather_state(states: Sequence[Any]) -> Any:
 
 def _metric_arrays(metrics: Any) -> dict:
     return {k: _to_host(v) for k, v in metrics._asdict().items() if k != "env_steps"}
-
-
-def chunk_return(metrics: dict) -> np.ndarray:
-    """[R] episode-weighted mean return over a metrics window [R, U]; NaN where no episode ended.
-
-    An update with episodes but a non-finite return makes its run's mean NaN
-    (or inf): never counted as 0. `returns_text` tells the two NaNs apart.
-    """
-    counts = metrics["num_episodes"].astype(np.float64)
-    total = np.where(counts > 0, metrics["episode_return"].astype(np.float64) * counts, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts.sum(1) > 0, total.sum(1) / counts.sum(1), np.nan)
-
-
-def returns_text(returns: np.ndarray, ended: np.ndarray) -> str:
-    """The progress line's return part from `chunk_return`'s [R] returns and [R] bool "an episode ended".
-
-    Runs with no episode are left out; runs whose episodes returned NaN or
-    inf are left out of the mean and counted, never averaged as 0.
-    """
-    finite = returns[np.isfinite(returns)]
-    bad = int(np.count_nonzero(ended & ~np.isfinite(returns)))
-    note = f", {bad} run(s) with a non-finite return" if bad else ""
-    if finite.size:
-        return (f"return {finite.mean():.1f} +- {finite.std():.1f} (min {finite.min():.1f}, max {finite.max():.1f}, "
-                f"{finite.size}/{returns.size} runs{note})")
-    if bad:
-        return f"return n/a ({bad}/{returns.size} runs with a non-finite return)"
-    return "return n/a (no episode ended)"
 
 
 def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray,

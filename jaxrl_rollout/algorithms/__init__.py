@@ -1,20 +1,79 @@
-"""Training algorithms as pure `make_train(config) -> train(key, hparams=None)` functions.
+"""Training algorithms as pure `make_train(config) -> train(key, hparams=None)` functions, and their registry.
 
     from jaxrl_rollout.algorithms import ppo, stack_hparams
     grid = stack_hparams([ppo.PPOHParams(lr=lr) for lr in (1e-3, 3e-4)])
     jax.jit(jax.vmap(ppo.make_train(ppo.PPOConfig()), in_axes=(None, 0)))(key, grid)
+
+The registry names every algorithm the runner and the command line know:
+`NAMES` lists them, `get(name)` gives one's `Entry` (config class,
+hyperparameter class, factory) and `REGISTRY` is the dict of all of them.
+An algorithm's module is imported only when its entry is asked for, so
+importing this package (or `_common`) imports no algorithm.
 """
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+import importlib
+from typing import Any, Callable, NamedTuple, Sequence, TypeVar
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["stack_hparams"]
+__all__ = ["Entry", "NAMES", "REGISTRY", "get", "stack_hparams"]
 
 H = TypeVar("H")
+
+# name -> (module under jaxrl_rollout.algorithms, config class, hyperparameter class, factory)
+_PLACES = {
+    "ppo": ("ppo", "PPOConfig", "PPOHParams", "make_ppo"),
+    "a2c": ("a2c", "A2CConfig", "A2CHParams", "make_a2c"),
+}
+
+NAMES = tuple(_PLACES)
+"""The registered algorithm names, in the order the command line lists them."""
+
+
+class Entry(NamedTuple):
+    """One registered algorithm (unpacks as `config_cls, hparams_cls, make`).
+
+    Attributes:
+      config: its static config class (`PPOConfig`, ...).
+      hparams: its traced hyperparameter class (`PPOHParams`, ...).
+      make: its factory, `make(config, *, env=None, env_params=None,
+        network=None) -> Algorithm` (`make_ppo`, ...).
+    """
+
+    config: type
+    hparams: type
+    make: Callable
+
+
+def get(name: str) -> Entry:
+    """The registered algorithm `name`, its module imported on first use.
+
+    Args:
+      name: one of `NAMES` ("ppo", "a2c").
+
+    Returns:
+      Its `Entry`.
+
+    Raises:
+      ValueError: naming `algo`, for a name that is not registered.
+    """
+    if not isinstance(name, str) or name not in _PLACES:
+        raise ValueError(f"algo must be one of {', '.join(NAMES)}, got {name!r}.")
+    module_name, config, hparams, make = _PLACES[name]
+    module = importlib.import_module(f"jaxrl_rollout.algorithms.{module_name}")
+    return Entry(getattr(module, config), getattr(module, hparams), getattr(module, make))
+
+
+def __getattr__(name: str) -> Any:
+    """`REGISTRY`, {name: Entry} for every registered algorithm, built (and its modules imported) on first use."""
+    if name == "REGISTRY":
+        registry = {n: get(n) for n in NAMES}
+        globals()["REGISTRY"] = registry
+        return registry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def stack_hparams(hparams: Sequence[H]) -> H:

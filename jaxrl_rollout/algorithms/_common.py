@@ -15,6 +15,13 @@ observation space when the algorithm is built (`choose_network`):
 
 A GRU is never chosen: ask for `network="gru"`.
 
+`make_train(config, env=..., env_params=..., network=...)` replaces the
+config's env id and network name with objects of your own (`build`,
+`setup`): an env of the gymnax protocol (`check_env`, `ENV_METHODS`) and a
+flax module of `NETWORK_CONTRACT`, checked on one zero observation when the
+algorithm is built (`check_network`). Configs stay static and serialisable
+and never build an env (`check_common_config` calls `envs.check_id`).
+
 Two-player pgx games (`pgx/tic_tac_toe`, `pgx/connect_four`, ...) train by
 self-play (`setup`): the opponent plays with the learner's current policy (the
 rollout's env params are the state's params), the agent's seat is drawn per
@@ -35,8 +42,9 @@ from gymnax.environments import spaces
 from jaxrl_rollout import envs, prng
 
 __all__ = [
-    "Algorithm", "ConfigSizes", "Setup", "check_choice", "check_common_config", "check_hparams", "check_positive",
-    "choose_network", "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
+    "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
+    "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "choose_network",
+    "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
     "make_train_loop", "MAX_TOTAL_TIMESTEPS", "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
@@ -120,7 +128,8 @@ def action_info(env, env_params) -> tuple[int, bool]:
         return int(space.n), False
     if isinstance(space, spaces.Box) and len(tuple(space.shape)) == 1:
         return int(space.shape[0]), True
-    raise ValueError(f"unsupported action space {space!r}: expected Discrete or a 1-D Box.")
+    raise ValueError(f"env {type(env).__name__}: unsupported action space {space!r}: expected Discrete or a 1-D "
+                     "Box.")
 
 
 def space_leaves(space: Any, path: tuple = ()) -> list:
@@ -278,6 +287,8 @@ class Algorithm(NamedTuple):
         `envs.pgx.random_opponent` from a random seat, the one evaluation
         reports on; training plays the current policy instead.
       policy_params: `policy_params(state)`, the params the policies take.
+      recurrent: `module` steps a carry: the policies take and return it,
+        starting from `module.initial_carry(B)`.
     """
 
     init: Callable
@@ -289,6 +300,7 @@ class Algorithm(NamedTuple):
     env_params: Any
     module: Any
     policy_params: Callable
+    recurrent: bool = False
 
 
 def resolve_hparams(hparams: Any, cls: type) -> Any:
@@ -326,6 +338,9 @@ class Setup(NamedTuple):
       self_play: the opponent in `env` plays with the current policy.
       eval_env, eval_env_params: the env evaluation reports on: `env` itself,
         or for self-play the game against `envs.pgx.random_opponent`.
+      recurrent: the module steps a carry (`network="gru"`, or a module of
+        your own with `initial_carry`); the algorithms read this, not the
+        config, to replay sequences.
     """
 
     env: Any
@@ -336,6 +351,7 @@ class Setup(NamedTuple):
     self_play: bool = False
     eval_env: Any = None
     eval_env_params: Any = None
+    recurrent: bool = False
 
 
 def is_self_play(env: Any) -> bool:
@@ -347,36 +363,252 @@ def is_self_play(env: Any) -> bool:
     return pgx.two_player(env)
 
 
-def setup(env_id: str, network: str, hidden_sizes, activation: str) -> Setup:
+ENV_METHODS = ("reset", "step", "action_space", "observation_space")
+"""The methods an env passed to `make_train(env=...)` must have (the gymnax>=1.0.1 protocol)."""
+
+NETWORK_CONTRACT = (
+    "a flax linen Module whose __call__(obs [B, ...]) returns (dist, value [B]), or, for a recurrent one, "
+    "which also has initial_carry(batch_size) -> carry [B, ...] and whose __call__(carry, obs) returns "
+    "(new_carry, (dist, value [B])); dist has sample(key), mode(), log_prob(action) and entropy() "
+    "(e.g. distributions.categorical_from_logits(logits [B, A]) or distributions.diag_gaussian(mean [B, A], "
+    "log_std))"
+)
+"""The network contract in words, as the errors of `check_network` state it."""
+
+
+def check_env(env: Any, env_params: Any) -> Any:
+    """The params to train a user's env with, after checking that the env follows the gymnax protocol.
+
+    Only the methods are checked here; the rollout checks what `reset` and
+    `step` return when it first traces them.
+
+    Args:
+      env: the env passed to `make_train(env=...)`.
+      env_params: its params, or None for `env.default_params`.
+
+    Returns:
+      `env_params`, or `env.default_params` for None.
+
+    Raises:
+      TypeError: naming `env` when it is a string (an id goes in
+        `config.env_id`) or lacks a method of `ENV_METHODS`; naming
+        `env_params` when it is None and the env has no `default_params`.
+    """
+    if isinstance(env, str):
+        raise TypeError(f"env must be an env object (the gymnax protocol), got the string {env!r}; an env id goes "
+                        "in config.env_id.")
+    missing = [name for name in ENV_METHODS if not callable(getattr(env, name, None))]
+    if missing:
+        raise TypeError(
+            "env must follow the gymnax>=1.0.1 protocol: reset(key, params) -> (obs, state), step(key, state, "
+            "action, params) -> (obs, state, reward, terminated, truncated, info with 'final_observation'), "
+            f"action_space(params) and observation_space(params); {type(env).__name__} has no callable "
+            + ", ".join(f"`{name}`" for name in missing) + "."
+        )
+    if env_params is None:
+        if not hasattr(env, "default_params"):
+            raise TypeError(f"env_params is None and env {type(env).__name__} has no default_params; pass "
+                            "env_params.")
+        return env.default_params
+    return env_params
+
+
+def _shape_text(tree: Any) -> str:
+    return ", ".join(f"{jnp.dtype(x.dtype).name}{list(x.shape)}" for x in jax.tree.leaves(tree)) or "nothing"
+
+
+def _kind_text(x: Any) -> str:
+    """What a module returned, in words: "an array float32[1, 2]", "a tuple of 3", or its type's name."""
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"an array {_shape_text(x)}"
+    if isinstance(x, tuple):
+        return f"a tuple of {len(x)}"
+    return type(x).__name__
+
+
+def check_network(module: Any, observation_space: Any, action_dim: int, continuous: bool) -> bool:
+    """Checks a user's flax module against `NETWORK_CONTRACT` on one zero observation; returns whether it is recurrent.
+
+    The module is initialised and applied under `jax.eval_shape` (traced, not
+    run or compiled) on a batch of one observation of the env's space. A
+    module with a callable `initial_carry` is recurrent. Then: the output's
+    structure; a recurrent module's new carry keeps the shapes and dtypes of
+    `initial_carry(1)`; `dist` has the four methods; the sampled action is
+    [1] integers for Discrete(A) (a distribution with `logits` has A of
+    them) or [1, A] floats for a Box of A; log_prob, entropy and value are [1].
+
+    Args:
+      module: the module passed to `make_train(network=...)`.
+      observation_space: the env's observation space (Box, Discrete, Dict or Tuple).
+      action_dim: A, the env's number of discrete actions or its Box's size.
+      continuous: the actions are a Box.
+
+    Returns:
+      Whether the module is recurrent.
+
+    Raises:
+      TypeError: naming `network`, for an object without `init` and `apply`
+        or an output of the wrong structure or kind.
+      ValueError: naming `network`, for wrong shapes, or when `init` or
+        `__call__` itself fails on the sample observation (chained to the
+        module's own error).
+    """
+    if isinstance(module, str):
+        raise TypeError(f"network must be a flax linen Module, got the string {module!r}; a network name goes in "
+                        "config.network.")
+    if not (callable(getattr(module, "init", None)) and callable(getattr(module, "apply", None))):
+        raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(module).__name__}, which has no init and "
+                        "apply (wrap a plain function or an nnx model in a linen Module).")
+    name = type(module).__name__
+    recurrent = callable(getattr(module, "initial_carry", None))
+    try:
+        obs = _zeros_for(observation_space)
+    except ValueError as error:
+        raise ValueError(f"network: cannot make a sample observation to check {name} with: {error}") from None
+    call = f"network {name}: __call__(carry, obs)" if recurrent else f"network {name}: __call__(obs)"
+    obs_text = _shape_text(obs)
+
+    def probe(key):
+        carry = None
+        if recurrent:
+            carry = module.initial_carry(1)
+            bad = [x.shape for x in jax.tree.leaves(carry) if jnp.ndim(x) < 1 or jnp.shape(x)[0] != 1]
+            if bad or not jax.tree.leaves(carry):
+                raise ValueError(f"network {name}: initial_carry(1) must return a carry of [1, ...] arrays, got "
+                                 f"{_shape_text(carry)}.")
+        args = (carry, obs) if recurrent else (obs,)
+        try:
+            params = module.init(key, *args)
+            out = module.apply(params, *args)
+        except Exception as error:  # noqa: BLE001 - the module's own error, chained, with the contract
+            raise ValueError(f"{call} failed on a sample observation ({obs_text}): {type(error).__name__}: "
+                             f"{str(error).rstrip('.')}. network must be {NETWORK_CONTRACT}.") from error
+        if recurrent:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TypeError(f"{call} must return (new_carry, (dist, value)), got {_kind_text(out)}.")
+            new_carry, out = out
+            same = jax.tree.structure(new_carry) == jax.tree.structure(carry) and all(
+                jnp.shape(a) == jnp.shape(b) and jnp.result_type(a) == jnp.result_type(b)
+                for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry)))
+            if not same:
+                raise ValueError(f"{call} must return a new_carry like initial_carry(1) ({_shape_text(carry)}), "
+                                 f"got {_shape_text(new_carry)}.")
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"{call} must return (dist, value [B]), got {_kind_text(out)}. network must be "
+                            f"{NETWORK_CONTRACT}.")
+        dist, value = out
+        missing = [m for m in ("sample", "mode", "log_prob", "entropy") if not callable(getattr(dist, m, None))]
+        if missing:
+            raise TypeError(f"{call} must return a distribution with sample(key), mode(), log_prob(action) and "
+                            f"entropy(), got {_kind_text(dist)} without {', '.join(missing)} (build one with "
+                            "distributions.categorical_from_logits or distributions.diag_gaussian).")
+        action = dist.sample(key)
+        want = (1, action_dim) if continuous else (1,)
+        kind = "floating" if continuous else "integer"
+        if jnp.shape(action) != want or not jnp.issubdtype(jnp.result_type(action), getattr(jnp, kind)):
+            space = f"Box of {action_dim}" if continuous else f"Discrete({action_dim})"
+            raise ValueError(f"{call}: dist.sample(key) must give {kind} actions of shape {list(want)} for the "
+                             f"env's {space} actions on a batch of 1, got {_shape_text(action)}.")
+        logits = getattr(dist, "logits", None)
+        if not continuous and logits is not None and jnp.shape(logits)[-1:] != (action_dim,):
+            raise ValueError(f"{call}: the distribution's logits must be [B, A] with A={action_dim}, the env's "
+                             f"Discrete({action_dim}) actions, got {_shape_text(logits)}.")
+        if jnp.shape(dist.mode()) != want:
+            raise ValueError(f"{call}: dist.mode() must have the shape of a sample, {list(want)}, got "
+                             f"{_shape_text(dist.mode())}.")
+        for what, x in (("value", value), ("dist.log_prob(action)", dist.log_prob(action)),
+                        ("dist.entropy()", dist.entropy())):
+            if jnp.shape(x) != (1,):
+                raise ValueError(f"{call}: {what} must have the batch shape [B], [1] here, got {_shape_text(x)}"
+                                 + ("; squeeze a critic output [B, 1]." if what == "value" else "."))
+
+    jax.eval_shape(probe, jax.random.key(0))
+    return recurrent
+
+
+def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any = None, env_params: Any = None,
+          module: Any = None) -> Setup:
     """Env (with actions clipped to Box bounds at the env), flax module and rollout policies.
 
-    The network is chosen by `choose_network` from the env's observation
-    space. For a two-player pgx game the training env is rebuilt for
-    self-play: `opponent_from_policy` of the sampling policy, whose params
-    are the env params, and `agent_seat="random"`; the evaluation env plays
-    `random_opponent` from a random seat, at most `SELF_PLAY_EVAL_MAX_MOVES`
-    agent moves per game.
+    The env is built from `env_id` unless `env` is given (then `env_params`,
+    or its `default_params`); the network is chosen by `choose_network` from
+    the env's observation space unless `module` is given (then checked by
+    `check_network`). For a two-player pgx game named by `env_id` the
+    training env is rebuilt for self-play: `opponent_from_policy` of the
+    sampling policy, whose params are the env params, and
+    `agent_seat="random"`; the evaluation env plays `random_opponent` from a
+    random seat, at most `SELF_PLAY_EVAL_MAX_MOVES` agent moves per game. An
+    env object you pass is trained on as it is, never rebuilt for self-play.
+
+    Args:
+      env_id: the config's env id (not read when `env` is given).
+      network, hidden_sizes, activation: the config's network fields (not
+        read when `module` is given).
+      env: an env object of the gymnax protocol (`check_env`), or None.
+      env_params: `env`'s params; None for its `default_params`. Only with `env`.
+      module: a flax module of `NETWORK_CONTRACT`, or None.
+
+    Returns:
+      The `Setup`.
+
+    Raises:
+      ValueError, TypeError: naming `env`, `env_params` or `network` for what
+        does not fit (see `check_env`, `check_network`, `choose_network`).
     """
     from jaxrl_rollout import networks
 
-    env, env_params = envs.make(env_id)
+    if env is None:
+        if env_params is not None:
+            raise ValueError("env_params is given without env: env_params are the params of the env you pass as "
+                             "env; config.env_id's env comes with its own.")
+        env, env_params = envs.make(env_id)
+        own_env = False
+    else:
+        env_params = check_env(env, env_params)
+        own_env = True
     action_dim, continuous = action_info(env, env_params)
     if continuous:
         env = envs.ClipAction(env)
-    module = choose_network(network, env.observation_space(env_params), action_dim, continuous, hidden_sizes,
-                            activation)
-    make = networks.recurrent_policy if network == "gru" else networks.feedforward_policy
+    if module is None:
+        module = choose_network(network, env.observation_space(env_params), action_dim, continuous, hidden_sizes,
+                                activation)
+        recurrent = network == "gru"
+    else:
+        recurrent = check_network(module, env.observation_space(env_params), action_dim, continuous)
+    make = networks.recurrent_policy if recurrent else networks.feedforward_policy
     policy_fn, eval_policy_fn = make(module), make(module, deterministic=True)
-    if not is_self_play(env):
-        return Setup(env, env_params, module, policy_fn, eval_policy_fn, False, env, env_params)
+    if own_env or not is_self_play(env):
+        return Setup(env, env_params, module, policy_fn, eval_policy_fn, False, env, env_params, recurrent)
     from jaxrl_rollout.envs import pgx
 
-    if network == "gru":
-        raise ValueError(f"network='gru' cannot play the self-play game {env_id!r} (the opponent's policy would "
+    if recurrent:
+        what = "network='gru'" if network == "gru" else f"network {type(module).__name__} (recurrent)"
+        raise ValueError(f"{what} cannot play the self-play game {env_id!r} (the opponent's policy would "
                          "need its own carry); use network='auto'.")
     train_env, _ = envs.make(env_id, opponent=pgx.opponent_from_policy(policy_fn), agent_seat="random")
     eval_env, eval_params = envs.make(env_id, agent_seat="random", max_steps=SELF_PLAY_EVAL_MAX_MOVES)
-    return Setup(train_env, None, module, policy_fn, eval_policy_fn, True, eval_env, eval_params)
+    return Setup(train_env, None, module, policy_fn, eval_policy_fn, True, eval_env, eval_params, recurrent)
+
+
+def build(config: Any, *, env: Any = None, env_params: Any = None, network: Any = None) -> Setup:
+    """`setup` for an algorithm's config and `make_train`'s keyword arguments.
+
+    Args:
+      config: a `PPOConfig` or `A2CConfig` (already validated).
+      env, env_params, network: as `make_train` takes them.
+
+    Returns:
+      The `Setup`.
+
+    Raises:
+      ValueError: naming `network` when a module is given while
+        `config.network` names another network than "auto".
+    """
+    if network is not None and config.network != "auto":
+        raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
+                         "another; leave config.network='auto' (the default) when you pass network.")
+    return setup(config.env_id, config.network, config.hidden_sizes, config.activation, env=env,
+                 env_params=env_params, module=network)
 
 
 def rollout_env_params(s: Setup, params: Any) -> Any:
@@ -452,7 +684,11 @@ def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, norma
 
 
 def check_common_config(cfg) -> None:
-    """Checks the fields PPO and A2C configs share; raises ValueError naming the field."""
+    """Checks the fields PPO and A2C configs share; raises ValueError naming the field.
+
+    Nothing here builds an env (`envs.check_id`): what depends on the env
+    itself is checked when the algorithm is built (`setup`).
+    """
     for name in ("num_envs", "num_steps", "total_timesteps"):
         check_positive(name, getattr(cfg, name))
     if cfg.total_timesteps > MAX_TOTAL_TIMESTEPS:
@@ -468,4 +704,6 @@ def check_common_config(cfg) -> None:
         raise ValueError(
             f"total_timesteps={cfg.total_timesteps} is less than one batch of num_envs * num_steps = {batch} steps."
         )
-    envs.make(cfg.env_id)  # unknown ids fail here, with suggestions
+    # A config never builds its env: a gymnax name is checked here (an unknown one fails with suggestions);
+    # another suite's id, its suite included, when make_train builds the env.
+    envs.check_id(cfg.env_id)

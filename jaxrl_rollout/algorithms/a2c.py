@@ -36,9 +36,12 @@ __all__ = [
 class A2CConfig(_common.ConfigSizes):
     """Static configuration; defaults follow the A2C seed (16 workers, 5 steps).
 
+    Static and serialisable, like `PPOConfig`: it never builds its env.
+
     Attributes:
       env_id, num_envs, num_steps, total_timesteps, network, hidden_sizes,
-      activation: as in `PPOConfig`.
+      activation: as in `PPOConfig` (env_id is not read when `make_train` is
+        given an `env`, nor the network fields for a `network` of your own).
       bootstrap_on_truncation: bootstrap time limits from V(final observation);
         False treats them as terminations, as the seed's runner does.
       anneal_lr: baselines' linear schedule (the seed keeps lr constant).
@@ -148,17 +151,42 @@ def make_optimizer(config: A2CConfig, hp: A2CHParams) -> optax.GradientTransform
     )
 
 
-def make_a2c(config: A2CConfig) -> A2C:
-    """Builds A2C's pure functions for a validated config."""
+def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> A2C:
+    """Builds A2C's pure functions for a validated config, on its env id or on your own env and network.
+
+    Args:
+      config: the static config.
+      env: None to build `config.env_id`'s env; or your own env object of
+        the gymnax>=1.0.1 protocol (`reset`, `step` returning `(obs, state,
+        reward, terminated, truncated, info)` with
+        `info["final_observation"]`, `action_space`, `observation_space`),
+        trained on as it is; see `ppo.make_ppo` for the whole protocol.
+      env_params: `env`'s params; None for `env.default_params`. Only with `env`.
+      network: None for `config.network`'s; or your own flax linen Module:
+        feedforward, `__call__(obs [B, ...]) -> (dist, value [B])`;
+        recurrent, with `initial_carry(batch_size) -> carry [B, ...]` and
+        `__call__(carry, obs) -> (new_carry, (dist, value [B]))`; `dist` with
+        `sample(key)`, `mode()`, `log_prob(action)` and `entropy()` (a
+        `distributions.Categorical` is rebuilt from its probabilities, as
+        the seed's loss does). See `ppo.make_ppo` and
+        `_common.NETWORK_CONTRACT`. Leave `config.network` "auto".
+
+    Returns:
+      The `A2C` functions (`_common.Algorithm`).
+
+    Raises:
+      TypeError, ValueError: as `ppo.make_ppo`, naming `config`, `env`,
+        `env_params` or `network`.
+    """
     if not isinstance(config, A2CConfig):
         raise TypeError(f"config must be an A2CConfig, got {type(config).__name__}.")
-    built = _common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
-    module = built.module
+    built = _common.build(config, env=env, env_params=env_params, network=network)
+    module, recurrent = built.module, built.recurrent
 
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
     def init(key: jax.Array, hparams: Optional[A2CHParams] = None) -> A2CState:
-        params, state, _ = _common.init_params_and_rollout(key, built, config.num_envs, config.recurrent)
+        params, state, _ = _common.init_params_and_rollout(key, built, config.num_envs, recurrent)
         return A2CState(params, optimizer(_common.resolve_hparams(hparams, A2CHParams)).init(params), state)
 
     def update(state: A2CState, hparams: Optional[A2CHParams] = None):
@@ -172,7 +200,7 @@ def make_a2c(config: A2CConfig) -> A2C:
         terminated = traj.terminated if config.bootstrap_on_truncation else traj.done
         returns = lambda_returns(traj.reward, traj.next_value, terminated, traj.done, hp.gamma, 1.0)
 
-        if config.recurrent:
+        if recurrent:
             batch = {"obs": traj.obs, "action": traj.action, "returns": returns, "first": traj.first,
                      "carry0": traj.carry[0]}
         else:
@@ -195,9 +223,26 @@ def make_a2c(config: A2CConfig) -> A2C:
     train = _common.make_train_loop(init, update, config.num_updates, A2CHParams)
 
     return A2C(init=init, update=update, train=train, env=built.eval_env, env_params=built.eval_env_params,
-               module=module, **_common.acting_policies(built, config))
+               module=module, recurrent=recurrent, **_common.acting_policies(built, config))
 
 
-def make_train(config: A2CConfig) -> Callable:
-    """`train(key, hparams=None) -> (A2CState, A2CMetrics [num_updates])`, pure and jittable."""
-    return make_a2c(config).train
+def make_train(config: A2CConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:
+    """`train(key, hparams=None) -> (A2CState, A2CMetrics [num_updates])`, pure and jittable.
+
+    Args:
+      config: the static config.
+      env, env_params: None to train on `config.env_id`; or your own env
+        object of the gymnax>=1.0.1 protocol and its params (None:
+        `env.default_params`). See `make_a2c`.
+      network: None for `config.network`'s; or your own flax linen Module
+        whose `__call__(obs [B, ...])` returns `(dist, value [B])` (recurrent:
+        `initial_carry(batch_size)` and `__call__(carry, obs) -> (new_carry,
+        (dist, value [B]))`). See `make_a2c`.
+
+    Returns:
+      The train function.
+
+    Raises:
+      TypeError, ValueError: as `make_a2c`, naming the argument.
+    """
+    return make_a2c(config, env=env, env_params=env_params, network=network).train

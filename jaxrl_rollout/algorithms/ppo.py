@@ -9,6 +9,7 @@ starting carry).
     state, metrics = jax.jit(train)(key)             # one seed
     jax.jit(jax.vmap(train))(keys)                   # many seeds
     jax.jit(jax.vmap(train, in_axes=(None, 0)))(key, hparams_batch)   # a sweep
+    make_train(PPOConfig(), env=MyEnv(), network=MyActorCritic())     # your own env and network
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = [
-    "PPO", "PPOConfig", "PPOHParams", "PPOMetrics", "PPOState", "learn_minibatches", "make_optimizer", "make_ppo",
-    "make_train", "minibatch_loss",
+    "PPO", "PPOConfig", "PPOHParams", "PPOMetrics", "PPOState", "check_minibatches", "learn_minibatches",
+    "make_optimizer", "make_ppo", "make_train", "minibatch_loss",
 ]
 
 
@@ -40,8 +41,13 @@ class PPOConfig(_common.ConfigSizes):
 
     Defaults are the CleanRL / PureJaxRL CartPole-v1 configuration.
 
+    A config holds only static, serialisable values and never builds its env
+    (`envs.check_id` checks the id's form and gymnax names; the rest of what
+    depends on the env is checked by `make_ppo`).
+
     Attributes:
-      env_id: a gymnax env id.
+      env_id: an env id (`envs.make`: a gymnax id, or "<suite>/<name>"); not
+        read when `make_train` is given an `env`.
       num_envs: parallel envs B.
       num_steps: rollout length T per update.
       total_timesteps: env steps in the whole run; num_updates =
@@ -53,8 +59,9 @@ class PPOConfig(_common.ConfigSizes):
         `_common.choose_network`: an MLP for vectors, a CNN for images, an
         encoder per leaf with action masks applied for dict/tuple
         observations), "mlp", "cnn" (image observations) or "gru" (recurrent).
+        Leave it "auto" when `make_train` is given a `network` of your own.
       hidden_sizes: MLP hidden layers; the GRU uses hidden_sizes[0] units.
-      activation: "tanh" or "relu" (MLP).
+      activation: "tanh" or "relu" (MLP). Neither is read for your own `network`.
       bootstrap_on_truncation: bootstrap time limits from V(final observation)
         (True) or treat them as terminations like CleanRL and PureJaxRL (False).
       anneal_lr: CleanRL's linear learning-rate annealing per update.
@@ -92,18 +99,7 @@ class PPOConfig(_common.ConfigSizes):
         _common.check_normalization_config(self)
         for name in ("update_epochs", "num_minibatches"):
             _common.check_positive(name, getattr(self, name))
-        if self.recurrent:
-            if self.num_envs % self.num_minibatches:
-                raise ValueError(
-                    f"a recurrent network keeps env sequences whole, so num_envs={self.num_envs} must "
-                    f"divide into num_minibatches={self.num_minibatches}."
-                )
-        elif self.batch_size % self.num_minibatches:
-            raise ValueError(
-                f"the batch num_envs * num_steps = {self.batch_size} does not divide into "
-                f"num_minibatches={self.num_minibatches}."
-            )
-
+        check_minibatches(self, self.recurrent)
 
     @property
     def minibatch_size(self) -> int:
@@ -113,6 +109,32 @@ class PPOConfig(_common.ConfigSizes):
     def updates_per_iteration(self) -> int:
         """Gradient steps per PPO update: update_epochs x num_minibatches."""
         return self.update_epochs * self.num_minibatches
+
+
+def check_minibatches(config: PPOConfig, recurrent: bool) -> None:
+    """Checks that a batch divides into `config.num_minibatches`: transitions, or whole env sequences if recurrent.
+
+    The config checks it for its own network; `make_ppo` again for a
+    recurrent module of your own (`network=` with `initial_carry`).
+
+    Args:
+      config: the config.
+      recurrent: the network steps a carry.
+
+    Raises:
+      ValueError: naming num_minibatches and what it must divide.
+    """
+    if recurrent:
+        if config.num_envs % config.num_minibatches:
+            raise ValueError(
+                f"a recurrent network keeps env sequences whole, so num_envs={config.num_envs} must "
+                f"divide into num_minibatches={config.num_minibatches}."
+            )
+    elif config.batch_size % config.num_minibatches:
+        raise ValueError(
+            f"the batch num_envs * num_steps = {config.batch_size} does not divide into "
+            f"num_minibatches={config.num_minibatches}."
+        )
 
 
 class PPOHParams(NamedTuple):
@@ -271,19 +293,60 @@ def make_optimizer(config: PPOConfig, hp: PPOHParams) -> optax.GradientTransform
     return optax.chain(optim.clip_grad_norm_torch(hp.max_grad_norm), optim.torch_adam(lr, eps=1e-5))
 
 
-def make_ppo(config: PPOConfig) -> PPO:
-    """Builds PPO's pure functions for a validated config."""
+def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> PPO:
+    """Builds PPO's pure functions for a validated config, on its env id or on your own env and network.
+
+    Args:
+      config: the static config.
+      env: None to build `config.env_id`'s env; or your own env object of
+        the gymnax>=1.0.1 protocol: `reset(key, params) -> (obs, state)`,
+        `step(key, state, action, params) -> (obs, state, reward,
+        terminated, truncated, info)` with same-step auto-reset and the
+        pre-reset observation in `info["final_observation"]`,
+        `action_space(params)` (Discrete, or a 1-D Box: its actions are
+        clipped to the bounds at the env, as for an id) and
+        `observation_space(params)` (Box, Discrete, Dict or Tuple). The
+        rollout vmaps it over the envs, unless it has `vectorized = True`.
+        It is trained on as it is (never rebuilt for self-play), and is the
+        env of the result.
+      env_params: `env`'s params; None for `env.default_params`. Only with `env`.
+      network: None for `config.network`'s; or your own flax linen Module
+        (`_common.NETWORK_CONTRACT`): feedforward, `__call__(obs [B, ...]) ->
+        (dist, value [B])`; recurrent, with `initial_carry(batch_size) ->
+        carry [B, ...]` and `__call__(carry, obs) -> (new_carry, (dist,
+        value [B]))` (the rollout zeroes the carry where an episode starts).
+        `dist` has `sample(key)`, `mode()`, `log_prob(action)` and
+        `entropy()` (`distributions.categorical_from_logits`,
+        `distributions.diag_gaussian`); actions are int [B] for Discrete,
+        float [B, A] for a Box. Initialised with `module.init(key, obs [1,
+        ...])` (recurrent: `(key, initial_carry(1), obs)`). Leave
+        `config.network` "auto"; hidden_sizes and activation are not read.
+
+    Returns:
+      The `PPO` functions (`_common.Algorithm`).
+
+    Raises:
+      TypeError: `config` is not a `PPOConfig`; `env` lacks a method of
+        the protocol; `network` is not a linen Module or returns the wrong
+        kind of output.
+      ValueError: naming `env`, `env_params` or `network` for what does not
+        fit (e.g. an unknown env id, an action space that is neither
+        Discrete nor a 1-D Box, a network whose shapes break the contract on
+        one sample observation), or num_minibatches for a recurrent module
+        whose env sequences it does not divide.
+    """
     if not isinstance(config, PPOConfig):
         raise TypeError(f"config must be a PPOConfig, got {type(config).__name__}.")
-    built = _common.setup(config.env_id, config.network, config.hidden_sizes, config.activation)
-    env, module, policy_fn = built.env, built.module, built.policy_fn
+    built = _common.build(config, env=env, env_params=env_params, network=network)
+    check_minibatches(config, built.recurrent)
+    env, module, policy_fn, recurrent = built.env, built.module, built.policy_fn, built.recurrent
     acting = _common.acting_policies(built, config)
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
     def init(key: jax.Array, hparams: Optional[PPOHParams] = None) -> PPOState:
         hp = _common.resolve_hparams(hparams, PPOHParams)
         params, state, key = _common.init_params_and_rollout(
-            key, built, config.num_envs, config.recurrent, config.normalize_observations
+            key, built, config.num_envs, recurrent, config.normalize_observations
         )
         reward_scale = normalization.reward_scale_init(config.num_envs) if config.normalize_rewards else None
         return PPOState(params, optimizer(hp).init(params), state, key, reward_scale)
@@ -310,7 +373,7 @@ def make_ppo(config: PPOConfig) -> PPO:
         data = {"obs": traj.obs, "action": traj.action, "log_prob": traj.log_prob, "value": traj.value,
                 "advantage": advantages, "returns": returns}
         key, perm_key = prng.split(state.key)
-        if config.recurrent:
+        if recurrent:
             data.update(first=traj.first, carry0=traj.carry[0])
             indices = batching.sequence_minibatch_indices(
                 perm_key, config.num_envs, config.num_minibatches, config.update_epochs
@@ -321,7 +384,7 @@ def make_ppo(config: PPOConfig) -> PPO:
                 perm_key, config.batch_size, config.num_minibatches, config.update_epochs
             )
         params, opt_state, parts = learn_minibatches(
-            module, optimizer(hp), state.params, state.opt_state, data, indices, hp, recurrent=config.recurrent,
+            module, optimizer(hp), state.params, state.opt_state, data, indices, hp, recurrent=recurrent,
             clip_value_loss=config.clip_value_loss, normalize=config.normalize_advantages,
         )
         nonfinite = _common.nonfinite_flags(parts["loss"], parts["grad_norm"], params)
@@ -341,9 +404,27 @@ def make_ppo(config: PPOConfig) -> PPO:
     train = _common.make_train_loop(init, update, config.num_updates, PPOHParams)
 
     return PPO(init=init, update=update, train=train, env=built.eval_env, env_params=built.eval_env_params,
-               module=module, **acting)
+               module=module, recurrent=recurrent, **acting)
 
 
-def make_train(config: PPOConfig) -> Callable:
-    """`train(key, hparams=None) -> (PPOState, PPOMetrics [num_updates])`, pure and jittable."""
-    return make_ppo(config).train
+def make_train(config: PPOConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:
+    """`train(key, hparams=None) -> (PPOState, PPOMetrics [num_updates])`, pure and jittable.
+
+    Args:
+      config: the static config.
+      env, env_params: None to train on `config.env_id`; or your own env
+        object of the gymnax>=1.0.1 protocol and its params (None:
+        `env.default_params`). See `make_ppo`.
+      network: None for `config.network`'s; or your own flax linen Module
+        whose `__call__(obs [B, ...])` returns `(dist, value [B])` (recurrent:
+        `initial_carry(batch_size)` and `__call__(carry, obs) -> (new_carry,
+        (dist, value [B]))`), `dist` with sample, mode, log_prob and
+        entropy. See `make_ppo` for the whole contract.
+
+    Returns:
+      The train function.
+
+    Raises:
+      TypeError, ValueError: as `make_ppo`, naming the argument.
+    """
+    return make_ppo(config, env=env, env_params=env_params, network=network).train

@@ -17,7 +17,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-__all__ = ["SUITES", "ClipAction", "make"]
+__all__ = ["SUITES", "ClipAction", "check_id", "make"]
 
 # suite prefix -> the pip extra that installs it (`pip install 'jaxrl-rollout[<extra>]'`).
 SUITES = {
@@ -33,14 +33,46 @@ SUITES = {
 }
 
 
-def _make_gymnax(env_id: str):
+def _check_gymnax_name(env_id: str) -> None:
+    """A ValueError with close matches for a name that gymnax does not register; builds nothing."""
     import gymnax
 
     if env_id not in gymnax.registered_envs:
         close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}.")
+
+
+def _make_gymnax(env_id: str):
+    import gymnax
+
+    _check_gymnax_name(env_id)
     return gymnax.make(env_id)
+
+
+def check_id(env_id: str) -> None:
+    """Checks an env id as far as it can without building the env or importing another suite.
+
+    The id must be a non-empty string, and a gymnax id ("CartPole-v1" or
+    "gymnax/CartPole-v1") a name in gymnax's registry, with `make`'s
+    messages. Any other "<suite>/<name>" id, its suite included, is checked
+    by `make` when the env is built. The algorithms' configs call this: a
+    config never builds its env.
+
+    Args:
+      env_id: as for `make`.
+
+    Raises:
+      ValueError: an id that is not a non-empty string, or an unknown gymnax
+        name (with close matches).
+    """
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"env_id must be a non-empty string such as 'CartPole-v1' or 'brax/ant', got {env_id!r}.")
+    suite, sep, name = env_id.partition("/")
+    if not sep:
+        _check_gymnax_name(env_id)
+    elif suite == "gymnax" and name:
+        _check_gymnax_name(name)
 
 
 def make(env_id: str, **kwargs: Any):

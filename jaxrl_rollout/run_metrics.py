@@ -1,0 +1,71 @@
+"""Host-side reading of a sweep's metrics, shared by the runner, the report and the loggers.
+
+Everything here is plain numpy and text on metrics that are already on the
+host (name -> [R, U] arrays, R = G x S runs, run r = g * S + s). It imports
+nothing of the package, so `runner`, `report` and `loggers` stand beside one
+another on it, and the command line composes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["chunk_return", "grid_label", "returns_text"]
+
+
+def chunk_return(metrics: dict) -> np.ndarray:
+    """[R] episode-weighted mean return over a metrics window [R, U]; NaN where no episode ended.
+
+    An update with episodes but a non-finite return makes its run's mean NaN
+    (or inf): never counted as 0. `returns_text` tells the two NaNs apart.
+
+    Args:
+      metrics: at least `episode_return` and `num_episodes`, each [R, U].
+
+    Returns:
+      float64 [R].
+    """
+    counts = metrics["num_episodes"].astype(np.float64)
+    total = np.where(counts > 0, metrics["episode_return"].astype(np.float64) * counts, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts.sum(1) > 0, total.sum(1) / counts.sum(1), np.nan)
+
+
+def returns_text(returns: np.ndarray, ended: np.ndarray) -> str:
+    """The progress line's return part from `chunk_return`'s [R] returns and [R] bool "an episode ended".
+
+    Runs with no episode are left out; runs whose episodes returned NaN or
+    inf are left out of the mean and counted, never averaged as 0.
+
+    Args:
+      returns: [R] mean returns (`chunk_return`).
+      ended: [R] bool, whether an episode of the run ended in the window.
+
+    Returns:
+      e.g. "return 12.3 +- 1.0 (min 11.0, max 14.2, 8/8 runs)".
+    """
+    finite = returns[np.isfinite(returns)]
+    bad = int(np.count_nonzero(ended & ~np.isfinite(returns)))
+    note = f", {bad} run(s) with a non-finite return" if bad else ""
+    if finite.size:
+        return (f"return {finite.mean():.1f} +- {finite.std():.1f} (min {finite.min():.1f}, max {finite.max():.1f}, "
+                f"{finite.size}/{returns.size} runs{note})")
+    if bad:
+        return f"return n/a ({bad}/{returns.size} runs with a non-finite return)"
+    return "return n/a (no episode ended)"
+
+
+def grid_label(spec: Any, g: int) -> str:
+    """Grid point g's swept hyperparameters, e.g. 'lr=0.001, ent_coef=0' ('default' without a sweep).
+
+    Args:
+      spec: a sweep (`runner.RunSpec`, or anything with its `grid` and `swept()`).
+      g: the grid point's index.
+
+    Returns:
+      The label text.
+    """
+    swept = spec.swept()
+    return ", ".join(f"{k}={getattr(spec.grid[g], k):g}" for k in swept) if swept else "default"

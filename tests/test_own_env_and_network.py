@@ -1,0 +1,227 @@
+"""make_train on your own env and network: the id route's bits, a module of your own, clear errors, env-free configs."""
+
+import pathlib
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnax.environments import spaces
+from gymnax.environments.classic_control import CartPole, Pendulum
+
+from jaxrl_rollout import envs
+from jaxrl_rollout.algorithms import a2c, ppo
+from jaxrl_rollout.distributions import categorical_from_logits
+
+
+class MyCartPole(CartPole):
+    """A user's env: gymnax's CartPole under another class, never registered."""
+
+
+class MyPendulum(Pendulum):
+    """A user's continuous env (its actions are clipped at the env, as for the id)."""
+
+
+class TinyActorCritic(nn.Module):
+    """A user's network, written here: obs [B, O] -> (Categorical, value [B])."""
+
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = nn.tanh(nn.Dense(16)(obs))
+        return categorical_from_logits(nn.Dense(self.action_dim)(x)), nn.Dense(1)(x)[:, 0]
+
+
+class TinyRecurrent(nn.Module):
+    """A user's recurrent network: (carry [B, H], obs) -> (new_carry, (Categorical, value [B]))."""
+
+    action_dim: int
+    hidden: int = 8
+
+    def initial_carry(self, batch_size):
+        return jnp.zeros((batch_size, self.hidden), jnp.float32)
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        carry, h = nn.GRUCell(self.hidden)(carry, nn.Dense(self.hidden)(obs))
+        return carry, (categorical_from_logits(nn.Dense(self.action_dim)(h)), nn.Dense(1)(h)[:, 0])
+
+
+TINY_PPO = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 2, update_epochs=1, num_minibatches=2,
+                hidden_sizes=(8,))
+TINY_A2C = dict(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 3, hidden_sizes=(8,))
+
+
+@pytest.mark.parametrize("algo, env_id, env", [
+    (ppo, "CartPole-v1", MyCartPole()),
+    (a2c, "CartPole-v1", MyCartPole()),
+    (ppo, "Pendulum-v1", MyPendulum()),
+])
+def test_an_env_object_gives_the_bits_of_its_id(algo, env_id, env):
+    config = (ppo.PPOConfig(env_id=env_id, **TINY_PPO) if algo is ppo
+              else a2c.A2CConfig(env_id=env_id, **TINY_A2C))
+    key = jax.random.key(7)
+    by_id, metrics_id = jax.jit(algo.make_train(config))(key)
+    own, metrics_own = jax.jit(algo.make_train(config, env=env))(key)
+    jax.tree.map(np.testing.assert_array_equal, by_id.params, own.params)
+    jax.tree.map(np.testing.assert_array_equal, metrics_id, metrics_own)
+    # None stands for the env's default_params; given params are the ones trained with
+    params = env.default_params.replace(max_steps_in_episode=17)
+    made = (algo.make_ppo if algo is ppo else algo.make_a2c)(config, env=env, env_params=params)
+    assert made.env_params is params
+
+
+def test_a_network_of_your_own_trains():
+    config = ppo.PPOConfig(**{**TINY_PPO, "total_timesteps": 4 * 16 * 6})
+    made = ppo.make_ppo(config, network=TinyActorCritic(action_dim=2))
+    assert isinstance(made.module, TinyActorCritic) and not made.recurrent
+    key = jax.random.key(0)
+    start = made.init(key)
+    assert set(start.params["params"]) == {"Dense_0", "Dense_1", "Dense_2"}  # the user's layers, the user's names
+    state, metrics = jax.jit(made.train)(key)
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(state.params))
+    assert not np.any(metrics.nonfinite)
+    moved = [float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(start.params), jax.tree.leaves(state.params))]
+    assert min(moved) > 0, moved  # every tensor of the module was trained
+    assert len(set(np.asarray(metrics.value_loss).tolist())) > 1  # the loss changes from update to update
+
+
+def test_a_recurrent_network_of_your_own_trains_and_its_sequences_divide():
+    net = TinyRecurrent(action_dim=2)
+    config = ppo.PPOConfig(**{**TINY_PPO, "num_minibatches": 2})
+    made = ppo.make_ppo(config, network=net)
+    assert made.recurrent
+    state, metrics = jax.jit(made.train)(jax.random.key(1))
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(state.params)) and not np.any(metrics.nonfinite)
+    # 6 envs x 4 steps = 24 transitions divide into 4 minibatches, which the config checks; 6 whole env
+    # sequences do not, which only make_ppo can check, once it knows the module is recurrent.
+    bad = ppo.PPOConfig(**{**TINY_PPO, "num_envs": 6, "num_steps": 4, "total_timesteps": 48, "num_minibatches": 4})
+    with pytest.raises(ValueError, match=r"keeps env sequences whole, so num_envs=6 must divide into "
+                                         r"num_minibatches=4"):
+        ppo.make_ppo(bad, network=net)
+    assert a2c.make_a2c(a2c.A2CConfig(**TINY_A2C), network=net).recurrent
+
+
+class ReturnsLogits(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return nn.Dense(2)(obs)
+
+
+class WideValue(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return categorical_from_logits(nn.Dense(2)(obs)), nn.Dense(1)(obs)
+
+
+class TooManyActions(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return categorical_from_logits(nn.Dense(5)(obs)), nn.Dense(1)(obs)[:, 0]
+
+
+class NoDistribution(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return nn.Dense(2)(obs), nn.Dense(1)(obs)[:, 0]
+
+
+class Breaks(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return jnp.dot(obs, jnp.ones((7, 2)))
+
+
+class ForgetsCarryShape(TinyRecurrent):
+    @nn.compact
+    def __call__(self, carry, obs):
+        return carry[:, :2], (categorical_from_logits(nn.Dense(self.action_dim)(obs)), nn.Dense(1)(obs)[:, 0])
+
+
+@pytest.mark.parametrize("module, error, message", [
+    (ReturnsLogits(), TypeError, r"network ReturnsLogits: __call__\(obs\) must return \(dist, value \[B\]\), got an "
+                                 r"array float32\[1, 2\]"),
+    (WideValue(), ValueError, r"network WideValue: __call__\(obs\): value must have the batch shape \[B\], \[1\] "
+                              r"here, got float32\[1, 1\]; squeeze a critic output \[B, 1\]"),
+    (TooManyActions(), ValueError, r"network TooManyActions: __call__\(obs\): the distribution's logits must be "
+                                   r"\[B, A\] with A=2, the env's Discrete\(2\) actions, got float32\[1, 5\]"),
+    (NoDistribution(), TypeError, r"network NoDistribution: __call__\(obs\) must return a distribution with "
+                                  r"sample\(key\), mode\(\), log_prob\(action\) and entropy\(\)"),
+    (Breaks(), ValueError, r"network Breaks: __call__\(obs\) failed on a sample observation \(float32\[1, 4\]\)"),
+    (ForgetsCarryShape(action_dim=2), ValueError, r"network ForgetsCarryShape: __call__\(carry, obs\) must return a "
+                                                  r"new_carry like initial_carry\(1\) \(float32\[1, 8\]\), got "
+                                                  r"float32\[1, 2\]"),
+    (lambda params, obs: None, TypeError, r"network must be a flax linen Module whose __call__\(obs \[B, \.\.\.\]\) "
+                                          r"returns \(dist, value \[B\]\).*got function"),
+    ("mlp", TypeError, r"network must be a flax linen Module, got the string 'mlp'; a network name goes in "
+                       r"config.network"),
+])
+def test_a_network_that_breaks_the_contract_is_refused_when_built(module, error, message):
+    for make, config in ((ppo.make_ppo, ppo.PPOConfig(**TINY_PPO)), (a2c.make_a2c, a2c.A2CConfig(**TINY_A2C))):
+        with pytest.raises(error, match=message):
+            make(config, network=module)
+
+
+def test_bad_env_arguments_name_the_argument():
+    config = ppo.PPOConfig(**TINY_PPO)
+    with pytest.raises(TypeError, match=r"env must be an env object \(the gymnax protocol\), got the string "
+                                        r"'CartPole-v1'; an env id goes in config.env_id"):
+        ppo.make_train(config, env="CartPole-v1")
+
+    class NoSpaces:
+        default_params = None
+
+        def reset(self, key, params):
+            pass
+
+        def step(self, key, state, action, params):
+            pass
+
+    with pytest.raises(TypeError, match=r"env must follow the gymnax>=1.0.1 protocol.*NoSpaces has no callable "
+                                        r"`action_space`, `observation_space`"):
+        ppo.make_train(config, env=NoSpaces())
+    class GridActions(MyCartPole):
+        def action_space(self, params=None):
+            return spaces.Box(0.0, 1.0, (2, 2))
+
+    with pytest.raises(ValueError, match=r"env GridActions: unsupported action space .*expected Discrete or a 1-D Box"):
+        ppo.make_train(config, env=GridActions())
+    with pytest.raises(ValueError, match=r"env_params is given without env"):
+        ppo.make_train(config, env_params=MyCartPole().default_params)
+    with pytest.raises(ValueError, match=r"network: a module of your own is given, and config.network='mlp' names "
+                                         r"another; leave config.network='auto'"):
+        ppo.make_train(ppo.PPOConfig(**TINY_PPO, network="mlp"), network=TinyActorCritic(action_dim=2))
+
+
+@pytest.mark.parametrize("env_id", ["envpool/CartPole-v1", "gymnasium/CartPole-v1", "brax/ant", "pgx/tic_tac_toe"])
+def test_a_config_never_builds_its_env(env_id, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a config built an env: envs.make{args}")
+
+    monkeypatch.setattr(envs, "make", refuse)
+    ppo.PPOConfig(env_id=env_id, **TINY_PPO)
+    a2c.A2CConfig(env_id=env_id, **TINY_A2C)
+    # The env is built when the algorithm is.
+    with pytest.raises(AssertionError, match="a config built an env"):
+        ppo.make_ppo(ppo.PPOConfig(env_id=env_id, **TINY_PPO))
+    # A bad gymnax name is still refused at construction, without building anything; another suite's id
+    # when the env is built.
+    with pytest.raises(ValueError, match=r"unknown env_id 'CartPole-v2'. Did you mean CartPole-v1"):
+        a2c.A2CConfig(env_id="gymnax/CartPole-v2")
+    with pytest.raises(ValueError, match=r"env_id must be a non-empty string"):
+        ppo.PPOConfig(env_id="")
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"unknown env suite 'envpol'.*Did you mean 'envpool'"):
+        ppo.make_ppo(ppo.PPOConfig(env_id="envpol/CartPole-v1", **TINY_PPO))
+
+
+def test_the_readme_example_runs():
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"### Your own env and network\n\n.*?```python\n(.*?)```", readme, flags=re.S).group(1)
+    namespace = {"jax": jax}
+    exec(compile(code, "README-own-env-and-network", "exec"), namespace)
+    assert namespace["own_metrics"].episode_return.shape == (8,)
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(namespace["own_state"].params))
