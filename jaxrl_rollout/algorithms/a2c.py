@@ -1,4 +1,7 @@
-"""A2C (the A2C seed: baselines runner and `_update_network`) as a pure `train(key, hparams)`.
+"""A2C as a pure `train(key, hparams)`: the A2C agent of docs/semantics.md §9.2.
+
+That agent (https://github.com/TianhongDai/reinforcement-learning-algorithms)
+is a baselines-style runner with an `_update_network` step.
 
 Each update rolls out `num_steps` (n) steps in every env, computes the
 runner's n-step returns (bootstrapped from V of the observation after the last
@@ -34,7 +37,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class A2CConfig(_common.ConfigSizes):
-    """Static configuration; defaults follow the A2C seed (16 workers, 5 steps).
+    """Static configuration; defaults follow the A2C agent (16 workers, 5 steps; docs/semantics.md §20).
 
     Static and serialisable, like `PPOConfig`: it never builds its env.
 
@@ -43,8 +46,8 @@ class A2CConfig(_common.ConfigSizes):
       activation: as in `PPOConfig` (env_id is not read when `make_train` is
         given an `env`, nor the network fields for a `network` of your own).
       bootstrap_on_truncation: bootstrap time limits from V(final observation);
-        False treats them as terminations, as the seed's runner does.
-      anneal_lr: baselines' linear schedule (the seed keeps lr constant).
+        False treats them as terminations, as the agent's runner does.
+      anneal_lr: baselines' linear schedule (the agent keeps lr constant).
       rms_alpha, rms_eps: RMSprop's smoothing constant and epsilon (outside
         the square root, as torch); static because they fix the optimiser.
     """
@@ -70,7 +73,7 @@ class A2CConfig(_common.ConfigSizes):
 
 
 class A2CHParams(NamedTuple):
-    """Traced hyperparameters; defaults are the seed's (baselines) values.
+    """Traced hyperparameters; defaults are the A2C agent's (baselines') values.
 
     Valid values: lr > 0, 0 <= gamma <= 1, ent_coef >= 0,
     vf_coef >= 0, max_grad_norm > 0 (`_common.HPARAM_RANGES`). `init`, `update`, `train`
@@ -116,12 +119,13 @@ A2C = _common.Algorithm
 
 
 def batch_loss(module, params, batch: dict, hp: A2CHParams):
-    """The seed's loss on a batch: `(loss, parts)`.
+    """The A2C agent's loss on a batch (docs/semantics.md §9.2): `(loss, parts)`.
 
     `batch` holds obs, action and returns, flat [N, ...] (env-major, as the
-    seed flattens) for feedforward modules, or [T, B, ...] plus `first` and
+    agent flattens) for feedforward modules, or [T, B, ...] plus `first` and
     `carry0` for recurrent ones. A categorical policy is rebuilt from its
-    softmax probabilities, as the seed's `Categorical(pi)`: torch's probs path.
+    softmax probabilities, as the agent's `Categorical(pi)`: torch's probs
+    path (docs/semantics.md §13.2).
     """
     if "carry0" in batch:
         dist, value = networks.unroll(module, params, batch["carry0"], batch["obs"], batch["first"])
@@ -141,7 +145,7 @@ def learn_batch(module, tx, params, opt_state, batch: dict, hp: A2CHParams):
 
 
 def make_optimizer(config: A2CConfig, hp: A2CHParams) -> optax.GradientTransformation:
-    """The seed's optimiser: `clip_grad_norm_(max_grad_norm)` then RMSprop(lr, alpha, eps), torch-exact.
+    """The A2C agent's optimiser: `clip_grad_norm_(max_grad_norm)` then RMSprop(lr, alpha, eps), torch-exact.
 
     With `anneal_lr` the learning rate decays linearly once per update.
     """
@@ -168,7 +172,7 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
         `__call__(carry, obs) -> (new_carry, (dist, value [B]))`; `dist` with
         `sample(key)`, `mode()`, `log_prob(action)` and `entropy()` (a
         `distributions.Categorical` is rebuilt from its probabilities, as
-        the seed's loss does). See `ppo.make_ppo` and
+        the agent's loss does). See `ppo.make_ppo` and
         `_common.NETWORK_CONTRACT`. Leave `config.network` "auto".
 
     Returns:
