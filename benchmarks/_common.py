@@ -20,7 +20,8 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,7 +74,7 @@ def block(x: Any) -> Any:
 
 
 def anchor_protocol(train: Callable[[Any], Any], num_seeds: int,
-                    place: Optional[Callable[[Any], Any]] = None) -> tuple[float, float, float, Any]:
+                    place: Callable[[Any], Any] | None = None) -> tuple[float, float, float, Any]:
     """PureJaxRL's `time_ppo.py` protocol: (compile_s, run1_s, run2_s, run 2's output).
 
     `jax.jit(train)` on `PRNGKey(30)`, or `jax.jit(jax.vmap(train))` on its

@@ -221,7 +221,7 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
         inside = loop in update_loops or any(lp in update_loops for lp in hlo.loops(loop))
         role = (" / ".join(roles.get(round(iterations), [])) or "?") if inside else "outside the updates"
         sources = collections.Counter()
-        for name, n in kernels_by_loop[loop].items():
+        for name, _n in kernels_by_loop[loop].items():
             scope = short_source(hlo.source.get(name, ""))
             scope = scope.split("/")[-2] if "/" in scope else scope
             if scope:

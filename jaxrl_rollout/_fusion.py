@@ -26,8 +26,6 @@ internals deleted).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,7 +59,7 @@ def _once_jvp(primals, tangents):
     return _once(x, source), tangents[0]
 
 
-def computed_once(x: jax.Array, source: Optional[jax.Array] = None) -> jax.Array:
+def computed_once(x: jax.Array, source: jax.Array | None = None) -> jax.Array:
     """`x`, unchanged, computed by one kernel however many kernels read it (see the module docstring).
 
     Args:

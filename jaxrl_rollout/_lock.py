@@ -21,7 +21,6 @@ import os
 import pathlib
 import socket
 import time
-from typing import Optional
 
 __all__ = ["LOCK_NAME", "FolderLock", "FolderLocked"]
 
@@ -44,9 +43,9 @@ class FolderLock:
         self.folder = pathlib.Path(folder)
         self.path = self.folder / LOCK_NAME
         self.created = False
-        self._fd: Optional[int] = None
+        self._fd: int | None = None
 
-    def acquire(self, option: str) -> "FolderLock":
+    def acquire(self, option: str) -> FolderLock:
         """Takes the lock or raises `FolderLocked` naming `option` (e.g. "--out runs/a") and the holder."""
         for _ in range(10):  # the folder can be removed under us by a refused command that created it
             self.created = not self.path.exists()
@@ -101,7 +100,7 @@ class FolderLock:
         os.close(self._fd)  # closing the last descriptor releases the flock
         self._fd = None
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         return self
 
     def __exit__(self, *exc) -> None:

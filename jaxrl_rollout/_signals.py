@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Callable, Optional
+from collections.abc import Callable
 
 __all__ = ["Interrupted", "StopSignals"]
 
-_ACTIVE: Optional["StopSignals"] = None
+_ACTIVE: StopSignals | None = None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -54,11 +54,11 @@ class StopSignals:
     """
 
     def __init__(self, say: Callable[[str], None]):
-        self.requested: Optional[str] = None
+        self.requested: str | None = None
         self.saving = False
         self._say = say
         self._previous: dict = {}
-        self._outer: Optional[StopSignals] = None
+        self._outer: StopSignals | None = None
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
@@ -69,7 +69,7 @@ class StopSignals:
                       + (" (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""))
         self.requested = name
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         global _ACTIVE
         if _ACTIVE is not None:  # join the outer context: one request, seen by both
             self._outer = _ACTIVE

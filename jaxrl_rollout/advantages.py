@@ -14,8 +14,6 @@ shape [T] or [T, ...].
 
 from __future__ import annotations
 
-from typing import Union
-
 import jax
 import jax.numpy as jnp
 
@@ -33,7 +31,7 @@ __all__ = [
     "vtrace",
 ]
 
-Scalar = Union[float, jax.Array]
+Scalar = float | jax.Array
 
 
 def _float_dtype(*arrays) -> jnp.dtype:

@@ -46,7 +46,7 @@ import pathlib
 import sys
 import tempfile
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -69,7 +69,7 @@ def _is_key(leaf: Any) -> bool:
     return hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
-def flatten(tree: Any) -> tuple[list[Any], list[Optional[str]], Any]:
+def flatten(tree: Any) -> tuple[list[Any], list[str | None], Any]:
     """(leaves with PRNG keys replaced by their key data, key impl name or None per leaf, treedef)."""
     leaves, treedef = jax.tree.flatten(tree)
     impls = [str(jax.random.key_impl(x)) if _is_key(x) else None for x in leaves]
@@ -77,7 +77,7 @@ def flatten(tree: Any) -> tuple[list[Any], list[Optional[str]], Any]:
     return leaves, impls, treedef
 
 
-def unflatten(treedef: Any, leaves: list[Any], impls: list[Optional[str]]) -> Any:
+def unflatten(treedef: Any, leaves: list[Any], impls: list[str | None]) -> Any:
     """Inverse of `flatten`: rewraps key data as typed PRNG keys."""
     leaves = [x if impl is None else jax.random.wrap_key_data(x, impl=impl) for x, impl in zip(leaves, impls)]
     return jax.tree.unflatten(treedef, leaves)
@@ -227,7 +227,7 @@ def _one_line(error: BaseException) -> str:
     return text[:300]
 
 
-def _latest_step(folder: pathlib.Path) -> Optional[int]:
+def _latest_step(folder: pathlib.Path) -> int | None:
     """The latest committed step, read without the manager's cross-process barriers (any process may call it)."""
     import orbax.checkpoint as ocp
 
@@ -354,7 +354,7 @@ def read_manifest(folder) -> dict:
     return manifest
 
 
-def load(folder, template: Any, sharding: Optional[jax.sharding.Sharding] = None) -> tuple[Any, dict, dict]:
+def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -> tuple[Any, dict, dict]:
     """Loads the latest checkpoint in `folder` and checks it against `template`.
 
     Args:

@@ -25,7 +25,7 @@ import pathlib
 import shutil
 import sys
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from jaxrl_rollout._signals import StopSignals
 
@@ -743,7 +743,7 @@ def _configure_jax_early(argv: Sequence[str]) -> None:
                                process_id=process_id)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in {"train", "evaluate", "rollout", "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command

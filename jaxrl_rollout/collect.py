@@ -26,7 +26,7 @@ are traced.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +49,7 @@ def rollout_init(
     env: Any,
     env_params: Any,
     num_envs: int,
-    initial_carry: Optional[PyTree] = None,
+    initial_carry: PyTree | None = None,
     *,
     normalize_observations: bool = False,
 ) -> RolloutState:
@@ -109,7 +109,7 @@ def rollout(
     num_steps: int,
     *,
     bootstrap_truncated: bool = True,
-    obs_clip: Optional[float] = 10.0,
+    obs_clip: float | None = 10.0,
     obs_epsilon: float = 1e-8,
 ) -> tuple[RolloutState, Trajectory]:
     """Runs `num_steps` steps of the policy in every env with a `lax.scan`.
@@ -212,9 +212,9 @@ class _RolloutSpec(NamedTuple):
     batch_size: int
     space: Any
     normalizing: bool
-    obs_clip: Optional[float]
+    obs_clip: float | None
     obs_epsilon: float
-    final_values: Optional[str]
+    final_values: str | None
 
 
 def _check_rollout_inputs(env: Any, env_params: Any, state: Any, num_steps: Any) -> tuple[int, Any]:
@@ -235,7 +235,7 @@ def _check_rollout_inputs(env: Any, env_params: Any, state: Any, num_steps: Any)
     return num_steps, stepping.resolve_params(env, env_params)
 
 
-def _final_values_path(bootstrap_truncated: bool, num_steps: int, batch_size: int) -> Optional[str]:
+def _final_values_path(bootstrap_truncated: bool, num_steps: int, batch_size: int) -> str | None:
     """Chooses how a rollout values the final observations of truncated transitions.
 
     Both paths give the same values, bit for bit (tests/test_rollout.py); they
@@ -456,9 +456,9 @@ def evaluate(
     params: PyTree,
     key: jax.Array,
     num_episodes: int,
-    max_steps: Optional[int] = None,
+    max_steps: int | None = None,
     *,
-    initial_carry: Optional[PyTree] = None,
+    initial_carry: PyTree | None = None,
 ) -> EvalResult:
     """Runs `num_episodes` whole episodes in parallel and returns their outcomes.
 

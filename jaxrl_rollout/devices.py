@@ -33,7 +33,8 @@ changes the CPU backend.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -50,7 +51,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def use_host_cores(count: Optional[int] = None) -> int:
+def use_host_cores(count: int | None = None) -> int:
     """Split the CPU backend into `count` JAX devices (default: `usable_cores()`).
 
     Call it before anything runs a JAX computation: XLA fixes the CPU device
@@ -90,7 +91,7 @@ def largest_dividing(num_runs: int, available: Sequence[Any]) -> list:
     return list(available[:max(d for d in range(1, len(available) + 1) if num_runs % d == 0)])
 
 
-def shard_runs(tree: Any, devices: Optional[Sequence[Any]] = None) -> Any:
+def shard_runs(tree: Any, devices: Sequence[Any] | None = None) -> Any:
     """`tree` with its leading (runs) axis sharded over devices, ready for a jitted vmapped call.
 
     Args:

@@ -28,7 +28,8 @@ Statistics are float32; `count` starts at 1e-4, as gymnasium's
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -25,7 +25,8 @@ Everything is jittable and vmappable.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Union
+from collections.abc import Callable
+from typing import NamedTuple
 
 import chex
 import jax
@@ -46,7 +47,7 @@ __all__ = [
     "torch_rmsprop",
 ]
 
-ScalarOrSchedule = Union[float, jax.Array, Callable[[jax.Array], jax.Array]]
+ScalarOrSchedule = float | jax.Array | Callable[[jax.Array], jax.Array]
 
 # The eps that CleanRL, ARENA and SB3 pass to Adam (and SB3's A2C to RMSprop);
 # torch's own default, kept by the factories below, is 1e-8.
@@ -166,7 +167,7 @@ def _add_rounded(product: jax.Array, addend: jax.Array) -> jax.Array:
 
 
 def clip_grad_norm(
-    grads: optax.Updates, max_norm: Union[float, jax.Array]
+    grads: optax.Updates, max_norm: float | jax.Array
 ) -> tuple[optax.Updates, jax.Array]:
     """`torch.nn.utils.clip_grad_norm_` (norm_type 2) as a pure function.
 
@@ -200,7 +201,7 @@ def clip_grad_norm(
     return clipped, total_norm
 
 
-def clip_grad_norm_torch(max_norm: Union[float, jax.Array]) -> optax.GradientTransformation:
+def clip_grad_norm_torch(max_norm: float | jax.Array) -> optax.GradientTransformation:
     """`clip_grad_norm` as an optax transformation, for `optax.chain(clip_grad_norm_torch(0.5), ...)`.
 
     The state keeps the pre-clip norm of the last update for logging.
@@ -243,7 +244,7 @@ def _adam(
     b1: float,
     b2: float,
     eps: float,
-    weight_decay: Union[float, jax.Array],
+    weight_decay: float | jax.Array,
     decoupled: bool,
 ) -> optax.GradientTransformation:
     """Shared body of `torch_adam` (decoupled=False) and `torch_adamw` (decoupled=True)."""
@@ -302,7 +303,7 @@ def torch_adam(
     b1: float = 0.9,
     b2: float = 0.999,
     eps: float = 1e-8,
-    weight_decay: Union[float, jax.Array] = 0.0,
+    weight_decay: float | jax.Array = 0.0,
 ) -> optax.GradientTransformation:
     """`torch.optim.Adam` (amsgrad=False, maximize=False) as one optax transformation.
 
@@ -339,7 +340,7 @@ def torch_adamw(
     b1: float = 0.9,
     b2: float = 0.999,
     eps: float = 1e-8,
-    weight_decay: Union[float, jax.Array] = 0.01,
+    weight_decay: float | jax.Array = 0.01,
 ) -> optax.GradientTransformation:
     """`torch.optim.AdamW` (amsgrad=False, maximize=False) as one optax transformation.
 
@@ -422,7 +423,7 @@ def torch_rmsprop(
 
 
 def linear_annealing(
-    learning_rate: Union[float, jax.Array], num_iterations: int, updates_per_iteration: int
+    learning_rate: float | jax.Array, num_iterations: int, updates_per_iteration: int
 ) -> optax.Schedule:
     """CleanRL's learning-rate annealing, held constant within each iteration.
 

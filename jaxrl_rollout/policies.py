@@ -7,7 +7,8 @@ function of `(params, obs)`, a flax `Module.apply` for example) into one.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 import math
 import warnings
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -94,7 +94,7 @@ class FusionUnavailableWarning(RuntimeWarning):
     """This JAX lacks an internal that FUSED_THREEFRY needs; JAX's own threefry is used instead."""
 
 
-def _missing_internal() -> Optional[str]:
+def _missing_internal() -> str | None:
     """The dotted name of the first of `_INTERNALS` that this JAX lacks, or None when it has them all."""
     for module, attribute in _INTERNALS:
         try:
@@ -272,7 +272,7 @@ def like(key: jax.Array, reference: jax.Array) -> jax.Array:
     return data
 
 
-def split(key: jax.Array, num: Union[int, tuple[int, ...]] = 2) -> jax.Array:
+def split(key: jax.Array, num: int | tuple[int, ...] = 2) -> jax.Array:
     """`jax.random.split(key, num)`, same keys and key type, hashed in one fused kernel."""
     return like(jax.random.split(fused(key), num), key)
 

@@ -38,7 +38,8 @@ import math
 import pathlib
 import sys
 import time
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,13 +48,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_rollout import algorithms, checkpoint, envs
 from jaxrl_rollout._signals import Interrupted, StopSignals
-from jaxrl_rollout.devices import largest_dividing
-from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.algorithms import stack_hparams
 from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
+from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
 from jaxrl_rollout.run_metrics import chunk_return, returns_text
+from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.types import RolloutState
 
 __all__ = ["Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
@@ -128,7 +129,7 @@ def split_updates(num_updates: int, chunk_updates: int) -> list[int]:
     return [c] * (n // c) + ([n % c] if n % c else [])
 
 
-def continued_lengths(spec: "RunSpec", chunks_done: int, updates_done: int) -> list[int]:
+def continued_lengths(spec: RunSpec, chunks_done: int, updates_done: int) -> list[int]:
     """Chunk lengths of `spec`'s run that has done `chunks_done` chunks, `updates_done` updates in all.
 
     The done chunks, then the rest of `spec.config.num_updates` in chunks of
@@ -169,7 +170,7 @@ class RunSpec:
     num_seeds: int
     seed: int = 0
     chunk_updates: int = 0
-    max_parallel: Optional[int] = None
+    max_parallel: int | None = None
 
     def __post_init__(self):
         config_cls, hparams_cls, _ = algorithms.get(self.algo)  # a ValueError names an unknown algo
@@ -231,7 +232,7 @@ class RunSpec:
                 "max_parallel": self.max_parallel}
 
     @classmethod
-    def from_json(cls, data: dict) -> "RunSpec":
+    def from_json(cls, data: dict) -> RunSpec:
         """Inverse of `to_json`; a ValueError names what is missing or unknown."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} config.")
@@ -358,7 +359,7 @@ class RunResult(NamedTuple):
     num_chunks: int = 0
 
 
-def choose_devices(group_sizes: Sequence[int], requested: Optional[int] = None) -> list:
+def choose_devices(group_sizes: Sequence[int], requested: int | None = None) -> list:
     """The devices to shard over: `requested` of them, or the most that divide every group size."""
     available = jax.devices()
     if requested is not None:
@@ -377,7 +378,7 @@ def choose_devices(group_sizes: Sequence[int], requested: Optional[int] = None) 
 _COMPILED: dict = {}
 
 
-def check_host_run(spec: RunSpec, *, devices: Optional[int] = None, env: Any = None) -> None:
+def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None) -> None:
     """Refuses what a host env's sweep cannot do, in one line naming the argument; nothing for a JAX env.
 
     A host env's R runs share one host pool stepped by one ordered callback per
@@ -410,7 +411,7 @@ def check_host_run(spec: RunSpec, *, devices: Optional[int] = None, env: Any = N
         )
 
 
-def host_env(env: Any) -> Optional[HostEnv]:
+def host_env(env: Any) -> HostEnv | None:
     """The `HostEnv` that `env` is or wraps (through wrappers' `.env`), or None for a JAX env."""
     while env is not None and not isinstance(env, HostEnv):
         env = getattr(env, "env", None)
@@ -540,8 +541,14 @@ class _ProgressBar:
 
     def __init__(self, stream, spec: RunSpec, updates_done: int):
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-            TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._batch = spec.config.batch_size
         self._progress = Progress(
@@ -577,10 +584,10 @@ def network_name(module: Any) -> str:
     return _NETWORK_NAMES.get(type(module).__name__, type(module).__name__)
 
 
-def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: Optional[int] = None,
-          checkpoint_every: int = 5, stop_after_chunks: Optional[int] = None,
-          progress: Any = True, on_chunk: Optional[Callable[[dict, int], None]] = None,
-          on_save: Optional[Callable[[int], None]] = None) -> RunResult:
+def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | None = None,
+          checkpoint_every: int = 5, stop_after_chunks: int | None = None,
+          progress: Any = True, on_chunk: Callable[[dict, int], None] | None = None,
+          on_save: Callable[[int], None] | None = None) -> RunResult:
     """Trains every run of `spec` in jitted chunks; saves checkpoints to `folder` if given.
 
     Args:

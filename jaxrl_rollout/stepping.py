@@ -31,7 +31,7 @@ All functions are pure and traceable (`jit`, `vmap`, `lax.scan`); `env`,
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -279,11 +279,11 @@ def act(
     params: PyTree,
     obs: PyTree,
     key: jax.Array,
-    carry: Optional[PyTree],
-    first: Optional[jax.Array],
+    carry: PyTree | None,
+    first: jax.Array | None,
     batch_size: int,
     space: Any,
-) -> tuple[PolicyOutput, Optional[PyTree]]:
+) -> tuple[PolicyOutput, PyTree | None]:
     """Calls the policy on B observations and checks what it returns.
 
     Args:

@@ -7,7 +7,8 @@ B environments, and `...` for the trailing shape of an observation or action.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 
@@ -33,7 +34,7 @@ FeedForwardPolicy = Callable[[PyTree, PyTree, jax.Array], PolicyOutput]
 """`policy_fn(params, obs, key) -> PolicyOutput`, obs batched [B, ...]."""
 
 RecurrentPolicy = Callable[
-    [PyTree, PyTree, jax.Array, PyTree], Tuple[PolicyOutput, PyTree]
+    [PyTree, PyTree, jax.Array, PyTree], tuple[PolicyOutput, PyTree]
 ]
 """`policy_fn(params, obs, key, carry) -> (PolicyOutput, new_carry)`.
 
@@ -65,9 +66,9 @@ class RolloutState(NamedTuple):
     first: jax.Array
     episode_return: jax.Array
     episode_length: jax.Array
-    carry: Optional[PyTree]
+    carry: PyTree | None
     key: jax.Array
-    obs_rms: Optional[Any] = None
+    obs_rms: Any | None = None
 
 
 class Trajectory(NamedTuple):
@@ -112,7 +113,7 @@ class Trajectory(NamedTuple):
     next_value: jax.Array
     completed_return: jax.Array
     completed_length: jax.Array
-    carry: Optional[PyTree]
+    carry: PyTree | None
 
 
 class EpisodeMetrics(NamedTuple):

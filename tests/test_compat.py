@@ -15,7 +15,7 @@ from tests.toy_envs import CountingEnv, scripted_policy
 G, L = 0.9, 0.8
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toy(bootstrap_truncated=True, num_steps=9):
     # Env 0 terminates every 3 steps; env 1 is truncated every 5 (see toy_envs).
     env = CountingEnv()

@@ -12,6 +12,7 @@ program (one compile, about 20 s on a 2-core CPU).
 import subprocess
 import sys
 
+import brax  # noqa: E402,F401  (the test extra installs it: a missing suite fails here, never skips)
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,8 +21,6 @@ import pytest
 import jaxrl_rollout as jr
 from jaxrl_rollout import envs
 from jaxrl_rollout.envs.brax import BraxEnv
-
-import brax  # noqa: E402,F401  (the test extra installs it: a missing suite fails here, never skips)
 
 EPISODE_LENGTH = 5
 T, B = 8, 2

@@ -25,6 +25,7 @@ CPU).
 import subprocess
 import sys
 
+import craftax  # noqa: E402,F401  (the test extra installs it: a missing suite fails here, never skips)
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,8 +33,6 @@ import pytest
 
 import jaxrl_rollout as jr
 from jaxrl_rollout import envs
-
-import craftax  # noqa: E402,F401  (the test extra installs it: a missing suite fails here, never skips)
 
 NAME = "craftax/Craftax-Classic-Symbolic-v1"
 T, B = 5, 2

@@ -15,17 +15,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import jumanji  # noqa: E402  (the test extra installs it: a missing suite fails here, never skips)
 import numpy as np
 import pytest
-
-import jaxrl_rollout as jr
-from jaxrl_rollout import envs
-
-import jumanji  # noqa: E402  (the test extra installs it: a missing suite fails here, never skips)
-
 from jumanji import specs  # noqa: E402
 from jumanji.types import StepType, TimeStep  # noqa: E402
 
+import jaxrl_rollout as jr
+from jaxrl_rollout import envs
 from jaxrl_rollout.envs.jumanji import JumanjiEnv  # noqa: E402
 
 T, B = 8, 2

@@ -72,7 +72,7 @@ def scripted_policy(spin):
     return policy_fn
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cached_env(max_steps):
     env, params = envs.make(ENV_ID, max_steps=max_steps)
     return env, params, jax.jit(env.reset), jax.jit(env.step)
@@ -88,7 +88,7 @@ def play(actions, max_steps):
     return results
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scripted_rollout():
     env, params, _, _ = cached_env(6)
 

@@ -27,7 +27,6 @@ from jaxrl_rollout import envs
 from jaxrl_rollout.distributions import categorical_from_logits
 from jaxrl_rollout.envs import pgx as pgx_envs
 
-
 # Agent sequences against `lowest_opponent`, agent first (seat 0):
 # WIN:  agent 4, opp 0, agent 8, opp 1, agent 2, opp 3, agent 6: diagonal 2-4-6 on its 4th move.
 # LOSS: agent 8, opp 0, agent 7, opp 1, agent 5, opp 2: the reply completes 0-1-2 on the 3rd move.
@@ -83,14 +82,14 @@ def make_env(**kwargs):
     return envs.make("pgx/tic_tac_toe", **kwargs)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cached_env(agent_seat=0, max_steps=None):
     """One env per configuration, with its jitted reset and step, so each compiles once."""
     env, params = make_env(agent_seat=agent_seat, max_steps=max_steps)
     return env, params, jax.jit(env.reset), jax.jit(env.step)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scripted_rollout(seqs, num_steps, agent_seat=0, max_steps=None, key=0):
     env, params, _, _ = cached_env(agent_seat, max_steps)
 

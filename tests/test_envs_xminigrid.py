@@ -15,12 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import xminigrid  # noqa: E402,F401  (the test extra installs it: a missing suite fails here, never skips)
 
 import jaxrl_rollout as jr
 from jaxrl_rollout import envs
-
-import xminigrid  # noqa: E402,F401  (the test extra installs it: a missing suite fails here, never skips)
-
 from jaxrl_rollout.envs.xminigrid import XMiniGridEnv  # noqa: E402
 
 T, B = 8, 2

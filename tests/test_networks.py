@@ -356,9 +356,9 @@ def test_categorical_log_prob_picks_the_logit_without_a_gather():
     np.testing.assert_array_equal(dist.log_prob(jnp.array([2, 1])), [dist.logits[0, 2], -jnp.inf])
     assert np.isnan(dist.log_prob(jnp.array([3, 0]))[0]) and np.isnan(dist.log_prob(jnp.array([0, -1]))[1])
     # The gradient is the one-hot minus the probabilities, with no NaN from the -inf logit.
-    grad = jax.grad(lambda l: categorical_from_logits(l).log_prob(jnp.array([2, 2])).sum())(logits)
+    grad = jax.grad(lambda z: categorical_from_logits(z).log_prob(jnp.array([2, 2])).sum())(logits)
     np.testing.assert_allclose(grad, jnp.eye(3)[2] - dist.probs, atol=1e-6)
-    hlo = jax.jit(jax.grad(lambda l: categorical_from_logits(l).log_prob(jnp.array([2, 2])).sum())).lower(logits)
+    hlo = jax.jit(jax.grad(lambda z: categorical_from_logits(z).log_prob(jnp.array([2, 2])).sum())).lower(logits)
     assert "scatter" not in hlo.as_text() and "gather" not in hlo.as_text()
 
 

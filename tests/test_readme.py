@@ -17,7 +17,7 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert len(commands) == 2, commands
     main_cmd, test_cmd = commands
     assert main_cmd.endswith("python -m jaxrl_rollout")
-    assert test_cmd.endswith("python -m pytest")
+    assert test_cmd.endswith("python -m pytest -n 2 --dist loadfile")  # pytest-xdist, in the test extra
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_cmd in ci_lines
 

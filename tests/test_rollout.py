@@ -35,7 +35,7 @@ def run_toy(key=0, num_steps=T, dict_obs=False, bootstrap_truncated=True, state=
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toy_result(dict_obs=False, bootstrap_truncated=True):
     return run_toy(dict_obs=dict_obs, bootstrap_truncated=bootstrap_truncated)
 
@@ -137,7 +137,7 @@ def test_pytree_observations_are_carried_and_stored():
 
 # --- determinism, jit, eager and vmap on CartPole with an MLP policy ---------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cartpole():
     env, env_params = gymnax.make("CartPole-v1")
     with jax.ensure_compile_time_eval():  # first called under jit: keep params concrete

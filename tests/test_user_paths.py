@@ -1,9 +1,11 @@
-"""What a user types, run as a user runs it: the README's main job on a fresh copy, every suite from the CLI.
+"""What a user types, run as a user runs it: the README's main job on a fresh copy, Ctrl-C and SIGTERM.
 
 These tests start the installed `jaxrl-rollout` entry point (and, for the main job, the README's
 set-up line through bash) in subprocesses, from working directories outside the repository, with
 relative run folders, so the paths a user walks are the paths tested. The README's main-job line
-and its suite table are read from README.md here, so they cannot drift from what is tested.
+and its suite table are read from README.md here, so they cannot drift from what is tested (the
+suite table's rows run in tests/test_user_suites.py, a file of its own so that a parallel test run
+can put it beside this one).
 """
 
 import contextlib
@@ -14,8 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -30,12 +30,12 @@ def _env() -> dict:
     return env
 
 
-def _run(args, cwd, timeout, **kwargs) -> subprocess.CompletedProcess:
+def run_as_user(args, cwd, timeout, **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout, **kwargs)
     return result
 
 
-def _explain(result: subprocess.CompletedProcess) -> str:
+def explain(result: subprocess.CompletedProcess) -> str:
     return f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
 
 
@@ -74,8 +74,8 @@ def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
     """The README's first command, exactly as written, then `evaluate` on its run folder by relative path."""
     clone = _fresh_copy(tmp_path / "jaxrl_rollout")
     command = readme_main_job()
-    result = _run(["bash", "-c", command], cwd=clone, timeout=1500)
-    assert result.returncode == 0, _explain(result)
+    result = run_as_user(["bash", "-c", command], cwd=clone, timeout=1500)
+    assert result.returncode == 0, explain(result)
     out = result.stdout
     assert "final return (episode-weighted mean" in out and "deterministic evaluation, 10 episodes per run" in out, out
     folder = re.search(r"output in (runs/ppo-CartPole-v1-\d{8}-\d{6})\n", out)
@@ -85,43 +85,9 @@ def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
     assert [p.name for p in (clone / folder / "checkpoints").iterdir()] == ["16"]  # all 16 chunks, committed
     ret = float(re.search(r"0  default\s+([\d.]+)", out).group(1))
     assert ret > 400, out  # CleanRL's config solves CartPole-v1 in 5e5 steps
-    evaluated = _run([str(clone / ".venv" / "bin" / "jaxrl-rollout"), "evaluate", folder], cwd=clone, timeout=600)
-    assert evaluated.returncode == 0, _explain(evaluated)
+    evaluated = run_as_user([str(clone / ".venv" / "bin" / "jaxrl-rollout"), "evaluate", folder], cwd=clone, timeout=600)
+    assert evaluated.returncode == 0, explain(evaluated)
     assert "checkpoint final" in evaluated.stdout and len(re.findall(r"default\s+\d+\s", evaluated.stdout)) == 8
-
-
-# Suites whose extra cannot install on this interpreter: their rows run where it can (.ci/run runs
-# navix under Python 3.12, in its own environment).
-_NEEDS = {"navix": ((3, 12), None), "envpool": (None, (3, 12))}
-
-
-def _suite_runs_here(env_id: str) -> bool:
-    suite = env_id.partition("/")[0] if "/" in env_id else "gymnax"
-    low, high = _NEEDS.get(suite, (None, None))
-    return (low is None or sys.version_info >= low) and (high is None or sys.version_info < high)
-
-
-@pytest.mark.parametrize("env_id", readme_suite_ids())
-def test_every_suite_trains_and_evaluates_from_the_command_line(env_id, tmp_path):
-    """`train --env ID --seeds 2 --total-steps 2048 --out RELATIVE` then `evaluate RELATIVE`, from outside the repo."""
-    if not _suite_runs_here(env_id):
-        pytest.skip(f"{env_id}'s extra does not install on Python {sys.version_info[0]}.{sys.version_info[1]}; "
-                    ".ci/run runs it under an interpreter where it does")
-    assert CLI.exists(), f"no installed entry point at {CLI}: pip install -e '.[test]'"
-    work = tmp_path / "work"
-    work.mkdir()
-    folder = "runs/" + env_id.replace("/", "-")
-    trained = _run([str(CLI), "train", "--env", env_id, "--seeds", "2", "--total-steps", "2048", "--out", folder],
-                   cwd=work, timeout=900)
-    assert trained.returncode == 0, _explain(trained)
-    assert "deterministic evaluation" in trained.stdout and "Traceback" not in trained.stderr, _explain(trained)
-    assert {"config.json", "metrics.csv", "learning_curve.png", "checkpoints"} <= {
-        p.name for p in (work / folder).iterdir()}
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    evaluated = _run([str(CLI), "evaluate", f"../work/{folder}", "--num-episodes", "4"], cwd=elsewhere, timeout=900)
-    assert evaluated.returncode == 0, _explain(evaluated)
-    assert "checkpoint final" in evaluated.stdout and "Traceback" not in evaluated.stderr, _explain(evaluated)
 
 
 @contextlib.contextmanager
@@ -144,8 +110,8 @@ def test_ctrl_c_and_sigterm_then_resume_by_relative_paths(tmp_path):
     a, b, c = (tmp_path / n for n in "abc")
     for d in (a, b, c):
         d.mkdir()
-    whole = _run([str(CLI), "train", *SMALL, "--out", "runs/whole"], cwd=a, timeout=600)
-    assert whole.returncode == 0, _explain(whole)
+    whole = run_as_user([str(CLI), "train", *SMALL, "--out", "runs/whole"], cwd=a, timeout=600)
+    assert whole.returncode == 0, explain(whole)
 
     # As from a terminal: SIGINT at its default (a shell's background job, as the test runner may be, ignores it).
     process = subprocess.Popen([str(CLI), "train", *SMALL, "--checkpoint-every", "1", "--out", "runs/cut"], cwd=b,
@@ -176,13 +142,13 @@ def test_ctrl_c_and_sigterm_then_resume_by_relative_paths(tmp_path):
         out, early_err = process.communicate(timeout=300)
     assert process.returncode == 143, f"exit {process.returncode}\n{out}\n{early_err}"
     assert "continue with: jaxrl-rollout train --resume runs/early" in early_err and "Traceback" not in early_err
-    again = _run([str(CLI), "train", "--resume", "runs/early"], cwd=b, timeout=600)
-    assert again.returncode == 0, _explain(again)
+    again = run_as_user([str(CLI), "train", "--resume", "runs/early"], cwd=b, timeout=600)
+    assert again.returncode == 0, explain(again)
     assert (b / "runs/early/metrics.csv").read_bytes() == (a / "runs/whole/metrics.csv").read_bytes()
 
-    resumed = _run([str(CLI), "train", "--resume", "../b/runs/cut"], cwd=c, timeout=600)
-    assert resumed.returncode == 0, _explain(resumed)
-    assert "resuming after chunk" in resumed.stderr, _explain(resumed)
+    resumed = run_as_user([str(CLI), "train", "--resume", "../b/runs/cut"], cwd=c, timeout=600)
+    assert resumed.returncode == 0, explain(resumed)
+    assert "resuming after chunk" in resumed.stderr, explain(resumed)
     assert (b / "runs/cut/metrics.csv").read_bytes() == (a / "runs/whole/metrics.csv").read_bytes()
     final = re.compile(r"final return.*?\n.*?\n(.*?)\n", re.S)
     assert final.search(resumed.stdout).group(1) == final.search(whole.stdout).group(1)

@@ -14,7 +14,8 @@ importing this package (or `_common`) imports no algorithm.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, NamedTuple, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp

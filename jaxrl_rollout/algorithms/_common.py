@@ -31,7 +31,8 @@ episode, and the algorithm's `env` is the game against `envs.pgx.random_opponent
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -13,7 +13,8 @@ loss = -mean(A log pi) + vf_coef mean(A^2) - ent_coef mean(H) with torch's
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +23,10 @@ import optax
 from jaxrl_rollout import batching, networks, optim
 from jaxrl_rollout.advantages import lambda_returns
 from jaxrl_rollout.algorithms import _common
+from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.distributions import Categorical, categorical_from_probs
 from jaxrl_rollout.episodes import episode_metrics
 from jaxrl_rollout.losses import a2c_loss
-from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = [
@@ -189,11 +190,11 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
 
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
-    def init(key: jax.Array, hparams: Optional[A2CHParams] = None) -> A2CState:
+    def init(key: jax.Array, hparams: A2CHParams | None = None) -> A2CState:
         params, state, _ = _common.init_params_and_rollout(key, built, config.num_envs, recurrent)
         return A2CState(params, optimizer(_common.resolve_hparams(hparams, A2CHParams)).init(params), state)
 
-    def update(state: A2CState, hparams: Optional[A2CHParams] = None):
+    def update(state: A2CState, hparams: A2CHParams | None = None):
         hp = _common.resolve_hparams(hparams, A2CHParams)
         rollout_state, traj = rollout(
             built.env, _common.rollout_env_params(built, state.params), built.policy_fn, state.params, state.rollout,

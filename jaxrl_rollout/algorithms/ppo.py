@@ -15,7 +15,8 @@ starting carry).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +25,9 @@ import optax
 from jaxrl_rollout import batching, networks, normalization, optim, prng
 from jaxrl_rollout.advantages import gae, trajectory_gae
 from jaxrl_rollout.algorithms import _common
+from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.episodes import episode_metrics
 from jaxrl_rollout.losses import ppo_loss
-from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
 __all__ = [
@@ -91,8 +92,8 @@ class PPOConfig(_common.ConfigSizes):
     clip_value_loss: bool = True
     normalize_observations: bool = False
     normalize_rewards: bool = False
-    obs_clip: Optional[float] = 10.0
-    reward_clip: Optional[float] = 10.0
+    obs_clip: float | None = 10.0
+    reward_clip: float | None = 10.0
 
     def __post_init__(self):
         _common.check_common_config(self)
@@ -174,7 +175,7 @@ class PPOState(NamedTuple):
     opt_state: Any
     rollout: RolloutState
     key: jax.Array
-    reward_scale: Optional[normalization.RewardScaleState] = None
+    reward_scale: normalization.RewardScaleState | None = None
 
 
 class PPOMetrics(NamedTuple):
@@ -343,7 +344,7 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
     acting = _common.acting_policies(built, config)
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
-    def init(key: jax.Array, hparams: Optional[PPOHParams] = None) -> PPOState:
+    def init(key: jax.Array, hparams: PPOHParams | None = None) -> PPOState:
         hp = _common.resolve_hparams(hparams, PPOHParams)
         params, state, key = _common.init_params_and_rollout(
             key, built, config.num_envs, recurrent, config.normalize_observations
@@ -351,7 +352,7 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
         reward_scale = normalization.reward_scale_init(config.num_envs) if config.normalize_rewards else None
         return PPOState(params, optimizer(hp).init(params), state, key, reward_scale)
 
-    def update(state: PPOState, hparams: Optional[PPOHParams] = None):
+    def update(state: PPOState, hparams: PPOHParams | None = None):
         hp = _common.resolve_hparams(hparams, PPOHParams)
         rollout_state, traj = rollout(
             env, _common.rollout_env_params(built, state.params), policy_fn, state.params, state.rollout,

@@ -10,7 +10,7 @@ docs/semantics.md §15.3).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +40,7 @@ class Context(NamedTuple):
     act: Any
     rew: jax.Array
     fin: jax.Array
-    hx: Optional[Any]
+    hx: Any | None
     env_state: Any
     key: jax.Array
 
@@ -64,7 +64,7 @@ class Fragment(NamedTuple):
     rew: jax.Array
     fin: jax.Array
     actor: PolicyOutput
-    hx: Optional[Any]
+    hx: Any | None
     stuck: jax.Array
 
 
@@ -114,7 +114,7 @@ def returns(rew: jax.Array, fin: jax.Array, value: jax.Array, gamma: float) -> j
     return _reverse_select(rew, coefs, fin, value[-1])
 
 
-def context(key: jax.Array, env: Any, env_params: Any, num_envs: int, hx: Optional[Any] = None) -> Context:
+def context(key: jax.Array, env: Any, env_params: Any, num_envs: int, hx: Any | None = None) -> Context:
     """A fresh context: every env reset, fin = True, rew = 0, stepno = 0, act zeros.
 
     Args:
@@ -236,7 +236,7 @@ def collect(
     (ctx, stuck_last), (rows, stuck, actor) = jax.lax.scan(step, (ctx, never), jnp.arange(num_steps))
     last_out, _ = react(ctx, jax.random.fold_in(ctx.key, 1))  # the virtual lookahead step
     append = lambda seq, last: jnp.concatenate([seq, last[None]])  # noqa: E731
-    stepno, obs, act, rew, fin = (jax.tree.map(append, r, l) for r, l in zip(rows, _row(ctx)))
+    stepno, obs, act, rew, fin = (jax.tree.map(append, r, last) for r, last in zip(rows, _row(ctx)))
     actor = jax.tree.map(append, actor, last_out)
     if sticky and ctx.hx is not None:
         ctx = ctx._replace(hx=stepping.reset_carry(ctx.hx, ctx.fin))
@@ -255,7 +255,7 @@ def evaluate(
     key: jax.Array,
     num_envs: int,
     n_steps: int,
-    hx: Optional[Any] = None,
+    hx: Any | None = None,
 ) -> tuple[jax.Array, PolicyOutput, jax.Array]:
     """rlplay's `evaluate`: step until every env is done or `n_steps` steps have run.
 

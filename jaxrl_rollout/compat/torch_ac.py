@@ -10,7 +10,8 @@ GAE recurrence in float32 and flattens every field env-major ([T, P] ->
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,7 @@ class Experiences(NamedTuple):
     """
 
     obs: Any
-    memory: Optional[Any]
+    memory: Any | None
     mask: jax.Array
     action: Any
     value: jax.Array
@@ -82,7 +83,7 @@ def compute_gae(
 
 
 def init_state(
-    key: jax.Array, env: Any, env_params: Any, num_procs: int, initial_memory: Optional[Any] = None
+    key: jax.Array, env: Any, env_params: Any, num_procs: int, initial_memory: Any | None = None
 ) -> RolloutState:
     """The state torch-ac's `BaseAlgo.__init__` starts from.
 
@@ -110,7 +111,7 @@ def collect_experiences(
     num_frames_per_proc: int,
     discount: float,
     gae_lambda: float,
-    reshape_reward: Optional[Callable[[Any, Any, jax.Array, jax.Array], jax.Array]] = None,
+    reshape_reward: Callable[[Any, Any, jax.Array, jax.Array], jax.Array] | None = None,
 ) -> tuple[RolloutState, Experiences, LogInputs]:
     """torch-ac's `collect_experiences` for P = num_envs processes.
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -80,8 +80,8 @@ def _known_names(brax_envs: Any) -> list[str]:
 
 
 def make(
-    name: str, *, episode_length: int = 1000, backend: Optional[str] = None, **env_kwargs: Any
-) -> tuple["BraxEnv", None]:
+    name: str, *, episode_length: int = 1000, backend: str | None = None, **env_kwargs: Any
+) -> tuple[BraxEnv, None]:
     """A `BraxEnv` of brax's registered env `name`; returns `(env, None)`.
 
     Args:
@@ -131,7 +131,7 @@ class BraxEnv(_base.SameStepEnv):
       name: a name for messages; defaults to the env's class name.
     """
 
-    def __init__(self, env: Any, *, episode_length: int = 1000, name: Optional[str] = None):
+    def __init__(self, env: Any, *, episode_length: int = 1000, name: str | None = None):
         brax_base = _base.require("brax.envs.base", "brax", "BraxEnv")
         if not isinstance(env, brax_base.Env):
             raise ValueError(f"env must be a brax.envs.Env, got {type(env).__name__}.")
@@ -166,7 +166,7 @@ class BraxEnv(_base.SameStepEnv):
         """Steps after which an episode that has not terminated is truncated."""
         return self._episode_length
 
-    def max_steps_in_episode(self, params: Any = None) -> Optional[int]:
+    def max_steps_in_episode(self, params: Any = None) -> int | None:
         """The time limit (`episode_length`), for `evaluate`'s default bound."""
         return self._episode_length
 

@@ -40,7 +40,7 @@ minute, once per installation).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +61,7 @@ NAMES = (
 _NO_TIME_LIMIT = jnp.iinfo(jnp.int32).max
 
 
-def make(name: str, *, static_env_params: Any = None, **param_overrides: Any) -> tuple["CraftaxEnv", Any]:
+def make(name: str, *, static_env_params: Any = None, **param_overrides: Any) -> tuple[CraftaxEnv, Any]:
     """A `CraftaxEnv` of the craftax env `name`; returns `(env, env_params)`.
 
     Args:
@@ -121,7 +121,7 @@ class CraftaxEnv(_base.SameStepEnv):
       name: a name for messages; defaults to the env's class name.
     """
 
-    def __init__(self, env: Any, *, params: Any = None, name: Optional[str] = None):
+    def __init__(self, env: Any, *, params: Any = None, name: str | None = None):
         bases = _base.require("craftax.environment_base.environment_bases", "craftax", "CraftaxEnv")
         if isinstance(env, bases.EnvironmentAutoReset):
             raise ValueError(
@@ -151,7 +151,7 @@ class CraftaxEnv(_base.SameStepEnv):
         """craftax's `EnvParams` given at construction."""
         return self._params
 
-    def max_steps_in_episode(self, params: Any = None) -> Optional[int]:
+    def max_steps_in_episode(self, params: Any = None) -> int | None:
         """`params.max_timesteps` (the time limit), for `evaluate`'s default bound."""
         return (self._params if params is None else params).max_timesteps
 

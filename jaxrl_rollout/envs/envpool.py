@@ -38,7 +38,7 @@ from jaxrl_rollout.envs._host import HostEnv
 __all__ = ["EnvpoolEnv", "make"]
 
 
-def make(name: str, **make_kwargs: Any) -> tuple["EnvpoolEnv", Any]:
+def make(name: str, **make_kwargs: Any) -> tuple[EnvpoolEnv, Any]:
     """An `EnvpoolEnv` of envpool's gymnasium task `name`; returns `(env, env.default_params)`.
 
     Args:

@@ -37,7 +37,8 @@ Every `reset` (re)builds the host env with as many sub-envs as keys given
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ from jaxrl_rollout.envs._host import HostEnv
 __all__ = ["GymnasiumEnv", "make"]
 
 
-def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple["GymnasiumEnv", Any]:
+def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[GymnasiumEnv, Any]:
     """A `GymnasiumEnv` of `gymnasium.make(name, **make_kwargs)`; returns `(env, env.default_params)`.
 
     Args:
@@ -74,7 +75,7 @@ class GymnasiumEnv(HostEnv):
       name: a name for messages; defaults to the env's spec id.
     """
 
-    def __init__(self, env_fn: Callable[[], Any], *, asynchronous: bool = False, name: Optional[str] = None):
+    def __init__(self, env_fn: Callable[[], Any], *, asynchronous: bool = False, name: str | None = None):
         gymnasium = _base.require("gymnasium", "gymnasium", "GymnasiumEnv")
         if not callable(env_fn):
             raise TypeError(f"env_fn must be a callable returning a gymnasium.Env, got {type(env_fn).__name__}.")

@@ -57,7 +57,8 @@ Options (keyword arguments of `make`):
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -184,9 +185,9 @@ class JumanjiEnv(SameStepEnv):
         self,
         env: Any,
         *,
-        max_episode_steps: Optional[int] = None,
+        max_episode_steps: int | None = None,
         multi_discrete: str = "tuple",
-        name: Optional[str] = None,
+        name: str | None = None,
     ):
         specs = require("jumanji.specs", "jumanji", "jaxrl_rollout.envs.jumanji.JumanjiEnv")
         self._last = require("jumanji.types", "jumanji").StepType.LAST
@@ -214,7 +215,7 @@ class JumanjiEnv(SameStepEnv):
         self._action_space, self._to_env_action = _action_codec(env.action_spec, specs, multi_discrete)
         self._observation_space = _observation_space(env.observation_spec, specs, "observation_spec")
 
-    def max_steps_in_episode(self, params: Any = None) -> Optional[int]:
+    def max_steps_in_episode(self, params: Any = None) -> int | None:
         """`max_episode_steps`, else the env's own `time_limit` (None if neither), for `evaluate`."""
         return self.max_episode_steps if self.max_episode_steps is not None else getattr(self.env, "time_limit", None)
 
@@ -256,7 +257,7 @@ class JumanjiEnv(SameStepEnv):
 def make(
     name: str,
     *,
-    max_episode_steps: Optional[int] = None,
+    max_episode_steps: int | None = None,
     multi_discrete: str = "tuple",
     **env_kwargs: Any,
 ) -> tuple[JumanjiEnv, None]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib
 import sys
 from importlib import metadata
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -98,7 +98,7 @@ class NavixEnv(_base.SameStepEnv):
       name: a name for messages; defaults to the env's class name.
     """
 
-    def __init__(self, navix_env: Any, name: Optional[str] = None):
+    def __init__(self, navix_env: Any, name: str | None = None):
         navix = _import_navix("NavixEnv")
         if not isinstance(navix_env, navix.Environment):
             raise ValueError(

@@ -69,8 +69,8 @@ from __future__ import annotations
 
 import inspect
 import numbers
-from collections.abc import Mapping
-from typing import Any, Callable, NamedTuple, Optional, Union
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -204,7 +204,7 @@ class PgxState(NamedTuple):
     num_moves: jax.Array
 
 
-def _check_seat(agent_seat: Any, num_players: int) -> Union[int, str]:
+def _check_seat(agent_seat: Any, num_players: int) -> int | str:
     if isinstance(agent_seat, str) and agent_seat == "random":
         return agent_seat
     if isinstance(agent_seat, (bool, np.bool_)) or not isinstance(agent_seat, numbers.Integral) or not (
@@ -247,10 +247,10 @@ class PgxEnv(_base.SameStepEnv):
         self,
         pgx_env: Any,
         *,
-        opponent: Optional[Opponent] = None,
+        opponent: Opponent | None = None,
         opponent_params: Any = None,
-        agent_seat: Union[int, str] = 0,
-        max_steps: Optional[int] = None,
+        agent_seat: int | str = 0,
+        max_steps: int | None = None,
     ):
         for attr in ("init", "step", "num_players", "id"):
             if not hasattr(pgx_env, attr):
@@ -293,7 +293,7 @@ class PgxEnv(_base.SameStepEnv):
             f"opponent={getattr(self._opponent, '__name__', self._opponent)!r})"
         )
 
-    def max_steps_in_episode(self, params: Any = None) -> Optional[int]:
+    def max_steps_in_episode(self, params: Any = None) -> int | None:
         """`max_steps` if given (None: games end by themselves, pass `evaluate` a bound)."""
         return self._max_steps
 
@@ -440,10 +440,10 @@ def _build(pgx: Any, name: str, env_kwargs: dict) -> Any:
 def make(
     name: str,
     *,
-    opponent: Optional[Opponent] = None,
+    opponent: Opponent | None = None,
     opponent_params: Any = None,
-    agent_seat: Union[int, str] = 0,
-    max_steps: Optional[int] = None,
+    agent_seat: int | str = 0,
+    max_steps: int | None = None,
     **env_kwargs: Any,
 ) -> tuple[PgxEnv, Any]:
     """A `PgxEnv` for a pgx game; returns `(env, env_params)` with env_params = `opponent_params`.

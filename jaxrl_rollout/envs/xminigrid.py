@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -91,7 +91,7 @@ class XMiniGridEnv(SameStepEnv):
       ValueError: `env_params.max_steps` is not a positive int.
     """
 
-    def __init__(self, env: Any, env_params: Any, *, name: Optional[str] = None):
+    def __init__(self, env: Any, env_params: Any, *, name: str | None = None):
         what = "jaxrl_rollout.envs.xminigrid.XMiniGridEnv"
         self._last = require("xminigrid.types", "xminigrid", what).StepType.LAST
         constants = require("xminigrid.core.constants", "xminigrid", what)
@@ -111,7 +111,7 @@ class XMiniGridEnv(SameStepEnv):
     def default_params(self) -> Any:
         return self._params
 
-    def max_steps_in_episode(self, params: Any = None) -> Optional[int]:
+    def max_steps_in_episode(self, params: Any = None) -> int | None:
         """`params.max_steps` (the time limit), for `evaluate`'s default bound."""
         return (self._params if params is None else params).max_steps
 

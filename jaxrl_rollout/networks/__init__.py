@@ -39,6 +39,7 @@ from __future__ import annotations
 # this package was one file (tests/test_networks.py uses them).
 import flax.linen as nn  # noqa: F401
 
+from jaxrl_rollout.networks.adapters import feedforward_policy, recurrent_policy, unroll
 from jaxrl_rollout.networks.init import _Dense, _householder_q, batched_init, orthogonal  # noqa: F401
 from jaxrl_rollout.networks.modules import (
     ACTION_MASK_KEYS,
@@ -52,7 +53,6 @@ from jaxrl_rollout.networks.modules import (
     ActorCriticMultiInput,
     leaf_name,
 )
-from jaxrl_rollout.networks.adapters import feedforward_policy, recurrent_policy, unroll
 
 __all__ = [
     "ACTION_MASK_KEYS",

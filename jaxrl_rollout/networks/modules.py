@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
-from typing import Any, Callable, Union
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -72,7 +72,7 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "re
 ACTION_MASK_KEYS = ("action_mask", "legal_action_mask")
 """Observation leaves with these names are action masks (jumanji's `action_mask`, pgx's `legal_action_mask`)."""
 
-Distribution = Union[Categorical, DiagGaussian]
+Distribution = Categorical | DiagGaussian
 
 
 # --------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def _mlp(x: jax.Array, sizes: Sequence[int], activation: str, prefix: str) -> ja
 
 
 def _heads(
-    module: nn.Module, actor_x: jax.Array, critic_x: jax.Array, action_mask: Union[jax.Array, None] = None
+    module: nn.Module, actor_x: jax.Array, critic_x: jax.Array, action_mask: jax.Array | None = None
 ) -> tuple[Distribution, jax.Array]:
     """The actor head (logits or mean, plus log_std) and the critic head of `module`.
 

@@ -38,7 +38,7 @@ def _logs_to_arrays(logs: dict, prefix: str) -> dict:
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_ac_run(recurrent: bool) -> dict:
     T, calls = 16, 2
     env = walk.WalkEnv()
@@ -64,7 +64,7 @@ def torch_ac_run(recurrent: bool) -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ilpyt_run() -> dict:
     T, calls, episodes, max_steps = 10, 2, 5, 40
     env = walk.WalkEnv()
@@ -96,7 +96,7 @@ def ilpyt_run() -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rlplay_run(sticky: bool, recurrent: bool) -> dict:
     T, fragments = 8, 2
     env = walk.WalkEnv()
@@ -117,7 +117,7 @@ def rlplay_run(sticky: bool, recurrent: bool) -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rlplay_evaluate_run() -> dict:
     env = walk.WalkEnv()
     env_params = env.default_params.replace(max_steps_in_episode=6)

@@ -11,13 +11,11 @@ reference's records under `out/`, and the versions that produced them under
 
 from __future__ import annotations
 
-
 import gymnasium
 import numpy as np
 
 from tests.golden import cartpole_reference
 from tests.golden.make_fixtures import meta
-
 
 
 def build() -> dict[str, np.ndarray]:

@@ -11,12 +11,10 @@ that produced them under `meta/`. See tests/golden/network_reference.py.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from tests.golden import network_reference
 from tests.golden.make_fixtures import meta
-
 
 
 def build() -> dict[str, np.ndarray]:

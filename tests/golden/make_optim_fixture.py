@@ -24,7 +24,6 @@ from tests.golden import optim_reference as ref
 from tests.golden.make_fixtures import meta
 
 
-
 def build() -> dict[str, np.ndarray]:
     data = meta()
     for name, value in ref.initial_params().items():

@@ -20,7 +20,7 @@ Inputs and outputs are NumPy float32 arrays; weights are the torch
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -201,7 +201,7 @@ def run_jax(weights: dict[str, np.ndarray]):
     return jax.tree.map(np.asarray, traj), np.asarray(adv), np.asarray(ret)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def jax_result():
     return run_jax(fixture_weights())
 

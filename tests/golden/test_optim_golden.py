@@ -90,7 +90,7 @@ def run(tx: optax.GradientTransformation):
     return go(PARAMS, GRADS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def run_case(case: str):
     """`run` of the case's jaxrl_rollout.optim transformation, once per session."""
     return run(make_transformation(fixture_config(case)))

@@ -68,7 +68,7 @@ def a2c_optimizer(form: str) -> optax.GradientTransformation:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ppo_result(form: str):
     data = {"obs": CASE["obs"], "action": CASE["actions"], "log_prob": CASE["old_log_prob"],
             "value": CASE["old_value"], "advantage": CASE["advantages"], "returns": CASE["returns"]}
