@@ -35,6 +35,7 @@ SAC_LOW, SAC_HIGH = np.array([-2.0, -0.5], np.float32), np.array([2.0, 1.5], np.
 # TD3 case: CleanRL clamps to the scalars low[0], high[0]; equal bounds on every dimension.
 TD3_LOW, TD3_HIGH = np.array([-2.0, -2.0], np.float32), np.array([2.0, 2.0], np.float32)
 GAMMA, TAU = 0.99, 0.005
+DELAYED_STEPS, POLICY_FREQUENCY = 4, 2  # CleanRL's global_step 1..4: the actor and targets move at 2 and 4
 POLICY_NOISE, NOISE_CLIP = 0.2, 0.5
 
 
@@ -157,6 +158,8 @@ def make_case(seed: int = 0) -> dict:
     }
     for name in ("noise_next", "noise_pi", "noise_alpha", "noise_td3"):
         case[name] = rng.standard_normal(size=(BATCH, ACT_DIM)).astype(np.float32)
+    # per-step draws for the multi-step TD3 run (`td3_delayed_updates`)
+    case["noise_td3_steps"] = rng.standard_normal(size=(DELAYED_STEPS, BATCH, ACT_DIM)).astype(np.float32)
     for net, w in weights.items():
         case.update({f"weights/{net}/{k}": v for k, v in w.items()})
     return case
@@ -364,3 +367,47 @@ def td3_update(case: dict, lr: float = 3e-4) -> dict:
                       ("qf1_target", qf1_target), ("qf2_target", qf2_target)):
         out.update({f"params/{name}/{k}": v for k, v in _params(net).items()})
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+def td3_delayed_updates(case: dict, lr: float = 3e-4) -> dict:
+    """CleanRL's TD3 loop for global_step = 1..DELAYED_STEPS on the case's batch (one draw per step).
+
+    The critics step every time; at `global_step % policy_frequency == 0` the actor steps and the three
+    targets move. Adam's state carries over between steps.
+    """
+    t = {k: torch.tensor(v) for k, v in case.items() if not k.startswith("weights/")}
+    actor = _load(Td3Actor(TD3_LOW, TD3_HIGH), _weights(case, "td3_actor"))
+    target_actor = _load(Td3Actor(TD3_LOW, TD3_HIGH), _weights(case, "td3_target_actor"))
+    qf1, qf2, qf1_target, qf2_target = _qnets(case)
+    q_optimizer = torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=lr)
+    actor_optimizer = torch.optim.Adam(list(actor.parameters()), lr=lr)
+    dones = t["terminated"].float()
+    qf_losses, actor_losses = [], []
+    for step, noise in zip(range(1, DELAYED_STEPS + 1), t["noise_td3_steps"], strict=True):
+        with torch.no_grad():
+            clipped_noise = (noise * POLICY_NOISE).clamp(-NOISE_CLIP, NOISE_CLIP) * target_actor.action_scale
+            next_state_actions = (target_actor(t["next_obs"]) + clipped_noise).clamp(float(TD3_LOW[0]), float(TD3_HIGH[0]))
+            min_qf_next_target = torch.min(qf1_target(t["next_obs"], next_state_actions),
+                                           qf2_target(t["next_obs"], next_state_actions))
+            next_q_value = t["rewards"].flatten() + (1 - dones.flatten()) * GAMMA * (min_qf_next_target).view(-1)
+        qf1_loss = F.mse_loss(qf1(t["obs"], t["td3_actions"]).view(-1), next_q_value)
+        qf2_loss = F.mse_loss(qf2(t["obs"], t["td3_actions"]).view(-1), next_q_value)
+        qf_loss = qf1_loss + qf2_loss
+        q_optimizer.zero_grad()
+        qf_loss.backward()
+        q_optimizer.step()
+        qf_losses.append(qf_loss.item())
+        if step % POLICY_FREQUENCY == 0:
+            actor_loss = -qf1(t["obs"], actor(t["obs"])).mean()
+            actor_optimizer.zero_grad()
+            actor_loss.backward()
+            actor_optimizer.step()
+            actor_losses.append(actor_loss.item())
+            for net, target in ((actor, target_actor), (qf1, qf1_target), (qf2, qf2_target)):
+                for param, target_param in zip(net.parameters(), target.parameters(), strict=True):
+                    target_param.data.copy_(TAU * param.data + (1 - TAU) * target_param.data)
+    out = {"qf_loss": np.array(qf_losses, np.float32), "actor_loss": np.array(actor_losses, np.float32)}
+    for name, net in (("qf1", qf1), ("qf2", qf2), ("actor", actor), ("target_actor", target_actor),
+                      ("qf1_target", qf1_target), ("qf2_target", qf2_target)):
+        out.update({f"params/{name}/{k}": v for k, v in _params(net).items()})
+    return out

@@ -7,6 +7,8 @@ torch-exact Adam and `optax.incremental_update`, and every quantity the
 reference records is compared: sampled actions and log-probs, targets, each
 loss, the gradients w.r.t. every parameter, the parameters after each Adam
 step and the target networks after the Polyak update. Max abs error 1e-5.
+`td3_delayed` runs CleanRL's TD3 loop for four steps as one jitted scan with
+the delayed update under `lax.cond` on `delayed_update_due`.
 """
 
 import functools
@@ -205,7 +207,55 @@ def td3() -> dict:
     return out
 
 
-UPDATES = {"cleanrl_sac": cleanrl_sac, "sb3_sac": sb3_sac, "td3": td3}
+@functools.cache
+def td3_delayed() -> dict:
+    """CleanRL's TD3 loop for global_step 1..4 as one jitted `lax.scan`, the delayed update under `lax.cond`."""
+    c = {k: jnp.asarray(v) for k, v in CASE.items() if not k.startswith("weights/")}
+    scale, bias = acl.action_scale_and_bias(TD3_LOW, TD3_HIGH)
+    q_tx, a_tx = optim.torch_adam(3e-4), optim.torch_adam(3e-4)
+    critics, actor = {"qf1": weights("qf1"), "qf2": weights("qf2")}, weights("td3_actor")
+    targets = {"actor": weights("td3_target_actor"), "qf1": weights("qf1_target"), "qf2": weights("qf2_target")}
+
+    def step(state, inputs):
+        critics, actor, targets, q_state, a_state = state
+        global_step, noise = inputs
+        next_actions = acl.td3_target_actions(td3_actor(targets["actor"], c["next_obs"], scale, bias), noise, scale,
+                                              POLICY_NOISE, NOISE_CLIP, float(TD3_LOW[0]), float(TD3_HIGH[0]))
+        target = acl.td3_critic_target(q_value(targets["qf1"], c["next_obs"], next_actions),
+                                       q_value(targets["qf2"], c["next_obs"], next_actions),
+                                       c["rewards"], c["terminated"], c["truncated"], GAMMA)
+        qf_loss, q_grads = jax.value_and_grad(lambda q: acl.twin_critic_loss(
+            q_value(q["qf1"], c["obs"], c["td3_actions"]), q_value(q["qf2"], c["obs"], c["td3_actions"]), target)[0])(critics)
+        q_updates, q_state = q_tx.update(q_grads, q_state, critics)
+        critics = optax.apply_updates(critics, q_updates)
+
+        def delayed(operand):
+            actor, targets, a_state = operand
+            loss, grads = jax.value_and_grad(lambda p: acl.td3_actor_loss(
+                q_value(critics["qf1"], c["obs"], td3_actor(p, c["obs"], scale, bias)))[0])(actor)
+            updates, a_state = a_tx.update(grads, a_state, actor)
+            actor = optax.apply_updates(actor, updates)
+            return actor, acl.polyak_update({"actor": actor, **critics}, targets, TAU), a_state, loss
+
+        def skip(operand):
+            return (*operand, jnp.float32(jnp.nan))
+
+        actor, targets, a_state, actor_loss = jax.lax.cond(
+            acl.delayed_update_due(global_step, 2), delayed, skip, (actor, targets, a_state))
+        return (critics, actor, targets, q_state, a_state), (qf_loss, actor_loss)
+
+    init = (critics, actor, targets, q_tx.init(critics), a_tx.init(actor))
+    steps = jnp.arange(1, c["noise_td3_steps"].shape[0] + 1)
+    (critics, actor, targets, _, _), (qf_loss, actor_loss) = jax.jit(
+        lambda s, xs: jax.lax.scan(step, s, xs))(init, (steps, c["noise_td3_steps"]))
+    assert np.all(np.isnan(np.asarray(actor_loss)[::2]))  # global_step 1 and 3: no actor step
+    out = {"qf_loss": qf_loss, "actor_loss": np.asarray(actor_loss)[1::2]}
+    out.update(flat("params", {**critics, "actor": actor, "target_actor": targets["actor"],
+                               "qf1_target": targets["qf1"], "qf2_target": targets["qf2"]}))
+    return out
+
+
+UPDATES = {"cleanrl_sac": cleanrl_sac, "sb3_sac": sb3_sac, "td3": td3, "td3_delayed": td3_delayed}
 
 
 def expected(name: str) -> dict:
@@ -233,6 +283,8 @@ def test_the_case_exercises_every_branch():
     assert np.all(sac["target"][trunc & ~term] == CASE["rewards"][trunc & ~term])
     # TD3's target actions hit the bound
     assert np.any(expected("td3")["next_actions"] == TD3_HIGH[0])
+    # the delayed updates moved the targets (that they stay put in between is in the final parameters)
+    assert not np.array_equal(expected("td3_delayed")["params/target_actor/fc_mu.weight"], CASE["weights/td3_target_actor/fc_mu.weight"])
     # every gradient is informative (not all zero)
     for name in UPDATES:
         for key, value in expected(name).items():
@@ -267,7 +319,8 @@ def test_live_reference_reproduces_fixture(name):
     assert set(case) == set(CASE)
     for k, v in case.items():
         np.testing.assert_array_equal(v, CASE[k], err_msg=k)
-    live = {"cleanrl_sac": ref.cleanrl_sac_update, "sb3_sac": ref.sb3_sac_update, "td3": ref.td3_update}[name](case)
+    live = {"cleanrl_sac": ref.cleanrl_sac_update, "sb3_sac": ref.sb3_sac_update, "td3": ref.td3_update,
+            "td3_delayed": ref.td3_delayed_updates}[name](case)
     fixture = expected(name)
     assert set(live) == set(fixture)
     for k, v in live.items():
