@@ -129,7 +129,8 @@ def tanh_gaussian_sample(
 
     Args:
       mean: [B, A] the Gaussian's mean (the actor's `fc_mean` output).
-      log_std: [B, A] log sigma, already bounded (`tanh_squash_log_std` or `clip_log_std`).
+      log_std: [B, A] log sigma, already bounded (`tanh_squash_log_std` or `clip_log_std`); a
+        state-independent [A] broadcasts.
       noise: [B, A] standard-normal draws.
       action_scale, action_bias: [A] or scalars (`action_scale_and_bias`).
       sum_correction_separately: SB3's reduction order instead of CleanRL's.
@@ -141,8 +142,10 @@ def tanh_gaussian_sample(
     log_std = jnp.asarray(log_std)
     if jnp.shape(noise) != mean.shape:
         raise ValueError(f"noise must have the shape of mean {mean.shape}, got {jnp.shape(noise)}.")
-    if log_std.shape != mean.shape:
-        raise ValueError(f"log_std must have the shape of mean {mean.shape}, got {log_std.shape}.")
+    try:
+        log_std = jnp.broadcast_to(log_std, mean.shape)
+    except ValueError:
+        raise ValueError(f"log_std must broadcast to the shape of mean {mean.shape}, got {log_std.shape}.") from None
     std = jnp.exp(log_std)
     x = mean + noise * std  # torch's rsample: loc + eps * scale
     y = jnp.tanh(x)

@@ -166,3 +166,23 @@ def test_critic_and_actor_losses():
     loss, _ = acl.sac_actor_loss(jnp.array([-1.0, 1.0]), q1, q2, 0.5)
     np.testing.assert_allclose(loss, np.mean([-0.5 - 0.0, 0.5 - 2.0]))
     np.testing.assert_allclose(acl.td3_actor_loss(q1)[0], -1.5)
+
+
+def test_targets_vmap_over_hyperparameters_and_jit():
+    rng = np.random.default_rng(1)
+    q1, q2, logp, r = (jnp.asarray(rng.normal(size=6), jnp.float32) for _ in range(4))
+    term, trunc = jnp.asarray(rng.random(6) < 0.3), jnp.asarray(rng.random(6) < 0.3)
+    gammas, alphas = jnp.array([0.9, 0.99, 0.999]), jnp.array([0.05, 0.2, 1.0])
+    batched = jax.jit(jax.vmap(lambda g, a: acl.sac_critic_target(q1, q2, logp, r, term, trunc, g, a)))(gammas, alphas)
+    for i in range(3):
+        single = acl.sac_critic_target(q1, q2, logp, r, term, trunc, float(gammas[i]), float(alphas[i]))
+        np.testing.assert_allclose(batched[i], single, rtol=1e-6, atol=1e-6)
+
+
+def test_state_independent_log_std_broadcasts():
+    mean, noise = jnp.zeros((4, 2)), jnp.ones((4, 2))
+    a = acl.tanh_gaussian_sample(mean, jnp.array([-1.0, 0.5]), noise)
+    b = acl.tanh_gaussian_sample(mean, jnp.broadcast_to(jnp.array([-1.0, 0.5]), (4, 2)), noise)
+    np.testing.assert_array_equal(a.log_prob, b.log_prob)
+    with pytest.raises(ValueError, match="log_std"):
+        acl.tanh_gaussian_sample(mean, jnp.zeros(3), noise)
