@@ -92,7 +92,8 @@ def tanh_squash_log_std(raw: jax.Array, low: float = LOG_STD_MIN, high: float = 
     """CleanRL's `log_std = LOG_STD_MIN + 0.5 (LOG_STD_MAX - LOG_STD_MIN) (tanh(raw) + 1)`: [..., A] in [low, high].
 
     Written in CleanRL's operation order (the Python constant 0.5 (high - low)
-    is folded first), so the result is bit-identical in float32.
+    is folded first), so it differs from torch only through the last bit of
+    tanh (docs/semantics.md §21.1).
     """
     return low + 0.5 * (high - low) * (jnp.tanh(raw) + 1)
 
@@ -163,8 +164,6 @@ def tanh_gaussian_sample(
 def tanh_gaussian_mode(mean: jax.Array, action_scale: jax.Array | float = 1.0, action_bias: jax.Array | float = 0.0) -> jax.Array:
     """The deterministic (evaluation) action tanh(mean) * action_scale + action_bias: [B, A]."""
     return jnp.tanh(mean) * action_scale + action_bias
-
-
 
 
 def bootstrap_done(terminated: jax.Array, truncated: jax.Array, *, bootstrap_on_truncation: bool = True) -> jax.Array:

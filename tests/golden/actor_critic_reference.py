@@ -160,6 +160,11 @@ def make_case(seed: int = 0) -> dict:
         case[name] = rng.standard_normal(size=(BATCH, ACT_DIM)).astype(np.float32)
     # per-step draws for the multi-step TD3 run (`td3_delayed_updates`)
     case["noise_td3_steps"] = rng.standard_normal(size=(DELAYED_STEPS, BATCH, ACT_DIM)).astype(np.float32)
+    # per-step draws for the multi-step CleanRL SAC run (`cleanrl_sac_delayed_updates`): the target's, and
+    # the actor's and the temperature's for each of the policy_frequency inner iterations
+    case["noise_sac_next_steps"] = rng.standard_normal(size=(DELAYED_STEPS, BATCH, ACT_DIM)).astype(np.float32)
+    for name in ("noise_sac_pi_steps", "noise_sac_alpha_steps"):
+        case[name] = rng.standard_normal(size=(DELAYED_STEPS, POLICY_FREQUENCY, BATCH, ACT_DIM)).astype(np.float32)
     for net, w in weights.items():
         case.update({f"weights/{net}/{k}": v for k, v in w.items()})
     return case
@@ -409,5 +414,62 @@ def td3_delayed_updates(case: dict, lr: float = 3e-4) -> dict:
     out = {"qf_loss": np.array(qf_losses, np.float32), "actor_loss": np.array(actor_losses, np.float32)}
     for name, net in (("qf1", qf1), ("qf2", qf2), ("actor", actor), ("target_actor", target_actor),
                       ("qf1_target", qf1_target), ("qf2_target", qf2_target)):
+        out.update({f"params/{name}/{k}": v for k, v in _params(net).items()})
+    return out
+
+
+def cleanrl_sac_delayed_updates(case: dict, q_lr: float = 1e-3, policy_lr: float = 3e-4) -> dict:
+    """CleanRL's SAC loop for global_step = 1..DELAYED_STEPS (policy_frequency 2, target_network_frequency 1).
+
+    Every step: critic step, then the Polyak update; at even steps, between the two, policy_frequency
+    iterations of (actor step, temperature step), each with fresh draws, alpha refreshed after each.
+    done = terminated | truncated, as `cleanrl_sac_update`. Adam's states carry over.
+    """
+    t = {k: torch.tensor(v) for k, v in case.items() if not k.startswith("weights/")}
+    actor = _load(SacActor(SAC_LOW, SAC_HIGH), _weights(case, "sac_actor"))
+    qf1, qf2, qf1_target, qf2_target = _qnets(case)
+    q_optimizer = torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=q_lr)
+    actor_optimizer = torch.optim.Adam(list(actor.parameters()), lr=policy_lr)
+    target_entropy = -torch.prod(torch.Tensor([ACT_DIM])).item()
+    log_alpha = t["log_alpha"].clone().requires_grad_(True)
+    alpha = log_alpha.exp().item()
+    a_optimizer = torch.optim.Adam([log_alpha], lr=q_lr)
+    dones = (t["terminated"] | t["truncated"]).float()
+    qf_losses, actor_losses, alpha_losses = [], [], []
+    for i, global_step in enumerate(range(1, DELAYED_STEPS + 1)):
+        with torch.no_grad():
+            next_state_actions, next_state_log_pi, _ = actor.get_action(t["next_obs"], t["noise_sac_next_steps"][i])
+            min_qf_next_target = torch.min(qf1_target(t["next_obs"], next_state_actions),
+                                           qf2_target(t["next_obs"], next_state_actions)) - alpha * next_state_log_pi
+            next_q_value = t["rewards"].flatten() + (1 - dones.flatten()) * GAMMA * (min_qf_next_target).view(-1)
+        qf_loss = F.mse_loss(qf1(t["obs"], t["sac_actions"]).view(-1), next_q_value) + F.mse_loss(
+            qf2(t["obs"], t["sac_actions"]).view(-1), next_q_value)
+        q_optimizer.zero_grad()
+        qf_loss.backward()
+        q_optimizer.step()
+        qf_losses.append(qf_loss.item())
+        if global_step % POLICY_FREQUENCY == 0:
+            for j in range(POLICY_FREQUENCY):
+                pi, log_pi, _ = actor.get_action(t["obs"], t["noise_sac_pi_steps"][i, j])
+                min_qf_pi = torch.min(qf1(t["obs"], pi), qf2(t["obs"], pi))
+                actor_loss = ((alpha * log_pi) - min_qf_pi).mean()
+                actor_optimizer.zero_grad()
+                actor_loss.backward()
+                actor_optimizer.step()
+                actor_losses.append(actor_loss.item())
+                with torch.no_grad():
+                    _, log_pi, _ = actor.get_action(t["obs"], t["noise_sac_alpha_steps"][i, j])
+                alpha_loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
+                a_optimizer.zero_grad()
+                alpha_loss.backward()
+                a_optimizer.step()
+                alpha = log_alpha.exp().item()
+                alpha_losses.append(alpha_loss.item())
+        for net, target in ((qf1, qf1_target), (qf2, qf2_target)):
+            for param, target_param in zip(net.parameters(), target.parameters(), strict=True):
+                target_param.data.copy_(TAU * param.data + (1 - TAU) * target_param.data)
+    out = {"qf_loss": np.array(qf_losses, np.float32), "actor_loss": np.array(actor_losses, np.float32),
+           "alpha_loss": np.array(alpha_losses, np.float32), "log_alpha": log_alpha.detach().numpy().copy()}
+    for name, net in (("qf1", qf1), ("qf2", qf2), ("actor", actor), ("qf1_target", qf1_target), ("qf2_target", qf2_target)):
         out.update({f"params/{name}/{k}": v for k, v in _params(net).items()})
     return out

@@ -6,7 +6,8 @@
 Writes tests/golden/fixtures/actor_critic.npz (see tests/golden/actor_critic_reference.py):
 
     in/<name>                          the batch, the draws, log_alpha, in/weights/<net>/<param>
-    cleanrl_sac/<name>, sb3_sac/<name>, td3/<name>, td3_delayed/<name> (4 TD3 loop steps)
+    cleanrl_sac/<name>, sb3_sac/<name>, td3/<name>, td3_delayed/<name>, cleanrl_sac_delayed/<name>
+                                       (4 steps of CleanRL's TD3 and SAC loops)
                                        targets, losses, grad/<net>/<param>, params/<net>/<param> after the step
     sb3_clamp/{raw,w,log_std,grad}     SB3's log-std clamp and its gradient
     meta/torch, meta/numpy, meta/python
@@ -25,7 +26,7 @@ def build() -> dict[str, np.ndarray]:
     case = ref.make_case()
     data.update({f"in/{k}": np.asarray(v) for k, v in case.items()})
     for name, update in (("cleanrl_sac", ref.cleanrl_sac_update), ("sb3_sac", ref.sb3_sac_update), ("td3", ref.td3_update),
-                         ("td3_delayed", ref.td3_delayed_updates)):
+                         ("td3_delayed", ref.td3_delayed_updates), ("cleanrl_sac_delayed", ref.cleanrl_sac_delayed_updates)):
         data.update({f"{name}/{k}": v for k, v in update(case).items()})
     data.update({f"sb3_clamp/{k}": v for k, v in ref.clamp_log_std().items()})
     return data

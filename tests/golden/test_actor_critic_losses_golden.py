@@ -8,7 +8,9 @@ reference records is compared: sampled actions and log-probs, targets, each
 loss, the gradients w.r.t. every parameter, the parameters after each Adam
 step and the target networks after the Polyak update. Max abs error 1e-5.
 `td3_delayed` runs CleanRL's TD3 loop for four steps as one jitted scan with
-the delayed update under `lax.cond` on `delayed_update_due`.
+the delayed update under `lax.cond` on `delayed_update_due`;
+`cleanrl_sac_delayed` runs CleanRL's SAC loop for four steps, with its
+policy_frequency actor and temperature iterations at the due steps.
 """
 
 import functools
@@ -255,7 +257,70 @@ def td3_delayed() -> dict:
     return out
 
 
-UPDATES = {"cleanrl_sac": cleanrl_sac, "sb3_sac": sb3_sac, "td3": td3, "td3_delayed": td3_delayed}
+@functools.cache
+def cleanrl_sac_delayed() -> dict:
+    """CleanRL's SAC loop for global_step 1..4: policy_frequency actor and temperature steps when due, Polyak every step."""
+    c = {k: jnp.asarray(v) for k, v in CASE.items() if not k.startswith("weights/")}
+    scale, bias = acl.action_scale_and_bias(SAC_LOW, SAC_HIGH)
+    q_tx, a_tx, t_tx = optim.torch_adam(1e-3), optim.torch_adam(3e-4), optim.torch_adam(1e-3)
+    critics, actor = {"qf1": weights("qf1"), "qf2": weights("qf2")}, weights("sac_actor")
+    targets = {"qf1": weights("qf1_target"), "qf2": weights("qf2_target")}
+    log_alpha = {"a": c["log_alpha"]}
+    q_state, a_state, t_state = q_tx.init(critics), a_tx.init(actor), t_tx.init(log_alpha)
+    alpha = jnp.exp(log_alpha["a"])[0]
+    policy_frequency = c["noise_sac_pi_steps"].shape[1]
+
+    def sample(p, obs, noise):
+        return acl.tanh_gaussian_sample(*sac_actor(p, obs, sb3=False), noise, scale, bias)
+
+    @jax.jit
+    def critic_step(critics, q_state, targets, actor, alpha, noise):
+        nxt = sample(actor, c["next_obs"], noise)
+        target = acl.sac_critic_target(
+            q_value(targets["qf1"], c["next_obs"], nxt.action), q_value(targets["qf2"], c["next_obs"], nxt.action),
+            nxt.log_prob, c["rewards"], c["terminated"], c["truncated"], GAMMA, alpha, bootstrap_on_truncation=False)
+        loss, grads = jax.value_and_grad(lambda q: acl.twin_critic_loss(
+            q_value(q["qf1"], c["obs"], c["sac_actions"]), q_value(q["qf2"], c["obs"], c["sac_actions"]), target)[0])(critics)
+        updates, q_state = q_tx.update(grads, q_state, critics)
+        return optax.apply_updates(critics, updates), q_state, loss
+
+    @jax.jit
+    def actor_and_temperature_step(actor, a_state, log_alpha, t_state, critics, alpha, noise_pi, noise_alpha):
+        def loss_fn(p):
+            s = sample(p, c["obs"], noise_pi)
+            return acl.sac_actor_loss(s.log_prob, q_value(critics["qf1"], c["obs"], s.action),
+                                      q_value(critics["qf2"], c["obs"], s.action), alpha)[0]
+
+        a_loss, grads = jax.value_and_grad(loss_fn)(actor)
+        updates, a_state = a_tx.update(grads, a_state, actor)
+        actor = optax.apply_updates(actor, updates)
+        log_pi = sample(actor, c["obs"], noise_alpha).log_prob
+        t_loss, t_grads = jax.value_and_grad(lambda la: acl.sac_temperature_loss(la["a"], log_pi, TARGET_ENTROPY)[0])(log_alpha)
+        t_updates, t_state = t_tx.update(t_grads, t_state, log_alpha)
+        log_alpha = optax.apply_updates(log_alpha, t_updates)
+        return actor, a_state, log_alpha, t_state, a_loss, t_loss
+
+    qf_losses, actor_losses, alpha_losses = [], [], []
+    for i, global_step in enumerate(range(1, c["noise_sac_next_steps"].shape[0] + 1)):
+        critics, q_state, qf_loss = critic_step(critics, q_state, targets, actor, alpha, c["noise_sac_next_steps"][i])
+        qf_losses.append(qf_loss)
+        if acl.delayed_update_due(global_step, policy_frequency):
+            for j in range(policy_frequency):
+                actor, a_state, log_alpha, t_state, a_loss, t_loss = actor_and_temperature_step(
+                    actor, a_state, log_alpha, t_state, critics, alpha, c["noise_sac_pi_steps"][i, j],
+                    c["noise_sac_alpha_steps"][i, j])
+                alpha = jnp.exp(log_alpha["a"])[0]
+                actor_losses.append(a_loss)
+                alpha_losses.append(t_loss)
+        targets = acl.polyak_update(critics, targets, TAU)
+    out = {"qf_loss": np.array(qf_losses), "actor_loss": np.array(actor_losses), "alpha_loss": np.array(alpha_losses),
+           "log_alpha": log_alpha["a"]}
+    out.update(flat("params", {**critics, "actor": actor, "qf1_target": targets["qf1"], "qf2_target": targets["qf2"]}))
+    return out
+
+
+UPDATES = {"cleanrl_sac": cleanrl_sac, "sb3_sac": sb3_sac, "td3": td3, "td3_delayed": td3_delayed,
+           "cleanrl_sac_delayed": cleanrl_sac_delayed}
 
 
 def expected(name: str) -> dict:
@@ -320,7 +385,7 @@ def test_live_reference_reproduces_fixture(name):
     for k, v in case.items():
         np.testing.assert_array_equal(v, CASE[k], err_msg=k)
     live = {"cleanrl_sac": ref.cleanrl_sac_update, "sb3_sac": ref.sb3_sac_update, "td3": ref.td3_update,
-            "td3_delayed": ref.td3_delayed_updates}[name](case)
+            "td3_delayed": ref.td3_delayed_updates, "cleanrl_sac_delayed": ref.cleanrl_sac_delayed_updates}[name](case)
     fixture = expected(name)
     assert set(live) == set(fixture)
     for k, v in live.items():
