@@ -131,7 +131,7 @@ def write_fixture(name: str, build) -> None:
 
 
 def main() -> None:
-    from tests.golden import make_cartpole_fixture, make_network_fixture, make_optim_fixture
+    from tests.golden import make_actor_critic_fixture, make_cartpole_fixture, make_network_fixture, make_optim_fixture
 
     builders = [
         ("estimators", estimator_fixtures),
@@ -141,6 +141,7 @@ def main() -> None:
         ("optim", make_optim_fixture.build),
         ("networks", make_network_fixture.build),
         ("cartpole_e2e", make_cartpole_fixture.build),
+        ("actor_critic", make_actor_critic_fixture.build),
     ]
     for name, build in builders:
         write_fixture(name, build)
