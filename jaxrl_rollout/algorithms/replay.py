@@ -7,6 +7,13 @@ the transitions stored so far, as SB3's `ReplayBuffer.sample` that CleanRL
 uses). Its state is a pytree of arrays, so it jits, vmaps over seeds and
 hyperparameters, and scans with the rest of the train state.
 
+Flashbax rather than a hand-written ring: `benchmarks/replay_ab.py` (5,000
+add + sample of CleanRL's sizes, capacity 10,000, batch 128, one jitted scan,
+2 shared CPU cores, jax 0.10.2) measured 8.8 us per add + sample for
+flashbax against 6.7 us for a `.at[].set` ring with `randint` indices
+(8.4 against 6.3 us with 8 envs), about 2 us of a DQN iteration's tens;
+results in benchmarks/results/replay_ab.json.
+
 Each `Transition` keeps `terminated` apart from `truncated` and, where the
 episode ended and the env auto-reset, `next_obs` is the true final
 observation (`info["final_observation"]`, `stepping.EnvStep.final_obs`), not
