@@ -103,6 +103,7 @@ def test_one_step_matches_torch(case, bootstrap):
     np.testing.assert_array_equal(mask, 1.0 - cut)
 
 
+@requires_torch  # dqn_reference imports torch
 def test_epsilon_schedule_matches_cleanrl():
     from tests.golden import dqn_reference as ref
 
