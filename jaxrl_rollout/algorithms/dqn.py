@@ -44,7 +44,7 @@ from jaxrl_rollout.algorithms import _common, replay
 from jaxrl_rollout.stepping import env_reset, env_step, step_keys
 
 __all__ = [
-    "DQNConfig", "DQNHParams", "DQNMetrics", "DQNState", "HPARAM_RANGES", "QNetwork", "check_hparams", "dqn_loss",
+    "DQN", "DQNConfig", "DQNHParams", "DQNMetrics", "DQNState", "HPARAM_RANGES", "QNetwork", "check_hparams", "dqn_loss",
     "epsilon_schedule", "make_dqn", "make_train", "td_targets", "update_target",
 ]
 
