@@ -1,0 +1,86 @@
+"""Replay buffer A/B: flashbax's item buffer (`algorithms.replay`) against a hand-written ring buffer.
+
+Both run `--steps` iterations of add(B transitions) + sample(batch) in one
+jitted `lax.scan`, CartPole-sized transitions (obs [4]), capacity 10,000,
+batch 128 (CleanRL dqn.py's sizes). The ring is `.at[idx].set` on
+preallocated arrays plus `jax.random.randint` indices. Run times are the
+minimum of `--repeats` calls after compilation, the two variants alternated.
+
+Run: python -m benchmarks.replay_ab [--steps 5000] [--envs 1]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax
+import jax.numpy as jnp
+
+from benchmarks import _common
+from jaxrl_rollout.algorithms import replay
+
+
+def main() -> dict:
+    p = _common.parser(__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=5000)
+    p.add_argument("--envs", type=int, default=1)
+    p.add_argument("--capacity", type=int, default=10_000)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args()
+    machine = dict(_common.machine_info(), loadavg_start=_common.loadavg())
+    B, steps = args.envs, args.steps
+    ex = replay.Transition(jnp.zeros(4), jnp.int32(0), jnp.float32(0), jnp.zeros(4), jnp.bool_(False), jnp.bool_(False))
+
+    def batch(i):
+        return jax.tree.map(lambda x: jnp.broadcast_to(x + i.astype(x.dtype), (B,) + x.shape), ex)
+
+    rb = replay.make_replay_buffer(args.capacity, args.batch)
+
+    def flashbax_run(key):
+        def body(c, i):
+            s, acc = c
+            s = rb.add(s, batch(i))
+            return (s, acc + rb.sample(s, jax.random.fold_in(key, i)).reward.sum()), None
+        return jax.lax.scan(body, (rb.init(ex), 0.0), jnp.arange(steps))[0][1]
+
+    def ring_run(key):
+        cap = args.capacity
+        st = jax.tree.map(lambda x: jnp.zeros((cap,) + x.shape, x.dtype), ex)
+
+        def body(c, i):
+            st, ptr, size, acc = c
+            idx = (ptr + jnp.arange(B)) % cap
+            st = jax.tree.map(lambda a, b: a.at[idx].set(b), st, batch(i))
+            ptr, size = (ptr + B) % cap, jnp.minimum(size + B, cap)
+            j = jax.random.randint(jax.random.fold_in(key, i), (args.batch,), 0, size)
+            return (st, ptr, size, acc + st.reward[j].sum()), None
+        return jax.lax.scan(body, (st, 0, 0, 0.0), jnp.arange(steps))[0][3]
+
+    fns = {"flashbax": jax.jit(flashbax_run), "ring": jax.jit(ring_run)}
+    compile_s = {}
+    for name, f in fns.items():
+        t = time.perf_counter()
+        _common.block(f(jax.random.key(0)))
+        compile_s[name] = time.perf_counter() - t
+    runs = {name: [] for name in fns}
+    for r in range(args.repeats):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            t = time.perf_counter()
+            _common.block(fns[name](jax.random.key(r + 1)))
+            runs[name].append(time.perf_counter() - t)
+    rows = [[n, f"{compile_s[n]:.2f} s", f"{min(runs[n]) * 1e3:.1f} ms", f"{min(runs[n]) / steps * 1e6:.2f} us"]
+            for n in fns]
+    table = _common.markdown_table(["buffer", "first call (compile + run)", f"run ({steps} add+sample)", "per step"],
+                                   rows)
+    results = {n: dict(first_call_s=compile_s[n], run_s=runs[n]) for n in fns}
+    return _common.report("replay_ab", args, machine, results, table, _common.command_line())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,465 @@
+"""DQN as a pure `train(key, hparams)`, with an on-device replay buffer and time limits bootstrapped.
+
+The computation is that of CleanRL's `dqn.py`
+(https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/dqn.py; Mnih et al.
+2015, https://doi.org/10.1038/nature14236), on B = `num_envs` envs stepped
+together. CleanRL's `global_step` counts these vector steps (iterations);
+the schedules below are in iterations, which are env steps when `num_envs`
+is 1 (the default):
+
+- iteration g acts epsilon-greedily with epsilon = `epsilon_schedule(start_e,
+  end_e, exploration_fraction * num_iterations, g)` (CleanRL's
+  `linear_schedule`), each env drawing its own exploration coin, and adds the
+  B transitions to the replay buffer (`replay`), the true final observation
+  kept as `next_obs` where an episode ended (docs/semantics.md §4);
+- after iteration g, when g > `learning_starts` and g % `train_frequency` == 0,
+  one Adam step (torch's Adam, `optim.torch_adam`) on the mean squared error
+  between Q(s, a) and the target r + gamma * mask * max_a' Q_target(s', a')
+  over a uniform sample of `batch_size` transitions, where mask is
+  `replay.discount_mask(terminated, truncated, config.bootstrap)`;
+- on those steps, when also g % `target_network_frequency` == 0, the target
+  network becomes tau * Q + (1 - tau) * Q_target (`optax.incremental_update`
+  gated by `optax.periodic_update`; tau = 1 is a hard copy).
+
+An update (`update`, one row of the metrics) is `train_frequency` iterations
+and the gradient step that may follow them; iteration 0 runs in `init`, so
+update k ends at iteration g = (k + 1) * train_frequency exactly where CleanRL
+trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxrl_rollout import envs, optim, prng
+from jaxrl_rollout.algorithms import _common, replay
+from jaxrl_rollout.stepping import env_reset, env_step, step_keys
+
+__all__ = [
+    "DQN", "DQNConfig", "DQNHParams", "DQNMetrics", "DQNState", "HPARAM_RANGES", "QNetwork", "check_hparams", "dqn_loss",
+    "epsilon_schedule", "make_dqn", "make_train", "td_targets", "update_target",
+]
+
+HPARAM_RANGES = {
+    "lr": (0.0, False, None, False),
+    "gamma": (0.0, True, 1.0, True),
+    "tau": (0.0, False, 1.0, True),
+    "start_e": (0.0, True, 1.0, True),
+    "end_e": (0.0, True, 1.0, True),
+    "exploration_fraction": (0.0, False, 1.0, True),
+}
+"""DQN's hyperparameter name -> (low, low included, high or None, high included)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    """Static configuration; defaults are CleanRL `dqn.py`'s for CartPole-v1.
+
+    Static and serialisable: it never builds its env.
+
+    Attributes:
+      env_id: the env to build (not read when `make_train` gets an `env`);
+        its actions must be Discrete.
+      total_timesteps: env steps in the run; the run takes
+        `total_timesteps // num_envs` iterations of B = `num_envs` env steps.
+      num_envs: envs stepped together.
+      buffer_size: replay capacity, in transitions.
+      batch_size: transitions per gradient step.
+      learning_starts: iterations before the first gradient step (CleanRL:
+        a step needs g > learning_starts).
+      train_frequency: iterations per gradient step (and per update).
+      target_network_frequency: iterations between target updates.
+      hidden_sizes: the Q-network's hidden layers (ReLU), CleanRL's 120-84.
+      adam_eps: Adam's epsilon (torch's default).
+      bootstrap: "time_limits" (bootstrap through truncations, SB3's
+        `handle_timeout_termination`) or "done" (CleanRL: a truncation ends
+        the bootstrap too); see `replay`.
+    """
+
+    env_id: str = "CartPole-v1"
+    total_timesteps: int = 500_000
+    num_envs: int = 1
+    buffer_size: int = 10_000
+    batch_size: int = 128
+    learning_starts: int = 10_000
+    train_frequency: int = 10
+    target_network_frequency: int = 500
+    hidden_sizes: tuple = (120, 84)
+    adam_eps: float = 1e-8
+    bootstrap: str = "time_limits"
+
+    def __post_init__(self):
+        for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "train_frequency",
+                     "target_network_frequency"):
+            _common.check_positive(name, getattr(self, name))
+        if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
+                self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be an int >= 0, got {self.learning_starts!r}.")
+        if self.total_timesteps > _common.MAX_TOTAL_TIMESTEPS:
+            raise ValueError(f"total_timesteps={self.total_timesteps} is more than {_common.MAX_TOTAL_TIMESTEPS:,} "
+                             "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
+        if self.num_updates < 1:
+            raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
+                             f"(train_frequency + 1) = {self.num_envs * (self.train_frequency + 1)} env steps.")
+        if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
+                                        for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
+            raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
+        _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
+        envs.check_id(self.env_id)
+
+    @property
+    def num_iterations(self) -> int:
+        """Vector steps of the run (CleanRL's `global_step` range)."""
+        return self.total_timesteps // self.num_envs
+
+    @property
+    def num_updates(self) -> int:
+        """Updates after `init`'s iteration 0, each of `train_frequency` iterations."""
+        return (self.num_iterations - 1) // self.train_frequency
+
+
+class DQNHParams(NamedTuple):
+    """Traced hyperparameters; defaults are CleanRL `dqn.py`'s.
+
+    Valid values (`HPARAM_RANGES`): lr > 0, gamma in [0, 1], tau in (0, 1],
+    start_e and end_e in [0, 1], exploration_fraction in (0, 1]. `init`,
+    `update` and `train` raise a ValueError naming a concrete field out of
+    range; traced values are not checked.
+    """
+
+    lr: float = 2.5e-4
+    gamma: float = 0.99
+    tau: float = 1.0
+    start_e: float = 1.0
+    end_e: float = 0.05
+    exploration_fraction: float = 0.5
+
+
+class DQNState(NamedTuple):
+    """The train state: networks, optimiser, replay buffer and the envs where they stand.
+
+    Attributes:
+      params, target_params: the Q-network's and the target network's params.
+      opt_state: Adam's state.
+      buffer: the flashbax buffer state (`replay.make_replay_buffer`).
+      env_state, obs: the envs' state and the observations acted on next [B, ...].
+      episode_return, episode_length: [B] of the running episodes.
+      iteration: int32, iterations taken so far (the next one's g).
+      key: PRNG key for the next steps.
+    """
+
+    params: Any
+    target_params: Any
+    opt_state: Any
+    buffer: Any
+    env_state: Any
+    obs: Any
+    episode_return: jax.Array
+    episode_length: jax.Array
+    iteration: jax.Array
+    key: jax.Array
+
+
+class DQNMetrics(NamedTuple):
+    """Per-update metrics.
+
+    Attributes:
+      env_steps: cumulative env steps at the end of the update (`train`;
+        `update` gives the update's own count).
+      episode_return, episode_length: means over the episodes that ended in
+        the update; NaN when none did.
+      num_episodes: int32, episodes that ended in the update.
+      epsilon: the exploration rate of the update's last iteration.
+      trained: bool, the update took a gradient step.
+      loss, q_values: the step's TD loss and mean Q(s, a); NaN without a step.
+      nonfinite: int32 bitmask of what was not finite in the step (1 loss, 2
+        gradients, 4 params; `_common.nonfinite_flags`); 0 without a step.
+    """
+
+    env_steps: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+    num_episodes: jax.Array
+    epsilon: jax.Array
+    trained: jax.Array
+    loss: jax.Array
+    q_values: jax.Array
+    nonfinite: jax.Array
+
+
+class QNetwork(nn.Module):
+    """CleanRL's Q-network: obs [B, ...] flattened -> Dense+ReLU hidden layers -> Q [B, A].
+
+    Kernels are drawn as torch's `nn.Linear` default (uniform in
+    +-1/sqrt(fan_in)); biases start at zero.
+    """
+
+    action_dim: int
+    hidden_sizes: tuple = (120, 84)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        init = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h, kernel_init=init)(x))
+        return nn.Dense(self.action_dim, kernel_init=init)(x)
+
+
+def check_hparams(hparams: DQNHParams) -> None:
+    """Checks every concrete field against `HPARAM_RANGES`; a ValueError names the field. Traced fields are skipped."""
+    for name in hparams._fields:
+        low, low_in, high, high_in = HPARAM_RANGES[name]
+        try:
+            values = np.asarray(getattr(hparams, name), dtype=np.float64).ravel()
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            continue
+        for v in values:
+            ok = (v >= low if low_in else v > low) and (high is None or (v <= high if high_in else v < high))
+            if not ok:
+                text = (f"{'>=' if low_in else '>'} {low:g}" if high is None
+                        else f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}")
+                raise ValueError(f"{name} must be {text}, got {v:g}.")
+
+
+def resolve_hparams(hparams: DQNHParams | None) -> DQNHParams:
+    """`DQNHParams()` for None, else the record, checked; a TypeError for another type."""
+    if hparams is None:
+        return DQNHParams()
+    if not isinstance(hparams, DQNHParams):
+        raise TypeError(f"hparams must be a DQNHParams, got {type(hparams).__name__}.")
+    check_hparams(hparams)
+    return hparams
+
+
+def epsilon_schedule(start_e, end_e, duration, t) -> jax.Array:
+    """CleanRL's `linear_schedule(start_e, end_e, duration, t)`: max(slope * t + start_e, end_e), float32.
+
+    slope = (end_e - start_e) / duration. `optax.linear_schedule` is not used:
+    it needs a static integer `transition_steps`, while `duration` =
+    exploration_fraction * num_iterations is traced and fractional here.
+    """
+    t = jnp.asarray(t, jnp.float32)
+    slope = (jnp.asarray(end_e, jnp.float32) - start_e) / duration
+    return jnp.maximum(slope * t + start_e, end_e).astype(jnp.float32)
+
+
+def td_targets(next_q_target: jax.Array, reward: jax.Array, mask: jax.Array, gamma) -> jax.Array:
+    """r + gamma * max_a' Q_target(s', a') * mask, CleanRL's `td_target` with mask = 1 - done.
+
+    Args:
+      next_q_target: [N, A] target-network values of the next observations.
+      reward: [N].
+      mask: [N] float32 from `replay.discount_mask`.
+      gamma: the discount.
+    """
+    return reward + gamma * jnp.max(next_q_target, axis=-1) * mask
+
+
+def dqn_loss(apply_fn: Callable, params: Any, target_params: Any, batch: replay.Transition, gamma,
+             bootstrap: str):
+    """CleanRL's DQN loss on a batch: `(mse(td_target, Q(s, a)), (mean Q(s, a), td_target))`.
+
+    The target carries no gradient (CleanRL computes it under `torch.no_grad`).
+
+    Args:
+      apply_fn: `apply_fn(params, obs [N, ...]) -> Q [N, A]`.
+      params, target_params: the Q-network's and the target network's params.
+      batch: transitions [N, ...] (`replay.Transition`).
+      gamma: the discount.
+      bootstrap: "time_limits" or "done" (`replay.discount_mask`).
+    """
+    mask = replay.discount_mask(batch.terminated, batch.truncated, bootstrap)
+    target = jax.lax.stop_gradient(td_targets(apply_fn(target_params, batch.next_obs), batch.reward, mask, gamma))
+    q = apply_fn(params, batch.obs)
+    old_val = jnp.take_along_axis(q, jnp.asarray(batch.action, jnp.int32)[:, None], axis=1)[:, 0]
+    return jnp.mean((target - old_val) ** 2), (jnp.mean(old_val), target)
+
+
+def update_target(params: Any, target_params: Any, tau, iteration, period: int) -> Any:
+    """tau * params + (1 - tau) * target where `iteration % period == 0`, else the target unchanged.
+
+    `optax.incremental_update` (Polyak; tau = 1 copies) gated by `optax.periodic_update`.
+    """
+    return optax.periodic_update(optax.incremental_update(params, target_params, tau), target_params, iteration,
+                                 period)
+
+
+def _check_q_network(module: Any, obs_space: Any, action_dim: int) -> None:
+    """The module maps obs [1, ...] to Q [1, A]; else a TypeError/ValueError naming `network`."""
+    if not callable(getattr(module, "init", None)) or not callable(getattr(module, "apply", None)):
+        raise TypeError(f"network must be a flax linen Module with __call__(obs [B, ...]) -> Q [B, A], got "
+                        f"{type(module).__name__}.")
+    obs = _common._zeros_for(obs_space)
+
+    def probe(key):
+        return module.apply(module.init(key, obs), obs)
+
+    out = jax.eval_shape(probe, jax.random.key(0))
+    if not hasattr(out, "shape") or tuple(out.shape) != (1, action_dim) or not jnp.issubdtype(out.dtype, jnp.floating):
+        raise ValueError(f"network: module.apply(params, obs [1, ...]) must return float Q-values [1, A={action_dim}] "
+                         f"for the env's Discrete({action_dim}) actions, got {out!r}.")
+
+
+class DQN(NamedTuple):
+    """`make_dqn`'s result.
+
+    Attributes:
+      init: `init(key, hparams=None) -> DQNState` (iteration 0 taken).
+      update: `update(state, hparams=None) -> (state, DQNMetrics of one update)`.
+      train: `train(key, hparams=None) -> (state, DQNMetrics [num_updates])`.
+      eval_policy_fn: greedy `policy_fn(params, obs, key) -> PolicyOutput`
+        (log_prob and value zero) for `collect.evaluate` with `state.params`.
+      env, env_params, module: what it trains on and with.
+      buffer: the `replay.ReplayBuffer` functions.
+    """
+
+    init: Callable
+    update: Callable
+    train: Callable
+    eval_policy_fn: Callable
+    env: Any
+    env_params: Any
+    module: Any
+    buffer: replay.ReplayBuffer
+
+
+def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> DQN:
+    """Builds DQN's pure functions for a config, on its env id or on your own env and Q-network.
+
+    Args:
+      config: the static config.
+      env: None to build `config.env_id`'s env; or your own env object of the
+        gymnax>=1.0.1 protocol (6-value step with `info["final_observation"]`)
+        with Discrete actions.
+      env_params: `env`'s params; None for `env.default_params`. Only with `env`.
+      network: None for `QNetwork(hidden_sizes=config.hidden_sizes)`; or your
+        own flax linen Module with `__call__(obs [B, ...]) -> Q [B, A]`.
+
+    Returns:
+      The `DQN` functions.
+
+    Raises:
+      TypeError, ValueError: naming `config`, `env`, `env_params` or `network`.
+    """
+    from jaxrl_rollout.types import PolicyOutput
+
+    if not isinstance(config, DQNConfig):
+        raise TypeError(f"config must be a DQNConfig, got {type(config).__name__}.")
+    if env is None:
+        if env_params is not None:
+            raise ValueError("env_params is given without env: env_params are the params of the env you pass as env.")
+        env, env_params = envs.make(config.env_id)
+    else:
+        env_params = _common.check_env(env, env_params)
+    action_dim, continuous = _common.action_info(env, env_params)
+    if continuous:
+        raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")
+    module = QNetwork(action_dim, config.hidden_sizes) if network is None else network
+    _check_q_network(module, env.observation_space(env_params), action_dim)
+    apply_fn = module.apply
+    buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
+    B, A = config.num_envs, action_dim
+    duration_scale = float(config.num_iterations)
+
+    def optimizer(hp: DQNHParams) -> optax.GradientTransformation:
+        return optim.torch_adam(hp.lr, eps=config.adam_eps)
+
+    def iterate(state: DQNState, hp: DQNHParams):
+        """One vector step g = state.iteration: act epsilon-greedily, step, store; returns (state, stats)."""
+        g = state.iteration
+        epsilon = epsilon_schedule(hp.start_e, hp.end_e, hp.exploration_fraction * duration_scale, g)
+        key, act_key, env_keys = step_keys(state.key, B)
+        coin_key, random_key = jax.random.split(act_key)
+        greedy = jnp.argmax(apply_fn(state.params, state.obs), axis=-1).astype(jnp.int32)
+        explore = jax.random.uniform(coin_key, (B,)) < epsilon
+        action = jnp.where(explore, jax.random.randint(random_key, (B,), 0, A, jnp.int32), greedy)
+        step = env_step(env, env_params, env_keys, state.env_state, action, B)
+        buf = buffer.add(state.buffer, replay.transitions(state.obs, action, step))
+        done = step.terminated | step.truncated
+        ret = state.episode_return + step.reward
+        length = state.episode_length + 1
+        stats = (jnp.sum(jnp.where(done, ret, 0.0)), jnp.sum(jnp.where(done, length, 0)), jnp.sum(done), epsilon)
+        state = state._replace(
+            buffer=buf, env_state=step.env_state, obs=step.obs, episode_return=jnp.where(done, 0.0, ret),
+            episode_length=jnp.where(done, 0, length), iteration=g + 1, key=key)
+        return state, stats
+
+    def init(key: jax.Array, hparams: DQNHParams | None = None) -> DQNState:
+        hp = resolve_hparams(hparams)
+        net_key, env_key, key = prng.split(key, 3)
+        obs, env_state = env_reset(env, jax.random.split(env_key, B), env_params)
+        params = module.init(net_key, jax.tree.map(lambda x: x[:1], obs))
+        example = replay.Transition(
+            jax.tree.map(lambda x: x[0], obs), jnp.int32(0), jnp.float32(0), jax.tree.map(lambda x: x[0], obs),
+            jnp.bool_(False), jnp.bool_(False))
+        state = DQNState(params, params, optimizer(hp).init(params), buffer.init(example), env_state, obs,
+                         jnp.zeros(B, jnp.float32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
+        return iterate(state, hp)[0]  # iteration 0 (an episode ending there is not in any update's metrics)
+
+    def learn(state: DQNState, hp: DQNHParams):
+        key, sample_key = jax.random.split(state.key)
+        batch = buffer.sample(state.buffer, sample_key)
+        (loss, (q_mean, _)), grads = jax.value_and_grad(dqn_loss, argnums=1, has_aux=True)(
+            apply_fn, state.params, state.target_params, batch, hp.gamma, config.bootstrap)
+        updates, opt_state = optimizer(hp).update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        g = state.iteration - 1
+        target = update_target(params, state.target_params, hp.tau, g, config.target_network_frequency)
+        flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), params)
+        return state._replace(params=params, target_params=target, opt_state=opt_state, key=key), (loss, q_mean, flags)
+
+    def update(state: DQNState, hparams: DQNHParams | None = None):
+        hp = resolve_hparams(hparams)
+        state, stats = jax.lax.scan(lambda s, _: iterate(s, hp), state, None, length=config.train_frequency)
+        ret_sum, len_sum, count, epsilon = stats
+        n = jnp.sum(count)
+        trained = state.iteration - 1 > config.learning_starts
+        nan = jnp.float32(jnp.nan)
+        state, (loss, q_mean, flags) = jax.lax.cond(
+            trained, learn, lambda s, _: (s, (nan, nan, jnp.int32(0))), state, hp)
+        metrics = DQNMetrics(
+            env_steps=jnp.int32(config.train_frequency * B),
+            episode_return=jnp.where(n > 0, jnp.sum(ret_sum) / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
+            episode_length=jnp.where(n > 0, jnp.sum(len_sum) / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
+            num_episodes=n.astype(jnp.int32), epsilon=epsilon[-1], trained=trained, loss=loss, q_values=q_mean,
+            nonfinite=flags)
+        return state, metrics
+
+    def train(key: jax.Array, hparams: DQNHParams | None = None):
+        hp = resolve_hparams(hparams)
+        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
+        return state, metrics._replace(env_steps=B + jnp.cumsum(metrics.env_steps))
+
+    def eval_policy_fn(params, obs, key):
+        action = jnp.argmax(apply_fn(params, obs), axis=-1).astype(jnp.int32)
+        zeros = jnp.zeros(action.shape, jnp.float32)
+        return PolicyOutput(action=action, log_prob=zeros, value=zeros)
+
+    return DQN(init, update, train, eval_policy_fn, env, env_params, module, buffer)
+
+
+def make_train(config: DQNConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:
+    """`train(key, hparams=None) -> (DQNState, DQNMetrics [num_updates])`, pure and jittable.
+
+    Args:
+      config, env, env_params, network: as `make_dqn`.
+
+    Returns:
+      The train function; it vmaps over keys and over stacked `DQNHParams`.
+
+    Raises:
+      TypeError, ValueError: as `make_dqn`, naming the argument.
+    """
+    return make_dqn(config, env=env, env_params=env_params, network=network).train

@@ -1,0 +1,144 @@
+"""DQN and its replay buffer: the true final observation, the bootstrap option, vmap, checks, and learning."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl_rollout import stepping
+from jaxrl_rollout.algorithms import dqn, replay, stack_hparams
+from tests.toy_envs import CountingEnv
+
+SMALL = dqn.DQNConfig(total_timesteps=2_000, buffer_size=500, batch_size=32, learning_starts=100,
+                      train_frequency=10, target_network_frequency=50, hidden_sizes=(16, 16))
+
+
+def test_transitions_keep_the_true_final_observation_and_the_bootstraps_differ():
+    env, params = CountingEnv(), CountingEnv().default_params  # time limit 5; action 1 terminates
+    B = 2
+    obs, state = stepping.env_reset(env, jax.random.split(jax.random.key(0), B), params)
+    rb = replay.make_replay_buffer(16, 4)
+    buf = rb.init(jax.tree.map(lambda x: x[0], replay.Transition(obs, jnp.zeros(B, jnp.int32), jnp.zeros(B),
+                                                                  obs, jnp.zeros(B, bool), jnp.zeros(B, bool))))
+    rows = []
+    for t in range(7):  # env 0 runs into the time limit; env 1 terminates at its third step
+        action = jnp.array([0, 1 if t == 2 else 0], jnp.int32)
+        step = stepping.env_step(env, params, jax.random.split(jax.random.key(t + 1), B), state, action, B)
+        tr = replay.transitions(obs, action, step)
+        buf = rb.add(buf, tr)
+        rows.append(jax.tree.map(np.asarray, tr))
+        obs, state = step.obs, step.env_state
+    assert int(rb.size(buf)) == 14
+    env0 = [jax.tree.map(lambda x: x[0], r) for r in rows]
+    trunc = env0[4]
+    assert trunc.truncated and not trunc.terminated
+    assert trunc.next_obs[0] == 5.0 and trunc.next_obs[1] == trunc.obs[1]  # the final obs, not the reset one
+    assert env0[5].obs[0] == 0.0  # the next transition starts from the reset observation
+    term = jax.tree.map(lambda x: x[1], rows[2])
+    assert term.terminated and term.next_obs[0] == 3.0
+    stored = buf.experience  # [1, capacity, ...]: every stored transition steps time by one within its episode
+    n = int(rb.size(buf))
+    np.testing.assert_array_equal(stored.next_obs[0, :n, 0], stored.obs[0, :n, 0] + 1)
+    np.testing.assert_array_equal(stored.next_obs[0, :n, 1], stored.obs[0, :n, 1])
+    # "time_limits" bootstraps through the truncation and stops at the termination; "done" stops at both
+    terminated, truncated = jnp.array([False, True, False]), jnp.array([True, False, False])
+    np.testing.assert_array_equal(replay.discount_mask(terminated, truncated, "time_limits"), [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(replay.discount_mask(terminated, truncated, "done"), [0.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="bootstrap"):
+        replay.discount_mask(terminated, truncated, "never")
+
+
+def test_dqn_buffer_holds_true_final_observations_and_targets_bootstrap_time_limits():
+    """A whole DQN run on the counting env: the stored next_obs is the final one; time_limits bootstraps it."""
+    env = CountingEnv()
+    cfg = dataclasses.replace(SMALL, total_timesteps=301, learning_starts=50, num_envs=1)
+    algo = dqn.make_dqn(cfg, env=env)
+    state, _ = jax.jit(algo.train)(jax.random.key(0))
+    stored = state.buffer.experience
+    n = int(algo.buffer.size(state.buffer))
+    assert n == 301
+    np.testing.assert_array_equal(stored.next_obs[0, :n, 0], stored.obs[0, :n, 0] + 1)
+    truncated = np.asarray(stored.truncated[0, :n]) & ~np.asarray(stored.terminated[0, :n])
+    assert truncated.any() and np.asarray(stored.terminated[0, :n]).any()
+    batch = jax.tree.map(lambda x: x[0, :n], stored)
+    q = lambda p, o: jnp.ones((o.shape[0], 2))  # noqa: E731  Q' = 1 everywhere: the target is r + gamma * mask
+    for bootstrap, want in (("time_limits", 1.0), ("done", 0.0)):
+        _, (_, target) = dqn.dqn_loss(q, None, None, batch, 0.5, bootstrap)
+        np.testing.assert_allclose(np.asarray(target)[truncated], np.asarray(batch.reward)[truncated] + 0.5 * want)
+
+
+def test_vmapped_seeds_and_hparams_equal_single_runs():
+    train = dqn.make_train(SMALL)
+    keys = jax.random.split(jax.random.key(1), 2)
+    grid = stack_hparams([dqn.DQNHParams(lr=1e-3, tau=0.5), dqn.DQNHParams(lr=3e-4, exploration_fraction=0.2)])
+    _, batched = jax.jit(jax.vmap(train))(keys, grid)
+    for i in range(2):
+        hp = jax.tree.map(lambda x: x[i], grid)
+        _, single = jax.jit(train)(keys[i], hp)
+        for name in dqn.DQNMetrics._fields:
+            np.testing.assert_allclose(np.asarray(getattr(batched, name)[i]), np.asarray(getattr(single, name)),
+                                       rtol=1e-5, atol=1e-6, err_msg=name)
+    assert batched.trained.any() and np.isfinite(np.asarray(batched.loss)[np.asarray(batched.trained)]).all()
+    assert int(batched.nonfinite.max()) == 0
+    assert np.isnan(np.asarray(batched.loss)[~np.asarray(batched.trained)]).all()
+    np.testing.assert_array_equal(batched.env_steps[0], 1 + 10 * np.arange(1, SMALL.num_updates + 1))
+
+
+def test_metrics_shapes_and_schedule():
+    cfg = SMALL
+    state, m = jax.jit(dqn.make_train(cfg))(jax.random.key(0))
+    assert m.loss.shape == (cfg.num_updates,) == (199,)
+    # CleanRL trains after iteration g when g > learning_starts and g % train_frequency == 0; update k ends at g = 10(k+1)
+    np.testing.assert_array_equal(np.asarray(m.trained), 10 * np.arange(1, 200) > 100)
+    assert int(state.iteration) == 1 + 10 * 199
+    ret = np.asarray(m.episode_return)
+    assert np.isnan(ret[np.asarray(m.num_episodes) == 0]).all() and np.isfinite(ret[np.asarray(m.num_episodes) > 0]).all()
+    np.testing.assert_allclose(m.epsilon[0], 1.0 - 0.95 * 10 / (0.5 * 2000), rtol=1e-6)
+    np.testing.assert_allclose(m.epsilon[-1], 0.05, rtol=1e-6)
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match="tau"):
+        dqn.make_train(SMALL)(jax.random.key(0), dqn.DQNHParams(tau=0.0))  # checked before it traces
+    with pytest.raises(ValueError, match="end_e"):
+        dqn.make_dqn(SMALL).init(jax.random.key(0), dqn.DQNHParams(end_e=1.5))
+    with pytest.raises(ValueError, match="exploration_fraction"):
+        dqn.check_hparams(dqn.DQNHParams(exploration_fraction=0.0))
+    with pytest.raises(TypeError, match="DQNHParams"):
+        dqn.make_train(SMALL)(jax.random.key(0), dict(lr=1.0))
+    with pytest.raises(ValueError, match="bootstrap"):
+        dqn.DQNConfig(bootstrap="truncation")
+    with pytest.raises(ValueError, match="buffer_size"):
+        dqn.DQNConfig(buffer_size=0)
+    with pytest.raises(ValueError, match="learning_starts"):
+        dqn.DQNConfig(learning_starts=-1)
+    with pytest.raises(ValueError, match="total_timesteps"):
+        dqn.DQNConfig(total_timesteps=5)
+    with pytest.raises(ValueError, match="Discrete"):
+        dqn.make_dqn(dqn.DQNConfig(env_id="Pendulum-v1"))
+    with pytest.raises(ValueError, match="network"):
+        dqn.make_dqn(SMALL, network=nn.Dense(3))
+
+
+def test_own_network():
+    class Tiny(nn.Module):
+        @nn.compact
+        def __call__(self, obs):
+            return nn.Dense(2)(nn.tanh(nn.Dense(8)(obs)))
+
+    _, m = jax.jit(dqn.make_train(SMALL, network=Tiny()))(jax.random.key(0))
+    assert int(m.nonfinite.max()) == 0
+
+
+def test_learns_cartpole_quickly():
+    """20k steps (about 10 s on 2 CPU cores): the last episodes return well above a random policy's ~22."""
+    cfg = dqn.DQNConfig(total_timesteps=20_000, learning_starts=1_000, target_network_frequency=500)
+    hp = dqn.DQNHParams(lr=1e-3, exploration_fraction=0.2)
+    _, m = jax.jit(jax.vmap(dqn.make_train(cfg), in_axes=(0, None)))(jax.random.split(jax.random.key(0), 2), hp)
+    final = np.nanmean(np.asarray(m.episode_return)[:, -300:], axis=1)
+    assert (final > 100).all(), final
