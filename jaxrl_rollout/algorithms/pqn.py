@@ -419,11 +419,9 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     action_dim = int(space.n)
     obs_space = env.observation_space(env_params)
     if network is None:
-        leaves = _common.space_leaves(obs_space)
         if not isinstance(obs_space, (spaces.Box, spaces.Discrete)):
             raise ValueError(f"network='{config.network}': PQN's QNetwork needs a single array observation, got "
                              f"{obs_space!r}; pass a network of your own.")
-        del leaves
         module = QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm)
     else:
         module = _check_network(network, obs_space, action_dim)
