@@ -14,14 +14,14 @@ are purejaxql's CartPole-v1 configuration
     jax.jit(jax.vmap(train, in_axes=(None, 0)))(key, hparams_batch)   # a sweep
     make_train(PQNConfig(), env=MyEnv(), network=MyQNetwork())        # your own env and Q-network
 
-How the Q-network fits the rollout's policy contract (docs/semantics.md §4):
+How the Q-network fits the rollout's policy contract (`jaxrl_rollout.types.FeedForwardPolicy`):
 the rollout's `params` are the pair `(q_params, epsilon)`, and the policy
 returns `PolicyOutput(action, log_prob, value)` with `action` epsilon-greedy
 in Q, `log_prob` its log-probability under the epsilon-greedy policy and
 `value = max_a Q(s, a)`. The rollout then gives, for every transition,
 `next_value[t] = max_a Q(s_{t+1}, a)` of the true next state: Q of the
 pre-reset final observation where the episode was truncated
-(docs/semantics.md §5), of the next observation otherwise, and of the
+(docs/semantics.md §4), of the next observation otherwise, and of the
 observation left in the rollout state after the last step. Those are
 exactly the bootstraps of Q(lambda).
 
@@ -317,7 +317,7 @@ def epsilon_greedy_policy(module: Any, action_dim: int, deterministic: bool = Fa
       deterministic: act greedily (epsilon is ignored); for evaluation.
 
     Returns:
-      The policy function (docs/semantics.md §4's feedforward contract).
+      The policy function (`types.FeedForwardPolicy`).
     """
 
     def policy_fn(params, obs, key):
@@ -358,8 +358,9 @@ def q_lambda_targets(reward, next_q, terminated, truncated, gamma, q_lambda, *, 
     one-step target r + gamma (1 - end) next_q, and the lambda trace cut
     (cut_t) where the episode ended. With `bootstrap_on_truncation`, end_t
     is `terminated` and next_q_t at a truncation is max_a Q(final
-    observation) (docs/semantics.md §5); without it, end_t is terminated or
-    truncated, as purejaxql's `done`. (`advantages.lambda_returns`.)
+    observation) (docs/semantics.md §4); without it, end_t is terminated or
+    truncated, as purejaxql's `done`. This is `advantages.lambda_returns`
+    (docs/semantics.md §6.2) with next_values = next_q.
 
     Args:
       reward: [T, ...] rewards (already scaled).

@@ -2,7 +2,7 @@
 
 The loop is the recursion of arXiv:2407.04811 and purejaxql's `_get_target`
 (https://github.com/mttga/purejaxql, `pqn_gymnax.py`), written here with
-terminations and truncations apart (docs/semantics.md §5):
+terminations and truncations apart (docs/semantics.md §4):
 
     G_t = r_t + gamma (1 - term_t) [lambda G_{t+1} + (1 - lambda) max_a Q(s_{t+1}, a)]
 
