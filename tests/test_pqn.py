@@ -191,3 +191,30 @@ def test_learns_cartpole_quickly():
     assert np.all(np.asarray(metrics.nonfinite) == 0)
     assert last > 2 * first, (first, last)
     assert float(np.mean(greedy)) >= 100.0 and float(np.min(greedy)) >= 50.0, greedy
+
+
+class TimeQ(nn.Module):
+    """Q(s) = [time + w, -1000 + w] with w = 0 at init: continuing (action 0) is always greedy."""
+
+    @nn.compact
+    def __call__(self, obs):
+        w = self.param("w", nn.initializers.zeros, ())
+        return jnp.stack([obs[:, 0] + w, jnp.full_like(obs[:, 0], -1000.0) + w], -1)
+
+
+@pytest.mark.parametrize("bootstrap, want", [(True, 4.5), (False, 4.0)])
+def test_time_limit_targets_bootstrap_from_the_final_observation(bootstrap, want):
+    """CountingEnv (tests/toy_envs.py): reward = time, truncated at time 5, never terminated by a greedy policy.
+
+    With gamma 0.5 and lambda 0 the targets of one 5-step episode are r + 0.5 max Q(next) = 1.5, 3, 4.5, 6 and,
+    at the time limit, 5 + 0.5 * 5 = 7.5 from the final observation (time 5); purejaxql's `done` gives 5 there.
+    """
+    from tests.toy_envs import CountingEnv
+
+    config = pqn.PQNConfig(num_envs=3, num_steps=5, total_timesteps=15, num_minibatches=1, update_epochs=1,
+                           bootstrap_on_truncation=bootstrap)
+    hp = pqn.PQNHParams(gamma=0.5, q_lambda=0.0, reward_scale=1.0, epsilon_start=0.0, epsilon_finish=0.0)
+    _, m = jax.jit(pqn.make_train(config, env=CountingEnv(), network=TimeQ()))(jax.random.key(0), hp)
+    np.testing.assert_allclose(m.target_mean, [want], rtol=1e-6)
+    np.testing.assert_array_equal(m.num_episodes, [3])
+    np.testing.assert_allclose(m.episode_return, [15.0])
