@@ -14,6 +14,13 @@ unless overridden, S seeds vmapped in one jitted call. Reported per seed:
 and their means over seeds against the 475 threshold of issue #27.
 
 Run: python -m benchmarks.offpolicy_learning [--seeds 4] [--total-steps 500000] [--bootstrap time_limits]
+
+`--algo td3`: TD3 on Pendulum-v1 (`td3.make_train`, CleanRL
+`td3_continuous_action.py`'s networks and hyperparameters, 256-256, batch
+256, lr 3e-4, policy_frequency 2), but 20,000 steps and learning_starts
+1,000 by default (CleanRL's 1e6 and 25,000 are for MuJoCo), against a
+threshold of -200: the greedy return is `collect.evaluate` of the
+deterministic actor.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ THRESHOLD = 475.0
 
 def main() -> dict:
     p = _common.parser(__doc__.splitlines()[0])
+    p.add_argument("--algo", default="dqn", choices=("dqn", "td3"))
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--total-steps", type=int, default=500_000)
     p.add_argument("--bootstrap", default="time_limits", choices=("time_limits", "done"))
@@ -47,6 +55,8 @@ def main() -> dict:
     p.add_argument("--eval-episodes", type=int, default=32)
     args = p.parse_args()
     machine = dict(_common.machine_info(), loadavg_start=_common.loadavg())
+    if args.algo == "td3":
+        return _td3(args, machine)
 
     cfg = dqn.DQNConfig(total_timesteps=args.total_steps, learning_starts=args.learning_starts,
                         bootstrap=args.bootstrap)
@@ -77,6 +87,48 @@ def main() -> dict:
               f"{THRESHOLD:g}): {bool(greedy.mean() >= THRESHOLD)}")
     results = dict(train_return=train_return.tolist(), greedy_return=greedy.tolist(), compile_s=compile_s,
                    run_s=run_s, config=repr(cfg), hparams=hp._asdict(), solved=bool(greedy.mean() >= THRESHOLD))
+    return _common.report("offpolicy_learning", args, machine, results, table, _common.command_line())
+
+
+def _td3(args, machine) -> dict:
+    """TD3 on Pendulum-v1; --total-steps, --learning-starts, --lr, --tail default to 20,000, 1,000, 3e-4, 2,000.
+
+    `--tail` given as `--tail=N` counts too; arguments are read as given on the command line.
+    """
+    from jaxrl_rollout.algorithms import td3
+
+    given = {a.split("=")[0] for a in sys.argv[1:]}
+    steps = args.total_steps if "--total-steps" in given else 20_000
+    starts = args.learning_starts if "--learning-starts" in given else 1_000
+    lr = args.lr if "--lr" in given else 3e-4
+    threshold = -200.0
+    cfg = td3.TD3Config(total_timesteps=steps, buffer_size=steps, learning_starts=starts, bootstrap=args.bootstrap)
+    hp = td3.TD3HParams(lr=lr)
+    algo = td3.make_td3(cfg)
+    keys = jax.random.split(jax.random.key(0), args.seeds)
+    run = jax.jit(jax.vmap(algo.train, in_axes=(0, None)))
+    t0 = time.perf_counter()
+    compiled = run.lower(keys, hp).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state, metrics = _common.block(compiled(keys, hp))
+    run_s = time.perf_counter() - t0
+    tail = max(1, (args.tail if "--tail" in given else 2_000) // cfg.num_envs)  # 10 Pendulum episodes
+    ret, n = np.asarray(metrics.episode_return)[:, -tail:], np.asarray(metrics.num_episodes)[:, -tail:]
+    train_return = np.nansum(np.nan_to_num(ret) * n, axis=1) / np.maximum(n.sum(axis=1), 1)
+    eval_keys = jax.random.split(jax.random.key(1), args.seeds)
+    greedy = np.asarray(jax.jit(jax.vmap(lambda p, k: evaluate(algo.env, algo.env_params, algo.eval_policy_fn, p, k,
+                                                               args.eval_episodes).returns.mean()))(
+        state.actor_params, eval_keys))
+    rows = [[s, f"{train_return[s]:.1f}", f"{greedy[s]:.1f}"] for s in range(args.seeds)]
+    rows.append(["mean", f"{train_return.mean():.1f}", f"{greedy.mean():.1f}"])
+    solved = bool(greedy.mean() >= threshold)
+    table = _common.markdown_table(["seed", "train return (last tail)", "deterministic return"], rows)
+    table += (f"\n\nTD3 Pendulum-v1, {steps:,} steps x {args.seeds} seeds (vmapped), bootstrap={cfg.bootstrap}, "
+              f"lr={lr}, learning_starts={starts}, hidden {cfg.hidden_sizes}, batch {cfg.batch_size}; compile "
+              f"{compile_s:.1f} s, run {run_s:.1f} s; solved (deterministic mean >= {threshold:g}): {solved}")
+    results = dict(algo="td3", train_return=train_return.tolist(), greedy_return=greedy.tolist(), compile_s=compile_s,
+                   run_s=run_s, config=repr(cfg), hparams=hp._asdict(), threshold=threshold, solved=solved)
     return _common.report("offpolicy_learning", args, machine, results, table, _common.command_line())
 
 

@@ -1,0 +1,516 @@
+"""TD3 as a pure `train(key, hparams)`, with an on-device replay buffer and time limits bootstrapped.
+
+The computation is that of CleanRL's `td3_continuous_action.py`
+(https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/td3_continuous_action.py;
+Fujimoto et al. 2018, https://arxiv.org/abs/1802.09477), on B = `num_envs`
+envs stepped together, with the update math of `actor_critic_losses`
+(docs/semantics.md §21.6-§21.8). CleanRL's `global_step` counts vector steps
+(iterations); the schedules below are in iterations, which are env steps when
+`num_envs` is 1 (the default). At iteration g:
+
+- while g < `learning_starts` the actions are uniform in the Box; after, they
+  are `clip(mu(s) + N(0, exploration_noise * action_scale), low, high)`, with
+  `action_scale = (high - low) / 2`;
+- the B transitions go into the replay buffer (`replay`), the true final
+  observation kept as `next_obs` where an episode ended (docs/semantics.md §4);
+- when g > `learning_starts`: one Adam step (torch's Adam, `optim.torch_adam`)
+  on both critics' loss `mse(Q1, y) + mse(Q2, y)` (`twin_critic_loss`), y the
+  clipped double-Q target from the target actor's smoothed actions
+  (`td3_target_actions`, `td3_critic_target`, bootstrapping as
+  `config.bootstrap`, §21.2);
+- on those steps, when also g % `policy_frequency` == 0
+  (`delayed_update_due`, §21.7): one Adam step of the actor on
+  -mean(Q1(s, mu(s))) (`td3_actor_loss`, scored with the updated critic),
+  then the Polyak update of the target actor and both target critics
+  (`polyak_update`, §21.8).
+
+An update (`update`, one row of the metrics) is one iteration and the
+gradient steps that may follow it; iteration 0 runs in `init`, so update k
+ends at iteration g = k + 1, where CleanRL would train.
+
+Deviation from CleanRL: the target-smoothing clamp uses the per-dimension
+bounds of the Box, where CleanRL clamps to `low[0]`, `high[0]` (equal for
+boxes with the same bounds in every dimension, such as Pendulum's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxrl_rollout import actor_critic_losses as acl
+from jaxrl_rollout import envs, optim, prng
+from jaxrl_rollout.algorithms import _common, replay
+from jaxrl_rollout.stepping import env_reset, env_step, step_keys
+
+__all__ = [
+    "HPARAM_RANGES", "TD3", "TD3Actor", "TD3Config", "TD3Critic", "TD3HParams", "TD3Metrics", "TD3State",
+    "check_hparams", "make_td3", "make_train",
+]
+
+HPARAM_RANGES = {
+    "lr": (0.0, False, None, False),
+    "gamma": (0.0, True, 1.0, True),
+    "tau": (0.0, False, 1.0, True),
+    "policy_noise": (0.0, True, None, False),
+    "exploration_noise": (0.0, True, None, False),
+    "noise_clip": (0.0, True, None, False),
+}
+"""TD3's hyperparameter name -> (low, low included, high or None, high included)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TD3Config:
+    """Static configuration; defaults are CleanRL `td3_continuous_action.py`'s.
+
+    Static and serialisable: it never builds its env. CleanRL's default env is
+    Hopper-v4 (MuJoCo, not available here); the default `env_id` is
+    Pendulum-v1, with CleanRL's other defaults unchanged (1e6 steps is far
+    more than Pendulum needs: pass a smaller `total_timesteps` and
+    `learning_starts` for it, as `benchmarks/offpolicy_learning.py --algo td3`
+    does).
+
+    Attributes:
+      env_id: the env to build (not read when `make_train` gets an `env`);
+        its actions must be a 1-D Box.
+      total_timesteps: env steps in the run; `total_timesteps // num_envs`
+        iterations of B = `num_envs` env steps.
+      num_envs: envs stepped together.
+      buffer_size: replay capacity, in transitions.
+      batch_size: transitions per gradient step.
+      learning_starts: iterations of uniform random actions, and before the
+        first gradient step (CleanRL: a step needs g > learning_starts).
+      policy_frequency: critic steps (iterations) per delayed actor and
+        target update.
+      hidden_sizes: the actor's and each critic's hidden layers (ReLU),
+        CleanRL's 256-256.
+      adam_eps: Adam's epsilon (torch's default).
+      bootstrap: "time_limits" (bootstrap through truncations, SB3's
+        `handle_timeout_termination`, CleanRL's current scripts) or "done"
+        (a truncation ends the bootstrap too); see `replay`.
+    """
+
+    env_id: str = "Pendulum-v1"
+    total_timesteps: int = 1_000_000
+    num_envs: int = 1
+    buffer_size: int = 1_000_000
+    batch_size: int = 256
+    learning_starts: int = 25_000
+    policy_frequency: int = 2
+    hidden_sizes: tuple = (256, 256)
+    adam_eps: float = 1e-8
+    bootstrap: str = "time_limits"
+
+    def __post_init__(self):
+        for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency"):
+            _common.check_positive(name, getattr(self, name))
+        if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
+                self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be an int >= 0, got {self.learning_starts!r}.")
+        if self.total_timesteps > _common.MAX_TOTAL_TIMESTEPS:
+            raise ValueError(f"total_timesteps={self.total_timesteps} is more than {_common.MAX_TOTAL_TIMESTEPS:,} "
+                             "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
+        if self.num_updates < 1:
+            raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least 2 * num_envs "
+                             f"= {2 * self.num_envs} env steps.")
+        if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
+                                        for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
+            raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
+        _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
+        envs.check_id(self.env_id)
+
+    @property
+    def num_iterations(self) -> int:
+        """Vector steps of the run (CleanRL's `global_step` range)."""
+        return self.total_timesteps // self.num_envs
+
+    @property
+    def num_updates(self) -> int:
+        """Updates after `init`'s iteration 0, one iteration each."""
+        return self.num_iterations - 1
+
+
+class TD3HParams(NamedTuple):
+    """Traced hyperparameters; defaults are CleanRL `td3_continuous_action.py`'s.
+
+    `lr` is the learning rate of both the actor's and the critics' Adam.
+    `policy_noise` and `noise_clip` are in units of the [-1, 1] squashed
+    action and `exploration_noise` in units of `action_scale` (§21.6).
+    Valid values (`HPARAM_RANGES`): lr > 0, gamma in [0, 1], tau in (0, 1],
+    policy_noise, exploration_noise, noise_clip >= 0. `init`, `update` and
+    `train` raise a ValueError naming a concrete field out of range; traced
+    values are not checked.
+    """
+
+    lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    policy_noise: float = 0.2
+    exploration_noise: float = 0.1
+    noise_clip: float = 0.5
+
+
+class TD3State(NamedTuple):
+    """The train state: networks, targets, optimisers, replay buffer and the envs where they stand.
+
+    Attributes:
+      actor_params: the actor's params.
+      critic_params: a pair (Q1 params, Q2 params) of the critic module.
+      target_actor_params, target_critic_params: their Polyak targets.
+      actor_opt_state, critic_opt_state: Adam's states (one Adam over both
+        critics, as CleanRL's `q_optimizer`).
+      buffer: the flashbax buffer state (`replay.make_replay_buffer`).
+      env_state, obs: the envs' state and the observations acted on next [B, ...].
+      episode_return, episode_length: [B] of the running episodes.
+      iteration: int32, iterations taken so far (the next one's g).
+      key: PRNG key for the next steps.
+    """
+
+    actor_params: Any
+    critic_params: Any
+    target_actor_params: Any
+    target_critic_params: Any
+    actor_opt_state: Any
+    critic_opt_state: Any
+    buffer: Any
+    env_state: Any
+    obs: Any
+    episode_return: jax.Array
+    episode_length: jax.Array
+    iteration: jax.Array
+    key: jax.Array
+
+
+class TD3Metrics(NamedTuple):
+    """Per-update metrics.
+
+    Attributes:
+      env_steps: cumulative env steps at the end of the update (`train`;
+        `update` gives the update's own count).
+      episode_return, episode_length: means over the episodes that ended in
+        the update; NaN when none did.
+      num_episodes: int32, episodes that ended in the update.
+      trained: bool, the update took a critic step.
+      actor_updated: bool, it also took the delayed actor step and target update.
+      critic_loss: mse(Q1, y) + mse(Q2, y); NaN without a critic step.
+      actor_loss: -mean Q1(s, mu(s)); NaN without an actor step.
+      q_values: mean of Q1 and Q2 at the batch's (s, a); NaN without a step.
+      nonfinite: int32 bitmask of what was not finite in the steps (1 a loss,
+        2 gradients, 4 params, of the critics and the actor;
+        `_common.nonfinite_flags`); 0 without a step.
+    """
+
+    env_steps: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+    num_episodes: jax.Array
+    trained: jax.Array
+    actor_updated: jax.Array
+    critic_loss: jax.Array
+    actor_loss: jax.Array
+    q_values: jax.Array
+    nonfinite: jax.Array
+
+
+def _torch_linear_init():
+    # torch's nn.Linear default kernel: uniform in +-1/sqrt(fan_in)
+    return nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+
+
+class TD3Actor(nn.Module):
+    """CleanRL's TD3 actor: obs [B, ...] flattened -> Dense+ReLU layers -> tanh -> scaled to the Box [B, A].
+
+    `action_scale`, `action_bias` are `actor_critic_losses.action_scale_and_bias(low, high)`.
+    """
+
+    action_dim: int
+    action_scale: Any
+    action_bias: Any
+    hidden_sizes: tuple = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h, kernel_init=_torch_linear_init())(x))
+        x = jnp.tanh(nn.Dense(self.action_dim, kernel_init=_torch_linear_init())(x))
+        return x * jnp.asarray(self.action_scale, jnp.float32) + jnp.asarray(self.action_bias, jnp.float32)
+
+
+class TD3Critic(nn.Module):
+    """CleanRL's Q-network: concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]."""
+
+    hidden_sizes: tuple = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        x = jnp.concatenate([x, jnp.asarray(action, jnp.float32)], axis=-1)
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h, kernel_init=_torch_linear_init())(x))
+        return nn.Dense(1, kernel_init=_torch_linear_init())(x)[:, 0]
+
+
+def check_hparams(hparams: TD3HParams) -> None:
+    """Checks every concrete field against `HPARAM_RANGES`; a ValueError names the field. Traced fields are skipped."""
+    for name in hparams._fields:
+        low, low_in, high, high_in = HPARAM_RANGES[name]
+        try:
+            values = np.asarray(getattr(hparams, name), dtype=np.float64).ravel()
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            continue
+        for v in values:
+            ok = (v >= low if low_in else v > low) and (high is None or (v <= high if high_in else v < high))
+            if not ok:
+                text = (f"{'>=' if low_in else '>'} {low:g}" if high is None
+                        else f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}")
+                raise ValueError(f"{name} must be {text}, got {v:g}.")
+
+
+def resolve_hparams(hparams: TD3HParams | None) -> TD3HParams:
+    """`TD3HParams()` for None, else the record, checked; a TypeError for another type."""
+    if hparams is None:
+        return TD3HParams()
+    if not isinstance(hparams, TD3HParams):
+        raise TypeError(f"hparams must be a TD3HParams, got {type(hparams).__name__}.")
+    check_hparams(hparams)
+    return hparams
+
+
+def _check_networks(network: Any, obs_space: Any, action_dim: int):
+    """(actor, critic) from `network`; a TypeError/ValueError naming `network` when they do not fit."""
+    if not isinstance(network, (tuple, list)) or len(network) != 2:
+        raise TypeError(f"network must be a pair (actor_module, critic_module) of flax linen Modules, got "
+                        f"{type(network).__name__}.")
+    actor, critic = network
+    for what, m in (("actor_module", actor), ("critic_module", critic)):
+        if not callable(getattr(m, "init", None)) or not callable(getattr(m, "apply", None)):
+            raise TypeError(f"network: {what} must be a flax linen Module, got {type(m).__name__}.")
+    obs = _common._zeros_for(obs_space)
+    act = jnp.zeros((1, action_dim), jnp.float32)
+    try:
+        a = jax.eval_shape(lambda k: actor.apply(actor.init(k, obs), obs), jax.random.key(0))
+        q = jax.eval_shape(lambda k: critic.apply(critic.init(k, obs, act), obs, act), jax.random.key(0))
+    except Exception as e:  # noqa: BLE001  a module that cannot run on these shapes
+        raise ValueError(f"network: the modules must be actor(obs [B, ...]) -> action [B, {action_dim}] and "
+                         f"critic(obs [B, ...], action [B, {action_dim}]) -> Q [B]; applying them failed: {e}") from e
+    if not hasattr(a, "shape") or tuple(a.shape) != (1, action_dim) or not jnp.issubdtype(a.dtype, jnp.floating):
+        raise ValueError(f"network: actor_module.apply(params, obs [1, ...]) must return float actions "
+                         f"[1, A={action_dim}], got {a!r}.")
+    if not hasattr(q, "shape") or tuple(q.shape) not in ((1,), (1, 1)) or not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"network: critic_module.apply(params, obs [1, ...], action [1, A]) must return float Q "
+                         f"[1] (or [1, 1]), got {q!r}.")
+    return actor, critic
+
+
+class TD3(NamedTuple):
+    """`make_td3`'s result.
+
+    Attributes:
+      init: `init(key, hparams=None) -> TD3State` (iteration 0 taken).
+      update: `update(state, hparams=None) -> (state, TD3Metrics of one update)`.
+      train: `train(key, hparams=None) -> (state, TD3Metrics [num_updates])`.
+      eval_policy_fn: deterministic `policy_fn(actor_params, obs, key) -> PolicyOutput`
+        (log_prob and value zero) for `collect.evaluate` with `state.actor_params`.
+      env, env_params: what it trains on.
+      actor, critic: the modules.
+      buffer: the `replay.ReplayBuffer` functions.
+    """
+
+    init: Callable
+    update: Callable
+    train: Callable
+    eval_policy_fn: Callable
+    env: Any
+    env_params: Any
+    actor: Any
+    critic: Any
+    buffer: replay.ReplayBuffer
+
+
+def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, network: Any = None) -> TD3:
+    """Builds TD3's pure functions for a config, on its env id or on your own env and networks.
+
+    Args:
+      config: the static config.
+      env: None to build `config.env_id`'s env; or your own env object of the
+        gymnax>=1.0.1 protocol (6-value step with `info["final_observation"]`)
+        with 1-D Box actions.
+      env_params: `env`'s params; None for `env.default_params`. Only with `env`.
+      network: None for `(TD3Actor, TD3Critic)` of `config.hidden_sizes`; or
+        your own pair `(actor_module, critic_module)` of flax linen Modules:
+        `actor(obs [B, ...]) -> action [B, A]`, already within the Box bounds
+        (e.g. tanh scaled by `action_scale_and_bias`; exploration noise is
+        added and clipped outside), and `critic(obs [B, ...], action [B, A])
+        -> Q [B]` (or [B, 1]). The two critics are two param sets of
+        `critic_module`, initialised with different keys.
+
+    Returns:
+      The `TD3` functions.
+
+    Raises:
+      TypeError, ValueError: naming `config`, `env`, `env_params` or `network`.
+    """
+    from jaxrl_rollout.types import PolicyOutput
+
+    if not isinstance(config, TD3Config):
+        raise TypeError(f"config must be a TD3Config, got {type(config).__name__}.")
+    if env is None:
+        if env_params is not None:
+            raise ValueError("env_params is given without env: env_params are the params of the env you pass as env.")
+        env, env_params = envs.make(config.env_id)
+    else:
+        env_params = _common.check_env(env, env_params)
+    action_dim, continuous = _common.action_info(env, env_params)
+    if not continuous:
+        raise ValueError(f"env {type(env).__name__}: TD3 needs continuous (Box) actions, got Discrete({action_dim}).")
+    space = env.action_space(env_params)
+    low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), (action_dim,))
+    high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), (action_dim,))
+    if not (np.isfinite(np.asarray(low)).all() and np.isfinite(np.asarray(high)).all()):
+        raise ValueError(f"env {type(env).__name__}: TD3 needs a bounded Box, got low={low}, high={high}.")
+    action_scale, action_bias = acl.action_scale_and_bias(low, high)
+    if network is None:
+        network = (TD3Actor(action_dim, tuple(np.asarray(action_scale).tolist()),
+                            tuple(np.asarray(action_bias).tolist()), config.hidden_sizes),
+                   TD3Critic(config.hidden_sizes))
+    actor, critic = _check_networks(network, env.observation_space(env_params), action_dim)
+    buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
+    B, A = config.num_envs, action_dim
+    bootstrap_on_truncation = config.bootstrap == "time_limits"
+
+    def q_fn(params, obs, action):
+        return jnp.reshape(critic.apply(params, obs, action), (-1,))
+
+    def optimizer(hp: TD3HParams) -> optax.GradientTransformation:
+        return optim.torch_adam(hp.lr, eps=config.adam_eps)
+
+    def iterate(state: TD3State, hp: TD3HParams):
+        """One vector step g = state.iteration: act, step, store; returns (state, stats)."""
+        g = state.iteration
+        key, act_key, env_keys = step_keys(state.key, B)
+        noise_key, random_key = jax.random.split(act_key)
+        mu = actor.apply(state.actor_params, state.obs)
+        noisy = jnp.clip(mu + jax.random.normal(noise_key, (B, A)) * (action_scale * hp.exploration_noise), low, high)
+        uniform = jax.random.uniform(random_key, (B, A), minval=low, maxval=high)
+        action = jnp.where(g < config.learning_starts, uniform, noisy).astype(jnp.float32)
+        step = env_step(env, env_params, env_keys, state.env_state, action, B)
+        buf = buffer.add(state.buffer, replay.transitions(state.obs, action, step))
+        done = step.terminated | step.truncated
+        ret = state.episode_return + step.reward
+        length = state.episode_length + 1
+        stats = (jnp.sum(jnp.where(done, ret, 0.0)), jnp.sum(jnp.where(done, length, 0)), jnp.sum(done))
+        state = state._replace(
+            buffer=buf, env_state=step.env_state, obs=step.obs, episode_return=jnp.where(done, 0.0, ret),
+            episode_length=jnp.where(done, 0, length), iteration=g + 1, key=key)
+        return state, stats
+
+    def init(key: jax.Array, hparams: TD3HParams | None = None) -> TD3State:
+        hp = resolve_hparams(hparams)
+        actor_key, q1_key, q2_key, env_key, key = prng.split(key, 5)
+        obs, env_state = env_reset(env, jax.random.split(env_key, B), env_params)
+        obs1 = jax.tree.map(lambda x: x[:1], obs)
+        act1 = jnp.zeros((1, A), jnp.float32)
+        actor_params = actor.init(actor_key, obs1)
+        critic_params = (critic.init(q1_key, obs1, act1), critic.init(q2_key, obs1, act1))
+        example = replay.Transition(
+            jax.tree.map(lambda x: x[0], obs), jnp.zeros(A, jnp.float32), jnp.float32(0),
+            jax.tree.map(lambda x: x[0], obs), jnp.bool_(False), jnp.bool_(False))
+        opt = optimizer(hp)
+        state = TD3State(actor_params, critic_params, actor_params, critic_params, opt.init(actor_params),
+                         opt.init(critic_params), buffer.init(example), env_state, obs, jnp.zeros(B, jnp.float32),
+                         jnp.zeros(B, jnp.int32), jnp.int32(0), key)
+        return iterate(state, hp)[0]  # iteration 0 (an episode ending there is not in any update's metrics)
+
+    def critic_loss_fn(critic_params, state: TD3State, batch: replay.Transition, noise, hp: TD3HParams):
+        next_actions = acl.td3_target_actions(actor.apply(state.target_actor_params, batch.next_obs), noise,
+                                              action_scale, hp.policy_noise, hp.noise_clip, low, high)
+        t1, t2 = state.target_critic_params
+        target = acl.td3_critic_target(q_fn(t1, batch.next_obs, next_actions), q_fn(t2, batch.next_obs, next_actions),
+                                       batch.reward, batch.terminated, batch.truncated, hp.gamma,
+                                       bootstrap_on_truncation=bootstrap_on_truncation)
+        p1, p2 = critic_params
+        q1, q2 = q_fn(p1, batch.obs, batch.action), q_fn(p2, batch.obs, batch.action)
+        loss, parts = acl.twin_critic_loss(q1, q2, target)
+        return loss, 0.5 * (parts["qf1_values"] + parts["qf2_values"])
+
+    def actor_step(state: TD3State, batch: replay.Transition, hp: TD3HParams):
+        def loss_fn(actor_params):
+            return acl.td3_actor_loss(q_fn(state.critic_params[0], batch.obs, actor.apply(actor_params, batch.obs)))[0]
+
+        loss, grads = jax.value_and_grad(loss_fn)(state.actor_params)
+        updates, opt_state = optimizer(hp).update(grads, state.actor_opt_state, state.actor_params)
+        actor_params = optax.apply_updates(state.actor_params, updates)
+        state = state._replace(
+            actor_params=actor_params, actor_opt_state=opt_state,
+            target_actor_params=acl.polyak_update(actor_params, state.target_actor_params, hp.tau),
+            target_critic_params=acl.polyak_update(state.critic_params, state.target_critic_params, hp.tau))
+        flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), actor_params)
+        return state, (loss, flags)
+
+    def learn(state: TD3State, hp: TD3HParams):
+        key, sample_key, noise_key = jax.random.split(state.key, 3)
+        batch = buffer.sample(state.buffer, sample_key)
+        noise = jax.random.normal(noise_key, (config.batch_size, A))
+        (loss, q_mean), grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(
+            state.critic_params, state, batch, noise, hp)
+        updates, opt_state = optimizer(hp).update(grads, state.critic_opt_state, state.critic_params)
+        critic_params = optax.apply_updates(state.critic_params, updates)
+        flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), critic_params)
+        state = state._replace(critic_params=critic_params, critic_opt_state=opt_state, key=key)
+        due = acl.delayed_update_due(state.iteration - 1, config.policy_frequency)
+        state, (actor_loss, actor_flags) = jax.lax.cond(
+            due, actor_step, lambda s, b, h: (s, (jnp.float32(jnp.nan), jnp.int32(0))), state, batch, hp)
+        return state, (loss, actor_loss, q_mean, flags | actor_flags, due)
+
+    def update(state: TD3State, hparams: TD3HParams | None = None):
+        hp = resolve_hparams(hparams)
+        state, (ret_sum, len_sum, n) = iterate(state, hp)
+        trained = state.iteration - 1 > config.learning_starts
+        nan = jnp.float32(jnp.nan)
+        state, (loss, actor_loss, q_mean, flags, due) = jax.lax.cond(
+            trained, learn, lambda s, _: (s, (nan, nan, nan, jnp.int32(0), jnp.bool_(False))), state, hp)
+        metrics = TD3Metrics(
+            env_steps=jnp.int32(B),
+            episode_return=jnp.where(n > 0, ret_sum / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
+            episode_length=jnp.where(n > 0, len_sum / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
+            num_episodes=n.astype(jnp.int32), trained=trained, actor_updated=due, critic_loss=loss,
+            actor_loss=actor_loss, q_values=q_mean, nonfinite=flags)
+        return state, metrics
+
+    def train(key: jax.Array, hparams: TD3HParams | None = None):
+        hp = resolve_hparams(hparams)
+        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
+        return state, metrics._replace(env_steps=B + jnp.cumsum(metrics.env_steps))
+
+    def eval_policy_fn(actor_params, obs, key):
+        action = actor.apply(actor_params, obs)
+        zeros = jnp.zeros(action.shape[:1], jnp.float32)
+        return PolicyOutput(action=action, log_prob=zeros, value=zeros)
+
+    return TD3(init, update, train, eval_policy_fn, env, env_params, actor, critic, buffer)
+
+
+def make_train(config: TD3Config, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:
+    """`train(key, hparams=None) -> (TD3State, TD3Metrics [num_updates])`, pure and jittable.
+
+    Args:
+      config, env, env_params, network: as `make_td3`.
+
+    Returns:
+      The train function; it vmaps over keys and over stacked `TD3HParams`.
+
+    Raises:
+      TypeError, ValueError: as `make_td3`, naming the argument.
+    """
+    return make_td3(config, env=env, env_params=env_params, network=network).train
