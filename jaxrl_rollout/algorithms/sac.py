@@ -76,7 +76,8 @@ class SACConfig:
 
     Attributes:
       env_id: the env to build (not read when `make_train` gets an `env`);
-        its actions must be a 1-D Box.
+        its actions must be a 1-D Box. Pendulum-v1, gymnax's continuous
+        control task (CleanRL's default, Hopper-v4, is a MuJoCo env).
       total_timesteps: env steps in the run; `total_timesteps // num_envs`
         iterations of B = `num_envs` env steps.
       num_envs: envs stepped together.
