@@ -1,0 +1,593 @@
+"""SAC as a pure `train(key, hparams)`, with an on-device replay buffer and time limits bootstrapped.
+
+The computation is that of CleanRL's `sac_continuous_action.py`
+(https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/sac_continuous_action.py;
+Haarnoja et al. 2018, https://arxiv.org/abs/1812.05905), with the update math
+of `actor_critic_losses` (docs/semantics.md §21), on B = `num_envs` envs
+stepped together. CleanRL's `global_step` counts these vector steps
+(iterations), which are env steps when `num_envs` is 1 (the default):
+
+- iteration g acts with actions drawn uniformly in the Box bounds while
+  g < `learning_starts`, afterwards with a sample of the tanh-Gaussian actor
+  scaled to the bounds (`action_scale`, `action_bias`, §21.1), and adds the B
+  transitions to the replay buffer (`replay`), the true final observation
+  kept as `next_obs` where an episode ended (docs/semantics.md §4);
+- after iteration g, when g > `learning_starts`: one critic Adam step on
+  `twin_critic_loss` against `sac_critic_target` (§21.2, §21.3) over a
+  uniform sample of `batch_size` transitions; `config.bootstrap` decides
+  whether a truncation bootstraps ("time_limits") or not ("done");
+- on those steps, when also g % `policy_frequency` == 0, `policy_frequency`
+  actor steps (§21.4) on that batch, each with a fresh sample, each followed
+  (with `autotune`) by a temperature step on a fresh sample of the updated
+  actor (§21.5), alpha = exp(log_alpha) refreshed after each;
+- on those steps, when also g % `target_network_frequency` == 0, the target
+  critics become tau * Q + (1 - tau) * Q_target (§21.8).
+
+An update (`update`, one row of the metrics) is `policy_frequency`
+iterations, each with its critic step, and the actor steps that may follow
+the last one; iteration 0 runs in `init`, so update k ends at iteration
+g = (k + 1) * policy_frequency exactly where CleanRL's delayed actor update is
+due. The target critics do not enter the actor step, so taking it before or
+after the last iteration's target update is the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from gymnax.environments import spaces
+
+from jaxrl_rollout import actor_critic_losses as acl
+from jaxrl_rollout import envs, optim, prng
+from jaxrl_rollout.algorithms import _common, replay
+from jaxrl_rollout.stepping import env_reset, env_step, step_keys
+
+__all__ = [
+    "HPARAM_RANGES", "SAC", "SACActor", "SACConfig", "SACCritic", "SACHParams", "SACMetrics", "SACState",
+    "check_hparams", "make_sac", "make_train",
+]
+
+HPARAM_RANGES = {
+    "policy_lr": (0.0, False, None, False),
+    "q_lr": (0.0, False, None, False),
+    "gamma": (0.0, True, 1.0, True),
+    "tau": (0.0, False, 1.0, True),
+    "alpha": (0.0, True, None, False),
+}
+"""SAC's hyperparameter name -> (low, low included, high or None, high included)."""
+
+TEMPERATURE_FORMS = ("cleanrl", "sb3")
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """Static configuration; defaults are CleanRL `sac_continuous_action.py`'s.
+
+    Static and serialisable: it never builds its env. CleanRL's default
+    `total_timesteps` (1,000,000) is kept; Pendulum-v1 needs far fewer
+    (benchmarks/offpolicy_learning.py `--algo sac`).
+
+    Attributes:
+      env_id: the env to build (not read when `make_train` gets an `env`);
+        its actions must be a 1-D Box. Pendulum-v1, gymnax's continuous
+        control task (CleanRL's default, Hopper-v4, is a MuJoCo env).
+      total_timesteps: env steps in the run; `total_timesteps // num_envs`
+        iterations of B = `num_envs` env steps.
+      num_envs: envs stepped together.
+      buffer_size: replay capacity, in transitions.
+      batch_size: transitions per gradient step.
+      learning_starts: iterations of uniform random actions, and before the
+        first gradient step (CleanRL: a step needs g > learning_starts).
+      policy_frequency: iterations per delayed actor update, which takes
+        `policy_frequency` actor (and temperature) steps; also the
+        iterations of one update (one row of the metrics).
+      target_network_frequency: iterations between target updates.
+      autotune: learn the temperature (log_alpha starts at 0, Adam at
+        `q_lr`, as CleanRL); False keeps `SACHParams.alpha`.
+      target_entropy: the temperature's entropy target; None for -A.
+      temperature_loss: "cleanrl" or "sb3" (`sac_temperature_loss`, §21.5).
+      hidden_sizes: the actor's and each critic's hidden layers (ReLU).
+      adam_eps: Adam's epsilon (torch's default).
+      bootstrap: "time_limits" (bootstrap through truncations, SB3's
+        `handle_timeout_termination`) or "done" (a truncation ends the
+        bootstrap); see `replay`.
+    """
+
+    env_id: str = "Pendulum-v1"
+    total_timesteps: int = 1_000_000
+    num_envs: int = 1
+    buffer_size: int = 1_000_000
+    batch_size: int = 256
+    learning_starts: int = 5_000
+    policy_frequency: int = 2
+    target_network_frequency: int = 1
+    autotune: bool = True
+    target_entropy: float | None = None
+    temperature_loss: str = "cleanrl"
+    hidden_sizes: tuple = (256, 256)
+    adam_eps: float = 1e-8
+    bootstrap: str = "time_limits"
+
+    def __post_init__(self):
+        for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency",
+                     "target_network_frequency"):
+            _common.check_positive(name, getattr(self, name))
+        if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
+                self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be an int >= 0, got {self.learning_starts!r}.")
+        if self.total_timesteps > _common.MAX_TOTAL_TIMESTEPS:
+            raise ValueError(f"total_timesteps={self.total_timesteps} is more than {_common.MAX_TOTAL_TIMESTEPS:,} "
+                             "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
+        if self.num_updates < 1:
+            raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
+                             f"(policy_frequency + 1) = {self.num_envs * (self.policy_frequency + 1)} env steps.")
+        if not isinstance(self.autotune, bool):
+            raise ValueError(f"autotune must be a bool, got {self.autotune!r}.")
+        if self.target_entropy is not None and (isinstance(self.target_entropy, bool) or not isinstance(
+                self.target_entropy, (int, float)) or not np.isfinite(self.target_entropy)):
+            raise ValueError(f"target_entropy must be a finite number or None, got {self.target_entropy!r}.")
+        _common.check_choice("temperature_loss", self.temperature_loss, TEMPERATURE_FORMS)
+        if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
+                                        for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
+            raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
+        _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
+        envs.check_id(self.env_id)
+
+    @property
+    def num_iterations(self) -> int:
+        """Vector steps of the run (CleanRL's `global_step` range)."""
+        return self.total_timesteps // self.num_envs
+
+    @property
+    def num_updates(self) -> int:
+        """Updates after `init`'s iteration 0, each of `policy_frequency` iterations."""
+        return (self.num_iterations - 1) // self.policy_frequency
+
+
+class SACHParams(NamedTuple):
+    """Traced hyperparameters; defaults are CleanRL `sac_continuous_action.py`'s.
+
+    Valid values (`HPARAM_RANGES`): policy_lr and q_lr > 0, gamma in [0, 1],
+    tau in (0, 1], alpha >= 0. `alpha` is read only when `config.autotune`
+    is False (the tuned temperature starts at exp(0) = 1, as CleanRL's). The
+    temperature's Adam uses `q_lr`, as CleanRL's. `init`, `update` and
+    `train` raise a ValueError naming a concrete field out of range; traced
+    values are not checked.
+    """
+
+    policy_lr: float = 3e-4
+    q_lr: float = 1e-3
+    gamma: float = 0.99
+    tau: float = 0.005
+    alpha: float = 0.2
+
+
+class SACState(NamedTuple):
+    """The train state: actor, twin critics and targets, temperature, optimisers, replay buffer, envs.
+
+    Attributes:
+      actor_params: the actor's params.
+      critic_params, target_critic_params: the twin critics' params, stacked
+        on a leading axis of 2 (critic 1, critic 2), and their targets.
+      log_alpha: float32 [1], the log-temperature (fixed at log(alpha)
+        without autotune).
+      actor_opt_state, critic_opt_state, alpha_opt_state: the Adam states.
+      buffer: the flashbax buffer state (`replay.make_replay_buffer`).
+      env_state, obs: the envs' state and the observations acted on next [B, ...].
+      episode_return, episode_length: [B] of the running episodes.
+      iteration: int32, iterations taken so far (the next one's g).
+      key: PRNG key for the next steps.
+    """
+
+    actor_params: Any
+    critic_params: Any
+    target_critic_params: Any
+    log_alpha: jax.Array
+    actor_opt_state: Any
+    critic_opt_state: Any
+    alpha_opt_state: Any
+    buffer: Any
+    env_state: Any
+    obs: Any
+    episode_return: jax.Array
+    episode_length: jax.Array
+    iteration: jax.Array
+    key: jax.Array
+
+
+class SACMetrics(NamedTuple):
+    """Per-update metrics.
+
+    Attributes:
+      env_steps: cumulative env steps at the end of the update (`train`;
+        `update` gives the update's own count).
+      episode_return, episode_length: means over the episodes that ended in
+        the update; NaN when none did.
+      num_episodes: int32, episodes that ended in the update.
+      trained: bool, the update's last iteration took a critic step and the
+        actor steps (g > learning_starts).
+      critic_loss, q_values: the last critic step's loss (CleanRL's
+        `qf_loss`, Q1 + Q2 losses) and its mean of Q1 and Q2 at the batch's
+        actions; NaN without a step.
+      actor_loss, alpha_loss: the means over the update's actor and
+        temperature steps; NaN without them (alpha_loss also without autotune).
+      alpha: the temperature at the end of the update.
+      entropy: -mean log pi of the last actor step's samples; NaN without one.
+      nonfinite: int32 bitmask of what was not finite in the update's steps
+        (1 loss, 2 gradients, 4 params; `_common.nonfinite_flags`); 0 without
+        a step.
+    """
+
+    env_steps: jax.Array
+    episode_return: jax.Array
+    episode_length: jax.Array
+    num_episodes: jax.Array
+    trained: jax.Array
+    critic_loss: jax.Array
+    q_values: jax.Array
+    actor_loss: jax.Array
+    alpha_loss: jax.Array
+    alpha: jax.Array
+    entropy: jax.Array
+    nonfinite: jax.Array
+
+
+def _torch_linear_init():
+    # torch nn.Linear's default kernel distribution, uniform in +-1/sqrt(fan_in)
+    return nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+
+
+class SACActor(nn.Module):
+    """CleanRL's SAC actor: obs [B, ...] flattened -> Dense+ReLU layers -> (mean [B, A], log_std [B, A]).
+
+    log_std is bounded to [-5, 2] by `actor_critic_losses.tanh_squash_log_std`
+    (§21.1). Kernels are drawn as torch's `nn.Linear` default; biases start at 0.
+    """
+
+    action_dim: int
+    hidden_sizes: tuple = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h, kernel_init=_torch_linear_init())(x))
+        mean = nn.Dense(self.action_dim, kernel_init=_torch_linear_init())(x)
+        log_std = nn.Dense(self.action_dim, kernel_init=_torch_linear_init())(x)
+        return mean, acl.tanh_squash_log_std(log_std)
+
+
+class SACCritic(nn.Module):
+    """CleanRL's `SoftQNetwork`: concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]."""
+
+    hidden_sizes: tuple = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        obs = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        x = jnp.concatenate([obs, jnp.asarray(action, jnp.float32)], axis=-1)
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h, kernel_init=_torch_linear_init())(x))
+        return nn.Dense(1, kernel_init=_torch_linear_init())(x)[:, 0]
+
+
+def check_hparams(hparams: SACHParams) -> None:
+    """Checks every concrete field against `HPARAM_RANGES`; a ValueError names the field. Traced fields are skipped."""
+    for name in hparams._fields:
+        low, low_in, high, high_in = HPARAM_RANGES[name]
+        try:
+            values = np.asarray(getattr(hparams, name), dtype=np.float64).ravel()
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            continue
+        for v in values:
+            ok = (v >= low if low_in else v > low) and (high is None or (v <= high if high_in else v < high))
+            if not ok:
+                text = (f"{'>=' if low_in else '>'} {low:g}" if high is None
+                        else f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}")
+                raise ValueError(f"{name} must be {text}, got {v:g}.")
+
+
+def resolve_hparams(hparams: SACHParams | None) -> SACHParams:
+    """`SACHParams()` for None, else the record, checked; a TypeError for another type."""
+    if hparams is None:
+        return SACHParams()
+    if not isinstance(hparams, SACHParams):
+        raise TypeError(f"hparams must be a SACHParams, got {type(hparams).__name__}.")
+    check_hparams(hparams)
+    return hparams
+
+
+NETWORK_CONTRACT = ("a pair (actor, critic) of flax linen Modules: actor.apply(params, obs [B, ...]) -> "
+                    "(mean [B, A], log_std [B, A]) with log_std already bounded (e.g. "
+                    "actor_critic_losses.tanh_squash_log_std), and critic.apply(params, obs [B, ...], action "
+                    "[B, A]) -> Q [B] or [B, 1]; the critic is initialised twice (twin critics)")
+
+
+def _check_network(network: Any, obs_space: Any, action_dim: int) -> tuple[Any, Any]:
+    """The (actor, critic) pair, checked on one zero observation; else a TypeError/ValueError naming `network`."""
+    if not isinstance(network, (tuple, list)) or len(network) != 2:
+        raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(network).__name__}.")
+    actor, critic = network
+    for what, m in (("actor", actor), ("critic", critic)):
+        if not callable(getattr(m, "init", None)) or not callable(getattr(m, "apply", None)):
+            raise TypeError(f"network: the {what} must be a flax linen Module, got {type(m).__name__}. network must "
+                            f"be {NETWORK_CONTRACT}.")
+    obs = _common._zeros_for(obs_space)
+    act = jnp.zeros((1, action_dim), jnp.float32)
+    want = (1, action_dim)
+    out = jax.eval_shape(lambda k: actor.apply(actor.init(k, obs), obs), jax.random.key(0))
+    if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(
+            hasattr(x, "shape") and tuple(x.shape) == want and jnp.issubdtype(x.dtype, jnp.floating) for x in out)):
+        raise ValueError(f"network: actor.apply(params, obs [1, ...]) must return (mean, log_std), float [1, "
+                         f"A={action_dim}] each, got {out!r}.")
+    q = jax.eval_shape(lambda k: critic.apply(critic.init(k, obs, act), obs, act), jax.random.key(0))
+    if not hasattr(q, "shape") or tuple(q.shape) not in ((1,), (1, 1)) or not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"network: critic.apply(params, obs [1, ...], action [1, A]) must return float Q [1] or "
+                         f"[1, 1], got {q!r}.")
+    return actor, critic
+
+
+class SAC(NamedTuple):
+    """`make_sac`'s result.
+
+    Attributes:
+      init: `init(key, hparams=None) -> SACState` (iteration 0 taken).
+      update: `update(state, hparams=None) -> (state, SACMetrics of one update)`.
+      train: `train(key, hparams=None) -> (state, SACMetrics [num_updates])`.
+      eval_policy_fn: deterministic `policy_fn(actor_params, obs, key) ->
+        PolicyOutput` (tanh(mean) scaled to the bounds; log_prob and value
+        zero) for `collect.evaluate` with `state.actor_params`.
+      env, env_params: what it trains on.
+      actor, critic: the flax modules.
+      buffer: the `replay.ReplayBuffer` functions.
+      action_scale, action_bias: float32 [A] (CleanRL's).
+      target_entropy: the temperature's target.
+    """
+
+    init: Callable
+    update: Callable
+    train: Callable
+    eval_policy_fn: Callable
+    env: Any
+    env_params: Any
+    actor: Any
+    critic: Any
+    buffer: replay.ReplayBuffer
+    action_scale: jax.Array
+    action_bias: jax.Array
+    target_entropy: float
+
+
+def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> SAC:
+    """Builds SAC's pure functions for a config, on its env id or on your own env and networks.
+
+    Args:
+      config: the static config.
+      env: None to build `config.env_id`'s env; or your own env object of the
+        gymnax>=1.0.1 protocol (6-value step with `info["final_observation"]`)
+        with a 1-D Box action space of finite bounds.
+      env_params: `env`'s params; None for `env.default_params`. Only with `env`.
+      network: None for `(SACActor(A, config.hidden_sizes),
+        SACCritic(config.hidden_sizes))`; or your own pair `(actor, critic)`
+        of flax linen Modules (`NETWORK_CONTRACT`): `actor.apply(params,
+        obs [B, ...]) -> (mean [B, A], log_std [B, A])`, log_std already
+        bounded, and `critic.apply(params, obs, action [B, A]) -> Q [B]` (or
+        [B, 1]), initialised twice for the twin critics.
+
+    Returns:
+      The `SAC` functions.
+
+    Raises:
+      TypeError, ValueError: naming `config`, `env`, `env_params` or `network`.
+    """
+    from jaxrl_rollout.types import PolicyOutput
+
+    if not isinstance(config, SACConfig):
+        raise TypeError(f"config must be a SACConfig, got {type(config).__name__}.")
+    if env is None:
+        if env_params is not None:
+            raise ValueError("env_params is given without env: env_params are the params of the env you pass as env.")
+        env, env_params = envs.make(config.env_id)
+    else:
+        env_params = _common.check_env(env, env_params)
+    space = env.action_space(env_params)
+    if not isinstance(space, spaces.Box) or len(tuple(space.shape)) != 1:
+        raise ValueError(f"env {type(env).__name__}: SAC needs continuous actions, a 1-D Box, got {space!r}.")
+    low = np.broadcast_to(np.asarray(space.low, np.float32), space.shape)
+    high = np.broadcast_to(np.asarray(space.high, np.float32), space.shape)
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+        raise ValueError(f"env {type(env).__name__}: SAC scales actions to the Box bounds, which must be finite with "
+                         f"high > low, got low={low}, high={high}.")
+    A = int(space.shape[0])
+    if network is None:
+        actor, critic = SACActor(A, config.hidden_sizes), SACCritic(config.hidden_sizes)
+    else:
+        actor, critic = _check_network(network, env.observation_space(env_params), A)
+    action_scale, action_bias = acl.action_scale_and_bias(low, high)
+    low_j, high_j = jnp.asarray(low), jnp.asarray(high)
+    target_entropy = float(-A if config.target_entropy is None else config.target_entropy)
+    buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
+    B, pf = config.num_envs, config.policy_frequency
+    bootstrap_on_truncation = config.bootstrap == "time_limits"
+
+    def q_both(critic_params, obs, action):
+        """[2, N] Q-values of the twin critics (params stacked on a leading axis of 2)."""
+        q = jax.vmap(lambda p: critic.apply(p, obs, action))(critic_params)
+        return jnp.reshape(q, (2, -1))
+
+    def sample(actor_params, obs, key):
+        mean, log_std = actor.apply(actor_params, obs)
+        noise = jax.random.normal(key, jnp.shape(mean), jnp.float32)
+        return acl.tanh_gaussian_sample(mean, log_std, noise, action_scale, action_bias)
+
+    def adam(lr):
+        return optim.torch_adam(lr, eps=config.adam_eps)
+
+    def iterate(state: SACState, hp: SACHParams):
+        """One vector step g = state.iteration: act, step, store; returns (state, stats)."""
+        g = state.iteration
+        key, act_key, env_keys = step_keys(state.key, B)
+        random_key, policy_key = jax.random.split(act_key)
+        random_action = jax.random.uniform(random_key, (B, A), jnp.float32, low_j, high_j)
+        policy_action = sample(state.actor_params, state.obs, policy_key).action
+        action = jnp.where(g < config.learning_starts, random_action, policy_action)
+        step = env_step(env, env_params, env_keys, state.env_state, action, B)
+        buf = buffer.add(state.buffer, replay.transitions(state.obs, action, step))
+        done = step.terminated | step.truncated
+        ret = state.episode_return + step.reward
+        length = state.episode_length + 1
+        stats = (jnp.sum(jnp.where(done, ret, 0.0)), jnp.sum(jnp.where(done, length, 0)), jnp.sum(done))
+        state = state._replace(
+            buffer=buf, env_state=step.env_state, obs=step.obs, episode_return=jnp.where(done, 0.0, ret),
+            episode_length=jnp.where(done, 0, length), iteration=g + 1, key=key)
+        return state, stats
+
+    def init(key: jax.Array, hparams: SACHParams | None = None) -> SACState:
+        hp = resolve_hparams(hparams)
+        actor_key, critic_key, env_key, key = prng.split(key, 4)
+        obs, env_state = env_reset(env, jax.random.split(env_key, B), env_params)
+        one_obs = jax.tree.map(lambda x: x[:1], obs)
+        actor_params = actor.init(actor_key, one_obs)
+        critic_params = jax.vmap(lambda k: critic.init(k, one_obs, jnp.zeros((1, A), jnp.float32)))(
+            jax.random.split(critic_key))
+        if config.autotune:
+            log_alpha = jnp.zeros(1, jnp.float32)
+        else:
+            log_alpha = jnp.reshape(jnp.log(jnp.asarray(hp.alpha, jnp.float32)), (1,))
+        example = replay.Transition(
+            jax.tree.map(lambda x: x[0], obs), jnp.zeros(A, jnp.float32), jnp.float32(0),
+            jax.tree.map(lambda x: x[0], obs), jnp.bool_(False), jnp.bool_(False))
+        state = SACState(
+            actor_params, critic_params, critic_params, log_alpha, adam(hp.policy_lr).init(actor_params),
+            adam(hp.q_lr).init(critic_params), adam(hp.q_lr).init(log_alpha), buffer.init(example), env_state, obs,
+            jnp.zeros(B, jnp.float32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
+        return iterate(state, hp)[0]  # iteration 0 (an episode ending there is not in any update's metrics)
+
+    def critic_step(state: SACState, hp: SACHParams):
+        """CleanRL's critic step on a fresh batch, then the target update when due; returns (state, batch, stats)."""
+        key, sample_key, next_key = jax.random.split(state.key, 3)
+        batch = buffer.sample(state.buffer, sample_key)
+        alpha = jnp.exp(state.log_alpha[0])
+        nxt = sample(state.actor_params, batch.next_obs, next_key)
+        next_q = q_both(state.target_critic_params, batch.next_obs, nxt.action)
+        target = acl.sac_critic_target(next_q[0], next_q[1], nxt.log_prob, batch.reward, batch.terminated,
+                                       batch.truncated, hp.gamma, alpha,
+                                       bootstrap_on_truncation=bootstrap_on_truncation)
+
+        def loss_fn(critic_params):
+            q = q_both(critic_params, batch.obs, batch.action)
+            loss, parts = acl.twin_critic_loss(q[0], q[1], target)
+            return loss, 0.5 * (parts["qf1_values"] + parts["qf2_values"])
+
+        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.critic_params)
+        updates, opt_state = adam(hp.q_lr).update(grads, state.critic_opt_state, state.critic_params)
+        critic_params = optax.apply_updates(state.critic_params, updates)
+        g = state.iteration - 1
+        target_params = optax.periodic_update(acl.polyak_update(critic_params, state.target_critic_params, hp.tau),
+                                              state.target_critic_params, g, config.target_network_frequency)
+        flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), critic_params)
+        state = state._replace(critic_params=critic_params, target_critic_params=target_params,
+                               critic_opt_state=opt_state, key=key)
+        return state, (batch, loss, q_mean, flags)
+
+    def actor_step(state: SACState, batch: replay.Transition, hp: SACHParams):
+        """One actor step on the batch's observations, then (autotune) one temperature step on a fresh sample."""
+        key, pi_key, alpha_key = jax.random.split(state.key, 3)
+        alpha = jnp.exp(state.log_alpha[0])
+
+        def loss_fn(actor_params):
+            pi = sample(actor_params, batch.obs, pi_key)
+            q = q_both(state.critic_params, batch.obs, pi.action)
+            loss, parts = acl.sac_actor_loss(pi.log_prob, q[0], q[1], alpha)
+            return loss, parts["entropy"]
+
+        (loss, entropy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.actor_params)
+        updates, opt_state = adam(hp.policy_lr).update(grads, state.actor_opt_state, state.actor_params)
+        actor_params = optax.apply_updates(state.actor_params, updates)
+        flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), actor_params)
+        state = state._replace(actor_params=actor_params, actor_opt_state=opt_state, key=key)
+        if not config.autotune:
+            return state, (loss, jnp.float32(jnp.nan), entropy, flags)
+        log_pi = sample(actor_params, batch.obs, alpha_key).log_prob
+        (alpha_loss, _), a_grads = jax.value_and_grad(acl.sac_temperature_loss, has_aux=True)(
+            state.log_alpha, log_pi, target_entropy, form=config.temperature_loss)
+        a_updates, a_opt_state = adam(hp.q_lr).update(a_grads, state.alpha_opt_state, state.log_alpha)
+        log_alpha = optax.apply_updates(state.log_alpha, a_updates)
+        flags = flags | _common.nonfinite_flags(alpha_loss, optax.tree.norm(a_grads), log_alpha)
+        return state._replace(log_alpha=log_alpha, alpha_opt_state=a_opt_state), (loss, alpha_loss, entropy, flags)
+
+    nan = jnp.float32(jnp.nan)
+
+    def iterate_and_learn(state: SACState, hp: SACHParams):
+        state, stats = iterate(state, hp)
+        trained = state.iteration - 1 > config.learning_starts
+        dummy = jax.eval_shape(lambda s: buffer.sample(s.buffer, s.key), state)
+        dummy = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), dummy)
+        state, (batch, loss, q_mean, flags) = jax.lax.cond(
+            trained, critic_step, lambda s, _: (s, (dummy, nan, nan, jnp.int32(0))), state, hp)
+        return state, (stats, batch, loss, q_mean, flags)
+
+    def update(state: SACState, hparams: SACHParams | None = None):
+        hp = resolve_hparams(hparams)
+        state, (stats, batches, c_loss, q_mean, c_flags) = jax.lax.scan(
+            lambda s, _: iterate_and_learn(s, hp), state, None, length=pf)
+        ret_sum, len_sum, count = stats
+        batch = jax.tree.map(lambda x: x[-1], batches)
+        trained = state.iteration - 1 > config.learning_starts  # g = (k + 1) * pf is divisible by pf
+
+        def actor_steps(s):
+            return jax.lax.scan(lambda s2, _: actor_step(s2, batch, hp), s, None, length=pf)
+
+        def skip(s):
+            return s, (jnp.full(pf, nan), jnp.full(pf, nan), jnp.full(pf, nan), jnp.zeros(pf, jnp.int32))
+
+        state, (a_loss, al_loss, entropy, a_flags) = jax.lax.cond(trained, actor_steps, skip, state)
+        n = jnp.sum(count)
+        metrics = SACMetrics(
+            env_steps=jnp.int32(pf * B),
+            episode_return=jnp.where(n > 0, jnp.sum(ret_sum) / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
+            episode_length=jnp.where(n > 0, jnp.sum(len_sum) / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
+            num_episodes=n.astype(jnp.int32), trained=trained, critic_loss=c_loss[-1], q_values=q_mean[-1],
+            actor_loss=jnp.mean(a_loss), alpha_loss=jnp.mean(al_loss), alpha=jnp.exp(state.log_alpha[0]),
+            entropy=entropy[-1],
+            nonfinite=jax.lax.reduce(jnp.concatenate([c_flags, a_flags]), jnp.int32(0), jax.lax.bitwise_or, (0,)))
+        return state, metrics
+
+    def train(key: jax.Array, hparams: SACHParams | None = None):
+        hp = resolve_hparams(hparams)
+        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
+        return state, metrics._replace(env_steps=B + jnp.cumsum(metrics.env_steps))
+
+    def eval_policy_fn(actor_params, obs, key):
+        mean, _ = actor.apply(actor_params, obs)
+        action = acl.tanh_gaussian_mode(mean, action_scale, action_bias)
+        zeros = jnp.zeros(action.shape[:1], jnp.float32)
+        return PolicyOutput(action=action, log_prob=zeros, value=zeros)
+
+    return SAC(init, update, train, eval_policy_fn, env, env_params, actor, critic, buffer, action_scale,
+               action_bias, target_entropy)
+
+
+def make_train(config: SACConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:
+    """`train(key, hparams=None) -> (SACState, SACMetrics [num_updates])`, pure and jittable.
+
+    Args:
+      config, env, env_params, network: as `make_sac`.
+
+    Returns:
+      The train function; it vmaps over keys and over stacked `SACHParams`.
+
+    Raises:
+      TypeError, ValueError: as `make_sac`, naming the argument.
+    """
+    return make_sac(config, env=env, env_params=env_params, network=network).train

@@ -1,0 +1,185 @@
+"""SAC: CleanRL's update schedule, the true final observation, vmap, checks, your own networks, and learning."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnax.environments import spaces
+
+from jaxrl_rollout import actor_critic_losses as acl
+from jaxrl_rollout.algorithms import sac, stack_hparams
+from tests.toy_envs import CountingEnv, CountingState
+
+SMALL = sac.SACConfig(total_timesteps=400, buffer_size=400, batch_size=32, learning_starts=100,
+                      hidden_sizes=(16, 16))
+
+
+class BoxCountingEnv(CountingEnv):
+    """CountingEnv with a Box action in [-1, 3]: an action above 2.5 terminates; time limit 5."""
+
+    def step_env(self, key, state, action, params):
+        time = state.time + 1
+        new = CountingState(time=time, tag=state.tag)
+        return self._obs(new), new, time.astype(jnp.float32), action[0] > 2.5, {}
+
+    def action_space(self, params=None):
+        return spaces.Box(-1.0, 3.0, (1,), jnp.float32)
+
+
+def _leaves_equal(a, b) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def test_cleanrl_schedule_critic_every_step_actor_delayed_targets_periodic():
+    """Critic after every g > learning_starts; pf actor steps when g % pf == 0; targets when g % tnf == 0."""
+    cfg = dataclasses.replace(SMALL, total_timesteps=121, learning_starts=100, policy_frequency=2,
+                              target_network_frequency=4)
+    algo = sac.make_sac(cfg)
+    hp = sac.SACHParams(tau=1.0)  # a target update copies the critics
+    state = jax.jit(algo.init)(jax.random.key(0), hp)
+    step = jax.jit(algo.update)
+    assert cfg.num_updates == 60 and int(state.iteration) == 1
+    for k in range(cfg.num_updates):
+        before = state
+        state, m = step(state, hp)
+        g = 2 * (k + 1)  # the update's last iteration
+        assert int(state.iteration) == g + 1
+        assert bool(m.trained) == (g > 100)
+        assert int(state.critic_opt_state.count) == max(0, g - 100)  # one critic step per g > learning_starts
+        assert int(state.actor_opt_state.count) == 2 * max(0, k + 1 - 50)  # pf = 2 actor steps per trained update
+        assert int(state.alpha_opt_state.count) == int(state.actor_opt_state.count)  # one temperature step each
+        assert _leaves_equal(before.actor_params, state.actor_params) == (g <= 100)
+        if g > 100:
+            assert _leaves_equal(state.target_critic_params, state.critic_params) == (g % 4 == 0)
+            assert np.isfinite(float(m.critic_loss)) and np.isfinite(float(m.actor_loss))
+            assert float(m.alpha) != float(jnp.exp(before.log_alpha[0]))
+        else:
+            assert _leaves_equal(state.target_critic_params, state.critic_params)  # targets start as the critics
+            assert np.isnan(float(m.critic_loss)) and np.isnan(float(m.actor_loss)) and float(m.alpha) == 1.0
+        assert int(m.nonfinite) == 0
+
+
+def test_random_actions_in_bounds_true_final_observation_and_time_limit_targets():
+    env = BoxCountingEnv()
+    cfg = dataclasses.replace(SMALL, total_timesteps=301, learning_starts=150)
+    algo = sac.make_sac(cfg, env=env)
+    np.testing.assert_array_equal(algo.action_scale, [2.0])
+    np.testing.assert_array_equal(algo.action_bias, [1.0])
+    assert algo.target_entropy == -1.0
+    state, m = jax.jit(algo.train)(jax.random.key(0))
+    stored = jax.tree.map(lambda x: x[0, :301], state.buffer.experience)
+    assert int(algo.buffer.size(state.buffer)) == 301
+    action = np.asarray(stored.action[:, 0])
+    assert (action >= -1).all() and (action <= 3).all()
+    assert action[:150].min() < -0.5 and action[:150].max() > 2.5  # uniform over the bounds before learning_starts
+    np.testing.assert_array_equal(stored.next_obs[:, 0], stored.obs[:, 0] + 1)  # the final obs, not the reset one
+    truncated = np.asarray(stored.truncated) & ~np.asarray(stored.terminated)
+    assert truncated.any() and np.asarray(stored.terminated).any()
+    np.testing.assert_array_equal(np.asarray(stored.terminated), action > 2.5)
+    for bootstrap, want in ((True, 1.0), (False, 0.0)):  # Q' = 1, log pi = 0: the target is r + gamma * (1 - done)
+        ones = jnp.ones(301)
+        y = acl.sac_critic_target(ones, ones, 0 * ones, stored.reward, stored.terminated, stored.truncated, 0.5, 0.2,
+                                  bootstrap_on_truncation=bootstrap)
+        np.testing.assert_allclose(np.asarray(y)[truncated], np.asarray(stored.reward)[truncated] + 0.5 * want)
+    ret = np.asarray(m.episode_return)
+    assert np.isnan(ret[np.asarray(m.num_episodes) == 0]).all() and np.isfinite(ret[np.asarray(m.num_episodes) > 0]).all()
+    np.testing.assert_array_equal(m.env_steps, 1 + 2 * np.arange(1, cfg.num_updates + 1))
+
+
+def test_vmapped_seeds_and_hparams_equal_single_runs():
+    # Short: batched and single matmuls round differently and training amplifies it (60 updates trained here);
+    # atol 1e-5 as the actor loss is a near-zero mean of O(1) terms.
+    cfg = dataclasses.replace(SMALL, total_timesteps=160, learning_starts=40)
+    train = sac.make_train(cfg)
+    keys = jax.random.split(jax.random.key(1), 2)
+    grid = stack_hparams([sac.SACHParams(q_lr=3e-4, tau=0.01), sac.SACHParams(policy_lr=1e-3, gamma=0.9)])
+    _, batched = jax.jit(jax.vmap(train))(keys, grid)
+    for i in range(2):
+        hp = jax.tree.map(lambda x: x[i], grid)
+        _, single = jax.jit(train)(keys[i], hp)
+        for name in sac.SACMetrics._fields:
+            np.testing.assert_allclose(np.asarray(getattr(batched, name)[i]), np.asarray(getattr(single, name)),
+                                       rtol=1e-5, atol=1e-5, err_msg=name)
+    trained = np.asarray(batched.trained)
+    assert trained.any() and np.isfinite(np.asarray(batched.critic_loss)[trained]).all()
+    assert np.isnan(np.asarray(batched.actor_loss)[~trained]).all()
+    assert int(batched.nonfinite.max()) == 0
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match="tau"):
+        sac.make_train(SMALL)(jax.random.key(0), sac.SACHParams(tau=0.0))  # checked before it traces
+    with pytest.raises(ValueError, match="q_lr"):
+        sac.make_sac(SMALL).init(jax.random.key(0), sac.SACHParams(q_lr=-1.0))
+    with pytest.raises(ValueError, match="alpha"):
+        sac.check_hparams(sac.SACHParams(alpha=-0.1))
+    with pytest.raises(ValueError, match="gamma"):
+        sac.check_hparams(sac.SACHParams(gamma=1.5))
+    with pytest.raises(TypeError, match="SACHParams"):
+        sac.make_train(SMALL)(jax.random.key(0), dict(q_lr=1.0))
+    for field, value in (("bootstrap", "truncation"), ("temperature_loss", "sb4"), ("buffer_size", 0),
+                         ("policy_frequency", 0), ("learning_starts", -1), ("total_timesteps", 2),
+                         ("autotune", 1), ("target_entropy", float("nan")), ("hidden_sizes", ())):
+        with pytest.raises(ValueError, match=field):
+            sac.SACConfig(**{field: value})
+    with pytest.raises(TypeError, match="SACConfig"):
+        sac.make_sac(dict(SMALL.__dict__))
+    with pytest.raises(ValueError, match="env .*continuous"):
+        sac.make_sac(dataclasses.replace(SMALL, env_id="CartPole-v1"))
+    with pytest.raises(ValueError, match="env .*continuous"):
+        sac.make_sac(SMALL, env=CountingEnv())
+    with pytest.raises(ValueError, match="env_params"):
+        sac.make_sac(SMALL, env_params=object())
+    with pytest.raises(TypeError, match="network"):
+        sac.make_sac(SMALL, network=nn.Dense(3))
+    with pytest.raises(ValueError, match="network: actor"):
+        sac.make_sac(SMALL, network=(nn.Dense(1), sac.SACCritic()))
+    with pytest.raises(ValueError, match="network: critic"):
+        sac.make_sac(SMALL, network=(sac.SACActor(1), _BadCritic()))
+
+
+class _BadCritic(nn.Module):
+    @nn.compact
+    def __call__(self, obs, action):
+        return nn.Dense(3)(obs)
+
+
+class _Actor(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        x = nn.tanh(nn.Dense(8)(obs))
+        return nn.Dense(1)(x), jnp.clip(nn.Dense(1)(x), -5.0, 2.0)
+
+
+class _Critic(nn.Module):
+    @nn.compact
+    def __call__(self, obs, action):
+        return nn.Dense(1)(nn.tanh(nn.Dense(8)(jnp.concatenate([obs, action], -1))))  # [B, 1] is squeezed
+
+
+def test_own_network_and_fixed_alpha():
+    cfg = dataclasses.replace(SMALL, autotune=False)
+    algo = sac.make_sac(cfg, network=(_Actor(), _Critic()))
+    state, m = jax.jit(algo.train)(jax.random.key(0), sac.SACHParams(alpha=0.05))
+    assert int(m.nonfinite.max()) == 0 and np.asarray(m.trained).any()
+    np.testing.assert_allclose(np.asarray(m.alpha), 0.05, rtol=1e-6)
+    assert np.isnan(np.asarray(m.alpha_loss)).all() and int(state.alpha_opt_state.count) == 0
+    out = algo.eval_policy_fn(state.actor_params, state.obs, jax.random.key(1))
+    assert out.action.shape == (1, 1) and (np.abs(np.asarray(out.action)) <= 2).all()
+
+
+def test_learns_pendulum_quickly():
+    """6,000 steps (about 20 s on 2 CPU cores): episodes end far above a random policy's ~-1200..-1500."""
+    cfg = sac.SACConfig(total_timesteps=6_000, buffer_size=6_000, learning_starts=1_000, batch_size=128,
+                        hidden_sizes=(64, 64))
+    _, m = jax.jit(jax.vmap(sac.make_train(cfg)))(jax.random.split(jax.random.key(0), 2))
+    ret = np.asarray(m.episode_return)
+    first = np.nanmean(ret[:, :250], axis=1)  # random actions: the first 500 steps
+    final = np.nanmean(ret[:, -250:], axis=1)  # the last 500 steps (2-3 episodes)
+    assert (first < -900).all(), first
+    assert (final > -700).all(), final
