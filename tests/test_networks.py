@@ -185,10 +185,10 @@ def test_vmapped_network_inits_have_no_lapack_calls():
 def test_householder_q_batches_without_vmap_and_matches_one_matrix_at_a_time():
     # The batched QR (batched_init's padded kernels) is the per-matrix QR, bit for bit.
     a = jax.random.normal(jax.random.key(3), (3, 8, 5))
-    batched = networks._householder_q(a)
-    one_by_one = jnp.stack([networks._householder_q(a[i]) for i in range(3)])
+    batched = networks.householder_q(a)
+    one_by_one = jnp.stack([networks.householder_q(a[i]) for i in range(3)])
     np.testing.assert_array_equal(batched, one_by_one)
-    np.testing.assert_array_equal(batched, jax.vmap(networks._householder_q)(a))
+    np.testing.assert_array_equal(batched, jax.vmap(networks.householder_q)(a))
     np.testing.assert_allclose(jnp.einsum("bmi,bmj->bij", batched, batched), np.broadcast_to(np.eye(5), (3, 5, 5)),
                                atol=1e-5)
 
@@ -196,7 +196,7 @@ def test_householder_q_batches_without_vmap_and_matches_one_matrix_at_a_time():
 def test_dense_layers_match_flax_dense_and_check_shapes_without_the_initializer(monkeypatch):
     # The layers' parameters and outputs are nn.Dense's with the same initializers.
     obs = jax.random.normal(jax.random.key(1), (3, 4))
-    ours = networks._Dense(8, 2.0**0.5)
+    ours = networks.OrthogonalDense(8, 2.0**0.5)
     flax_dense = networks.nn.Dense(8, kernel_init=networks.orthogonal(2.0**0.5),
                                    bias_init=networks.nn.initializers.zeros)
     params = ours.init(jax.random.key(2), obs)

@@ -35,12 +35,12 @@ or used directly with `jaxrl_rollout.categorical_policy`.
 
 from __future__ import annotations
 
-# `nn`, `_Dense` and `_householder_q` are kept reachable here as they were when
-# this package was one file (tests/test_networks.py uses them).
+# `nn`, `OrthogonalDense` and `householder_q` are reachable here too (tests/test_networks.py
+# uses them as `networks.X`).
 import flax.linen as nn  # noqa: F401
 
 from jaxrl_rollout.networks.adapters import feedforward_policy, recurrent_policy, unroll
-from jaxrl_rollout.networks.init import _Dense, _householder_q, batched_init, orthogonal  # noqa: F401
+from jaxrl_rollout.networks.init import OrthogonalDense, batched_init, householder_q, orthogonal  # noqa: F401
 from jaxrl_rollout.networks.modules import (
     ACTION_MASK_KEYS,
     ACTIVATIONS,

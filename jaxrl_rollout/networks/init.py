@@ -1,9 +1,9 @@
 """Initialisation with PyTorch's numbers: the orthogonal initializer, the Dense layer that uses it, `batched_init`.
 
 - `orthogonal(gain)`: torch's `orthogonal_(W, gain)` on the (out, in) weight,
-  mirrored on a flax (in, out) kernel, built on `_householder_q`, a
+  mirrored on a flax (in, out) kernel, built on `householder_q`, a
   Householder QR in plain jnp ops (no LAPACK call, see its docstring).
-- `_Dense` / `_dense`: `nn.Dense` with an `orthogonal(gain)` kernel and zero
+- `OrthogonalDense` / `orthogonal_dense`: `nn.Dense` with an `orthogonal(gain)` kernel and zero
   bias (CleanRL's `layer_init(nn.Linear(...), std=gain)`), which does not
   re-run its initializer on every `apply`.
 - `batched_init(module, key, obs)`: an `ActorCriticMLP`'s parameters with
@@ -12,7 +12,7 @@
   one Householder loop over all kernels, padded to a common square.
 - `_SHAPES_ONLY`: set while `batched_init` asks flax for parameter shapes;
   `orthogonal` then returns zeros instead of tracing a draw, and each
-  `_Dense` records its gain there for `batched_init`.
+  `OrthogonalDense` records its gain there for `batched_init`.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import numpy as np
 from jaxrl_rollout import prng
 from jaxrl_rollout.types import PyTree
 
-__all__ = ["batched_init", "orthogonal"]
+__all__ = ["OrthogonalDense", "batched_init", "householder_q", "orthogonal", "orthogonal_dense"]
 
 
 @jax.jit
-def _householder_q(a: jax.Array) -> jax.Array:
+def householder_q(a: jax.Array) -> jax.Array:
     """Q [..., m, n] of the QR decompositions of a [..., m, n] (m >= n) whose R has a non-negative diagonal.
 
     Householder reflections in plain jnp ops (a `fori_loop` over columns), so
@@ -84,7 +84,7 @@ def _householder_q(a: jax.Array) -> jax.Array:
 
 
 # Set only while `batched_init` asks flax for the parameter shapes (under `eval_shape`), to a
-# dict in which each `_Dense` records its kernel's gain by module path; None otherwise. While
+# dict in which each `OrthogonalDense` records its kernel's gain by module path; None otherwise. While
 # it is set `orthogonal` returns zeros: the draws would be traced for nothing there.
 _SHAPES_ONLY: contextvars.ContextVar[dict[tuple[str, ...], float] | None] = contextvars.ContextVar(
     "jaxrl_rollout_shapes_only", default=None
@@ -97,7 +97,7 @@ def orthogonal(scale: float = 1.0, column_axis: int = -1) -> Callable:
     The same construction as `jax.nn.initializers.orthogonal`: a standard
     normal matrix shaped (rows, cols), transposed when wide, its QR's Q with
     sign(diag R) applied, transposed back and scaled. Only the QR differs
-    (`_householder_q`), which keeps vmapped inits off the CPU LAPACK kernel.
+    (`householder_q`), which keeps vmapped inits off the CPU LAPACK kernel.
     """
     scale, column_axis = float(scale), int(column_axis)
 
@@ -123,7 +123,7 @@ def _orthogonal_draw(key, shape, dtype, scale, column_axis):
     rows = math.prod(shape) // cols
     wide = rows < cols
     a = jax.random.normal(key, (cols, rows) if wide else (rows, cols), jnp.float32)
-    q = _householder_q(a)
+    q = householder_q(a)
     if wide:
         q = q.T
     other = tuple(d for i, d in enumerate(shape) if i != column_axis % len(shape))
@@ -131,7 +131,7 @@ def _orthogonal_draw(key, shape, dtype, scale, column_axis):
     return (scale * q).astype(dtype)
 
 
-class _Dense(nn.Module):
+class OrthogonalDense(nn.Module):
     """`nn.Dense(features)` with an `orthogonal(gain)` kernel and zero bias, the same parameters and numbers.
 
     The one difference is in `apply`: flax's `Module.param` evaluates the
@@ -172,9 +172,9 @@ class _Dense(nn.Module):
         return self.param(name, init, shape, jnp.float32)
 
 
-def _dense(features: int, gain: float, name: str) -> nn.Module:
+def orthogonal_dense(features: int, gain: float, name: str) -> nn.Module:
     """torch `layer_init(nn.Linear(in, features), std=gain)`: orthogonal kernel, zero bias."""
-    return _Dense(features, gain, name=name)
+    return OrthogonalDense(features, gain, name=name)
 
 
 # The largest padded kernel `batched_init` handles; larger MLPs use module.init (the
@@ -196,9 +196,9 @@ def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
     touches a zero row and a zero column reflects nothing, so the top-left
     block of each padded Q is the Q of the kernel's own normal matrix.
 
-    Each kernel's gain is the one its `_Dense` layer was built with, which the
+    Each kernel's gain is the one its `OrthogonalDense` layer was built with, which the
     layer records in `_SHAPES_ONLY` while flax computes the shapes (so no gain
-    is inferred from a layer's name). A kernel that no `_Dense` made, or any
+    is inferred from a layer's name). A kernel that no `OrthogonalDense` made, or any
     parameter other than a kernel, a `bias` or a `log_std`, sends the module
     to `module.init`.
 
@@ -230,7 +230,7 @@ def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
     for i, (path, leaf) in enumerate(leaves):
         names = [getattr(entry, "key", None) for entry in path]
         if names[-1] == "kernel" and len(names) == 3:
-            gain = gains.get(tuple(names[1:-1]))  # None: not a `_Dense` kernel
+            gain = gains.get(tuple(names[1:-1]))  # None: not a `OrthogonalDense` kernel
             if gain is None or len(leaf.shape) != 2:
                 return module.init(key, obs)
             rows, cols = leaf.shape
@@ -245,7 +245,7 @@ def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
         mask[j, :m, :n] = 1.0
     # One 1-D draw: rank-1 random draws compile faster on CPU than rank-3 ones.
     normal = jax.random.normal(prng.fused(key), (mask.size,), jnp.float32).reshape(mask.shape) * mask
-    q = _householder_q(normal)
+    q = householder_q(normal)
     values = [jnp.zeros(leaf.shape, leaf.dtype) for _, leaf in leaves]
     for j, (i, (m, n), wide, gain) in enumerate(kernels):
         kernel = q[j, :m, :n]

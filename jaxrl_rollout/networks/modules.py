@@ -26,7 +26,7 @@ weight (docs/semantics.md §12):
 gain sqrt(2) for hidden layers, 0.01 for the actor head and 1.0 for the critic
 head (ARENA / CleanRL `layer_init`). The GRU cell keeps flax's own init
 (torch's `nn.GRU` has no `layer_init` counterpart in the references).
-The MLP and head layers are `_Dense` (`init.py`): `nn.Dense`'s parameters and
+The MLP and head layers are `OrthogonalDense` (`init.py`): `nn.Dense`'s parameters and
 numbers, without flax's re-run of the initializer on every `apply`.
 """
 
@@ -49,7 +49,7 @@ from jaxrl_rollout.distributions import (
     diag_gaussian,
     masked_logits,
 )
-from jaxrl_rollout.networks.init import _dense, orthogonal
+from jaxrl_rollout.networks.init import orthogonal, orthogonal_dense
 from jaxrl_rollout.types import PyTree
 
 __all__ = [
@@ -109,7 +109,7 @@ def _check_head_config(module: nn.Module) -> None:
 def _mlp(x: jax.Array, sizes: Sequence[int], activation: str, prefix: str) -> jax.Array:
     act = ACTIVATIONS[activation]
     for i, size in enumerate(sizes):
-        x = act(_dense(size, HIDDEN_GAIN, f"{prefix}_{i}")(x))
+        x = act(orthogonal_dense(size, HIDDEN_GAIN, f"{prefix}_{i}")(x))
     return x
 
 
@@ -122,7 +122,7 @@ def _heads(
     `log_std` parameter belong to it. `action_mask` ([B, A] bool, discrete
     only) sets the logits of masked actions to -inf (`masked_logits`).
     """
-    head = _dense(module.action_dim, ACTOR_HEAD_GAIN, "actor_head")(actor_x)
+    head = orthogonal_dense(module.action_dim, ACTOR_HEAD_GAIN, "actor_head")(actor_x)
     if action_mask is not None:
         head = masked_logits(head, action_mask)
     if module.continuous:
@@ -131,7 +131,7 @@ def _heads(
         dist: Distribution = diag_gaussian(head, log_std)
     else:
         dist = categorical_from_logits(head)
-    value = _dense(1, CRITIC_HEAD_GAIN, "critic_head")(critic_x)[..., 0]
+    value = orthogonal_dense(1, CRITIC_HEAD_GAIN, "critic_head")(critic_x)[..., 0]
     return dist, value
 
 
@@ -261,7 +261,7 @@ class ActorCriticCNN(nn.Module):
         )(obs)
         x = act(x)
         x = x.reshape(x.shape[:-3] + (-1,))
-        x = act(_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
+        x = act(orthogonal_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
         return _heads(self, x, x)
 
 
@@ -394,7 +394,7 @@ class ActorCriticMultiInput(nn.Module):
                     "[B, H, W] or [B, H, W, C] (channels-last images); flatten or split larger ones in the env."
                 )
             x = x.reshape(x.shape[0], -1)
-            features.append(act(_dense(self.hidden_sizes[0], HIDDEN_GAIN, f"encoder_{label}")(x)))
+            features.append(act(orthogonal_dense(self.hidden_sizes[0], HIDDEN_GAIN, f"encoder_{label}")(x)))
         if not features:
             raise ValueError(f"obs holds only action masks ({', '.join(self.mask_keys)}), no features to encode.")
         x = jnp.concatenate(features, axis=-1)
@@ -480,8 +480,8 @@ class ActorCriticGRU(nn.Module):
                 f"obs [B, ...] and carry [B, H] must share B, got obs {obs.shape} and carry {carry.shape}."
             )
         x = obs.reshape(obs.shape[0], -1)
-        x = ACTIVATIONS[self.activation](_dense(self.embed_size, HIDDEN_GAIN, "embed")(x))
-        # flax's default recurrent init (orthogonal), built without LAPACK (see `_householder_q` in init.py).
+        x = ACTIVATIONS[self.activation](orthogonal_dense(self.embed_size, HIDDEN_GAIN, "embed")(x))
+        # flax's default recurrent init (orthogonal), built without LAPACK (see `householder_q` in init.py).
         new_carry, h = nn.GRUCell(self.hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(carry, x)
         actor_x = _mlp(h, self.head_sizes, self.activation, "actor_hidden")
         critic_x = _mlp(h, self.head_sizes, self.activation, "critic_hidden")
