@@ -72,43 +72,47 @@ HPARAM_RANGES = {
 """Hyperparameter name -> (low, low included, high or None, high included): the valid values of PPO's and A2C's."""
 
 
-def hparam_range_text(name: str) -> str:
-    """The valid range of a hyperparameter in words: "> 0", "in [0, 1]"."""
-    low, low_in, high, high_in = HPARAM_RANGES[name]
+def hparam_range_text(name: str, ranges: dict | None = None) -> str:
+    """The valid range of a hyperparameter in words: "> 0", "in [0, 1]" (`ranges`: default `HPARAM_RANGES`)."""
+    low, low_in, high, high_in = (HPARAM_RANGES if ranges is None else ranges)[name]
     if high is None:
         return f"{'>=' if low_in else '>'} {low:g}"
     return f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
 
 
-def hparam_in_range(name: str, value: float) -> bool:
+def hparam_in_range(name: str, value: float, ranges: dict | None = None) -> bool:
     """Whether one concrete value is valid for `name` (NaN never is; names without a range always are)."""
-    if name not in HPARAM_RANGES:
+    ranges = HPARAM_RANGES if ranges is None else ranges
+    if name not in ranges:
         return True
-    low, low_in, high, high_in = HPARAM_RANGES[name]
+    low, low_in, high, high_in = ranges[name]
     ok = value >= low if low_in else value > low
     if high is not None:
         ok = ok and (value <= high if high_in else value < high)
     return bool(ok)
 
 
-def check_hparams(hparams: Any) -> None:
-    """Checks every concrete field of a hyperparameter record against `HPARAM_RANGES`; ValueError names it.
+def check_hparams(hparams: Any, ranges: dict | None = None) -> None:
+    """Checks every concrete field of a hyperparameter record against `ranges`; ValueError names it.
 
-    Fields may be Python floats or arrays (a stacked grid, [G]); every element
-    is checked. Traced values (inside `jax.jit` or `jax.vmap`) cannot be read
-    at trace time and are skipped: check a record before you trace with it,
-    or let `train` / `init` check it when called eagerly.
+    `ranges` maps a field name to (low, low included, high or None, high
+    included); the default is `HPARAM_RANGES` (PPO's and A2C's fields); the
+    off-policy learners pass their own. Fields without a range are not
+    checked. Fields may be Python floats or arrays (a stacked grid, [G]); every
+    element is checked. Traced values (inside `jax.jit` or `jax.vmap`) cannot
+    be read at trace time and are skipped: check a record before you trace
+    with it, or let `train` / `init` check it when called eagerly.
     """
     for name in hparams._fields:
-        if name not in HPARAM_RANGES:
+        if name not in (HPARAM_RANGES if ranges is None else ranges):
             continue
         try:
             values = np.asarray(getattr(hparams, name), dtype=np.float64).ravel()
         except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
             continue  # traced: its value is not known until it runs
-        bad = [v for v in values if not hparam_in_range(name, v)]
+        bad = [v for v in values if not hparam_in_range(name, v, ranges)]
         if bad:
-            raise ValueError(f"{name} must be {hparam_range_text(name)}, got {bad[0]:g}.")
+            raise ValueError(f"{name} must be {hparam_range_text(name, ranges)}, got {bad[0]:g}.")
 
 
 def check_positive(name: str, value: Any) -> None:

@@ -43,7 +43,6 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from gymnax.environments import spaces
 
@@ -184,12 +183,6 @@ HPARAM_RANGES = {
 """Name -> (low, low included, high or None, high included): the valid values of `PQNHParams`."""
 
 
-def _range_text(low, low_in, high, high_in) -> str:
-    if high is None:
-        return f"{'>=' if low_in else '>'} {low:g}"
-    return f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
-
-
 def check_hparams(hparams: PQNHParams) -> None:
     """Checks every concrete field of a `PQNHParams` against `HPARAM_RANGES`.
 
@@ -202,16 +195,7 @@ def check_hparams(hparams: PQNHParams) -> None:
     """
     if not isinstance(hparams, PQNHParams):
         raise TypeError(f"hparams must be a PQNHParams, got {type(hparams).__name__}.")
-    for name in hparams._fields:
-        try:
-            values = np.asarray(getattr(hparams, name), dtype=np.float64).ravel()
-        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-            continue
-        low, low_in, high, high_in = HPARAM_RANGES[name]
-        for v in values:
-            ok = (v >= low if low_in else v > low) and (high is None or (v <= high if high_in else v < high))
-            if not ok:
-                raise ValueError(f"{name} must be {_range_text(low, low_in, high, high_in)}, got {v:g}.")
+    _common.check_hparams(hparams, HPARAM_RANGES)
 
 
 def _resolve(hparams: PQNHParams | None) -> PQNHParams:

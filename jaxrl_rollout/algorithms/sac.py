@@ -283,18 +283,7 @@ class SACCritic(nn.Module):
 
 def check_hparams(hparams: SACHParams) -> None:
     """Checks every concrete field against `HPARAM_RANGES`; a ValueError names the field. Traced fields are skipped."""
-    for name in hparams._fields:
-        low, low_in, high, high_in = HPARAM_RANGES[name]
-        try:
-            values = np.asarray(getattr(hparams, name), dtype=np.float64).ravel()
-        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-            continue
-        for v in values:
-            ok = (v >= low if low_in else v > low) and (high is None or (v <= high if high_in else v < high))
-            if not ok:
-                text = (f"{'>=' if low_in else '>'} {low:g}" if high is None
-                        else f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}")
-                raise ValueError(f"{name} must be {text}, got {v:g}.")
+    _common.check_hparams(hparams, HPARAM_RANGES)
 
 
 def resolve_hparams(hparams: SACHParams | None) -> SACHParams:
