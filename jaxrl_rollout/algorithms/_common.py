@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -467,7 +468,7 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
     name = type(module).__name__
     recurrent = callable(getattr(module, "initial_carry", None))
     try:
-        obs = _zeros_for(observation_space)
+        obs = zeros_for(observation_space)
     except ValueError as error:
         raise ValueError(f"network: cannot make a sample observation to check {name} with: {error}") from None
     call = f"network {name}: __call__(carry, obs)" if recurrent else f"network {name}: __call__(obs)"
@@ -650,14 +651,37 @@ def check_normalization_config(cfg) -> None:
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
 
 
-def _zeros_for(space: Any) -> Any:
+def zeros_for(space: Any) -> Any:
     """One observation of zeros [1, ...] shaped like `space` (Box, Discrete, Dict -> dict, Tuple -> tuple)."""
     if isinstance(space, spaces.Dict):
-        return {k: _zeros_for(v) for k, v in space.spaces.items()}
+        return {k: zeros_for(v) for k, v in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
-        return tuple(_zeros_for(v) for v in space.spaces)
+        return tuple(zeros_for(v) for v in space.spaces)
     ((_, shape, dtype),) = space_leaves(space)
     return jnp.zeros((1, *shape), dtype)
+
+
+def torch_linear_kernel_init():
+    """torch `nn.Linear`'s default kernel distribution: uniform in +-1/sqrt(fan_in) (the off-policy learners' MLPs)."""
+    return nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+
+
+class ObsActionCritic(nn.Module):
+    """CleanRL's continuous-action Q-network (SAC's `SoftQNetwork`, TD3's `QNetwork`).
+
+    concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]; kernels drawn
+    as torch's `nn.Linear` default (`torch_linear_kernel_init`), biases 0.
+    """
+
+    hidden_sizes: tuple = (256, 256)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        x = jnp.concatenate([x, jnp.asarray(action, jnp.float32)], axis=-1)
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h, kernel_init=torch_linear_kernel_init())(x))
+        return nn.Dense(1, kernel_init=torch_linear_kernel_init())(x)[:, 0]
 
 
 def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, normalize_observations: bool = False):
@@ -674,7 +698,7 @@ def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, norma
     net_key, env_key, key = prng.split(key, 3)  # jax.random.split's keys, hashed in one kernel
     carry = s.module.initial_carry(num_envs) if recurrent else None
     if s.self_play:
-        params = networks.batched_init(s.module, net_key, _zeros_for(s.env.observation_space(None)))
+        params = networks.batched_init(s.module, net_key, zeros_for(s.env.observation_space(None)))
         state = rollout_init(env_key, s.env, params, num_envs, normalize_observations=normalize_observations)
         return params, state, key
     state = rollout_init(

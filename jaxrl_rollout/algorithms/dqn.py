@@ -210,7 +210,7 @@ class QNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
-        init = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+        init = _common.torch_linear_kernel_init()
         for h in self.hidden_sizes:
             x = nn.relu(nn.Dense(h, kernel_init=init)(x))
         return nn.Dense(self.action_dim, kernel_init=init)(x)
@@ -289,7 +289,7 @@ def _check_q_network(module: Any, obs_space: Any, action_dim: int) -> None:
     if not callable(getattr(module, "init", None)) or not callable(getattr(module, "apply", None)):
         raise TypeError(f"network must be a flax linen Module with __call__(obs [B, ...]) -> Q [B, A], got "
                         f"{type(module).__name__}.")
-    obs = _common._zeros_for(obs_space)
+    obs = _common.zeros_for(obs_space)
 
     def probe(key):
         return module.apply(module.init(key, obs), obs)

@@ -425,7 +425,7 @@ def _check_network(module: Any, obs_space: Any, action_dim: int) -> Any:
     if isinstance(module, str) or not (callable(getattr(module, "init", None))
                                        and callable(getattr(module, "apply", None))):
         raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(module).__name__}.")
-    obs = _common._zeros_for(obs_space)
+    obs = _common.zeros_for(obs_space)
     name = type(module).__name__
 
     def probe(key):

@@ -242,11 +242,6 @@ class SACMetrics(NamedTuple):
     nonfinite: jax.Array
 
 
-def _torch_linear_init():
-    # torch nn.Linear's default kernel distribution, uniform in +-1/sqrt(fan_in)
-    return nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
-
-
 class SACActor(nn.Module):
     """CleanRL's SAC actor: obs [B, ...] flattened -> Dense+ReLU layers -> (mean [B, A], log_std [B, A]).
 
@@ -261,24 +256,14 @@ class SACActor(nn.Module):
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
         for h in self.hidden_sizes:
-            x = nn.relu(nn.Dense(h, kernel_init=_torch_linear_init())(x))
-        mean = nn.Dense(self.action_dim, kernel_init=_torch_linear_init())(x)
-        log_std = nn.Dense(self.action_dim, kernel_init=_torch_linear_init())(x)
+            x = nn.relu(nn.Dense(h, kernel_init=_common.torch_linear_kernel_init())(x))
+        mean = nn.Dense(self.action_dim, kernel_init=_common.torch_linear_kernel_init())(x)
+        log_std = nn.Dense(self.action_dim, kernel_init=_common.torch_linear_kernel_init())(x)
         return mean, acl.tanh_squash_log_std(log_std)
 
 
-class SACCritic(nn.Module):
-    """CleanRL's `SoftQNetwork`: concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]."""
-
-    hidden_sizes: tuple = (256, 256)
-
-    @nn.compact
-    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        obs = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
-        x = jnp.concatenate([obs, jnp.asarray(action, jnp.float32)], axis=-1)
-        for h in self.hidden_sizes:
-            x = nn.relu(nn.Dense(h, kernel_init=_torch_linear_init())(x))
-        return nn.Dense(1, kernel_init=_torch_linear_init())(x)[:, 0]
+SACCritic = _common.ObsActionCritic
+"""CleanRL's `SoftQNetwork`: concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]."""
 
 
 def check_hparams(hparams: SACHParams) -> None:
@@ -311,7 +296,7 @@ def _check_network(network: Any, obs_space: Any, action_dim: int) -> tuple[Any, 
         if not callable(getattr(m, "init", None)) or not callable(getattr(m, "apply", None)):
             raise TypeError(f"network: the {what} must be a flax linen Module, got {type(m).__name__}. network must "
                             f"be {NETWORK_CONTRACT}.")
-    obs = _common._zeros_for(obs_space)
+    obs = _common.zeros_for(obs_space)
     act = jnp.zeros((1, action_dim), jnp.float32)
     want = (1, action_dim)
     out = jax.eval_shape(lambda k: actor.apply(actor.init(k, obs), obs), jax.random.key(0))

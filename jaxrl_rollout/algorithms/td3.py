@@ -222,11 +222,6 @@ class TD3Metrics(NamedTuple):
     nonfinite: jax.Array
 
 
-def _torch_linear_init():
-    # torch's nn.Linear default kernel: uniform in +-1/sqrt(fan_in)
-    return nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
-
-
 class TD3Actor(nn.Module):
     """CleanRL's TD3 actor: obs [B, ...] flattened -> Dense+ReLU layers -> tanh -> scaled to the Box [B, A].
 
@@ -242,23 +237,13 @@ class TD3Actor(nn.Module):
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
         for h in self.hidden_sizes:
-            x = nn.relu(nn.Dense(h, kernel_init=_torch_linear_init())(x))
-        x = jnp.tanh(nn.Dense(self.action_dim, kernel_init=_torch_linear_init())(x))
+            x = nn.relu(nn.Dense(h, kernel_init=_common.torch_linear_kernel_init())(x))
+        x = jnp.tanh(nn.Dense(self.action_dim, kernel_init=_common.torch_linear_kernel_init())(x))
         return x * jnp.asarray(self.action_scale, jnp.float32) + jnp.asarray(self.action_bias, jnp.float32)
 
 
-class TD3Critic(nn.Module):
-    """CleanRL's Q-network: concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]."""
-
-    hidden_sizes: tuple = (256, 256)
-
-    @nn.compact
-    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
-        x = jnp.concatenate([x, jnp.asarray(action, jnp.float32)], axis=-1)
-        for h in self.hidden_sizes:
-            x = nn.relu(nn.Dense(h, kernel_init=_torch_linear_init())(x))
-        return nn.Dense(1, kernel_init=_torch_linear_init())(x)[:, 0]
+TD3Critic = _common.ObsActionCritic
+"""CleanRL's TD3 Q-network: concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]."""
 
 
 def check_hparams(hparams: TD3HParams) -> None:
@@ -285,7 +270,7 @@ def _check_networks(network: Any, obs_space: Any, action_dim: int):
     for what, m in (("actor_module", actor), ("critic_module", critic)):
         if not callable(getattr(m, "init", None)) or not callable(getattr(m, "apply", None)):
             raise TypeError(f"network: {what} must be a flax linen Module, got {type(m).__name__}.")
-    obs = _common._zeros_for(obs_space)
+    obs = _common.zeros_for(obs_space)
     act = jnp.zeros((1, action_dim), jnp.float32)
     try:
         a = jax.eval_shape(lambda k: actor.apply(actor.init(k, obs), obs), jax.random.key(0))
