@@ -89,7 +89,7 @@ def main() -> dict:
     state, metrics = _common.block(compiled(keys, hp))
     run_s = time.perf_counter() - t0
 
-    tail_updates = max(1, args.tail // (cfg.train_frequency * cfg.num_envs))
+    tail_updates = max(1, args.tail // cfg.steps_per_update)
     ret, n = np.asarray(metrics.episode_return)[:, -tail_updates:], np.asarray(metrics.num_episodes)[:, -tail_updates:]
     train_return = np.nansum(np.nan_to_num(ret) * n, axis=1) / np.maximum(n.sum(axis=1), 1)
     eval_keys = jax.random.split(jax.random.key(1), args.seeds)
@@ -125,7 +125,7 @@ def run_sac(args, machine: dict) -> dict:
     state, metrics = _common.block(compiled(keys, hp))
     run_s = time.perf_counter() - t0
 
-    tail_updates = max(1, tail // (cfg.policy_frequency * cfg.num_envs))
+    tail_updates = max(1, tail // cfg.steps_per_update)
     ret, n = np.asarray(metrics.episode_return)[:, -tail_updates:], np.asarray(metrics.num_episodes)[:, -tail_updates:]
     train_return = np.nansum(np.nan_to_num(ret) * n, axis=1) / np.maximum(n.sum(axis=1), 1)
     eval_keys = jax.random.split(jax.random.key(1), args.seeds)
@@ -168,7 +168,7 @@ def _td3(args, machine) -> dict:
     t0 = time.perf_counter()
     state, metrics = _common.block(compiled(keys, hp))
     run_s = time.perf_counter() - t0
-    tail = max(1, (args.tail if "--tail" in given else 2_000) // cfg.num_envs)  # 10 Pendulum episodes
+    tail = max(1, (args.tail if "--tail" in given else 2_000) // cfg.steps_per_update)  # 10 Pendulum episodes
     ret, n = np.asarray(metrics.episode_return)[:, -tail:], np.asarray(metrics.num_episodes)[:, -tail:]
     train_return = np.nansum(np.nan_to_num(ret) * n, axis=1) / np.maximum(n.sum(axis=1), 1)
     eval_keys = jax.random.split(jax.random.key(1), args.seeds)

@@ -2,13 +2,17 @@
 
     jaxrl-rollout                                   # = train: PPO on CartPole-v1, 8 seeds, default config
     jaxrl-rollout train --lr 1e-3,3e-4 --ent-coef 0,0.01 --seeds 4 --out runs/sweep
+    jaxrl-rollout train --algo sac --seeds 4         # SAC on its default env, Pendulum-v1
     jaxrl-rollout train --resume runs/sweep         # continue an interrupted run
     jaxrl-rollout evaluate runs/sweep               # deterministic and stochastic returns per seed
     jaxrl-rollout rollout                           # a uniform random policy's episode statistics
 
-Every static config field (`PPOConfig`, `A2CConfig`) is an option taking one
-value; every hyperparameter (`PPOHParams`, `A2CHParams`) takes a comma list,
-and the grid is their cartesian product, trained with every seed.
+`--algo` is one of the registered algorithms (ppo, a2c, dqn, pqn, sac,
+td3; `algorithms.NAMES`), each with its own config's defaults (its env
+too: CartPole-v1, or Pendulum-v1 for sac and td3). Every static config
+field (`PPOConfig`, `DQNConfig`, ...) is an option taking one value; every
+hyperparameter (`PPOHParams`, `SACHParams`, ...) takes a comma list, and the
+grid is their cartesian product, trained with every seed.
 """
 
 from __future__ import annotations
@@ -122,7 +126,7 @@ def _config_fields() -> dict:
         for f in dataclasses.fields(config_cls):
             if f.name in _RENAMED:
                 continue
-            kind = type(f.default)
+            kind = type(f.default) if f.default is not None else (float if "float" in str(f.type) else str)
             parse = {bool: _bool, int: _int, float: _float, tuple: _int_tuple}.get(kind, str)
             fields.setdefault(f.name, ({}, parse))[0][algo] = f.default
     return fields
@@ -145,10 +149,12 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     # Every default is None so that `--resume` can tell which options were given.
     run = train.add_argument_group("run")
     run.add_argument("--algo", choices=tuple(_algorithms()), help="algorithm (default: ppo)")
-    run.add_argument("--env", help=f"gymnax env id, or SUITE/NAME for another suite, e.g. brax/ant (default: {DEFAULT_ENV})")
+    run.add_argument("--env", help="gymnax env id, or SUITE/NAME for another suite, e.g. brax/ant (default: the "
+                     f"algorithm's, {DEFAULT_ENV}; Pendulum-v1 for sac and td3)")
     run.add_argument("--seeds", type=_positive_int, help=f"seeds per grid point (default: {DEFAULT_SEEDS})")
     run.add_argument("--total-steps", type=_total_steps,
-                     help="env steps per run, at most 2**31 - 1 (default: the config's, 500000); with --resume, "
+                     help="env steps per run, at most 2**31 - 1 (default: the algorithm's, e.g. 500000 for ppo, "
+                          "1000000 for sac and td3); with --resume, "
                           "a larger count trains the run longer")
     run.add_argument("--seed", type=_int, help="root PRNG seed (default: 0)")
     run.add_argument("--out", metavar="FOLDER", help="output folder for a new run (default: runs/ALGO-ENV-TIME)")
@@ -219,7 +225,7 @@ def _build_spec(given: dict):
     algo = given.get("algo", "ppo")
     config_cls, hparams_cls, _ = _algorithms()[algo]
     config_names = {f.name for f in dataclasses.fields(config_cls)}
-    fields = {"env_id": given.get("env", DEFAULT_ENV)}
+    fields = {"env_id": given["env"]} if "env" in given else {}  # else the algorithm's own default env
     if "total_steps" in given:
         fields["total_timesteps"] = given["total_steps"]
     for name in _config_fields():
@@ -232,12 +238,15 @@ def _build_spec(given: dict):
         if name in given and name not in hparams_cls._fields:
             raise ValueError(f"--{name.replace('_', '-')} is not a hyperparameter of {algo.upper()}; it has "
                              f"{', '.join('--' + f.replace('_', '-') for f in hparams_cls._fields)}.")
+    from jaxrl_rollout.algorithms import hparam_ranges
     from jaxrl_rollout.algorithms._common import hparam_in_range, hparam_range_text
 
+    ranges = hparam_ranges(algo)
     for name in hparams_cls._fields:
         for value in given.get(name, ()):
-            if not hparam_in_range(name, value):
-                raise ValueError(f"--{name.replace('_', '-')} {value:g}: {name} must be {hparam_range_text(name)}.")
+            if not hparam_in_range(name, value, ranges):
+                raise ValueError(f"--{name.replace('_', '-')} {value:g}: {name} must be "
+                                 f"{hparam_range_text(name, ranges)}.")
     config = config_cls(**fields)
     axes = {name: given[name] for name in hparams_cls._fields if name in given}
     grid = tuple(hparams_cls(**dict(zip(axes, point))) for point in itertools.product(*axes.values()))
@@ -308,15 +317,24 @@ def _check_devices(spec, devices, env=None) -> None:
 
 
 def _build_env(spec):
-    """The spec's env, built once before a new run's folder is written.
+    """The spec's env, built once (with its algorithm) before a new run's folder is written.
 
     A config never builds its env, so it checks only what needs none (a
-    gymnax name); another suite's unknown name, or its missing extra, is
-    refused here, before anything is written.
+    gymnax name); another suite's unknown name, or its missing extra, and an
+    env the algorithm cannot train are refused here, before anything is written.
     """
     from jaxrl_rollout import envs
+    from jaxrl_rollout.algorithms import _common, get
 
-    return envs.make(spec.config.env_id)[0]
+    env, env_params = envs.make(spec.config.env_id)
+    # The algorithm is built once too, so that an env it cannot train (DQN on continuous actions,
+    # SAC on discrete ones, a network that does not fit) is refused before anything is written.
+    make = get(spec.algo).make
+    if _common.is_self_play(env):
+        make(spec.config)  # a self-play game is set up from its id
+    else:
+        make(spec.config, env=env, env_params=env_params)
+    return env
 
 
 def _write_config(folder: pathlib.Path, spec, option: str) -> None:
@@ -425,10 +443,12 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     if "total_steps" in given:
         spec = _with_total_steps(saved, given["total_steps"])
         if spec.config.num_updates < done:
-            batch = spec.config.batch_size
+            from jaxrl_rollout.run_metrics import steps_at
+
+            batch = spec.config.steps_per_update
             raise ValueError(f"--total-steps {given['total_steps']}: the run in {folder} has already trained "
-                             f"{done * batch:,} steps ({done} updates of {batch}); a resumed run can only be "
-                             "extended, to at least that many steps.")
+                             f"{steps_at(spec.config, done):,} steps ({done} updates of {batch}); a resumed run can "
+                             "only be extended, to at least that many steps.")
     _check_devices(spec, args.devices)
     if spec != saved and not has_checkpoint:
         _write_config(folder, spec, option)
@@ -439,6 +459,8 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
     """[R, num_episodes] returns of every run's policy (mode actions if deterministic), one vmapped call.
 
     A host env's runs are evaluated one after another (`runner.map_runs`).
+    None for the stochastic policy of an algorithm that has none (DQN and
+    TD3 act deterministically; their exploration belongs to training).
     """
     import jax
     import numpy as np
@@ -448,6 +470,8 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
 
     algorithm = make_algorithm(spec)  # a host env gets a fresh host env here, apart from training's
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
+    if policy_fn is None:
+        return None
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
     run = map_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
@@ -531,8 +555,10 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
                 if not written:
                     _write_config(folder, spec, f"--resume {folder}")
                     written.append(chunks_done)
+    from jaxrl_rollout.run_metrics import total_steps
+
     cfg = spec.config
-    steps = cfg.num_updates * cfg.batch_size
+    steps = total_steps(cfg)
     grid = f"{len(spec.grid)} grid points x " if len(spec.grid) > 1 else ""
     print(f"jaxrl_rollout: {spec.algo.upper()} on {cfg.env_id}, {grid}{spec.num_seeds} seeds x {steps:,} steps "
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
@@ -564,7 +590,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
     print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s "
-          f"({result.updates_run * cfg.batch_size * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
+          f"({result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
           "over all runs"
           + (", this session" if resume else "") + ")")
     if not result.complete:
@@ -611,6 +637,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
     print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "
           f"{status}), {args.num_episodes} episodes per run; return mean (std)")
+    if sto is None:
+        print(f"  {spec.algo.upper()}'s policy is deterministic (its exploration noise belongs to training): "
+              "no stochastic column")
     labels = [report.grid_label(spec, g) for g in range(len(spec.grid))]
     width = max(len("grid point"), *map(len, labels))
     game = _self_play_game(spec)
@@ -624,8 +653,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     for r in range(spec.num_runs):
         g, s = divmod(r, spec.num_seeds)
         wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
-        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  "
-              f"{sto[r].mean():9.2f} ({sto[r].std():5.1f}){wdl}")
+        stochastic = f"{sto[r].mean():9.2f} ({sto[r].std():5.1f})" if sto is not None else f"{'n/a':>17}"
+        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  {stochastic}{wdl}")
     return 0
 
 
@@ -680,7 +709,8 @@ def build_parser() -> argparse.ArgumentParser:
         "With no command, trains PPO on CartPole-v1 with the default config over 8 vmapped seeds.",
     )
     sub = parser.add_subparsers(dest="command")
-    train = sub.add_parser("train", help="train PPO or A2C over vmapped seeds and sweep grids (the default command)")
+    train = sub.add_parser("train", help="train PPO, A2C, DQN, PQN, SAC or TD3 over vmapped seeds and sweep grids "
+                                         "(the default command)")
     _add_train_arguments(train)
     evaluate = sub.add_parser("evaluate", help="evaluate a saved run's policies per seed")
     evaluate.add_argument("folder", help="a run folder written by train")

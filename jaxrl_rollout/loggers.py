@@ -8,7 +8,7 @@ jit. Every metric is a scalar tagged `train/<metric>` at the run's cumulative
 env steps; a grid point's hyperparameters are written once as text.
 
 Resuming: a logger opened at update U tells TensorBoard to drop events past
-step U * batch_size from the earlier writer (tensorboardX's purge event), so
+step `run_metrics.steps_at(config, U)` from the earlier writer (tensorboardX's purge event), so
 chunks logged after the last checkpoint of an interrupted run are not shown
 twice.
 
@@ -29,6 +29,8 @@ import time
 from typing import Any
 
 import numpy as np
+
+from jaxrl_rollout.run_metrics import steps_at
 
 __all__ = ["TensorBoardLogger", "WandbLogger", "chain"]
 
@@ -139,7 +141,7 @@ class TensorBoardLogger:
                 f"TensorBoard logs need tensorboardX ({err}); pip install tensorboardX, or pass --tensorboard false."
             ) from err
         self._summary = summary
-        self._batch = spec.config.batch_size
+        self._config = spec.config
         self.root = pathlib.Path(folder) / "tensorboard"
         self._spec, self._first_update, self._files = spec, first_update, None
 
@@ -149,7 +151,7 @@ class TensorBoardLogger:
         from jaxrl_rollout.run_metrics import grid_label
 
         spec, first_update = self._spec, self._first_update
-        purge = first_update * self._batch if first_update else None
+        purge = steps_at(self._config, first_update) if first_update else None
         self._files = []
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
@@ -174,7 +176,7 @@ class TensorBoardLogger:
                 for u, value in enumerate(row):
                     if np.isfinite(value):
                         events.add(self._summary.scalar(f"train/{name}", float(value)),
-                                   (first_update + u + 1) * self._batch)
+                                   steps_at(self._config, first_update + u + 1))
         for events in files:
             events.flush()
 
@@ -212,7 +214,7 @@ class WandbLogger:
                 "pip install 'jaxrl-rollout[wandb]'"
             ) from err
         self._wandb, self._folder, self._spec, self._mode, self._project = wandb, pathlib.Path(folder), spec, mode, project
-        self._batch = spec.config.batch_size
+        self._config = spec.config
         self._runs = None
 
     def _start(self) -> list:
@@ -252,7 +254,7 @@ class WandbLogger:
         for r, run in enumerate(runs):
             for u in range(updates):
                 row = {f"train/{k}": float(v[r, u]) for k, v in arrays.items() if np.isfinite(v[r, u])}
-                run.log(row, step=(first_update + u + 1) * self._batch)
+                run.log(row, step=steps_at(self._config, first_update + u + 1))
 
     def close(self) -> None:
         """Finishes every W&B run."""

@@ -8,7 +8,7 @@ mean +- t_{0.975, S-1} * sd / sqrt(S) (sd with ddof=1; none for one seed).
 A run with no episode in the window is left out and counted.
 
 Every function takes the sweep as `spec`, a `runner.RunSpec` of which only
-`algo`, `config.env_id`, `config.batch_size`, `grid`, `num_seeds`,
+`algo`, `config` (env_id and its step counts, `run_metrics.steps_at`), `grid`, `num_seeds`,
 `num_runs` and `swept()` are read; this module does not import the runner,
 which it stands beside (the command line composes the two).
 """
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxrl_rollout.checkpoint import write_atomic
-from jaxrl_rollout.run_metrics import chunk_return, grid_label
+from jaxrl_rollout.run_metrics import chunk_return, grid_label, steps_at
 
 __all__ = ["GridSummary", "final_returns", "format_summary", "grid_label", "summarize", "write_learning_curve",
            "write_metrics_csv", "write_outputs"]
@@ -47,7 +47,6 @@ def write_metrics_csv(path, spec: Any, metrics: dict) -> None:
 
 def _write_rows(binary, spec: Any, metrics: dict) -> None:
     swept = spec.swept()
-    batch = spec.config.batch_size
     names = sorted(metrics)
     f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
     writer = csv.writer(f)
@@ -56,7 +55,7 @@ def _write_rows(binary, spec: Any, metrics: dict) -> None:
         g, s = divmod(r, spec.num_seeds)
         hp = [f"{getattr(spec.grid[g], k):g}" for k in swept]
         for u in range(metrics[names[0]].shape[1]):
-            head = [g, s, u, (u + 1) * batch, *hp]
+            head = [g, s, u, steps_at(spec.config, u + 1), *hp]
             for name in names:
                 value = metrics[name][r, u]
                 writer.writerow([*head, name, f"{value:.9g}" if np.issubdtype(value.dtype, np.floating)
@@ -74,7 +73,7 @@ def write_learning_curve(path, spec: Any, metrics: dict) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    steps = (np.arange(metrics["episode_return"].shape[1]) + 1) * spec.config.batch_size
+    steps = np.array([steps_at(spec.config, u + 1) for u in range(metrics["episode_return"].shape[1])])
     returns = metrics["episode_return"].reshape(len(spec.grid), spec.num_seeds, -1).astype(np.float64)
     fig = Figure(figsize=(7, 4.2), layout="constrained")
     FigureCanvasAgg(fig)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["chunk_return", "grid_label", "returns_text"]
+__all__ = ["chunk_return", "grid_label", "returns_text", "steps_at", "total_steps"]
 
 
 def chunk_return(metrics: dict) -> np.ndarray:
@@ -69,3 +69,18 @@ def grid_label(spec: Any, g: int) -> str:
     """
     swept = spec.swept()
     return ", ".join(f"{k}={getattr(spec.grid[g], k):g}" for k in swept) if swept else "default"
+
+
+def steps_at(config: Any, updates: int) -> int:
+    """Env steps of one run after `updates` updates: `config.initial_steps` + updates * `config.steps_per_update`.
+
+    PPO, A2C and PQN take `batch_size` steps per update and none before the
+    first; DQN, SAC and TD3 take their iteration 0 in `init` (`num_envs`
+    steps), then `log_interval`-sized updates.
+    """
+    return int(getattr(config, "initial_steps", 0)) + int(updates) * int(config.steps_per_update)
+
+
+def total_steps(config: Any) -> int:
+    """Env steps of one whole run: `steps_at(config, config.num_updates)`."""
+    return steps_at(config, config.num_updates)

@@ -53,7 +53,7 @@ from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
-from jaxrl_rollout.run_metrics import chunk_return, returns_text
+from jaxrl_rollout.run_metrics import chunk_return, returns_text, steps_at, total_steps
 from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.types import RolloutState
 
@@ -105,7 +105,7 @@ def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
     g, s = divmod(r, spec.num_seeds)
     update = first_update + u + 1
     raise Diverged(
-        f"training diverged at update {update} (step {update * spec.config.batch_size:,}) of run {r} (grid point "
+        f"training diverged at update {update} (step {steps_at(spec.config, update):,}) of run {r} (grid point "
         f"{g}, seed {s}){f' and {runs - 1} other run(s)' if runs > 1 else ''}: non-finite {', '.join(what)}"
         + (f" (metrics {', '.join(bad)})" if bad else "") + ". Lower the learning rate, check the env's rewards "
         "and observations for NaN or inf, or clip them.", update, r, what)
@@ -154,9 +154,9 @@ class RunSpec:
     """Everything that determines a sweep's results (saved as the run's config.json).
 
     Attributes:
-      algo: "ppo" or "a2c".
-      config: the algorithm's static config (`PPOConfig` / `A2CConfig`).
-      grid: G hyperparameter records (`PPOHParams` / `A2CHParams`), one per grid point.
+      algo: a registered algorithm (`algorithms.NAMES`: ppo, a2c, dqn, pqn, sac, td3).
+      config: the algorithm's static config (`PPOConfig`, `DQNConfig`, ...).
+      grid: G hyperparameter records of its HParams class (`PPOHParams`, ...), one per grid point.
       num_seeds: S seeds per grid point.
       seed: the root PRNG seed.
       chunk_updates: updates per jitted chunk (0: `default_chunk_updates`).
@@ -183,7 +183,7 @@ class RunSpec:
             for name, value in h._asdict().items():
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise TypeError(f"grid: {name} must be a number, got {value!r}.")
-            check_hparams(h)
+            check_hparams(h, algorithms.hparam_ranges(self.algo))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int, got {self.seed!r}.")
         for name in ("num_seeds", "chunk_updates") + (("max_parallel",) if self.max_parallel is not None else ()):
@@ -246,7 +246,8 @@ class RunSpec:
             raise ValueError(f"saved config has fields {sorted(unknown)} that {config_cls.__name__} does not know.")
         annotations = {f.name: str(f.type) for f in dataclasses.fields(config_cls)}
         for name, value in data["config"].items():
-            _check_json_type(f"config.{name}", value, defaults[name], "Optional" in annotations[name])
+            optional = "Optional" in annotations[name] or "None" in annotations[name]
+            _check_json_type(f"config.{name}", value, defaults[name], optional)
         for name in ("num_seeds", "seed", "chunk_updates"):
             _check_json_type(name, data[name], 0, False)
         _check_json_type("max_parallel", data["max_parallel"], 0, True)
@@ -338,7 +339,7 @@ class RunResult(NamedTuple):
     Attributes:
       state: the training state of every run, leaves [R, ...] (device arrays).
       metrics: name -> float/int array [R, updates_done] (env_steps left out:
-        the cumulative step of update u is (u + 1) * batch_size).
+        the cumulative step after update u (from 1) is `run_metrics.steps_at(config, u)`).
       updates_done, chunks_done: progress (all updates when complete).
       updates_run: updates run by this call (fewer than updates_done after a resume).
       complete: every chunk has run.
@@ -421,7 +422,8 @@ def host_env(env: Any) -> HostEnv | None:
 def reopen_host_envs(algorithm: Any, state: Any) -> Any:
     """One run's resumed state with its host envs reset, since a host env's state is not in a checkpoint.
 
-    Every `RolloutState` in `state` gets fresh episodes: the host envs reset
+    Every `RolloutState` in `state`, or the state itself for an off-policy
+    learner (DQN, SAC, TD3, whose state holds its envs), gets fresh episodes: the host envs reset
     with keys split from the rollout key (so resuming the same checkpoint twice
     gives the same run), `first` set (a recurrent carry restarts), the running
     episode statistics and the reward scaler's running returns zeroed. The
@@ -440,9 +442,24 @@ def reopen_host_envs(algorithm: Any, state: Any) -> Any:
                                  episode_length=jnp.zeros_like(node.episode_length), key=key)
         if isinstance(node, RewardScaleState):
             return node._replace(returns=jnp.zeros_like(node.returns))
+        if _holds_envs(node):  # an off-policy learner's state (DQN, SAC, TD3): the envs sit in it directly
+            key, reset_key = jax.random.split(node.key)
+            num_envs = node.episode_return.shape[0]
+            obs, env_state = algorithm.env.reset(jax.random.split(reset_key, num_envs), algorithm.env_params)
+            return node._replace(env_state=env_state, obs=obs, episode_return=jnp.zeros_like(node.episode_return),
+                                 episode_length=jnp.zeros_like(node.episode_length), key=key)
         return node
 
-    return jax.tree.map(fresh, state, is_leaf=lambda node: isinstance(node, (RolloutState, RewardScaleState)))
+    return jax.tree.map(fresh, state, is_leaf=lambda node: isinstance(node, (RolloutState, RewardScaleState))
+                        or _holds_envs(node))
+
+
+_ENV_FIELDS = frozenset(("env_state", "obs", "episode_return", "episode_length", "key"))
+
+
+def _holds_envs(node: Any) -> bool:
+    """A NamedTuple state (not a `RolloutState`) that holds its envs' state, observations and episode counters."""
+    return not isinstance(node, RolloutState) and _ENV_FIELDS <= set(getattr(node, "_fields", ()))
 
 
 def map_runs(fn: Callable, env: Any) -> Callable:
@@ -520,11 +537,11 @@ def _metric_arrays(metrics: Any) -> dict:
 
 def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray,
                    ended: np.ndarray) -> str:
-    batch = spec.config.batch_size
-    total = spec.config.num_updates * batch
+    total = total_steps(spec.config)
     rate = steps_run / elapsed if elapsed > 0 else float("nan")
     ret = returns_text(returns, ended)
-    return (f"  step {updates * batch:>{len(f'{total:,}')},}/{total:,} ({100 * updates / spec.config.num_updates:5.1f}%)"
+    return (f"  step {steps_at(spec.config, updates):>{len(f'{total:,}')},}/{total:,} "
+            f"({100 * updates / spec.config.num_updates:5.1f}%)"
             f"  {rate:,.0f} steps/s  {ret}")
 
 
@@ -550,14 +567,14 @@ class _ProgressBar:
             TimeRemainingColumn,
         )
 
-        self._batch = spec.config.batch_size
+        self._config = spec.config
         self._progress = Progress(
             TextColumn("  training"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[ret]}"),
             console=Console(file=stream, force_terminal=True), auto_refresh=False, transient=False,
         )
-        self._task = self._progress.add_task("train", total=spec.config.num_updates * self._batch,
-                                             completed=updates_done * self._batch, ret="")
+        self._task = self._progress.add_task("train", total=total_steps(spec.config),
+                                             completed=steps_at(spec.config, updates_done), ret="")
         self._progress.start()
 
     def line(self, text: str) -> None:
@@ -567,7 +584,7 @@ class _ProgressBar:
     def update(self, updates_done: int, returns: np.ndarray) -> None:
         finite = returns[np.isfinite(returns)]
         ret = f"return {finite.mean():.1f}" if finite.size else ""
-        self._progress.update(self._task, completed=updates_done * self._batch, ret=ret)
+        self._progress.update(self._task, completed=steps_at(self._config, updates_done), ret=ret)
         self._progress.refresh()
 
     def close(self) -> None:
@@ -731,7 +748,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 metrics = {k: np.concatenate([metrics.get(k, np.zeros((v.shape[0], updates_done), v.dtype)), v],
                                              axis=1) for k, v in chunk.items()}
                 chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
-                steps_run += length * spec.config.batch_size * spec.num_runs
+                steps_run += length * spec.config.steps_per_update * spec.num_runs
                 returns = chunk_return(chunk)
                 elapsed = time.perf_counter() - run_start
                 say(_progress_line(spec, updates_done, elapsed, steps_run, returns, chunk["num_episodes"].sum(1) > 0)

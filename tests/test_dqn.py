@@ -15,7 +15,8 @@ from jaxrl_rollout.algorithms import dqn, replay, stack_hparams
 from tests.toy_envs import CountingEnv
 
 SMALL = dqn.DQNConfig(total_timesteps=2_000, buffer_size=500, batch_size=32, learning_starts=100,
-                      train_frequency=10, target_network_frequency=50, hidden_sizes=(16, 16))
+                      train_frequency=10, target_network_frequency=50, hidden_sizes=(16, 16),
+                      log_interval=10)
 
 
 def test_transitions_keep_the_true_final_observation_and_the_bootstraps_differ():
@@ -137,7 +138,7 @@ def test_own_network():
 
 def test_learns_cartpole_quickly():
     """20k steps (about 10 s on 2 CPU cores): the last episodes return well above a random policy's ~22."""
-    cfg = dqn.DQNConfig(total_timesteps=20_000, learning_starts=1_000, target_network_frequency=500)
+    cfg = dqn.DQNConfig(total_timesteps=20_000, learning_starts=1_000, target_network_frequency=500, log_interval=10)
     hp = dqn.DQNHParams(lr=1e-3, exploration_fraction=0.2)
     _, m = jax.jit(jax.vmap(dqn.make_train(cfg), in_axes=(0, None)))(jax.random.split(jax.random.key(0), 2), hp)
     final = np.nanmean(np.asarray(m.episode_return)[:, -300:], axis=1)

@@ -16,7 +16,7 @@ from jaxrl_rollout.algorithms import sac, stack_hparams
 from tests.toy_envs import CountingEnv, CountingState
 
 SMALL = sac.SACConfig(total_timesteps=400, buffer_size=400, batch_size=32, learning_starts=100,
-                      hidden_sizes=(16, 16))
+                      hidden_sizes=(16, 16), log_interval=2)
 
 
 class BoxCountingEnv(CountingEnv):
@@ -176,7 +176,7 @@ def test_own_network_and_fixed_alpha():
 def test_learns_pendulum_quickly():
     """6,000 steps (about 20 s on 2 CPU cores): episodes end far above a random policy's ~-1200..-1500."""
     cfg = sac.SACConfig(total_timesteps=6_000, buffer_size=6_000, learning_starts=1_000, batch_size=128,
-                        hidden_sizes=(64, 64))
+                        hidden_sizes=(64, 64), log_interval=2)
     _, m = jax.jit(jax.vmap(sac.make_train(cfg)))(jax.random.split(jax.random.key(0), 2))
     ret = np.asarray(m.episode_return)
     first = np.nanmean(ret[:, :250], axis=1)  # random actions: the first 500 steps

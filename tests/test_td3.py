@@ -13,7 +13,7 @@ import pytest
 from jaxrl_rollout.algorithms import stack_hparams, td3
 
 SMALL = td3.TD3Config(total_timesteps=400, buffer_size=500, batch_size=32, learning_starts=100, policy_frequency=2,
-                      hidden_sizes=(16, 16))
+                      hidden_sizes=(16, 16), log_interval=1)
 
 
 def _changed(a, b) -> bool:
@@ -126,7 +126,7 @@ def test_learns_pendulum_quickly():
     `benchmarks/offpolicy_learning.py --algo td3`.
     """
     cfg = td3.TD3Config(total_timesteps=10_000, buffer_size=10_000, batch_size=128, learning_starts=1_000,
-                        hidden_sizes=(64, 64))
+                        hidden_sizes=(64, 64), log_interval=1)
     _, m = jax.jit(jax.vmap(td3.make_train(cfg), in_axes=(0, None)))(jax.random.split(jax.random.key(0), 2),
                                                                         td3.TD3HParams(lr=1e-3))
     ret = np.asarray(m.episode_return)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Entry", "NAMES", "REGISTRY", "get", "stack_hparams"]
+__all__ = ["Entry", "NAMES", "REGISTRY", "get", "hparam_ranges", "stack_hparams"]
 
 H = TypeVar("H")
 
@@ -28,6 +28,10 @@ H = TypeVar("H")
 _PLACES = {
     "ppo": ("ppo", "PPOConfig", "PPOHParams", "make_ppo"),
     "a2c": ("a2c", "A2CConfig", "A2CHParams", "make_a2c"),
+    "dqn": ("dqn", "DQNConfig", "DQNHParams", "make_dqn"),
+    "pqn": ("pqn", "PQNConfig", "PQNHParams", "make_pqn"),
+    "sac": ("sac", "SACConfig", "SACHParams", "make_sac"),
+    "td3": ("td3", "TD3Config", "TD3HParams", "make_td3"),
 }
 
 NAMES = tuple(_PLACES)
@@ -53,7 +57,7 @@ def get(name: str) -> Entry:
     """The registered algorithm `name`, its module imported on first use.
 
     Args:
-      name: one of `NAMES` ("ppo", "a2c").
+      name: one of `NAMES` ("ppo", "a2c", "dqn", "pqn", "sac", "td3").
 
     Returns:
       Its `Entry`.
@@ -68,6 +72,29 @@ def get(name: str) -> Entry:
     return Entry(getattr(module, config), getattr(module, hparams), getattr(module, make))
 
 
+def hparam_ranges(name_or_record: Any) -> dict:
+    """The valid ranges of an algorithm's hyperparameters, by its name or by a record of its HParams class.
+
+    Each algorithm's module may define `HPARAM_RANGES` (name -> (low, low
+    included, high or None, high included)); PPO's and A2C's are
+    `_common.HPARAM_RANGES`, which is also the answer for a record of a class
+    that is not registered.
+    """
+    from jaxrl_rollout.algorithms import _common
+
+    if isinstance(name_or_record, str):
+        get(name_or_record)  # a ValueError names an unknown algo
+        module_name = _PLACES[name_or_record][0]
+    else:
+        cls = type(name_or_record)
+        module_name = next((m for m, _, h, _ in _PLACES.values()
+                            if cls.__module__ == f"jaxrl_rollout.algorithms.{m}" and cls.__name__ == h), None)
+        if module_name is None:
+            return _common.HPARAM_RANGES
+    module = importlib.import_module(f"jaxrl_rollout.algorithms.{module_name}")
+    return getattr(module, "HPARAM_RANGES", _common.HPARAM_RANGES)
+
+
 def __getattr__(name: str) -> Any:
     """`REGISTRY`, {name: Entry} for every registered algorithm, built (and its modules imported) on first use."""
     if name == "REGISTRY":
@@ -80,7 +107,8 @@ def __getattr__(name: str) -> Any:
 def stack_hparams(hparams: Sequence[H]) -> H:
     """Stacks hyperparameter records field by field into one record of [G] float32 arrays, for vmap.
 
-    Every record is checked first (`_common.check_hparams`): a ValueError names a field out of its range.
+    Every record is checked first against its algorithm's ranges (`hparam_ranges`, `_common.check_hparams`):
+    a ValueError names a field out of its range.
     """
     hparams = list(hparams)
     if not hparams:
@@ -90,6 +118,7 @@ def stack_hparams(hparams: Sequence[H]) -> H:
         raise TypeError(f"stack_hparams needs records of one type, got {sorted(k.__name__ for k in kinds)}.")
     from jaxrl_rollout.algorithms._common import check_hparams
 
+    ranges = hparam_ranges(hparams[0])
     for h in hparams:
-        check_hparams(h)
+        check_hparams(h, ranges)
     return jax.tree.map(lambda *xs: jnp.asarray(xs, jnp.float32), *hparams)

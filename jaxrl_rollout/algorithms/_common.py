@@ -47,7 +47,8 @@ __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
     "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "choose_network",
     "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
-    "make_train_loop", "MAX_TOTAL_TIMESTEPS", "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
+    "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "ROW_MERGE", "steps_in_rows",
+    "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -274,6 +275,59 @@ class ConfigSizes:
     @property
     def num_updates(self) -> int:
         return self.total_timesteps // self.batch_size
+
+    @property
+    def steps_per_update(self) -> int:
+        """Env steps in one update (the runner's step count): `batch_size`."""
+        return self.batch_size
+
+    @property
+    def initial_steps(self) -> int:
+        """Env steps taken by `init`, before the first update: none."""
+        return 0
+
+
+ROW_MERGE = {
+    "env_steps": "sum", "num_episodes": "sum", "episode_return": "per_episode", "episode_length": "per_episode",
+    "nonfinite": "or", "trained": "any", "actor_updated": "any", "epsilon": "last", "alpha": "last",
+}
+"""How `merge_rows` reduces a metric over the learner steps of one update; any other metric: "nanmean"."""
+
+
+def merge_rows(rows: Any) -> Any:
+    """One update's metrics from its K learner steps' metrics (a NamedTuple of [K] leaves).
+
+    The off-policy learners report one metrics row per `log_interval`
+    iterations rather than per gradient step, so a long run keeps a few
+    hundred rows, not a million. Each field is reduced by `ROW_MERGE`: counts
+    summed; episode returns and lengths averaged over the episodes that ended
+    (weighted by `num_episodes`, NaN when none did); flags OR-ed; schedules
+    (epsilon, alpha) taken at the last step; losses and values averaged over
+    the steps that have them (NaN where a step took no gradient step).
+    """
+    n = jnp.sum(rows.num_episodes)
+
+    def reduce(name, x):
+        how = ROW_MERGE.get(name, "nanmean")
+        if how == "sum":
+            return jnp.sum(x).astype(x.dtype)
+        if how == "per_episode":
+            total = jnp.sum(jnp.where(rows.num_episodes > 0, x * rows.num_episodes, 0.0))
+            return jnp.where(n > 0, total / jnp.maximum(n, 1), jnp.nan).astype(x.dtype)
+        if how == "or":
+            return jax.lax.reduce(x, jnp.zeros((), x.dtype), jax.lax.bitwise_or, (0,))
+        if how == "any":
+            return jnp.any(x)
+        if how == "last":
+            return x[-1]
+        return jnp.nanmean(x).astype(x.dtype)
+
+    return type(rows)(**{name: reduce(name, x) for name, x in rows._asdict().items()})
+
+
+def steps_in_rows(log_interval: int, period: int) -> int:
+    """Learner steps of `period` iterations in one update of about `log_interval` iterations (at least one)."""
+    return max(1, log_interval // period)
 
 
 class Algorithm(NamedTuple):

@@ -21,10 +21,12 @@ is 1 (the default):
   network becomes tau * Q + (1 - tau) * Q_target (`optax.incremental_update`
   gated by `optax.periodic_update`; tau = 1 is a hard copy).
 
-An update (`update`, one row of the metrics) is `train_frequency` iterations
-and the gradient step that may follow them; iteration 0 runs in `init`, so
-update k ends at iteration g = (k + 1) * train_frequency exactly where CleanRL
-trains.
+A learner step is `train_frequency` iterations and the gradient step that
+may follow them; iteration 0 runs in `init`, so learner step k ends at
+iteration g = (k + 1) * train_frequency exactly where CleanRL trains. An
+update (`update`, one row of the metrics) is `config.learner_steps_per_update`
+learner steps (about `log_interval` iterations), their metrics merged by
+`_common.merge_rows`; with `log_interval=train_frequency` it is one.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class DQNConfig:
         a step needs g > learning_starts).
       train_frequency: iterations per gradient step (and per update).
       target_network_frequency: iterations between target updates.
+      log_interval: iterations per update, the metrics' row: rounded down to
+        whole learner steps of `train_frequency` iterations, at least one.
+        It changes only how the metrics are grouped, never what is trained.
       hidden_sizes: the Q-network's hidden layers (ReLU), CleanRL's 120-84.
       adam_eps: Adam's epsilon (torch's default).
       bootstrap: "time_limits" (bootstrap through truncations, SB3's
@@ -91,13 +96,14 @@ class DQNConfig:
     learning_starts: int = 10_000
     train_frequency: int = 10
     target_network_frequency: int = 500
+    log_interval: int = 1000
     hidden_sizes: tuple = (120, 84)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
 
     def __post_init__(self):
         for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "train_frequency",
-                     "target_network_frequency"):
+                     "target_network_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))
         if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
                 self.learning_starts < 0:
@@ -107,7 +113,9 @@ class DQNConfig:
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
             raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
-                             f"(train_frequency + 1) = {self.num_envs * (self.train_frequency + 1)} env steps.")
+                             f"(learner_steps_per_update * train_frequency + 1) = "
+                             f"{self.num_envs * (self.learner_steps_per_update * self.train_frequency + 1)} env steps (lower "
+                             "log_interval for a shorter run).")
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
@@ -123,9 +131,24 @@ class DQNConfig:
         return self.total_timesteps // self.num_envs
 
     @property
+    def learner_steps_per_update(self) -> int:
+        """Learner steps in one update (`log_interval` rounded down, at least one)."""
+        return _common.steps_in_rows(self.log_interval, self.train_frequency)
+
+    @property
     def num_updates(self) -> int:
-        """Updates after `init`'s iteration 0, each of `train_frequency` iterations."""
-        return (self.num_iterations - 1) // self.train_frequency
+        """Updates after `init`'s iteration 0, each of `learner_steps_per_update` learner steps."""
+        return (self.num_iterations - 1) // (self.learner_steps_per_update * self.train_frequency)
+
+    @property
+    def steps_per_update(self) -> int:
+        """Env steps in one update: `learner_steps_per_update` learner steps of train_frequency iterations of `num_envs`."""
+        return self.learner_steps_per_update * self.train_frequency * self.num_envs
+
+    @property
+    def initial_steps(self) -> int:
+        """Env steps taken by `init` (iteration 0), before the first update: `num_envs`."""
+        return self.num_envs
 
 
 class DQNHParams(NamedTuple):
@@ -311,6 +334,9 @@ class DQN(NamedTuple):
         (log_prob and value zero) for `collect.evaluate` with `state.params`.
       env, env_params, module: what it trains on and with.
       buffer: the `replay.ReplayBuffer` functions.
+      policy_fn: None: DQN's policy is greedy (exploration is training's, not the policy's).
+      policy_params: `policy_params(state)`, the params both policies take (`state.params`).
+      recurrent: False (the runner's `_common.Algorithm` protocol).
     """
 
     init: Callable
@@ -321,6 +347,9 @@ class DQN(NamedTuple):
     env_params: Any
     module: Any
     buffer: replay.ReplayBuffer
+    policy_fn: Callable | None = None
+    policy_params: Callable | None = None
+    recurrent: bool = False
 
 
 def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> DQN:
@@ -351,6 +380,9 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         env, env_params = envs.make(config.env_id)
     else:
         env_params = _common.check_env(env, env_params)
+    if _common.is_self_play(env):
+        raise ValueError(f"env {type(env).__name__}: a two-player game trains by self-play, which DQN does not do; "
+                         "use ppo, a2c or pqn.")
     action_dim, continuous = _common.action_info(env, env_params)
     if continuous:
         raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")
@@ -408,8 +440,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), params)
         return state._replace(params=params, target_params=target, opt_state=opt_state, key=key), (loss, q_mean, flags)
 
-    def update(state: DQNState, hparams: DQNHParams | None = None):
-        hp = resolve_hparams(hparams)
+    def learner_step(state: DQNState, hp: DQNHParams):
+        """One learner step: the metrics row of the CleanRL loop's period."""
         state, stats = jax.lax.scan(lambda s, _: iterate(s, hp), state, None, length=config.train_frequency)
         ret_sum, len_sum, count, epsilon = stats
         n = jnp.sum(count)
@@ -425,6 +457,15 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
             nonfinite=flags)
         return state, metrics
 
+    steps = config.learner_steps_per_update
+
+    def update(state: DQNState, hparams: DQNHParams | None = None):
+        hp = resolve_hparams(hparams)
+        if steps == 1:
+            return learner_step(state, hp)
+        state, rows = jax.lax.scan(lambda s, _: learner_step(s, hp), state, None, length=steps)
+        return state, _common.merge_rows(rows)
+
     def train(key: jax.Array, hparams: DQNHParams | None = None):
         hp = resolve_hparams(hparams)
         state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
@@ -435,7 +476,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         zeros = jnp.zeros(action.shape, jnp.float32)
         return PolicyOutput(action=action, log_prob=zeros, value=zeros)
 
-    return DQN(init, update, train, eval_policy_fn, env, env_params, module, buffer)
+    return DQN(init, update, train, eval_policy_fn, env, env_params, module, buffer, policy_fn=None,
+               policy_params=lambda state: state.params)
 
 
 def make_train(config: DQNConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:

@@ -23,11 +23,13 @@ stepped together. CleanRL's `global_step` counts these vector steps
 - on those steps, when also g % `target_network_frequency` == 0, the target
   critics become tau * Q + (1 - tau) * Q_target (§21.8).
 
-An update (`update`, one row of the metrics) is `policy_frequency`
-iterations, each with its critic step, and the actor steps that may follow
-the last one; iteration 0 runs in `init`, so update k ends at iteration
-g = (k + 1) * policy_frequency exactly where CleanRL's delayed actor update is
-due. The target critics do not enter the actor step, so taking it before or
+A learner step is `policy_frequency` iterations, each with its critic step,
+and the actor steps that may follow the last one; iteration 0 runs in
+`init`, so learner step k ends at iteration g = (k + 1) * policy_frequency
+exactly where CleanRL's delayed actor update is due. An update (`update`,
+one row of the metrics) is `config.learner_steps_per_update` learner steps
+(about `log_interval` iterations), their metrics merged by
+`_common.merge_rows`. The target critics do not enter the actor step, so taking it before or
 after the last iteration's target update is the same.
 """
 
@@ -87,12 +89,15 @@ class SACConfig:
         first gradient step (CleanRL: a step needs g > learning_starts).
       policy_frequency: iterations per delayed actor update, which takes
         `policy_frequency` actor (and temperature) steps; also the
-        iterations of one update (one row of the metrics).
+        iterations of one learner step.
       target_network_frequency: iterations between target updates.
       autotune: learn the temperature (log_alpha starts at 0, Adam at
         `q_lr`, as CleanRL); False keeps `SACHParams.alpha`.
       target_entropy: the temperature's entropy target; None for -A.
       temperature_loss: "cleanrl" or "sb3" (`sac_temperature_loss`, §21.5).
+      log_interval: iterations per update, the metrics' row: rounded down to
+        whole learner steps of `policy_frequency` iterations, at least one.
+        It changes only how the metrics are grouped, never what is trained.
       hidden_sizes: the actor's and each critic's hidden layers (ReLU).
       adam_eps: Adam's epsilon (torch's default).
       bootstrap: "time_limits" (bootstrap through truncations, SB3's
@@ -108,6 +113,7 @@ class SACConfig:
     learning_starts: int = 5_000
     policy_frequency: int = 2
     target_network_frequency: int = 1
+    log_interval: int = 1000
     autotune: bool = True
     target_entropy: float | None = None
     temperature_loss: str = "cleanrl"
@@ -117,7 +123,7 @@ class SACConfig:
 
     def __post_init__(self):
         for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency",
-                     "target_network_frequency"):
+                     "target_network_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))
         if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
                 self.learning_starts < 0:
@@ -127,7 +133,9 @@ class SACConfig:
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
             raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
-                             f"(policy_frequency + 1) = {self.num_envs * (self.policy_frequency + 1)} env steps.")
+                             f"(learner_steps_per_update * policy_frequency + 1) = "
+                             f"{self.num_envs * (self.learner_steps_per_update * self.policy_frequency + 1)} env steps (lower "
+                             "log_interval for a shorter run).")
         if not isinstance(self.autotune, bool):
             raise ValueError(f"autotune must be a bool, got {self.autotune!r}.")
         if self.target_entropy is not None and (isinstance(self.target_entropy, bool) or not isinstance(
@@ -149,9 +157,24 @@ class SACConfig:
         return self.total_timesteps // self.num_envs
 
     @property
+    def learner_steps_per_update(self) -> int:
+        """Learner steps in one update (`log_interval` rounded down, at least one)."""
+        return _common.steps_in_rows(self.log_interval, self.policy_frequency)
+
+    @property
     def num_updates(self) -> int:
-        """Updates after `init`'s iteration 0, each of `policy_frequency` iterations."""
-        return (self.num_iterations - 1) // self.policy_frequency
+        """Updates after `init`'s iteration 0, each of `learner_steps_per_update` learner steps."""
+        return (self.num_iterations - 1) // (self.learner_steps_per_update * self.policy_frequency)
+
+    @property
+    def steps_per_update(self) -> int:
+        """Env steps in one update: `learner_steps_per_update` learner steps of policy_frequency iterations of `num_envs`."""
+        return self.learner_steps_per_update * self.policy_frequency * self.num_envs
+
+    @property
+    def initial_steps(self) -> int:
+        """Env steps taken by `init` (iteration 0), before the first update: `num_envs`."""
+        return self.num_envs
 
 
 class SACHParams(NamedTuple):
@@ -326,6 +349,11 @@ class SAC(NamedTuple):
       buffer: the `replay.ReplayBuffer` functions.
       action_scale, action_bias: float32 [A] (CleanRL's).
       target_entropy: the temperature's target.
+      policy_fn: the stochastic policy `policy_fn(actor_params, obs, key) ->
+        PolicyOutput` (a squashed Gaussian sample; value zero).
+      policy_params: `policy_params(state)`, the params both policies take (`state.actor_params`).
+      module: the actor (the network that acts).
+      recurrent: False (the runner's `_common.Algorithm` protocol).
     """
 
     init: Callable
@@ -340,6 +368,10 @@ class SAC(NamedTuple):
     action_scale: jax.Array
     action_bias: jax.Array
     target_entropy: float
+    policy_fn: Callable | None = None
+    policy_params: Callable | None = None
+    module: Any = None
+    recurrent: bool = False
 
 
 def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> SAC:
@@ -511,8 +543,8 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
             trained, critic_step, lambda s, _: (s, (dummy, nan, nan, jnp.int32(0))), state, hp)
         return state, (stats, batch, loss, q_mean, flags)
 
-    def update(state: SACState, hparams: SACHParams | None = None):
-        hp = resolve_hparams(hparams)
+    def learner_step(state: SACState, hp: SACHParams):
+        """One learner step: the metrics row of the CleanRL loop's period."""
         state, (stats, batches, c_loss, q_mean, c_flags) = jax.lax.scan(
             lambda s, _: iterate_and_learn(s, hp), state, None, length=pf)
         ret_sum, len_sum, count = stats
@@ -537,6 +569,15 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
             nonfinite=jax.lax.reduce(jnp.concatenate([c_flags, a_flags]), jnp.int32(0), jax.lax.bitwise_or, (0,)))
         return state, metrics
 
+    steps = config.learner_steps_per_update
+
+    def update(state: SACState, hparams: SACHParams | None = None):
+        hp = resolve_hparams(hparams)
+        if steps == 1:
+            return learner_step(state, hp)
+        state, rows = jax.lax.scan(lambda s, _: learner_step(s, hp), state, None, length=steps)
+        return state, _common.merge_rows(rows)
+
     def train(key: jax.Array, hparams: SACHParams | None = None):
         hp = resolve_hparams(hparams)
         state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
@@ -548,8 +589,14 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         zeros = jnp.zeros(action.shape[:1], jnp.float32)
         return PolicyOutput(action=action, log_prob=zeros, value=zeros)
 
+    def policy_fn(actor_params, obs, key):
+        """The stochastic policy: a tanh-squashed Gaussian sample, scaled to the bounds; log_prob its density."""
+        out = sample(actor_params, obs, key)
+        return PolicyOutput(action=out.action, log_prob=out.log_prob, value=jnp.zeros(out.log_prob.shape, jnp.float32))
+
     return SAC(init, update, train, eval_policy_fn, env, env_params, actor, critic, buffer, action_scale,
-               action_bias, target_entropy)
+               action_bias, target_entropy, policy_fn=policy_fn, policy_params=lambda state: state.actor_params,
+               module=actor)
 
 
 def make_train(config: SACConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:

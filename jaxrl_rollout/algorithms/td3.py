@@ -24,9 +24,11 @@ envs stepped together, with the update math of `actor_critic_losses`
   then the Polyak update of the target actor and both target critics
   (`polyak_update`, §21.8).
 
-An update (`update`, one row of the metrics) is one iteration and the
-gradient steps that may follow it; iteration 0 runs in `init`, so update k
-ends at iteration g = k + 1, where CleanRL would train.
+A learner step is one iteration and the gradient steps that may follow it;
+iteration 0 runs in `init`, so learner step k ends at iteration g = k + 1,
+where CleanRL would train. An update (`update`, one row of the metrics) is
+`config.learner_steps_per_update` = `log_interval` learner steps, their
+metrics merged by `_common.merge_rows`.
 
 Deviation from CleanRL: the target-smoothing clamp uses the per-dimension
 bounds of the Box, where CleanRL clamps to `low[0]`, `high[0]` (equal for
@@ -89,6 +91,9 @@ class TD3Config:
         first gradient step (CleanRL: a step needs g > learning_starts).
       policy_frequency: critic steps (iterations) per delayed actor and
         target update.
+      log_interval: iterations per update, the metrics' row (a learner step
+        is one iteration), at least one. It changes only how the metrics are
+        grouped, never what is trained.
       hidden_sizes: the actor's and each critic's hidden layers (ReLU),
         CleanRL's 256-256.
       adam_eps: Adam's epsilon (torch's default).
@@ -104,12 +109,13 @@ class TD3Config:
     batch_size: int = 256
     learning_starts: int = 25_000
     policy_frequency: int = 2
+    log_interval: int = 1000
     hidden_sizes: tuple = (256, 256)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
 
     def __post_init__(self):
-        for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency"):
+        for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))
         if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
                 self.learning_starts < 0:
@@ -118,8 +124,9 @@ class TD3Config:
             raise ValueError(f"total_timesteps={self.total_timesteps} is more than {_common.MAX_TOTAL_TIMESTEPS:,} "
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
-            raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least 2 * num_envs "
-                             f"= {2 * self.num_envs} env steps.")
+            raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
+                             f"(learner_steps_per_update + 1) = {self.num_envs * (self.learner_steps_per_update + 1)} "
+                             "env steps (lower log_interval for a shorter run).")
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
@@ -135,9 +142,24 @@ class TD3Config:
         return self.total_timesteps // self.num_envs
 
     @property
+    def learner_steps_per_update(self) -> int:
+        """Learner steps in one update (`log_interval` rounded down, at least one)."""
+        return _common.steps_in_rows(self.log_interval, 1)
+
+    @property
     def num_updates(self) -> int:
-        """Updates after `init`'s iteration 0, one iteration each."""
-        return self.num_iterations - 1
+        """Updates after `init`'s iteration 0, each of `learner_steps_per_update` learner steps."""
+        return (self.num_iterations - 1) // (self.learner_steps_per_update * 1)
+
+    @property
+    def steps_per_update(self) -> int:
+        """Env steps in one update: `learner_steps_per_update` learner steps of 1 iterations of `num_envs`."""
+        return self.learner_steps_per_update * 1 * self.num_envs
+
+    @property
+    def initial_steps(self) -> int:
+        """Env steps taken by `init` (iteration 0), before the first update: `num_envs`."""
+        return self.num_envs
 
 
 class TD3HParams(NamedTuple):
@@ -299,6 +321,10 @@ class TD3(NamedTuple):
       env, env_params: what it trains on.
       actor, critic: the modules.
       buffer: the `replay.ReplayBuffer` functions.
+      policy_fn: None: TD3's policy is deterministic (its exploration noise is training's).
+      policy_params: `policy_params(state)`, the params both policies take (`state.actor_params`).
+      recurrent: False (the runner's `_common.Algorithm` protocol).
+      module: the actor (the network that acts).
     """
 
     init: Callable
@@ -310,6 +336,10 @@ class TD3(NamedTuple):
     actor: Any
     critic: Any
     buffer: replay.ReplayBuffer
+    policy_fn: Callable | None = None
+    policy_params: Callable | None = None
+    module: Any = None
+    recurrent: bool = False
 
 
 def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, network: Any = None) -> TD3:
@@ -447,8 +477,8 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
             due, actor_step, lambda s, b, h: (s, (jnp.float32(jnp.nan), jnp.int32(0))), state, batch, hp)
         return state, (loss, actor_loss, q_mean, flags | actor_flags, due)
 
-    def update(state: TD3State, hparams: TD3HParams | None = None):
-        hp = resolve_hparams(hparams)
+    def learner_step(state: TD3State, hp: TD3HParams):
+        """One learner step: the metrics row of the CleanRL loop's period."""
         state, (ret_sum, len_sum, n) = iterate(state, hp)
         trained = state.iteration - 1 > config.learning_starts
         nan = jnp.float32(jnp.nan)
@@ -462,6 +492,15 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
             actor_loss=actor_loss, q_values=q_mean, nonfinite=flags)
         return state, metrics
 
+    steps = config.learner_steps_per_update
+
+    def update(state: TD3State, hparams: TD3HParams | None = None):
+        hp = resolve_hparams(hparams)
+        if steps == 1:
+            return learner_step(state, hp)
+        state, rows = jax.lax.scan(lambda s, _: learner_step(s, hp), state, None, length=steps)
+        return state, _common.merge_rows(rows)
+
     def train(key: jax.Array, hparams: TD3HParams | None = None):
         hp = resolve_hparams(hparams)
         state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
@@ -472,7 +511,8 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
         zeros = jnp.zeros(action.shape[:1], jnp.float32)
         return PolicyOutput(action=action, log_prob=zeros, value=zeros)
 
-    return TD3(init, update, train, eval_policy_fn, env, env_params, actor, critic, buffer)
+    return TD3(init, update, train, eval_policy_fn, env, env_params, actor, critic, buffer, policy_fn=None,
+               policy_params=lambda state: state.actor_params, module=actor)
 
 
 def make_train(config: TD3Config, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:

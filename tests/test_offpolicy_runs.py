@@ -1,0 +1,198 @@
+"""The off-policy learners (DQN, PQN, SAC, TD3) through the runner and the command line.
+
+A run of each: an interrupted and resumed run (its replay buffer in the
+checkpoint) ends bit-identical to an uninterrupted one; a grid point's seed
+equals a single `train` call; the command line trains with relative folders,
+evaluates and resumes; bad hyperparameters and envs exit 2 in one line.
+Tiny networks and a few hundred steps keep it to one compile per algorithm
+and layout.
+"""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from jaxrl_rollout import algorithms, checkpoint, cli, runner
+from jaxrl_rollout.algorithms import dqn, pqn, sac, td3
+
+# 12, 8, 6 and 6 updates; chunks of 3 (2 for SAC and TD3).
+CONFIGS = {
+    "dqn": dqn.DQNConfig(total_timesteps=1_201, buffer_size=500, batch_size=16, learning_starts=200, train_frequency=4,
+                         target_network_frequency=40, hidden_sizes=(16, 16), log_interval=100),
+    "pqn": pqn.PQNConfig(num_envs=4, num_steps=16, total_timesteps=512, update_epochs=1, num_minibatches=2,
+                         hidden_sizes=(16, 16)),
+    "sac": sac.SACConfig(total_timesteps=601, buffer_size=600, batch_size=16, learning_starts=100,
+                         hidden_sizes=(16, 16), log_interval=100),
+    "td3": td3.TD3Config(total_timesteps=601, buffer_size=600, batch_size=16, learning_starts=100,
+                         hidden_sizes=(16, 16), log_interval=100),
+}
+CHUNK = {"dqn": 3, "pqn": 3, "sac": 2, "td3": 2}
+
+
+def _spec(algo, grid=None, seeds=2):
+    hparams_cls = algorithms.get(algo).hparams
+    return runner.RunSpec(algo, CONFIGS[algo], tuple(grid or (hparams_cls(),)), seeds, chunk_updates=CHUNK[algo])
+
+
+def _start(spec, folder):
+    """A run folder as the command line writes it: config.json first."""
+    (folder / "config.json").write_text(json.dumps(spec.to_json()))
+    return folder
+
+
+def _leaves(tree):
+    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
+@pytest.fixture(scope="module")
+def full_runs():
+    return {algo: runner.train(_spec(algo), progress=None) for algo in CONFIGS}
+
+
+@pytest.mark.parametrize("algo", sorted(CONFIGS))
+def test_interrupted_and_resumed_run_ends_bit_identical(algo, full_runs, tmp_path):
+    spec, full = _spec(algo), full_runs[algo]
+    assert full.complete and full.updates_done == spec.config.num_updates
+    part = runner.train(spec, _start(spec, tmp_path), stop_after_chunks=2, progress=None)
+    assert not part.complete and part.chunks_done == 2
+    _, saved, _, _ = runner.load_run(tmp_path)
+    if algo != "pqn":  # the replay buffer is in the checkpoint, as far as it was filled
+        stored = np.asarray(saved.buffer.experience.obs)
+        assert stored.shape[0] == 2 and spec.config.buffer_size in stored.shape and np.abs(stored).sum() > 0
+        np.testing.assert_array_equal(np.asarray(saved.buffer.current_index), np.asarray(part.state.buffer.current_index))
+    resumed = runner.train(spec, tmp_path, resume=True, progress=None)
+    assert resumed.complete and resumed.updates_run == spec.config.num_updates - part.updates_done
+    for a, b in zip(_leaves(full.state), _leaves(resumed.state)):
+        np.testing.assert_array_equal(a, b)
+    assert set(full.metrics) == set(resumed.metrics)
+    for name in full.metrics:
+        np.testing.assert_array_equal(full.metrics[name], resumed.metrics[name], err_msg=name)
+
+
+@pytest.mark.parametrize("algo", sorted(CONFIGS))
+def test_a_run_of_the_sweep_equals_a_single_train_call(algo, full_runs):
+    spec, full = _spec(algo), full_runs[algo]
+    single = jax.jit(algorithms.get(algo).make(spec.config).train)
+    state, metrics = single(spec.run_keys()[1], algorithms.get(algo).hparams())
+    for a, b in zip(_leaves(jax.tree.map(lambda x: x[1], full.state)), _leaves(state)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(full.metrics["num_episodes"][1], np.asarray(metrics.num_episodes))
+
+
+def test_log_interval_groups_metrics_and_never_changes_training():
+    fine = dqn.DQNConfig(**{**CONFIGS["dqn"].__dict__, "log_interval": 4})
+    coarse = CONFIGS["dqn"]
+    assert (fine.num_updates, coarse.num_updates) == (300, 12)
+    assert coarse.steps_per_update == 100 and coarse.initial_steps == 1
+    key = jax.random.key(3)
+    s_fine, m_fine = jax.jit(dqn.make_train(fine))(key)
+    s_coarse, m_coarse = jax.jit(dqn.make_train(coarse))(key)
+    for a, b in zip(_leaves(s_fine), _leaves(s_coarse)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(np.asarray(m_coarse.env_steps), 1 + 100 * np.arange(1, 13))
+    n_fine = np.asarray(m_fine.num_episodes).reshape(12, 25)
+    np.testing.assert_array_equal(np.asarray(m_coarse.num_episodes), n_fine.sum(1))
+    ret_fine = np.asarray(m_fine.episode_return).reshape(12, 25)
+    weighted = np.where(n_fine > 0, ret_fine * n_fine, 0).sum(1) / np.maximum(n_fine.sum(1), 1)
+    np.testing.assert_allclose(np.asarray(m_coarse.episode_return), np.where(n_fine.sum(1) > 0, weighted, np.nan),
+                               rtol=1e-6)
+    loss_fine = np.asarray(m_fine.loss).reshape(12, 25)
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        np.testing.assert_allclose(np.asarray(m_coarse.loss), np.nanmean(loss_fine, axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(m_coarse.trained), np.asarray(m_fine.trained).reshape(12, 25).any(1))
+
+
+def test_every_learner_checks_its_own_hyperparameter_ranges():
+    with pytest.raises(ValueError, match="tau must be in \\(0, 1\\]"):
+        runner.RunSpec("dqn", CONFIGS["dqn"], (dqn.DQNHParams(tau=0.0),), 1)
+    with pytest.raises(ValueError, match="alpha must be >= 0"):
+        algorithms.stack_hparams([sac.SACHParams(), sac.SACHParams(alpha=-1.0)])
+    with pytest.raises(ValueError, match="noise_clip"):
+        algorithms.stack_hparams([td3.TD3HParams(noise_clip=-0.1)])
+    assert algorithms.hparam_ranges("pqn") is pqn.HPARAM_RANGES
+    assert algorithms.hparam_ranges(sac.SACHParams()) is sac.HPARAM_RANGES
+    assert set(algorithms.NAMES) == {"ppo", "a2c", "dqn", "pqn", "sac", "td3"}
+
+
+def _argv(algo):
+    c = CONFIGS[algo]
+    sizes = ["--hidden-sizes", "16,16"]
+    if algo == "pqn":
+        return ["--algo", "pqn", "--num-envs", "4", "--num-steps", "16", "--total-steps", "512", "--update-epochs", "1",
+                "--num-minibatches", "2", *sizes]
+    argv = ["--algo", algo, "--total-steps", str(c.total_timesteps), "--buffer-size", str(c.buffer_size),
+            "--batch-size", "16", "--learning-starts", str(c.learning_starts), "--log-interval", "100", *sizes]
+    if algo == "dqn":
+        argv += ["--train-frequency", "4", "--target-network-frequency", "40"]
+    return argv
+
+
+def test_cli_trains_with_relative_folders_resumes_and_evaluates(tmp_path, monkeypatch, capsys):
+    """SAC from the command line as a user types it: its own default env, a relative --out, a stop, --resume, evaluate."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", *_argv("sac"), "--seeds", "2", "--chunk-updates", "2", "--num-eval", "2", "--out", "runs/sac"]
+    assert cli.main([*argv, "--stop-after-chunks", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "SAC on Pendulum-v1, 2 seeds x 601 steps" in out and "continue with: jaxrl-rollout train --resume runs/sac" in out
+    assert cli.main(["train", "--resume", "runs/sac", "--num-eval", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "deterministic evaluation, 2 episodes per run" in captured.out and "resuming after chunk 1" in captured.err
+    assert "step 601/601 (100.0%)" in captured.err
+    folder = tmp_path / "runs" / "sac"
+    assert {"config.json", "metrics.csv", "learning_curve.png"} <= {p.name for p in folder.iterdir()}
+    assert json.loads((folder / "config.json").read_text())["algo"] == "sac"
+    # the resumed command-line run equals the runner's uninterrupted one with the same spec
+    spec = runner.read_spec(folder)
+    assert spec == runner.RunSpec("sac", CONFIGS["sac"], (sac.SACHParams(),), 2, chunk_updates=2)
+    rows = (folder / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("grid_point,seed,update,step,metric,value") and ",601,critic_loss," in rows[-8] + "".join(rows)
+    assert cli.main(["evaluate", "runs/sac", "--num-episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "SAC on Pendulum-v1, checkpoint final" in out and "deterministic" in out and "stochastic" in out
+    assert len([line for line in out.splitlines() if line.startswith("  default")]) == 2
+
+
+@pytest.mark.parametrize("algo", ["dqn", "pqn", "td3"])
+def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", *_argv(algo), "--seeds", "2", "--chunk-updates", str(CHUNK[algo]), "--num-eval", "2",
+                     "--tensorboard", "false", "--out", "run"]) == 0
+    env = "Pendulum-v1" if algo == "td3" else "CartPole-v1"
+    assert f"{algo.upper()} on {env}, 2 seeds" in capsys.readouterr().out
+    assert cli.main(["evaluate", "run", "--num-episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    if algo in ("dqn", "td3"):
+        assert "policy is deterministic" in out and "n/a" in out
+    else:
+        assert "n/a" not in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--algo", "sac", "--tau", "0"], "--tau 0: tau must be in (0, 1]"),
+    (["--algo", "sac", "--lr", "1e-3"], "--lr is not a hyperparameter of SAC"),
+    (["--algo", "dqn", "--clip-eps", "0.1"], "--clip-eps is not a hyperparameter of DQN"),
+    (["--algo", "td3", "--num-steps", "8"], "--num-steps is not an option of TD3"),
+    (["--algo", "dqn", "--env", "Pendulum-v1"], "DQN needs Discrete actions"),
+    (["--algo", "sac", "--env", "CartPole-v1"], "SAC needs continuous actions"),
+    (["--algo", "dqn", "--log-interval", "0"], "log_interval must be a positive int"),
+    (["--algo", "sac", "--total-steps", "2", "--log-interval", "1"], "gives no update"),
+])
+def test_bad_off_policy_options_exit_2_in_one_line(argv, words, tmp_path, capsys):
+    assert cli.main(["train", *argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_checkpoint_of_an_off_policy_run_is_refused_by_another_algorithm(full_runs, tmp_path):
+    runner.train(_spec("dqn"), _start(_spec("dqn"), tmp_path), stop_after_chunks=1, progress=None)
+    manifest = checkpoint.read_manifest(tmp_path)
+    assert manifest["meta"]["spec"]["algo"] == "dqn"
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["grid"][0]["tau"] = 0.5
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="grid\\[0\\].tau"):
+        runner.train(_spec("dqn", grid=(dqn.DQNHParams(tau=0.5),)), tmp_path, resume=True, progress=None)
