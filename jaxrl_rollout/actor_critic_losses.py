@@ -10,7 +10,7 @@ Public references reproduced (docs/semantics.md §20, §21):
 
 - CleanRL `sac_continuous_action.py` and `td3_continuous_action.py`,
   https://github.com/vwxyzjn/cleanrl
-- Stable-Baselines3 `SAC.train` with `ReplayBuffer(handle_timeout_termination=True)`,
+- Stable-Baselines3 `SAC.train` and `TD3.train` with `ReplayBuffer(handle_timeout_termination=True)`,
   https://github.com/DLR-RM/stable-baselines3
 - T. Haarnoja et al., *Soft Actor-Critic Algorithms and Applications*, 2018,
   https://arxiv.org/abs/1812.05905; S. Fujimoto et al., *Addressing Function
@@ -227,8 +227,9 @@ def sac_critic_target(
 def twin_critic_loss(q1: jax.Array, q2: jax.Array, target: jax.Array, *, scale: float = 1.0) -> tuple[jax.Array, dict]:
     """scale * (mean((Q1 - y)^2) + mean((Q2 - y)^2)) (docs/semantics.md §21.3).
 
-    scale = 1 is CleanRL's `qf1_loss + qf2_loss` (SAC and TD3); scale = 0.5 is
-    SB3's `0.5 * sum(F.mse_loss(q, y) for q in ...)`.
+    scale = 1 is CleanRL's `qf1_loss + qf2_loss` (SAC and TD3) and SB3's TD3
+    `sum(F.mse_loss(q, y) for q in ...)`; scale = 0.5 is SB3's SAC, which
+    halves that sum.
 
     Args:
       q1, q2: [B] online critics at (obs, action) from the batch.
@@ -312,7 +313,9 @@ def td3_target_actions(
     scaled by `action_scale`, as CleanRL does (Fujimoto et al.'s code clips
     `noise_clip * max_action` on the unscaled noise; equal for symmetric
     bounds). CleanRL clamps to the scalars `low[0]`, `high[0]`; pass those
-    for its behaviour or per-dimension [A] bounds.
+    for its behaviour or per-dimension [A] bounds. SB3's TD3 acts in its
+    scaled space [-1, 1]: pass `action_scale=1.0, low=-1.0, high=1.0` (its
+    `normal_(0, policy_noise)` draw is `noise * policy_noise`).
 
     Args:
       next_actions: [B, A] target actor mu'(s').
@@ -371,7 +374,9 @@ def delayed_update_due(step: jax.Array | int, frequency: jax.Array | int) -> jax
     `policy_frequency` actor (and temperature) steps when it holds, and its
     target update uses the same predicate with `target_network_frequency`.
     `step` is the counter the caller's reference uses (CleanRL: the env step
-    `global_step`; SB3's TD3: the number of critic updates, counted from 1).
+    `global_step`; SB3's TD3: `_n_updates`, which it increments before the
+    check, so its first critic update is step 1 and the actor first moves at
+    step `policy_delay`).
 
     Returns:
       [] bool, traceable.

@@ -1,12 +1,14 @@
 """Regenerates the golden fixtures from the PyTorch references.
 
     python -m pip install torch==2.13.0   # CPU build, the pinned version
+    python -m pip install stable-baselines3==2.9.2 --no-deps   # for sb3_td3 (make_sb3_td3_fixture)
     python -m tests.golden.make_fixtures
 
 Writes tests/golden/fixtures/*.npz with the inputs, the references' outputs
 and the versions that produced them (float32 throughout, on CPU): the
 estimator recipes, the collectors (torch-ac, ilpyt, rlplay) and the
-end-to-end CartPole run (tests/golden/cartpole_reference.py).
+end-to-end CartPole run (tests/golden/cartpole_reference.py), and SB3's own
+TD3 steps (tests/golden/sb3_td3_reference.py).
 """
 
 from __future__ import annotations
@@ -131,7 +133,13 @@ def write_fixture(name: str, build) -> None:
 
 
 def main() -> None:
-    from tests.golden import make_actor_critic_fixture, make_cartpole_fixture, make_network_fixture, make_optim_fixture
+    from tests.golden import (
+        make_actor_critic_fixture,
+        make_cartpole_fixture,
+        make_network_fixture,
+        make_optim_fixture,
+        make_sb3_td3_fixture,
+    )
 
     builders = [
         ("estimators", estimator_fixtures),
@@ -142,6 +150,7 @@ def main() -> None:
         ("networks", make_network_fixture.build),
         ("cartpole_e2e", make_cartpole_fixture.build),
         ("actor_critic", make_actor_critic_fixture.build),
+        ("sb3_td3", make_sb3_td3_fixture.build),
     ]
     for name, build in builders:
         write_fixture(name, build)
