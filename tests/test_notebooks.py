@@ -23,7 +23,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb"))
-WITH_PLOTS = ("01_quickstart.ipynb", "02_sweeps.ipynb", "04_bring_your_own_env.ipynb")
+WITH_PLOTS = ("01_quickstart.ipynb", "02_sweeps.ipynb", "04_bring_your_own_env.ipynb", "05_sac_pendulum.ipynb")
 KERNEL_NAME = "jaxrl-rollout-notebooks"
 
 
@@ -61,7 +61,8 @@ def execute(path: pathlib.Path, quick: bool, cell_timeout: int = 600):
 
 
 def test_notebooks_exist():
-    assert NOTEBOOKS == ["01_quickstart.ipynb", "02_sweeps.ipynb", "03_from_pytorch.ipynb", "04_bring_your_own_env.ipynb"]
+    assert NOTEBOOKS == ["01_quickstart.ipynb", "02_sweeps.ipynb", "03_from_pytorch.ipynb", "04_bring_your_own_env.ipynb",
+                         "05_sac_pendulum.ipynb"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
