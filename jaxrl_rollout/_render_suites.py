@@ -318,8 +318,8 @@ def render_navix(env: Any, env_params: Any, states: Any) -> np.ndarray:
 def refuse_host(env: Any, env_params: Any, states: Any) -> np.ndarray:
     """Host envs (gymnasium, envpool) keep their state in the host process: nothing to draw from."""
     raise ValueError(
-        f"{getattr(env, 'name', type(env).__name__)} is a host env (gymnasium/envpool): its state lives in the "
-        "host process, not in the recorded JAX states, so it cannot be rendered from them."
+        f"cannot render {getattr(env, 'name', type(env).__name__)}: {type(env).__name__} is a host env (gymnasium, "
+        "envpool) whose state lives in the host process, not in the recorded JAX states."
     )
 
 

@@ -25,7 +25,9 @@ Render hooks. A hook is `render_fn(env, env_params, states) -> uint8
 1. a hook registered for the env's class or a base class
    (`register_renderer(env_type, render_fn)`);
 2. the env's own `render(state, params) -> uint8 [H, W, 3]` method, called
-   for one state at a time: a user's env plugs in by providing it;
+   for one state at a time: a user's env plugs in by providing it (a
+   matplotlib figure, or gymnax's `(fig, ax)`, is drawn on an Agg canvas:
+   gymnax's Catch, Pong, Rooms, PointRobot and MetaMaze render so);
 3. the built-in hook of its suite: gymnax classic control (CartPole-v1,
    Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, drawn
    by gymnasium's classic-control renderer) and MinAtar, brax (MuJoCo's
@@ -296,9 +298,26 @@ def register_renderer(env_type: type, render_fn: RenderFn | None) -> RenderFn | 
 
 
 def _render_method(env: Any, env_params: Any, states: PyTree) -> np.ndarray:
-    """The env's own `render(state, params) -> [H, W, 3]`, one state at a time."""
+    """The env's own `render(state, params)`, one state at a time: an array [H, W, 3], or a matplotlib figure."""
     length = int(np.shape(jax.tree.leaves(states)[0])[0])
-    return np.stack([np.asarray(env.render(jax.tree.map(lambda x: x[t], states), env_params)) for t in range(length)])
+    return np.stack([_as_frame(env.render(jax.tree.map(lambda x: x[t], states), env_params)) for t in range(length)])
+
+
+def _as_frame(drawn: Any) -> np.ndarray:
+    """A frame from what a `render` method returned: an array, or a matplotlib figure (gymnax's `(fig, ax)`,
+    an artist of one), drawn on an Agg canvas and closed."""
+    first = drawn[0] if isinstance(drawn, tuple) and drawn else drawn
+    if not type(first).__module__.startswith("matplotlib"):
+        return np.asarray(drawn)
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figure = first if hasattr(first, "savefig") else first.figure
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    frame = np.array(canvas.buffer_rgba())[..., :3]
+    plt.close(figure)
+    return frame
 
 
 def _own_hook(env: Any) -> RenderFn | None:
@@ -445,17 +464,17 @@ def _ffmpeg() -> str | None:
 
 
 def _pad(frames: np.ndarray, multiple: int) -> np.ndarray:
-    """Frames padded with black at the bottom and right to sizes divisible by `multiple` (what H.264 wants)."""
+    """Frames extended at the bottom and right (edge pixels repeated) to sizes divisible by `multiple`, for H.264."""
     height, width = frames.shape[1:3]
     pad_h, pad_w = -height % multiple, -width % multiple
-    return np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0))) if pad_h or pad_w else frames
+    return np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge") if pad_h or pad_w else frames
 
 
 def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
     """Encodes frames as an mp4 (H.264, via imageio-ffmpeg), or a gif where ffmpeg is unavailable.
 
-    Frames are padded with black to sizes divisible by 16 for the mp4
-    encoder. A path ending in ".gif" always gives a gif; without ffmpeg any
+    Frames are extended (edge pixels repeated) to sizes divisible by 16 for
+    the mp4 encoder. A path ending in ".gif" always gives a gif; without ffmpeg any
     other path becomes the same name with ".gif" (a warning says why).
 
     Args:
