@@ -1,0 +1,682 @@
+"""Videos of evaluation episodes: record the env states in jit, draw them on the host, encode with imageio.
+
+Three steps, each usable on its own:
+
+1. `record_episodes(env, env_params, policy_fn, params, key, num_episodes)`
+   runs whole episodes as `jaxrl_rollout.evaluate` does (the same keys, so
+   the same episodes and returns) and also keeps every step's env state, in
+   an `EpisodeRecording` with leaves [T, N, ...]. It is pure and jittable;
+   nothing is drawn inside jit.
+2. `render_frames(env, env_params, states)` draws one episode's states
+   [T, ...] (`episode_states(recording, i)`) as uint8 frames [T, H, W, 3]
+   with the env's render hook (below).
+3. `write_video(path, frames, fps)` encodes them as mp4 with imageio's
+   ffmpeg plugin, or as a gif where ffmpeg is unavailable.
+
+`write_episode_videos(folder, env, env_params, policy_fn, params_per_run,
+keys, runs)` does all three for the runs a selector such as "best,worst,0,3"
+picks (`select_runs`), one video per run, the episode's return in the file
+name (`seed3_return-154.2.mp4`) and, with the step, on the frames.
+
+Render hooks. A hook is `render_fn(env, env_params, states) -> uint8
+[T, H, W, 3]` (`RenderFn`), with `states` an episode's states, leaves
+[T, ...]. `find_renderer(env)` picks one, first match wins:
+
+1. a hook registered for the env's class or a base class
+   (`register_renderer(env_type, render_fn)`);
+2. the env's own `render(state, params) -> uint8 [H, W, 3]` method, called
+   for one state at a time: a user's env plugs in by providing it (a
+   matplotlib figure, or gymnax's `(fig, ax)`, is drawn on an Agg canvas:
+   gymnax's Catch, Pong, Rooms, PointRobot and MetaMaze render so);
+3. the built-in hook of its suite: gymnax classic control (CartPole-v1,
+   Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, drawn
+   by gymnasium's classic-control renderer) and MinAtar, brax (MuJoCo's
+   renderer on a headless EGL; `render_mujoco` for any MuJoCo model),
+   jumanji, pgx (SVG rasterised by cairosvg), craftax, xminigrid and navix
+   (see `jaxrl_rollout._render_suites`);
+4. otherwise, for a wrapper, the same search on the env it wraps.
+
+Wrappers. A wrapper is an env with the wrapped env in its `env` (or `_env`)
+attribute, as `jaxrl_rollout.envs.ClipAction`, gymnax's wrappers and
+PureJaxRL's `LogWrapper` have. Its state is either the wrapped env's own
+(ClipAction) or a record holding it in an `env_state` field (LogWrapper's
+`LogEnvState`); which one is told by tracing the wrapped env's `reset`
+(`jax.eval_shape`, nothing runs). The suite adapters in
+`jaxrl_rollout.envs` are matched before this, so their own `env`/`_env` (the
+raw suite env, whose state the adapter's state holds: `BraxState.brax_state`,
+`JumanjiState.env_state`, `PgxState.game`; craftax, xminigrid and navix
+states are the suite's own) is reached by each suite's hook.
+
+A suite that cannot render, and any other env without a hook, gets a
+one-line ValueError naming it; host envs (gymnasium, envpool) cannot, as
+their state lives in the host process. A machine without OpenGL gets a
+one-line RuntimeError from the brax/MuJoCo hook saying what is needed.
+
+The `video` extra (`pip install 'jaxrl-rollout[video]'`) installs imageio,
+imageio-ffmpeg, pygame (gymnax classic control) and cairosvg (pgx); a
+missing one gives an ImportError naming the extra. Importing this module
+imports neither them nor any suite.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_rollout import _checks, _render_suites, collect, stepping
+from jaxrl_rollout.types import PyTree, RolloutState
+
+__all__ = [
+    "EpisodeRecording",
+    "EpisodeVideo",
+    "RenderFn",
+    "episode_states",
+    "find_renderer",
+    "record_episodes",
+    "register_renderer",
+    "render_frames",
+    "render_mujoco",
+    "select_runs",
+    "video_name",
+    "write_episode_videos",
+    "write_video",
+]
+
+RenderFn = Callable[[Any, Any, PyTree], np.ndarray]
+"""`render_fn(env, env_params, states [T, ...]) -> uint8 [T, H, W, 3]`, run on the host."""
+
+render_mujoco = _render_suites.render_mujoco
+
+_EXTRA_HINT = "pip install 'jaxrl-rollout[video]'"
+_REGISTERED: dict[type, RenderFn] = {}
+# Wrappers nest rarely more than a few deep; a cycle of `.env` attributes must not loop forever.
+_MAX_WRAPPER_DEPTH = 32
+
+
+class EpisodeRecording(NamedTuple):
+    """The episodes of `record_episodes`, every step's env state kept.
+
+    Attributes:
+      states: the env states, leaves [T, N, ...]: `states[t, i]` is the state
+        episode i's policy acted on at step t, for t < lengths[i] (later rows
+        are not part of the episode). T is `max_steps`.
+      rewards: [T, N] float32, the reward of step t (0 after the episode).
+      returns: [N] float32 undiscounted returns, as `evaluate` gives them.
+      lengths: [N] int32 steps of each episode.
+      completed: [N] bool, the episode ended within `max_steps`.
+    """
+
+    states: PyTree
+    rewards: jax.Array
+    returns: jax.Array
+    lengths: jax.Array
+    completed: jax.Array
+
+
+class EpisodeVideo(NamedTuple):
+    """One video `write_episode_videos` wrote.
+
+    Attributes:
+      run: the run's index in `params_per_run`.
+      path: the file written (.mp4, or .gif without ffmpeg).
+      episode_return: the episode's undiscounted return.
+      length: the episode's steps (the video's frames).
+    """
+
+    run: int
+    path: Path
+    episode_return: float
+    length: int
+
+
+def _episode_bound(env: Any, env_params: Any, max_steps: int | None) -> int:
+    """`max_steps`, or the env's own time limit as `evaluate` finds it."""
+    if max_steps is not None:
+        return _checks.check_positive_int("max_steps", max_steps)
+    bound = getattr(env_params, "max_steps_in_episode", None)
+    if bound is None and callable(getattr(env, "max_steps_in_episode", None)):
+        bound = env.max_steps_in_episode(env_params)
+    if bound is None:
+        raise ValueError(
+            "max_steps is None and neither env_params.max_steps_in_episode nor "
+            f"{type(env).__name__}.max_steps_in_episode(env_params) gives a time limit; "
+            "pass max_steps (a positive int) to bound the recording."
+        )
+    return int(bound)
+
+
+def record_episodes(
+    env: Any,
+    env_params: Any,
+    policy_fn: Any,
+    params: PyTree,
+    key: jax.Array,
+    num_episodes: int = 1,
+    max_steps: int | None = None,
+    *,
+    initial_carry: PyTree | None = None,
+) -> EpisodeRecording:
+    """Runs `num_episodes` whole episodes and keeps every step's env state, for drawing outside jit.
+
+    The episodes are `evaluate`'s for the same arguments: the same resets,
+    keys and steps, so `returns`, `lengths` and `completed` equal
+    `evaluate(env, env_params, policy_fn, params, key, num_episodes,
+    max_steps, initial_carry=...)`'s. A `lax.while_loop` stops once every
+    episode is done; the states go into a buffer of `max_steps` rows, so
+    memory is max_steps x N x one env state (bound `max_steps` for envs with
+    large states or long time limits, craftax for one).
+
+    The states are the ones the policy acted on, s_0 ... s_{L-1}: an
+    episode's terminal state is not among them, as same-step auto-reset
+    replaces it by the next episode's first state within the step.
+
+    For deterministic evaluation pass a policy that acts with the mode of its
+    action distribution (`categorical_policy(apply_fn, deterministic=True)`,
+    an algorithm's `eval_policy_fn`).
+
+    Args:
+      env: gymnax>=1.0.1 environment (static).
+      env_params: env params, or None for `env.default_params`.
+      policy_fn: feedforward or recurrent policy, as in `rollout` (static).
+      params: policy parameters.
+      key: PRNG key for resets, actions and env transitions.
+      num_episodes: N, a positive Python int (one env per episode).
+      max_steps: T, the most steps to run and record; None uses the env's
+        time limit, as `evaluate` does.
+      initial_carry: recurrent carry with leaves [N, ...], None otherwise.
+
+    Returns:
+      An `EpisodeRecording` with states [T, N, ...], rewards [T, N] and
+      per-episode returns, lengths and completed flags [N].
+
+    Raises:
+      ValueError, TypeError: as `evaluate` (bad sizes, no time limit, an env
+        or policy that breaks its protocol).
+    """
+    num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
+    env_params = stepping.resolve_params(env, env_params)
+    max_steps = _episode_bound(env, env_params, max_steps)
+    state = collect.rollout_init(key, env, env_params, num_episodes, initial_carry)
+    space = env.action_space(env_params)
+    # Filled with copies of the first state (not zeros): PRNG-key leaves have no zeros.
+    states = jax.tree.map(lambda x: jnp.repeat(x[None], max_steps, axis=0), state.env_state)
+    rewards = jnp.zeros((max_steps, num_episodes), jnp.float32)
+
+    def cond(loop):
+        _, active, t, _, _ = loop
+        return jnp.any(active) & (t < max_steps)
+
+    def body(loop):
+        state, active, t, states, rewards = loop
+        states = jax.tree.map(lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, t, 0), states, state.env_state)
+        key, policy_key, env_keys = stepping.step_keys(state.key, num_episodes)
+        out, carry = stepping.act(policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space)
+        obs, env_state, reward, terminated, truncated, _ = stepping.env_step(
+            env, env_params, env_keys, state.env_state, out.action, num_episodes
+        )
+        done = terminated | truncated
+        reward = jnp.where(active, reward, 0.0)
+        state = RolloutState(
+            env_state=env_state,
+            obs=obs,
+            first=done,
+            episode_return=state.episode_return + reward,
+            episode_length=state.episode_length + active.astype(jnp.int32),
+            carry=carry,
+            key=key,
+        )
+        rewards = jax.lax.dynamic_update_index_in_dim(rewards, reward, t, 0)
+        return state, active & ~done, t + 1, states, rewards
+
+    active = jnp.ones((num_episodes,), dtype=bool)
+    state, active, _, states, rewards = jax.lax.while_loop(cond, body, (state, active, jnp.int32(0), states, rewards))
+    return EpisodeRecording(
+        states=states,
+        rewards=rewards,
+        returns=state.episode_return,
+        lengths=state.episode_length,
+        completed=~active,
+    )
+
+
+def episode_states(recording: EpisodeRecording, episode: int = 0) -> PyTree:
+    """Episode `episode`'s states [L, ...] (L its length) as numpy arrays on the host.
+
+    Args:
+      recording: from `record_episodes` (jax or numpy leaves).
+      episode: the episode's index i in [0, N).
+
+    Returns:
+      The pytree `recording.states[:lengths[i], i]`.
+    """
+    length = int(np.asarray(recording.lengths)[episode])
+    return _to_host(jax.tree.map(lambda x: x[:length, episode], recording.states))
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_host(tree: PyTree) -> PyTree:
+    """Leaves as numpy arrays, except PRNG keys (numpy has no key dtype), which stay jax arrays."""
+    return jax.tree.map(lambda x: x if _is_key(x) else np.asarray(x), tree)
+
+
+# ---- render hooks ----
+
+
+def register_renderer(env_type: type, render_fn: RenderFn | None) -> RenderFn | None:
+    """Makes `render_fn` draw the envs of class `env_type` (and of its subclasses).
+
+    A registered hook comes before the env's own `render` method and the
+    built-in suite hooks, so it also overrides those.
+
+    Args:
+      env_type: the env class.
+      render_fn: `render_fn(env, env_params, states [T, ...]) -> uint8
+        [T, H, W, 3]`, called on the host with one episode's states; None
+        removes the class's hook.
+
+    Returns:
+      The hook registered for `env_type` before, or None.
+    """
+    if not isinstance(env_type, type):
+        raise TypeError(f"env_type must be a class, got {env_type!r}.")
+    if render_fn is not None and not callable(render_fn):
+        raise TypeError(f"render_fn must be callable (env, env_params, states) -> frames, got {render_fn!r}.")
+    previous = _REGISTERED.pop(env_type, None)
+    if render_fn is not None:
+        _REGISTERED[env_type] = render_fn
+    return previous
+
+
+def _render_method(env: Any, env_params: Any, states: PyTree) -> np.ndarray:
+    """The env's own `render(state, params)`, one state at a time: an array [H, W, 3], or a matplotlib figure."""
+    length = int(np.shape(jax.tree.leaves(states)[0])[0])
+    return np.stack([_as_frame(env.render(jax.tree.map(lambda x: x[t], states), env_params)) for t in range(length)])
+
+
+def _as_frame(drawn: Any) -> np.ndarray:
+    """A frame from what a `render` method returned: an array, or a matplotlib figure (gymnax's `(fig, ax)`,
+    an artist of one), drawn on an Agg canvas and closed."""
+    first = drawn[0] if isinstance(drawn, tuple) and drawn else drawn
+    if not type(first).__module__.startswith("matplotlib"):
+        return np.asarray(drawn)
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figure = first if hasattr(first, "savefig") else first.figure
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    frame = np.array(canvas.buffer_rgba())[..., :3]
+    plt.close(figure)
+    return frame
+
+
+def _own_hook(env: Any) -> RenderFn | None:
+    """The hook for `env` itself, wrappers not looked through: registered, `render` method or built-in."""
+    for cls in type(env).__mro__:
+        if cls in _REGISTERED:
+            return _REGISTERED[cls]
+    if callable(getattr(env, "render", None)):
+        return _render_method
+    return _render_suites.builtin_for(type(env))
+
+
+def _wrapped(env: Any) -> Any:
+    """The env a wrapper wraps (its `env` or `_env` attribute, if that is an env), else None."""
+    for attr in ("env", "_env"):
+        inner = getattr(env, attr, None)
+        if inner is not None and callable(getattr(inner, "step", None)) and callable(getattr(inner, "reset", None)):
+            return inner
+    return None
+
+
+def _inner_states(inner: Any, env_params: Any, states: PyTree) -> PyTree:
+    """The wrapped env's states [T, ...] inside a wrapper's: the states themselves, or their `env_state` field."""
+    if not hasattr(states, "env_state"):
+        return states
+    try:
+        inner_state = jax.eval_shape(inner.reset, jax.random.key(0), env_params)[1]
+    except Exception:  # noqa: BLE001 -- a reset that cannot be traced here: trust the field name
+        return states.env_state
+    if jax.tree.structure(inner_state) == jax.tree.structure(states):
+        return states
+    return states.env_state
+
+
+def _name(env: Any) -> str:
+    name = getattr(env, "name", None)
+    return name if isinstance(name, str) else type(env).__name__
+
+
+def find_renderer(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
+    """The function that draws `env`'s states, wrappers looked through (see the module docstring).
+
+    Args:
+      env: the env that produced the states (static), wrapped or not.
+
+    Returns:
+      `draw(env_params, states [T, ...]) -> uint8 [T, H, W, 3]`.
+
+    Raises:
+      ValueError: no hook is found for the env or anything it wraps (the
+        message names the env), or it is a host env.
+    """
+    chain = [env]
+    hook = _own_hook(env)
+    while hook is None and len(chain) < _MAX_WRAPPER_DEPTH:
+        inner = _wrapped(chain[-1])
+        if inner is None:
+            break
+        chain.append(inner)
+        hook = _own_hook(inner)
+    if hook is None:
+        wrapped = f" (wrapping {', '.join(_name(e) for e in chain[1:])})" if len(chain) > 1 else ""
+        raise ValueError(
+            f"cannot render {_name(env)}{wrapped}: no video renderer for {type(chain[-1]).__name__}; built-in ones "
+            "cover gymnax classic control and MinAtar, brax, jumanji, pgx, craftax, xminigrid and navix. Give the env "
+            "a render(state, params) -> uint8 [H, W, 3] method or register one with jaxrl_rollout.video.register_renderer."
+        )
+    if hook is _render_suites.refuse_host:
+        hook(chain[-1], None, None)
+
+    def draw(env_params: Any, states: PyTree) -> np.ndarray:
+        params = env_params
+        for inner in chain[1:]:
+            states = _inner_states(inner, params, states)
+        target = chain[-1]
+        if params is None:
+            params = getattr(target, "default_params", None)
+        return _check_frames(hook(target, params, states), _name(env), int(np.shape(jax.tree.leaves(states)[0])[0]))
+
+    return draw
+
+
+def render_frames(env: Any, env_params: Any, states: PyTree) -> np.ndarray:
+    """Draws one episode's env states as RGB frames, on the host.
+
+    Args:
+      env: the env that produced the states, wrapped or not (static).
+      env_params: its params (None for its default params).
+      states: the states, leaves [T, ...] (e.g. `episode_states(recording, i)`).
+
+    Returns:
+      uint8 [T, H, W, 3].
+
+    Raises:
+      ValueError: `env` has no render hook (one line naming it; see
+        `find_renderer`), or the hook's frames are not [T, H, W, 3].
+      RuntimeError: brax/MuJoCo without an OpenGL context (says what is
+        needed).
+      ImportError: a package the suite's drawing needs is missing (names the
+        `video` extra).
+    """
+    return find_renderer(env)(env_params, _to_host(states))
+
+
+def _check_frames(frames: Any, name: str, length: int | None = None) -> np.ndarray:
+    """Frames as uint8 [T, H, W, 3] (RGBA loses its alpha), or a ValueError naming what is wrong."""
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] not in (3, 4) or (length is not None and frames.shape[0] != length):
+        want = f"[{length if length is not None else 'T'}, H, W, 3]"
+        raise ValueError(f"the frames of {name} must be uint8 {want} (RGB), got shape {frames.shape}.")
+    if frames.dtype != np.uint8:
+        if np.issubdtype(frames.dtype, np.floating) and frames.size and frames.max() <= 1.0:
+            frames = frames * 255.0
+        frames = np.clip(np.rint(frames), 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(frames[..., :3])
+
+
+# ---- encoding ----
+
+
+def _imageio() -> Any:
+    """imageio's v3 API, or an ImportError naming the `video` extra."""
+    try:
+        import imageio.v3 as iio
+    except ImportError as err:
+        raise ImportError(
+            f"writing videos needs the optional `video` extra (imageio could not be imported: {err}). "
+            f"Install it with: {_EXTRA_HINT}"
+        ) from err
+    return iio
+
+
+def _ffmpeg() -> str | None:
+    """Why mp4 cannot be written (imageio-ffmpeg or its ffmpeg binary missing), or None when it can."""
+    try:
+        import imageio_ffmpeg
+    except ImportError as err:
+        return f"imageio-ffmpeg could not be imported ({err})"
+    try:
+        imageio_ffmpeg.get_ffmpeg_exe()
+    except RuntimeError as err:
+        return f"no ffmpeg binary ({err})"
+    return None
+
+
+def _pad(frames: np.ndarray, multiple: int) -> np.ndarray:
+    """Frames extended at the bottom and right (edge pixels repeated) to sizes divisible by `multiple`, for H.264."""
+    height, width = frames.shape[1:3]
+    pad_h, pad_w = -height % multiple, -width % multiple
+    return np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge") if pad_h or pad_w else frames
+
+
+def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
+    """Encodes frames as an mp4 (H.264, via imageio-ffmpeg), or a gif where ffmpeg is unavailable.
+
+    Frames are extended (edge pixels repeated) to sizes divisible by 16 for
+    the mp4 encoder. A path ending in ".gif" always gives a gif; without ffmpeg any
+    other path becomes the same name with ".gif" (a warning says why).
+
+    Args:
+      path: the file to write (its folder must exist).
+      frames: uint8 [T, H, W, 3] (see `render_frames`).
+      fps: frames per second.
+
+    Returns:
+      The path written.
+
+    Raises:
+      ImportError: imageio is missing (names `pip install 'jaxrl-rollout[video]'`).
+      ValueError: frames that are not [T, H, W, 3], or no frames.
+    """
+    iio = _imageio()
+    frames = _check_frames(frames, "write_video")
+    if frames.shape[0] == 0:
+        raise ValueError("write_video needs at least one frame, got none.")
+    if not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
+        raise ValueError(f"fps must be a positive number, got {fps!r}.")
+    path = Path(path)
+    if path.suffix.lower() != ".gif":
+        missing = _ffmpeg()
+        if missing is None:
+            with warnings.catch_warnings():
+                # JAX warns at every fork; ffmpeg's is a fork-exec, with no JAX code in the child
+                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+                iio.imwrite(
+                    path, _pad(frames, 16), extension=".mp4", plugin="FFMPEG", fps=fps, codec="libx264",
+                    pixelformat="yuv420p", macro_block_size=1,
+                )
+            return path
+        warnings.warn(f"writing a gif instead of {path.name}: {missing}; {_EXTRA_HINT} installs ffmpeg.", stacklevel=2)
+        path = path.with_suffix(".gif")
+    iio.imwrite(path, frames, extension=".gif", plugin="pillow", duration=1000.0 / fps, loop=0)
+    return path
+
+
+def video_name(name: str, episode_return: float, suffix: str = ".mp4") -> str:
+    """The file name of a video: "<name>_return<return>.mp4", e.g. "seed3_return-154.2.mp4"."""
+    return f"{name}_return{float(episode_return):.1f}{suffix}"
+
+
+def _label(frames: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+    """Frames with one line of text each, white on a black band at the top left."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    size = max(10, frames.shape[1] // 20)
+    try:
+        font = ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1 has one bitmap size
+        font = ImageFont.load_default()
+    out = np.empty_like(frames)
+    for t, (frame, text) in enumerate(zip(frames, texts)):
+        image = Image.fromarray(frame)
+        draw = ImageDraw.Draw(image)
+        left, top, right, bottom = draw.textbbox((2, 2), text, font=font)
+        draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
+        draw.text((2, 2), text, fill=(255, 255, 255), font=font)
+        out[t] = np.asarray(image)
+    return out
+
+
+# ---- runs ----
+
+
+def select_runs(selector: str | Sequence[str | int], num_runs: int, returns: Any = None) -> list[int]:
+    """Parses a run selector such as "best,worst,0,3" into run indices.
+
+    Tokens: "all" (every run), "best" / "worst" (the run with the highest /
+    lowest `returns`, the first on a tie) and run indices in [0, num_runs).
+    The indices come in the order given, each once.
+
+    Args:
+      selector: a comma-separated string, or a sequence of tokens and ints.
+      num_runs: R, the number of runs.
+      returns: [R] one return per run; needed only for "best" and "worst".
+
+    Returns:
+      The selected run indices.
+
+    Raises:
+      ValueError: an empty selector, an unknown token, an index out of
+        range, or "best"/"worst" without returns (one line naming it).
+    """
+    num_runs = _checks.check_positive_int("num_runs", num_runs)
+    tokens = selector.split(",") if isinstance(selector, str) else list(selector)
+    tokens = [t.strip().lower() if isinstance(t, str) else t for t in tokens]
+    if not tokens or any(t == "" for t in tokens):
+        raise ValueError(f"empty run in selector {selector!r}; use e.g. 'best,worst,0,3' or 'all'.")
+    chosen: list[int] = []
+    for token in tokens:
+        if token == "all":
+            picks = list(range(num_runs))
+        elif token in ("best", "worst"):
+            if returns is None:
+                raise ValueError(f"selector {selector!r}: {token!r} needs the runs' returns.")
+            values = np.asarray(returns, dtype=float).reshape(-1)
+            if values.shape != (num_runs,):
+                raise ValueError(f"returns must hold one value per run ({num_runs}), got shape {np.shape(returns)}.")
+            picks = [int(np.argmax(values) if token == "best" else np.argmin(values))]
+        else:
+            try:
+                index = int(token)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"unknown run {token!r} in selector {selector!r}; use 'all', 'best', 'worst' or run indices "
+                    f"0..{num_runs - 1}, comma-separated."
+                ) from None
+            if isinstance(token, bool) or not 0 <= index < num_runs or (isinstance(token, float) and token != index):
+                raise ValueError(f"run {token!r} in selector {selector!r} is not a run index in 0..{num_runs - 1}.")
+            picks = [index]
+        chosen.extend(p for p in picks if p not in chosen)
+    return chosen
+
+
+def write_episode_videos(
+    folder: str | Path,
+    env: Any,
+    env_params: Any,
+    policy_fn: Any,
+    params_per_run: PyTree,
+    keys: jax.Array,
+    runs: str | Sequence[str | int] = "all",
+    *,
+    names: Sequence[str] | None = None,
+    max_steps: int | None = None,
+    fps: float = 30,
+    initial_carry: PyTree | None = None,
+    label: bool = True,
+) -> list[EpisodeVideo]:
+    """Writes one video of one evaluation episode for each selected run.
+
+    Run r's episode is `record_episodes(env, env_params, policy_fn,
+    params_per_run[r], keys[r], 1, max_steps)`; "best" and "worst" in `runs`
+    pick by that episode's return (computed first, for every run, with
+    `evaluate`, which gives the same episodes). The renderer is found before
+    anything runs, so an env that cannot render fails at once.
+
+    Args:
+      folder: where the videos go (created if missing).
+      env: the env (static); env_params: its params, or None.
+      policy_fn: the policy (static); pass a deterministic one for
+        deterministic evaluation (an algorithm's `eval_policy_fn`).
+      params_per_run: policy params with a leading runs axis R on every leaf.
+      keys: [R] PRNG keys, one per run.
+      runs: a selector, see `select_runs` ("all", "best,worst,0,3", ...).
+      names: R names for the files ("run<r>" by default, e.g. "seed3");
+        the return is appended: "<name>_return<return>.mp4".
+      max_steps: the most steps per episode (None: the env's time limit).
+      fps: the videos' frames per second.
+      initial_carry: a recurrent policy's carry for one episode, leaves
+        [1, ...]; None for a feedforward policy.
+      label: write the run's name, the step and the return so far on the
+        frames.
+
+    Returns:
+      One `EpisodeVideo` (run, path, episode_return, length) per selected
+      run, in the selector's order.
+
+    Raises:
+      ValueError: the env cannot be rendered, a bad selector or names, or
+        params and keys of different run counts.
+      ImportError: the `video` extra is missing.
+    """
+    draw = find_renderer(env)
+    _imageio()  # the missing extra is reported before any episode runs
+    keys = jnp.asarray(keys)
+    num_runs = int(keys.shape[0]) if keys.ndim else 0
+    leaves = jax.tree.leaves(params_per_run)
+    if num_runs == 0 or any(np.shape(x)[:1] != (num_runs,) for x in leaves):
+        raise ValueError(
+            f"keys must be [R] and every leaf of params_per_run [R, ...] with the same R; got keys of shape "
+            f"{keys.shape} and params leading axes {sorted({np.shape(x)[:1] for x in leaves})}."
+        )
+    names = [f"run{r}" for r in range(num_runs)] if names is None else [str(n) for n in names]
+    if len(names) != num_runs:
+        raise ValueError(f"names must give one name per run ({num_runs}), got {len(names)}.")
+    tokens = runs.split(",") if isinstance(runs, str) else list(runs)
+    returns = None
+    if any(isinstance(t, str) and t.strip().lower() in ("best", "worst") for t in tokens):
+        episode = jax.jit(jax.vmap(lambda p, k: collect.evaluate(
+            env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
+        ).returns[0]))
+        returns = np.asarray(episode(params_per_run, keys))
+    selected = select_runs(runs, num_runs, returns)
+
+    record = jax.jit(lambda p, k: record_episodes(
+        env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
+    ))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    videos = []
+    for r in selected:
+        recording = record(jax.tree.map(lambda x: x[r], params_per_run), keys[r])
+        episode_return, length = float(recording.returns[0]), int(recording.lengths[0])
+        frames = draw(env_params, episode_states(recording, 0))
+        if label:
+            so_far = np.cumsum(np.asarray(recording.rewards)[:length, 0])
+            # the return before step t's reward: what the frame (the state acted on) has earned
+            before = np.concatenate([[0.0], so_far[:-1]])
+            frames = _label(frames, [f"{names[r]}  t={t}  return={g:.1f}" for t, g in enumerate(before)])
+        path = write_video(folder / video_name(names[r], episode_return), frames, fps=fps)
+        videos.append(EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length))
+    return videos

@@ -1,0 +1,363 @@
+"""jaxrl_rollout.video: recorded episodes, every suite's render hook, encoding, run selection.
+
+Suite hooks draw a few steps of a random policy, or, where compiling a step is
+slow (brax, craftax), the reset states of a few keys. A suite's test skips only
+when its package is not installed; navix needs Python >= 3.12 and runs under CI's
+.venv-navix (`-k navix`), where the `video` extra is not installed: nothing
+navix's test uses imports imageio.
+"""
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+
+import jaxrl_rollout as jr
+from jaxrl_rollout import envs, video
+from tests.toy_envs import CountingEnv, mlp_policy
+
+PYTHON_OK = sys.version_info >= (3, 12)
+
+
+def random_episode(env, params, num_steps, key=0):
+    """One recorded episode (at most num_steps) of a uniform random policy: (recording, states [L, ...])."""
+    policy_fn = jr.uniform_random_policy(env.action_space(params))
+    rec = jax.jit(lambda k: video.record_episodes(env, params, policy_fn, None, k, 1, max_steps=num_steps))(
+        jax.random.key(key)
+    )
+    return rec, video.episode_states(rec, 0)
+
+
+def reset_states(env, params, num_keys=2):
+    """The reset states of `num_keys` keys, stacked [K, ...] as a time axis."""
+    keys = jax.random.split(jax.random.key(0), num_keys)
+    return jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params)[1]
+
+
+def assert_frames(frames, length, min_size=32):
+    """uint8 RGB frames [length, H, W, 3] of at least min_size pixels a side, not blank, and not all the same."""
+    assert frames.dtype == np.uint8 and frames.ndim == 4 and frames.shape[0] == length and frames.shape[-1] == 3
+    assert min(frames.shape[1:3]) >= min_size and frames.std() > 0
+    assert any(not np.array_equal(frames[0], f) for f in frames[1:]), "the frames do not change"
+
+
+# ---- recording, encoding, decoding ----
+
+
+def test_recorded_episodes_are_evaluates_and_their_video_decodes_to_changing_frames(tmp_path):
+    imageio = pytest.importorskip("imageio.v3")
+    env, params = gymnax.make("CartPole-v1")
+    policy_fn, policy_params = mlp_policy(jax.random.key(1))
+    key = jax.random.key(3)
+    rec = jax.jit(lambda k: video.record_episodes(env, params, policy_fn, policy_params, k, 3, max_steps=40))(key)
+    ev = jr.evaluate(env, params, policy_fn, policy_params, key, 3, max_steps=40)
+    np.testing.assert_array_equal(rec.returns, ev.returns)
+    np.testing.assert_array_equal(rec.lengths, ev.lengths)
+    np.testing.assert_array_equal(rec.completed, ev.completed)
+    np.testing.assert_allclose(rec.rewards.sum(axis=0), rec.returns)
+    # the states are the ones acted on: the first is the reset state, the time field counts the steps
+    states = video.episode_states(rec, 0)
+    length = int(rec.lengths[0])
+    np.testing.assert_array_equal(states.time, np.arange(length))
+    _, first = env.reset(jax.random.split(jax.random.split(key)[0], 3)[0], params)
+    np.testing.assert_allclose(states.x[0], first.x)
+
+    frames = video.render_frames(env, params, states)
+    assert_frames(frames, length)
+    path = video.write_video(tmp_path / "cartpole.mp4", frames, fps=15)
+    assert path == tmp_path / "cartpole.mp4"
+    decoded = imageio.imread(path, plugin="FFMPEG")  # [T, H, W, 3]
+    assert decoded.shape[0] == length and decoded.shape[1:] == (400, 608, 3)  # 600 padded to a multiple of 16
+    assert np.abs(decoded[-1].astype(int) - decoded[0]).mean() > 0.1  # the pole moved
+    assert np.abs(decoded[0, :, :600].astype(int) - frames[0]).mean() < 8  # lossy, but the same picture
+
+
+def test_without_ffmpeg_a_gif_is_written_with_a_warning(tmp_path, monkeypatch):
+    imageio = pytest.importorskip("imageio.v3")
+    frames = np.zeros((3, 20, 30, 3), np.uint8)
+    frames[1, 5:10], frames[2, 10:15] = 255, 128
+    monkeypatch.setattr(video, "_ffmpeg", lambda: "no ffmpeg binary (simulated)")
+    with pytest.warns(UserWarning, match="no ffmpeg binary"):
+        path = video.write_video(tmp_path / "clip.mp4", frames, fps=10)
+    assert path == tmp_path / "clip.gif"
+    decoded = imageio.imread(path, index=None)
+    assert decoded.shape[0] == 3 and decoded.shape[1:3] == (20, 30)
+    np.testing.assert_array_equal(decoded[..., :3], frames)  # gif is lossless for these few colours
+    with pytest.raises(ValueError, match="RGB"):
+        video.write_video(tmp_path / "bad.gif", np.zeros((3, 20, 30)), fps=10)
+
+
+def test_a_missing_extra_names_it_and_importing_the_package_imports_no_backend(tmp_path):
+    # imageio made unimportable (a None entry in sys.modules), in a fresh interpreter
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["imageio"] = None
+        import jaxrl_rollout
+        import jaxrl_rollout.video as video
+        heavy = ("imageio", "brax", "mujoco", "jumanji", "pgx", "craftax", "xminigrid", "navix", "pygame",
+                 "cairosvg", "matplotlib.pyplot")  # gymnasium: gymnax imports it
+        loaded = [m for m in sys.modules if m.split(".")[0] in heavy and sys.modules[m] is not None]
+        assert not loaded, loaded
+        import numpy as np
+        try:
+            video.write_video({str(tmp_path / 'x.mp4')!r}, np.zeros((2, 16, 16, 3), np.uint8))
+        except ImportError as err:
+            print("ERROR", err)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ERROR" in out.stdout and "pip install 'jaxrl-rollout[video]'" in out.stdout, out.stdout
+
+
+# ---- selecting runs, writing their videos ----
+
+
+def test_run_selector():
+    returns = np.array([5.0, 9.0, 1.0, 9.0])
+    assert video.select_runs("best,worst,0,3", 4, returns) == [1, 2, 0, 3]
+    assert video.select_runs(" worst , best ", 4, returns) == [2, 1]  # a tie: the first best
+    assert video.select_runs("all", 4) == [0, 1, 2, 3]
+    assert video.select_runs("2,all", 4) == [2, 0, 1, 3]
+    assert video.select_runs(["best", 0, "0"], 4, returns) == [1, 0]
+    for bad, match in [
+        ("first", "unknown run 'first'"),
+        ("4", "not a run index in 0..3"),
+        ("-1", "not a run index"),
+        ("0,,1", "empty run"),
+        ("", "empty run"),
+        ("best", "needs the runs' returns"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            video.select_runs(bad, 4, None if bad == "best" else returns)
+
+
+def test_write_episode_videos_picks_runs_by_return_and_names_the_files(tmp_path):
+    pytest.importorskip("imageio.v3")
+    env, params = gymnax.make("CartPole-v1")
+    policies = [mlp_policy(jax.random.key(i), deterministic=True) for i in range(3)]
+    policy_fn = policies[0][0]
+    params_per_run = jax.tree.map(lambda *xs: jnp.stack(xs), *[p for _, p in policies])
+    keys = jax.random.split(jax.random.key(5), 3)
+    returns = jax.jit(jax.vmap(lambda p, k: jr.evaluate(env, params, policy_fn, p, k, 1, 25).returns[0]))(
+        params_per_run, keys
+    ).tolist()
+    written = video.write_episode_videos(
+        tmp_path / "videos", env, params, policy_fn, params_per_run, keys, "worst,best,0", max_steps=25,
+        names=["seed0", "seed1", "seed2"], fps=20,
+    )
+    order = [int(np.argmin(returns)), int(np.argmax(returns))]
+    order += [0] if 0 not in order else []
+    assert [v.run for v in written] == order
+    for v in written:
+        assert v.episode_return == returns[v.run]
+        assert v.path.name == f"seed{v.run}_return{returns[v.run]:.1f}.mp4" and v.path.is_file()
+        assert v.path.parent == tmp_path / "videos" and v.length == int(round(v.episode_return))  # CartPole pays 1 a step
+
+
+# ---- a user's env, wrappers, registration, envs that cannot render ----
+
+
+class DrawnCountingEnv(CountingEnv):
+    """CountingEnv drawn as a bar whose length is the step count."""
+
+    def render(self, state, params):
+        frame = np.zeros((8, 16, 3), np.uint8)
+        frame[:, : int(state.time) + 1] = 255
+        return frame
+
+
+@struct.dataclass
+class LogState:
+    env_state: object
+    episode_returns: jax.Array
+
+
+class PassThrough:
+    """A wrapper that keeps the wrapped env's state as it is (as `envs.ClipAction` does)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    @property
+    def default_params(self):
+        return self.env.default_params
+
+    def action_space(self, params=None):
+        return self.env.action_space(params)
+
+    def reset(self, key, params=None):
+        return self.env.reset(key, params)
+
+    def step(self, key, state, action, params=None):
+        return self.env.step(key, state, action, params)
+
+
+class LogWrapper:
+    """A PureJaxRL-style wrapper: its own state holds the wrapped env's in `env_state`."""
+
+    def __init__(self, env):
+        self._env = env
+
+    @property
+    def default_params(self):
+        return self._env.default_params
+
+    def action_space(self, params=None):
+        return self._env.action_space(params)
+
+    def reset(self, key, params=None):
+        obs, state = self._env.reset(key, params)
+        return obs, LogState(state, jnp.float32(0))
+
+    def step(self, key, state, action, params=None):
+        obs, env_state, reward, terminated, truncated, info = self._env.step(key, state.env_state, action, params)
+        return obs, LogState(env_state, state.episode_returns + reward), reward, terminated, truncated, info
+
+
+def test_a_users_env_renders_through_its_render_method_and_through_wrappers():
+    env = DrawnCountingEnv()
+    rec, states = random_episode(env, None, 5)
+    frames = video.render_frames(env, None, states)
+    assert_frames(frames, int(rec.lengths[0]), min_size=8)
+    np.testing.assert_array_equal(frames[:, 0, :, 0].astype(bool).sum(axis=-1), np.arange(len(frames)) + 1)
+    # a wrapper holding the state in `env_state`, around one that keeps the state as it is
+    wrapped = LogWrapper(PassThrough(env))
+    rec, states = random_episode(wrapped, None, 5)
+    assert isinstance(states, LogState)
+    np.testing.assert_array_equal(video.render_frames(wrapped, None, states)[:, 0, :, 0].astype(bool).sum(axis=-1),
+                                  np.arange(int(rec.lengths[0])) + 1)
+
+
+def test_a_registered_renderer_takes_precedence_and_can_be_removed():
+    env = DrawnCountingEnv()
+    _, states = random_episode(env, None, 4)
+
+    def grey(env, params, states):
+        return np.full((len(states.time), 4, 4, 3), 7 * np.asarray(states.time)[:, None, None, None], np.uint8)
+
+    assert video.register_renderer(CountingEnv, grey) is None
+    try:
+        frames = video.render_frames(env, None, states)  # a subclass of the registered class
+        assert frames.shape[1:] == (4, 4, 3) and frames[-1, 0, 0, 0] == 7 * (len(frames) - 1)
+    finally:
+        assert video.register_renderer(CountingEnv, None) is grey
+    assert video.render_frames(env, None, states).shape[1:] == (8, 16, 3)
+    video.register_renderer(CountingEnv, lambda env, params, states: np.zeros((2, 4, 4)))
+    try:
+        with pytest.raises(ValueError, match=r"must be uint8 \[\d+, H, W, 3\]"):
+            video.render_frames(env, None, states)
+    finally:
+        video.register_renderer(CountingEnv, None)
+
+
+def test_a_render_method_may_draw_a_matplotlib_figure():
+    env, params = gymnax.make("Catch-bsuite")  # gymnax's render(state, params) -> (fig, ax)
+    rec, states = random_episode(env, params, 3)
+    assert_frames(video.render_frames(env, params, states), int(rec.lengths[0]))
+
+
+def test_envs_that_cannot_render_get_one_line_naming_them():
+    deep_sea, _ = gymnax.make("DeepSea-bsuite")
+    for env, name in [(CountingEnv(), "CountingEnv"), (deep_sea, "DeepSea-bsuite"),
+                      (LogWrapper(CountingEnv()), "LogWrapper (wrapping CountingEnv)")]:
+        with pytest.raises(ValueError, match="^cannot render " + re.escape(name)) as err:
+            video.find_renderer(env)
+        assert "\n" not in str(err.value) and "register_renderer" in str(err.value)
+    pytest.importorskip("gymnasium")
+    host, _ = envs.make("gymnasium/CartPole-v1")
+    with pytest.raises(ValueError, match="^cannot render CartPole-v1: GymnasiumEnv is a host env"):
+        video.find_renderer(host)
+
+
+# ---- every suite's hook ----
+
+
+@pytest.mark.parametrize("name", ["Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"])
+def test_gymnax_classic_control(name):
+    pytest.importorskip("pygame")
+    env, params = gymnax.make(name)
+    rec, states = random_episode(env, params, 4)
+    assert_frames(video.render_frames(env, params, states), 4)
+
+
+def test_gymnax_minatar():
+    env, params = gymnax.make("Breakout-MinAtar")
+    rec, states = random_episode(env, params, 6, key=1)
+    frames = video.render_frames(env, params, states)
+    assert_frames(frames, int(rec.lengths[0]))
+    assert frames.shape[1:] == (160, 160, 3)
+
+
+def test_brax_renders_headless():
+    pytest.importorskip("brax")
+    env, params = envs.make("brax/inverted_pendulum")
+    frames = video.render_frames(env, params, reset_states(env, params, 3))
+    assert_frames(frames, 3)
+
+
+def test_mujoco_without_opengl_says_what_is_needed():
+    pytest.importorskip("mujoco")
+    code = textwrap.dedent(
+        """
+        import mujoco, numpy as np
+        from jaxrl_rollout import video
+        model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><geom type='sphere' size='.1'/></worldbody></mujoco>")
+        try:
+            video.render_mujoco(model, np.zeros((2, 0)))
+        except RuntimeError as err:
+            print("ERROR", err)
+        """
+    )
+    # GLX needs an X display; with none, MuJoCo cannot make a context
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**env, "MUJOCO_GL": "glx"})
+    lines = [line for line in out.stdout.splitlines() if line.startswith("ERROR")]
+    assert len(lines) == 1 and "MUJOCO_GL=egl" in lines[0] and "with MUJOCO_GL=glx it failed" in lines[0], out
+
+
+def test_jumanji():
+    pytest.importorskip("jumanji")
+    env, params = envs.make("jumanji/Snake-v1", num_rows=6, num_cols=6)
+    rec, states = random_episode(env, params, 3, key=2)
+    assert int(rec.lengths[0]) >= 2
+    assert_frames(video.render_frames(env, params, states), int(rec.lengths[0]))
+
+
+def test_pgx():
+    pytest.importorskip("pgx")
+    env, params = envs.make("pgx/tic_tac_toe")
+    policy_fn = envs.pgx.masked_categorical_policy(
+        lambda p, obs: (jnp.zeros(obs.shape[:1] + (env.num_actions,)), jnp.zeros(obs.shape[:1]))
+    )
+    rec = video.record_episodes(env, params, policy_fn, None, jax.random.key(0), 1, max_steps=3)
+    assert_frames(video.render_frames(env, params, video.episode_states(rec, 0)), int(rec.lengths[0]))
+
+
+def test_craftax():
+    pytest.importorskip("craftax")
+    env, params = envs.make("craftax/Craftax-Classic-Symbolic-v1")
+    assert_frames(video.render_frames(env, params, reset_states(env, params)), 2)
+
+
+def test_xminigrid():
+    pytest.importorskip("xminigrid")
+    env, params = envs.make("xminigrid/MiniGrid-Empty-5x5")
+    rec, states = random_episode(env, params, 4, key=2)
+    assert_frames(video.render_frames(env, params, states), int(rec.lengths[0]))
+
+
+@pytest.mark.skipif(not PYTHON_OK, reason="navix 4 needs Python >= 3.12 (CI runs this under .venv-navix)")
+def test_navix():
+    env, params = envs.make("navix/Navix-Empty-5x5-v0")
+    rec, states = random_episode(env, params, 4)
+    assert_frames(video.render_frames(env, params, states), int(rec.lengths[0]))
