@@ -1,7 +1,5 @@
 """`python -m jaxrl_rollout` runs the command line."""
 
-import sys
+from jaxrl_rollout.cli import entry
 
-from jaxrl_rollout.cli import main
-
-sys.exit(main())
+entry()

@@ -5,6 +5,7 @@
     jaxrl-rollout train --algo sac --seeds 4         # SAC on its default env, Pendulum-v1
     jaxrl-rollout train --resume runs/sweep         # continue an interrupted run
     jaxrl-rollout evaluate runs/sweep               # deterministic and stochastic returns per seed
+    jaxrl-rollout evaluate runs/sweep --video --runs best,worst   # and videos of their episodes
     jaxrl-rollout rollout                           # a uniform random policy's episode statistics
 
 `--algo` is one of the registered algorithms (ppo, a2c, dqn, pqn, sac,
@@ -655,7 +656,42 @@ def run_evaluate(args: argparse.Namespace) -> int:
         wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
         stochastic = f"{sto[r].mean():9.2f} ({sto[r].std():5.1f})" if sto is not None else f"{'n/a':>17}"
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  {stochastic}{wdl}")
+    if args.video:
+        _write_videos(args, spec, state, labels, jax.random.fold_in(key, 2))
+    elif args.runs != "all":
+        raise ValueError("--runs selects the runs of --video; add --video.")
     return 0
+
+
+def _write_videos(args, spec, state, labels: list, key) -> None:
+    """`evaluate --video`: one deterministic episode per selected run, drawn and encoded into FOLDER/videos."""
+    import re
+
+    import jax
+
+    from jaxrl_rollout import video
+    from jaxrl_rollout.runner import make_algorithm
+
+    algorithm = make_algorithm(spec)
+    folder = pathlib.Path(args.folder) / "videos"
+    names = []
+    for r in range(spec.num_runs):
+        g, s = divmod(r, spec.num_seeds)
+        point = "" if len(spec.grid) == 1 else re.sub(r"[^A-Za-z0-9.=-]+", "_", labels[g]) + "_"
+        names.append(f"{point}seed{s}")
+    carry = algorithm.module.initial_carry(1) if algorithm.recurrent else None
+    try:
+        videos = video.write_episode_videos(
+            folder, algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
+            jax.vmap(algorithm.policy_params)(state), jax.random.split(key, spec.num_runs), args.runs,
+            names=names, initial_carry=carry)
+    except ImportError as error:
+        raise ValueError(str(error)) from None
+    except RuntimeError as error:  # e.g. no OpenGL for MuJoCo's renderer: what the machine lacks, in one line
+        raise ValueError(f"--video: {error}") from None
+    print(f"  videos of one deterministic episode per run in {folder}:")
+    for v in videos:
+        print(f"    run {v.run}: return {v.episode_return:.1f}, {v.length} steps: {v.path.name}")
 
 
 def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int) -> dict:
@@ -717,6 +753,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num-episodes", type=_positive_int, default=10,
                           help="episodes per run and mode (default: %(default)s)")
     evaluate.add_argument("--seed", type=_int, default=0, help="PRNG seed of the evaluation (default: %(default)s)")
+    evaluate.add_argument("--video", action="store_true",
+                          help="also write a video of one deterministic episode per selected run to FOLDER/videos "
+                               "(mp4, or gif without ffmpeg; the return in the file name and on the frames; the "
+                               "video extra)")
+    evaluate.add_argument("--runs", default="all", metavar="SELECTOR",
+                          help="with --video: which runs, e.g. best,worst,0,3 (run r = grid point x seeds + seed; "
+                               "best and worst by the recorded episode's return) (default: %(default)s)")
     roll = sub.add_parser("rollout", help="roll out a random policy and print episode statistics")
     roll.add_argument("--env", default=DEFAULT_ENV, help="gymnax env id (default: %(default)s)")
     roll.add_argument("--num-envs", type=_positive_int, default=8, help="parallel envs (default: %(default)s)")
@@ -817,5 +860,22 @@ def _main(argv: list) -> int:
         return 2
     return 0
 
+def entry() -> None:
+    """The console script (and `python -m jaxrl_rollout`): `main()`, then exit with its status.
+
+    After a stop by signal (status 130 or 143) the process ends at once,
+    without waiting for a chunk still computing: XLA cannot cancel a program
+    that runs, and at interpreter exit it would wait for it (minutes for an
+    off-policy learner's default chunk on a CPU). By then the checkpoint is
+    saved and closed, the loggers are closed and the folder's lock released.
+    """
+    code = main()
+    if code in (130, 143):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -531,6 +531,25 @@ def gather_state(states: Sequence[Any]) -> Any:
     return checkpoint.unflatten(treedef, leaves, impls)
 
 
+def _wait_ready(tree: Any, longest_sleep: float = 0.02) -> None:
+    """Waits until every array of `tree` (dispatched asynchronously) is computed, in short sleeps.
+
+    A wait inside XLA (`np.asarray`, `block_until_ready`) holds the main thread
+    in C++, where Python runs no signal handler: a Ctrl-C during a chunk of an
+    off-policy learner's default run (minutes on a CPU) would not even print
+    its notice until the chunk ended. Sleeping in Python instead lets the
+    handler print at once, and a second Ctrl-C raise KeyboardInterrupt here
+    (the last whole chunk is then saved while the one in flight is dropped).
+    The sleeps grow from 1 ms to `longest_sleep`, so a chunk ends at most that
+    much later than it would have.
+    """
+    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "is_ready")]
+    sleep = 0.001
+    while not all(x.is_ready() for x in leaves):
+        time.sleep(sleep)
+        sleep = min(2 * sleep, longest_sleep)
+
+
 def _metric_arrays(metrics: Any) -> dict:
     return {k: _to_host(v) for k, v in metrics._asdict().items() if k != "env_steps"}
 
@@ -730,6 +749,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                     raise Interrupted(signals.requested)
                 length = lengths[chunks_done]
                 outputs = [executables[b - a, length](s, h) for (a, b), s, h in zip(groups, states, group_hparams)]
+                _wait_ready(outputs)  # signals are handled while the chunk runs, not only after it
                 chunk = [_metric_arrays(m) for _, m in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
                 try:

@@ -175,7 +175,7 @@ def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
 def test_bad_values_exit_non_zero(capsys):
     cases = {
         ("rollout", "--num-steps", "0"): "expected a positive integer",
-        ("train", "--algo", "dqn"): "invalid choice: 'dqn'",
+        ("train", "--algo", "ddpg"): "invalid choice: 'ddpg'",
         ("train", "--seeds", "-1"): "--seeds: expected a positive integer",
         ("train", "--lr", "abc"): "--lr: expected a number, got 'abc'",
         ("train", "--lr", "1e-3,1e-3"): "--lr: expected distinct values",

@@ -162,12 +162,20 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
                      "--tensorboard", "false", "--out", "run"]) == 0
     env = "Pendulum-v1" if algo == "td3" else "CartPole-v1"
     assert f"{algo.upper()} on {env}, 2 seeds" in capsys.readouterr().out
-    assert cli.main(["evaluate", "run", "--num-episodes", "2"]) == 0
+    assert cli.main(["evaluate", "run", "--num-episodes", "2", "--video", "--runs", "worst,0"]) == 0
     out = capsys.readouterr().out
     if algo in ("dqn", "td3"):
         assert "policy is deterministic" in out and "n/a" in out
     else:
         assert "n/a" not in out
+    videos = sorted((tmp_path / "run" / "videos").iterdir())
+    assert "videos of one deterministic episode per run in run/videos" in out
+    assert 1 <= len(videos) <= 2 and all(v.name.startswith("seed") and "_return" in v.name for v in videos), videos
+    import imageio.v3 as iio
+
+    frames = iio.imread(videos[0])
+    assert frames.ndim == 4 and frames.shape[0] > 1 and frames.shape[-1] == 3
+    assert np.abs(frames[-1].astype(int) - frames[0].astype(int)).max() > 0  # the pictures change over time
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -185,6 +193,13 @@ def test_bad_off_policy_options_exit_2_in_one_line(argv, words, tmp_path, capsys
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_runs_without_video_is_a_clear_error(full_runs, tmp_path, capsys):
+    spec = _spec("dqn")
+    runner.train(spec, _start(spec, tmp_path), stop_after_chunks=1, progress=None)
+    assert cli.main(["evaluate", str(tmp_path), "--runs", "best"]) == 2
+    assert "--runs selects the runs of --video; add --video." in capsys.readouterr().err
 
 
 def test_checkpoint_of_an_off_policy_run_is_refused_by_another_algorithm(full_runs, tmp_path):
