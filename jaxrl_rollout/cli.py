@@ -36,6 +36,8 @@ from jaxrl_rollout._signals import StopSignals
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_SEEDS = 8
+# A new run's periodic evaluation: "off", "chunk" (once per chunk) or a number of updates.
+DEFAULT_EVAL_EVERY = "off"
 
 
 def _positive_int(text: str) -> int:
@@ -72,6 +74,15 @@ def _host_devices(text: str):
         return _positive_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected a positive int or 'auto', got {text!r}") from None
+
+
+def _eval_every(text: str):
+    if text == "off":
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (updates) or 'off', got {text!r}") from None
 
 
 def _float(text: str) -> float:
@@ -117,7 +128,8 @@ def _algorithms():
 # Config fields with their own option names (--env, --total-steps).
 _RENAMED = {"env_id": "env", "total_timesteps": "total_steps"}
 # Options that are not config fields or hyperparameters but still fix the run's results.
-_RUN_OPTIONS = ("algo", "env", "seeds", "total_steps", "seed", "chunk_updates", "max_parallel")
+_RUN_OPTIONS = ("algo", "env", "seeds", "total_steps", "seed", "chunk_updates", "max_parallel", "eval_every",
+                "eval_episodes")
 
 
 def _config_fields() -> dict:
@@ -191,6 +203,13 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--process-id", type=_int, help="with --distributed: this process's id, 0 to N-1")
     run.add_argument("--num-eval", type=_positive_int, default=10,
                      help="deterministic evaluation episodes per run at the end (default: %(default)s)")
+    run.add_argument("--eval-every", type=_eval_every, metavar="{N,off}",
+                     help="evaluate every run's policy deterministically (whole episodes, its own keys) every N "
+                          "updates inside the jitted chunk: eval_return and eval_length (win/draw/loss for a "
+                          "two-player game) in metrics.csv, TensorBoard, W&B, the progress line and "
+                          f"learning_curve.png; training is unchanged bit for bit (default: {DEFAULT_EVAL_EVERY})")
+    run.add_argument("--eval-episodes", type=_positive_int,
+                     help="episodes per periodic evaluation (default: 10)")
     run.add_argument("--stop-after-chunks", type=_positive_int, help=argparse.SUPPRESS)
     config = train.add_argument_group("static config (one value each)")
     for name, (defaults, parse) in _config_fields().items():
@@ -213,7 +232,8 @@ def _spec_options(spec) -> dict:
     config = dataclasses.asdict(spec.config)
     options = {"algo": spec.algo, "env": config.pop("env_id"), "seeds": spec.num_seeds,
                "total_steps": config.pop("total_timesteps"), "seed": spec.seed, "chunk_updates": spec.chunk_updates,
-               "max_parallel": spec.max_parallel, **config}
+               "max_parallel": spec.max_parallel, "eval_every": "off" if spec.eval_every is None else spec.eval_every,
+               "eval_episodes": spec.eval_episodes, **config}
     for name in spec.grid[0]._fields:
         options[name] = list(dict.fromkeys(getattr(h, name) for h in spec.grid))
     return options
@@ -251,8 +271,20 @@ def _build_spec(given: dict):
     config = config_cls(**fields)
     axes = {name: given[name] for name in hparams_cls._fields if name in given}
     grid = tuple(hparams_cls(**dict(zip(axes, point))) for point in itertools.product(*axes.values()))
-    return RunSpec(algo, config, grid, given.get("seeds", DEFAULT_SEEDS), given.get("seed", 0),
+    spec = RunSpec(algo, config, grid, given.get("seeds", DEFAULT_SEEDS), given.get("seed", 0),
                    given.get("chunk_updates", 0), given.get("max_parallel"))
+    eval_every = given.get("eval_every", DEFAULT_EVAL_EVERY)
+    if eval_every == "off":
+        if "eval_episodes" in given:
+            raise ValueError("--eval-episodes sets the episodes of the periodic evaluation, which --eval-every off "
+                             "turns off; drop one of them.")
+        return spec
+    # "chunk": once per chunk, after its last update
+    every = spec.chunk_updates if eval_every == "chunk" else eval_every
+    if every > config.num_updates:
+        raise ValueError(f"--eval-every {every}: the run has only {config.num_updates} updates, so it would never "
+                         "evaluate.")
+    return dataclasses.replace(spec, eval_every=every, eval_episodes=given.get("eval_episodes", 10))
 
 
 def _differences(saved: dict, wanted: dict, names) -> list[str]:
@@ -564,6 +596,9 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     print(f"jaxrl_rollout: {spec.algo.upper()} on {cfg.env_id}, {grid}{spec.num_seeds} seeds x {steps:,} steps "
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
+    if spec.eval_every is not None:
+        print(f"  deterministic evaluation every {spec.eval_every} updates ({spec.eval_every * cfg.steps_per_update:,} "
+              f"steps), {spec.eval_episodes} episodes per run")
     try:
         from jaxrl_rollout import loggers
 

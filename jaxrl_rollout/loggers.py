@@ -32,7 +32,7 @@ import numpy as np
 
 from jaxrl_rollout.run_metrics import steps_at
 
-__all__ = ["TensorBoardLogger", "WandbLogger", "chain"]
+__all__ = ["TensorBoardLogger", "WandbLogger", "chain", "metric_tag"]
 
 
 def chain(*hooks):
@@ -46,6 +46,11 @@ def chain(*hooks):
             hook(metrics, first_update)
 
     return on_chunk
+
+
+def metric_tag(name: str) -> str:
+    """A metric's TensorBoard and W&B name: "eval/return" for a periodic evaluation's eval_return, else "train/NAME"."""
+    return f"eval/{name[len('eval_'):]}" if name.startswith("eval_") else f"train/{name}"
 
 
 def _chunk_arrays(metrics: dict, runs: int) -> dict:
@@ -175,7 +180,7 @@ class TensorBoardLogger:
             for events, row in zip(files, values):
                 for u, value in enumerate(row):
                     if np.isfinite(value):
-                        events.add(self._summary.scalar(f"train/{name}", float(value)),
+                        events.add(self._summary.scalar(metric_tag(name), float(value)),
                                    steps_at(self._config, first_update + u + 1))
         for events in files:
             events.flush()
@@ -253,7 +258,7 @@ class WandbLogger:
         updates = next(iter(arrays.values())).shape[1] if arrays else 0
         for r, run in enumerate(runs):
             for u in range(updates):
-                row = {f"train/{k}": float(v[r, u]) for k, v in arrays.items() if np.isfinite(v[r, u])}
+                row = {metric_tag(k): float(v[r, u]) for k, v in arrays.items() if np.isfinite(v[r, u])}
                 run.log(row, step=steps_at(self._config, first_update + u + 1))
 
     def close(self) -> None:

@@ -37,7 +37,8 @@ def write_metrics_csv(path, spec: Any, metrics: dict) -> None:
     Columns: grid_point, seed, update, step (cumulative env steps of the run
     after that update), one column per swept hyperparameter, metric, value.
     Floats are written with 9 significant digits (float32 round-trips); NaN
-    marks an update in which no episode ended. The file is written atomically
+    marks an update in which no episode ended, and for the eval_* metrics of a
+    periodic evaluation an update without an evaluation. The file is written atomically
     (`checkpoint.write_atomic`): a failed write (a full disk) leaves the
     previous file whole, and a symbolic link there is replaced, not written through.
     """
@@ -68,7 +69,10 @@ def write_learning_curve(path, spec: Any, metrics: dict) -> None:
     """Episode return against env steps: mean across seeds and a +-1 sd band, one line per grid point.
 
     Each update's value per seed is the mean return of the episodes that
-    ended in it; updates where no seed finished an episode are gaps. Written atomically, as the CSV.
+    ended in it; updates where no seed finished an episode are gaps. With a
+    periodic evaluation (`eval_return` in metrics) each grid point's mean
+    deterministic evaluation return over seeds is drawn beside it, in its
+    colour, as a dashed line with markers at the evaluated updates. Written atomically, as the CSV.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -84,6 +88,11 @@ def write_learning_curve(path, spec: Any, metrics: dict) -> None:
             mean, sd = np.nanmean(returns[g], axis=0), np.nanstd(returns[g], axis=0)
             (line,) = ax.plot(steps, mean, lw=1.2, label=grid_label(spec, g))
             ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.2, lw=0)
+            if "eval_return" in metrics:
+                evals = metrics["eval_return"].reshape(len(spec.grid), spec.num_seeds, -1).astype(np.float64)[g]
+                done = ~np.isnan(evals).all(axis=0)
+                ax.plot(steps[done], np.nanmean(evals[:, done], axis=0), ls="--", marker="o", ms=3, lw=1,
+                        color=line.get_color(), label=f"{grid_label(spec, g)} (deterministic eval)")
     ax.set_xlabel("env steps per run")
     ax.set_ylabel("episode return")
     ax.set_title(f"{spec.algo.upper()} on {spec.config.env_id}: mean over {spec.num_seeds} seeds, band +-1 sd")

@@ -99,7 +99,7 @@ def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
     r = int(np.argmax(flags[:, u] != 0))
     what = [name for bit, name in _NONFINITE_NAMES if int(flags[r, u]) & bit]
     bad = [k for k, v in sorted(chunk.items())
-           if k not in ("nonfinite", "episode_return", "episode_length", "explained_variance")
+           if k not in ("nonfinite", "episode_return", "episode_length", "explained_variance") and not k.startswith("eval_")
            and np.issubdtype(v.dtype, np.floating) and not np.isfinite(v[r, u])]
     runs = int(np.count_nonzero(flags[:, u]))
     g, s = divmod(r, spec.num_seeds)
@@ -162,6 +162,14 @@ class RunSpec:
       chunk_updates: updates per jitted chunk (0: `default_chunk_updates`).
       max_parallel: the most runs in one program (None: all G x S); more are
         run in groups one after another.
+      eval_every: evaluate every run's policy deterministically after every
+        this many updates, counted over the whole run, inside the jitted chunk
+        (`periodic_eval.make_update`), adding eval_return, eval_length (and
+        win/draw/loss rates for a two-player game) to the metrics, NaN in the
+        other updates; None: no evaluation, and the chunk is the plain scan of
+        `update`. Saved in config.json only when set, so a config.json of a
+        run without it reads as before.
+      eval_episodes: whole episodes per evaluation (with eval_every).
     """
 
     algo: str
@@ -171,6 +179,8 @@ class RunSpec:
     seed: int = 0
     chunk_updates: int = 0
     max_parallel: int | None = None
+    eval_every: int | None = None
+    eval_episodes: int = 10
 
     def __post_init__(self):
         config_cls, hparams_cls, _ = algorithms.get(self.algo)  # a ValueError names an unknown algo
@@ -186,7 +196,8 @@ class RunSpec:
             check_hparams(h, algorithms.hparam_ranges(self.algo))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int, got {self.seed!r}.")
-        for name in ("num_seeds", "chunk_updates") + (("max_parallel",) if self.max_parallel is not None else ()):
+        optional = tuple(n for n in ("max_parallel", "eval_every") if getattr(self, n) is not None)
+        for name in ("num_seeds", "chunk_updates", "eval_episodes") + optional:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "chunk_updates" else 1):
                 raise ValueError(f"{name} must be a {'non-negative' if name == 'chunk_updates' else 'positive'} int, "
@@ -217,6 +228,12 @@ class RunSpec:
         keys = jax.random.split(jax.random.key(self.seed), self.num_seeds)
         return keys[np.tile(np.arange(self.num_seeds), len(self.grid))]
 
+    def eval_keys(self) -> jax.Array:
+        """[R] root eval keys, `periodic_eval.eval_key` of each run's key: apart from training's keys."""
+        from jaxrl_rollout.periodic_eval import eval_key
+
+        return jax.vmap(eval_key)(self.run_keys())
+
     def run_hparams(self) -> Any:
         """The hyperparameter record with [R] float32 leaves."""
         return stack_hparams([h for h in self.grid for _ in range(self.num_seeds)])
@@ -229,7 +246,9 @@ class RunSpec:
         config = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.config).items()}
         return {"format": FORMAT, "algo": self.algo, "config": config, "grid": [h._asdict() for h in self.grid],
                 "num_seeds": self.num_seeds, "seed": self.seed, "chunk_updates": self.chunk_updates,
-                "max_parallel": self.max_parallel}
+                "max_parallel": self.max_parallel,
+                **({"eval_every": self.eval_every, "eval_episodes": self.eval_episodes}
+                   if self.eval_every is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict) -> RunSpec:
@@ -251,6 +270,9 @@ class RunSpec:
         for name in ("num_seeds", "seed", "chunk_updates"):
             _check_json_type(name, data[name], 0, False)
         _check_json_type("max_parallel", data["max_parallel"], 0, True)
+        # eval_every and eval_episodes are absent from the configs of runs without periodic evaluation
+        _check_json_type("eval_every", data.get("eval_every"), 0, True)
+        _check_json_type("eval_episodes", data.get("eval_episodes", 10), 0, False)
         if not isinstance(data["grid"], list) or not all(isinstance(p, dict) for p in data["grid"]):
             raise ValueError("grid must be a list of hyperparameter objects.")
         fields = {k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in data["config"].items()}
@@ -264,7 +286,7 @@ class RunSpec:
                                  "does not know.")
             grid.append(hparams_cls(**point))
         return cls(algo, config_cls(**fields), tuple(grid), data["num_seeds"], data["seed"], data["chunk_updates"],
-                   data["max_parallel"])
+                   data["max_parallel"], data.get("eval_every"), data.get("eval_episodes", 10))
 
 
 def _check_json_type(name: str, value: Any, default: Any, optional: bool) -> None:
@@ -384,20 +406,29 @@ def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None
 
     A host env's R runs share one host pool stepped by one ordered callback per
     step, so they run as one group (no `max_parallel` split: a second group's
-    reset would reopen the pool under the first) on one device of one process.
+    reset would reopen the pool under the first) on one device of one process,
+    and without `eval_every` (an evaluation in the chunk would step that pool
+    with its own episodes; evaluate after training, one run at a time, instead).
 
     Args:
       spec: the sweep.
       devices: `train`'s devices argument.
       env: the spec's env if already built (else built here from its env_id).
     """
-    if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1) or host_env(
+    if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1
+            and spec.eval_every is None) or host_env(
             env if env is not None else envs.make(spec.config.env_id)[0]) is None:
         return  # the env is built only when there is something to refuse
     if jax.process_count() > 1:
         raise ValueError(
             f"{spec.config.env_id} is a host env, whose envs live in one Python process: it cannot train across "
             f"{jax.process_count()} processes (--distributed); run it in one process."
+        )
+    if spec.eval_every is not None:
+        raise ValueError(
+            f"eval_every={spec.eval_every} (--eval-every) evaluates inside the jitted chunk, but {spec.config.env_id} "
+            "is a host env, stepped by one host pool that the training runs share: drop eval_every and evaluate "
+            "after training (jaxrl-rollout evaluate FOLDER)."
         )
     if len(spec.groups) > 1:
         raise ValueError(
@@ -484,19 +515,40 @@ def map_runs(fn: Callable, env: Any) -> Callable:
 
 
 def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, sharding: NamedSharding, args):
-    """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process."""
-    cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat))
+    """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process.
+
+    Without `spec.eval_every` a chunk is `chunk(state, hparams)`, the scan of
+    `algorithm.update`. With it, `chunk(state, hparams, eval_keys, first_update)`
+    scans `periodic_eval.make_update`'s update over the update indices
+    first_update, first_update + 1, ...: an unbatched scalar, replicated, so
+    the evaluation's `lax.cond` stays a branch under the vmap over runs.
+    """
+    evaluating = kind == "chunk" and spec.eval_every is not None
+    cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat)) + (
+        (spec.eval_every, spec.eval_episodes) if evaluating else ())
     # A host env's programs call back into that env object: they are built for it, not cached.
     cache = {} if is_vectorized(algorithm.env) else _COMPILED
     if cache_key not in cache:
+        in_shardings = (sharding, sharding)
         if kind == "init":
             fn = jax.vmap(algorithm.init)
+        elif evaluating:
+            from jaxrl_rollout.periodic_eval import make_update
+
+            update = make_update(algorithm, spec.eval_every, spec.eval_episodes)
+
+            def chunk(state, hparams, eval_key, first_update):
+                indices = first_update + jnp.arange(length, dtype=jnp.int32)
+                return jax.lax.scan(lambda s, u: update(s, hparams, u, eval_key), state, indices)
+
+            fn = jax.vmap(chunk, in_axes=(0, 0, 0, None))
+            in_shardings = (sharding, sharding, sharding, NamedSharding(sharding.mesh, PartitionSpec()))
         else:
             def chunk(state, hparams):
                 return jax.lax.scan(lambda s, _: algorithm.update(s, hparams), state, None, length=length)
 
             fn = jax.vmap(chunk)
-        jitted = jax.jit(fn, in_shardings=(sharding, sharding), out_shardings=sharding)
+        jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=sharding)
         cache[cache_key] = jitted.lower(*args).compile()
     return cache[cache_key]
 
@@ -562,6 +614,21 @@ def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, 
     return (f"  step {steps_at(spec.config, updates):>{len(f'{total:,}')},}/{total:,} "
             f"({100 * updates / spec.config.num_updates:5.1f}%)"
             f"  {rate:,.0f} steps/s  {ret}")
+
+
+def _last_eval(metrics: dict, first_update: int) -> tuple[int, np.ndarray] | None:
+    """(update number from 1, [R] eval returns) of the last update in `metrics` ([R, U]) with an evaluation."""
+    done = np.flatnonzero(~np.isnan(metrics["eval_return"]).all(axis=0))
+    if not done.size:
+        return None
+    return first_update + int(done[-1]) + 1, metrics["eval_return"][:, done[-1]]
+
+
+def _eval_text(spec: RunSpec, update: int, returns: np.ndarray) -> str:
+    """The progress line's evaluation part, e.g. "  eval 480.2 +- 12.1 (step 40,960)"."""
+    finite = returns[np.isfinite(returns)]
+    value = f"{finite.mean():.1f} +- {finite.std():.1f}" if finite.size else "n/a"
+    return f"  eval {value} (step {steps_at(spec.config, update):,})"
 
 
 def _host_share(start: HostStats, now: HostStats, elapsed: float) -> str:
@@ -674,6 +741,13 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
     keys, hparams = spec.run_keys(), spec.run_hparams()
     take = lambda tree, a, b: _put(jax.tree.map(lambda x: x[a:b], tree), sharding)  # noqa: E731
     group_hparams = [take(hparams, a, b) for a, b in groups]
+    evaluating = spec.eval_every is not None
+    if evaluating:
+        eval_keys = spec.eval_keys()
+        group_eval = [(take(eval_keys, a, b),) for a, b in groups]
+        at_update = lambda u: (_put(jnp.int32(u), NamedSharding(mesh, PartitionSpec())),)  # noqa: E731
+    else:
+        group_eval, at_update = [() for _ in groups], lambda u: ()  # noqa: E731
     lengths = spec.chunk_lengths
     stream = sys.stderr if progress is True else progress
     say = (lambda line: print(line, file=stream, flush=True)) if stream and jax.process_index() == 0 else (
@@ -709,8 +783,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             ]
         executables = {}
         for length in sorted(set(lengths[chunks_done:])):
-            for (a, b), state, h in zip(groups, states, group_hparams):
-                executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding, (state, h))
+            for (a, b), state, h, e in zip(groups, states, group_hparams, group_eval):
+                executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding,
+                                                      (state, h, *e, *at_update(0)))
         jax.block_until_ready(states)
         compile_s = time.perf_counter() - compile_start
         updates_done = sum(lengths[:chunks_done])
@@ -740,6 +815,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         run_start = time.perf_counter()
         host_start = host.stats() if host is not None else None
         steps_run, last_saved, ran = 0, chunks_done, 0
+        last_eval = _last_eval(metrics, 0) if "eval_return" in metrics else None  # a resumed run's last one
         if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
             bar = _ProgressBar(stream, spec, updates_done)
             say = bar.line
@@ -748,7 +824,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 if signals.requested:
                     raise Interrupted(signals.requested)
                 length = lengths[chunks_done]
-                outputs = [executables[b - a, length](s, h) for (a, b), s, h in zip(groups, states, group_hparams)]
+                outputs = [executables[b - a, length](s, h, *e, *at_update(updates_done))
+                           for (a, b), s, h, e in zip(groups, states, group_hparams, group_eval)]
                 _wait_ready(outputs)  # signals are handled while the chunk runs, not only after it
                 chunk = [_metric_arrays(m) for _, m in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
@@ -771,7 +848,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 steps_run += length * spec.config.steps_per_update * spec.num_runs
                 returns = chunk_return(chunk)
                 elapsed = time.perf_counter() - run_start
+                if "eval_return" in chunk:
+                    last_eval = _last_eval(chunk, updates_done - length) or last_eval
                 say(_progress_line(spec, updates_done, elapsed, steps_run, returns, chunk["num_episodes"].sum(1) > 0)
+                    + (_eval_text(spec, *last_eval) if last_eval else "")
                     + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
                 if bar is not None:
                     bar.update(updates_done, returns)

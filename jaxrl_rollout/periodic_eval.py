@@ -1,0 +1,137 @@
+"""Deterministic evaluation every N updates, inside the jitted training program.
+
+    from jaxrl_rollout import periodic_eval
+    algorithm = ppo.make_ppo(ppo.PPOConfig())
+    update = periodic_eval.make_update(algorithm, every=10, num_episodes=10)
+    state, metrics = update(state, hparams, update_index, eval_key)   # metrics.eval_return: NaN but every 10th
+    train = periodic_eval.make_train(algorithm, num_updates, every=10, num_episodes=10)
+    state, metrics = jax.jit(jax.vmap(train))(keys)                   # `algorithm.train` plus eval metrics
+
+`make_update` wraps any registered algorithm's `update` (the `Algorithm`
+protocol: PPO, A2C, DQN, PQN, SAC, TD3, or your own built the same way).
+After update number n = update_index + 1 (counted from 1 over the whole run)
+with n % every == 0, a `lax.cond` runs `collect.evaluate` on
+`algorithm.policy_params(state)` with `algorithm.eval_policy_fn` (the mode
+of the action distribution; observation normalisation with the state's
+frozen statistics, which `policy_params` carries): `num_episodes` whole
+episodes in their own env copies of `algorithm.env` (for a self-play pgx
+game, the game against a random opponent from a random seat), a recurrent
+policy from `module.initial_carry`. Its key is `fold_in(eval_key, n)`, never
+split from the training state's keys, so the trained params are bit-identical
+with and without the evaluation. `update_index` must not be vmapped (pass it
+with `in_axes=None`, or scan over it): the condition then stays a real
+branch, and the updates without an evaluation cost nothing.
+
+The updates' metrics gain `EVAL_FIELDS` (NaN in updates without an
+evaluation): eval_return and eval_length, the means over the episodes, and
+for a two-player pgx game eval_win, eval_draw and eval_loss, the outcome rates
+of `envs.pgx.outcome_rates`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_rollout import _checks
+from jaxrl_rollout.algorithms._common import Algorithm, is_self_play
+from jaxrl_rollout.collect import evaluate
+
+__all__ = ["EVAL_FIELDS", "EVAL_KEY_TAG", "eval_key", "eval_metric_names", "make_train", "make_update"]
+
+EVAL_FIELDS = ("eval_return", "eval_length", "eval_win", "eval_draw", "eval_loss")
+"""The metric fields an evaluation adds; the last three only for a two-player pgx game (`eval_metric_names`)."""
+
+EVAL_KEY_TAG = 0x6576616C  # "eval"
+"""What a run's key is folded with to give its root eval key (`eval_key`)."""
+
+
+def eval_key(run_key: jax.Array) -> jax.Array:
+    """A run's root eval key, `fold_in(run_key, EVAL_KEY_TAG)`: apart from every key training splits off."""
+    return jax.random.fold_in(run_key, EVAL_KEY_TAG)
+
+
+def eval_metric_names(algorithm: Algorithm) -> tuple[str, ...]:
+    """The metrics `make_update` adds for `algorithm`: eval_return, eval_length, and win/draw/loss for a game."""
+    return EVAL_FIELDS if is_self_play(algorithm.env) else EVAL_FIELDS[:2]
+
+
+@functools.cache
+def _metrics_class(cls: type, names: tuple[str, ...]) -> type:
+    """`cls`'s fields followed by `names`, as a NamedTuple class of its own (one per pair, so traces agree)."""
+    fields = [(name, Any) for name in (*cls._fields, *names)]
+    return NamedTuple(f"{cls.__name__}WithEval", fields)
+
+
+def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_steps: int | None = None) -> Callable:
+    """`update(state, hparams, update_index, eval_key) -> (state, metrics)`: `algorithm.update`, then an evaluation.
+
+    Args:
+      algorithm: an `Algorithm` (`make_ppo(config)`, `algorithms.get(name).make(config)`, ...).
+      every: N, a positive int: evaluate after updates N, 2N, ... counted from 1 over the whole run.
+      num_episodes: K, whole episodes per evaluation, each in its own env copy.
+      max_steps: the most steps of an evaluation (None: the env's time limit, as `collect.evaluate`).
+
+    Returns:
+      The wrapped update. `update_index` is an int32 scalar, the updates done
+      before this one (unbatched: not vmapped); `eval_key` is the run's root
+      eval key (`eval_key(run_key)`), from which each evaluation folds in its
+      update number. The metrics are `algorithm.update`'s fields followed by
+      `eval_metric_names(algorithm)`, float32 scalars, NaN without an
+      evaluation. The state is exactly `algorithm.update`'s.
+    """
+    every = _checks.check_positive_int("every", every)
+    num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
+    names = eval_metric_names(algorithm)
+    carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
+
+    def run_eval(state, key):
+        result = evaluate(algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
+                          algorithm.policy_params(state), key, num_episodes, max_steps, initial_carry=carry)
+        returns = result.returns.astype(jnp.float32)
+        values = [returns.mean(), result.lengths.astype(jnp.float32).mean()]
+        if len(names) > 2:  # as `envs.pgx.outcome_rates`: a game won pays > 0, drawn 0, lost < 0
+            values += [jnp.mean(returns > 0), jnp.mean(returns == 0), jnp.mean(returns < 0)]
+        return tuple(jnp.asarray(v, jnp.float32) for v in values)
+
+    def skip(state, key):
+        return tuple(jnp.full((), jnp.nan, jnp.float32) for _ in names)
+
+    def update(state, hparams, update_index, eval_key):
+        state, metrics = algorithm.update(state, hparams)
+        number = jnp.asarray(update_index, jnp.int32) + 1
+        values = jax.lax.cond(number % every == 0, run_eval, skip, state, jax.random.fold_in(eval_key, number))
+        return state, _metrics_class(type(metrics), names)(*metrics, *values)
+
+    return update
+
+
+def make_train(algorithm: Algorithm, num_updates: int, every: int, num_episodes: int = 10) -> Callable:
+    """`train(key, hparams=None)`: `algorithm.train` with the evaluations of `make_update`.
+
+    Init with `key`, then `num_updates` updates in one `lax.scan` over the
+    update index; the eval key is `eval_key(key)`. The state equals
+    `algorithm.train(key, hparams)`'s bit for bit; env_steps is cumulative, as there.
+
+    Args:
+      algorithm: an `Algorithm`.
+      num_updates: updates in the run (`config.num_updates`).
+      every, num_episodes: as in `make_update`.
+
+    Returns:
+      `train(key, hparams=None) -> (state, metrics [num_updates])`.
+    """
+    num_updates = _checks.check_positive_int("num_updates", num_updates)
+    update = make_update(algorithm, every, num_episodes)
+
+    def train(key: jax.Array, hparams: Any = None):
+        root = eval_key(key)
+        state, metrics = jax.lax.scan(lambda s, u: update(s, hparams, u, root), algorithm.init(key, hparams),
+                                      jnp.arange(num_updates, dtype=jnp.int32))
+        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
+
+    return train
