@@ -77,12 +77,13 @@ def _host_devices(text: str):
 
 
 def _eval_every(text: str):
-    if text == "off":
+    if text in ("off", "chunk"):
         return text
     try:
         return _positive_int(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (updates) or 'off', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer (updates), 'chunk' or 'off', got {text!r}") \
+            from None
 
 
 def _float(text: str) -> float:
@@ -203,9 +204,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--process-id", type=_int, help="with --distributed: this process's id, 0 to N-1")
     run.add_argument("--num-eval", type=_positive_int, default=10,
                      help="deterministic evaluation episodes per run at the end (default: %(default)s)")
-    run.add_argument("--eval-every", type=_eval_every, metavar="{N,off}",
+    run.add_argument("--eval-every", type=_eval_every, metavar="{N,chunk,off}",
                      help="evaluate every run's policy deterministically (whole episodes, its own keys) every N "
-                          "updates inside the jitted chunk: eval_return and eval_length (win/draw/loss for a "
+                          "updates (chunk: after every chunk's updates, --chunk-updates) inside the jitted chunk: eval_return and eval_length (win/draw/loss for a "
                           "two-player game) in metrics.csv, TensorBoard, W&B, the progress line and "
                           f"learning_curve.png; training is unchanged bit for bit (default: {DEFAULT_EVAL_EVERY})")
     run.add_argument("--eval-episodes", type=_positive_int,
