@@ -206,9 +206,10 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                      help="deterministic evaluation episodes per run at the end (default: %(default)s)")
     run.add_argument("--eval-every", type=_eval_every, metavar="{N,chunk,off}",
                      help="evaluate every run's policy deterministically (whole episodes, its own keys) every N "
-                          "updates (chunk: after every chunk's updates, --chunk-updates) inside the jitted chunk: eval_return and eval_length (win/draw/loss for a "
-                          "two-player game) in metrics.csv, TensorBoard, W&B, the progress line and "
-                          f"learning_curve.png; training is unchanged bit for bit (default: {DEFAULT_EVAL_EVERY})")
+                          "updates (chunk: every --chunk-updates) inside the jitted chunk: eval_return and "
+                          "eval_length (win/draw/loss for a two-player game) in metrics.csv, TensorBoard, W&B, the "
+                          "progress line and learning_curve.png; training is unchanged bit for bit "
+                          f"(default: {DEFAULT_EVAL_EVERY})")
     run.add_argument("--eval-episodes", type=_positive_int,
                      help="episodes per periodic evaluation (default: 10)")
     run.add_argument("--stop-after-chunks", type=_positive_int, help=argparse.SUPPRESS)

@@ -1,0 +1,182 @@
+"""Periodic evaluation during training (`periodic_eval`, `RunSpec.eval_every`, `train --eval-every`).
+
+The evaluation after update n equals a separate `collect.evaluate` call with
+the key `fold_in(eval_key(run key), n)` on the params of that update; the
+training it rides along is bit-identical to a run without it (PPO and DQN);
+an interrupted and resumed run ends bit-identical, eval metrics included; the
+command line writes eval_return to metrics.csv and the progress line and
+refuses bad values in one line. One PPO config (6 updates in chunks of 3,
+evaluated after updates 2, 4 and 6) serves the runner and the command line,
+so a pytest process compiles its chunk once.
+"""
+
+import csv
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from jaxrl_rollout import checkpoint, cli, envs, periodic_eval, runner
+from jaxrl_rollout.algorithms import dqn, ppo
+from jaxrl_rollout.collect import evaluate
+
+PPO_CONFIG = ppo.PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=2)
+PLAIN = runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), num_seeds=2, chunk_updates=3)
+EVAL = runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), num_seeds=2, chunk_updates=3, eval_every=2,
+                      eval_episodes=3)
+# The same run on the command line.
+ARGV = ["train", "--num-envs", "4", "--num-steps", "16", "--total-steps", "384", "--update-epochs", "1",
+        "--num-minibatches", "2", "--seeds", "2", "--chunk-updates", "3", "--eval-every", "2", "--eval-episodes", "3",
+        "--num-eval", "2", "--tensorboard", "false"]
+# tests/test_offpolicy_runs.py's DQN: 12 updates, here in one chunk.
+DQN_CONFIG = dqn.DQNConfig(total_timesteps=1_201, buffer_size=500, batch_size=16, learning_starts=200,
+                           train_frequency=4, target_network_frequency=40, hidden_sizes=(16, 16), log_interval=100)
+
+
+def _leaves(tree):
+    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
+def _assert_same(a, b):
+    for x, y in zip(_leaves(a), _leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def _start(spec, folder):
+    """A run folder as the command line writes it: config.json first."""
+    (folder / "config.json").write_text(json.dumps(spec.to_json()))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = _start(EVAL, tmp_path_factory.mktemp("eval"))
+    return runner.train(PLAIN, progress=None), runner.train(EVAL, folder, checkpoint_every=1, progress=None)
+
+
+def test_training_is_bit_identical_with_and_without_the_evaluation(runs):
+    plain, evaluated = runs
+    _assert_same(plain.state, evaluated.state)
+    assert set(evaluated.metrics) == set(plain.metrics) | {"eval_return", "eval_length"}
+    for name, values in plain.metrics.items():
+        np.testing.assert_array_equal(values, evaluated.metrics[name], err_msg=name)
+    evaluated_updates = ~np.isnan(evaluated.metrics["eval_return"])
+    np.testing.assert_array_equal(evaluated_updates, np.tile([False, True] * 3, (2, 1)))  # after updates 2, 4, 6
+    assert (evaluated.metrics["eval_length"][evaluated_updates] >= 1).all()
+
+
+def test_eval_metrics_equal_a_separate_evaluate_call_on_that_updates_params(runs):
+    _, evaluated = runs
+    algorithm = runner.make_algorithm(EVAL)
+    update = jax.jit(jax.vmap(periodic_eval.make_update(algorithm, every=2, num_episodes=3), in_axes=(0, 0, None, 0)))
+    one_eval = jax.jit(jax.vmap(lambda params, key: evaluate(algorithm.env, algorithm.env_params,
+                                                             algorithm.eval_policy_fn, params, key, 3)))
+    hparams, eval_keys = EVAL.run_hparams(), EVAL.eval_keys()
+    state = jax.vmap(algorithm.init)(EVAL.run_keys(), hparams)
+    for u in range(PPO_CONFIG.num_updates):
+        state, metrics = update(state, hparams, u, eval_keys)
+        np.testing.assert_array_equal(metrics.eval_return, evaluated.metrics["eval_return"][:, u])
+        if (u + 1) % 2 == 0:
+            keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(eval_keys, u + 1)
+            result = one_eval(jax.vmap(algorithm.policy_params)(state), keys)
+            np.testing.assert_array_equal(metrics.eval_return, result.returns.mean(axis=1))
+            np.testing.assert_array_equal(metrics.eval_length, result.lengths.astype(np.float32).mean(axis=1))
+    _assert_same(state, evaluated.state)  # the API's update is the runner's
+
+
+def test_interrupted_and_resumed_run_ends_bit_identical_eval_metrics_included(runs, tmp_path):
+    _, full = runs
+    part = runner.train(EVAL, _start(EVAL, tmp_path), stop_after_chunks=1, progress=None)
+    assert not part.complete and part.updates_done == 3
+    resumed = runner.train(EVAL, tmp_path, resume=True, progress=None)
+    assert resumed.complete
+    _assert_same(full.state, resumed.state)
+    assert set(full.metrics) == set(resumed.metrics)
+    for name in full.metrics:
+        np.testing.assert_array_equal(full.metrics[name], resumed.metrics[name], err_msg=name)
+
+
+def test_off_policy_training_is_bit_identical_with_and_without_the_evaluation():
+    plain = runner.RunSpec("dqn", DQN_CONFIG, (dqn.DQNHParams(),), num_seeds=2, chunk_updates=12)
+    evaluated = runner.RunSpec("dqn", DQN_CONFIG, (dqn.DQNHParams(),), num_seeds=2, chunk_updates=12, eval_every=5,
+                               eval_episodes=2)
+    a, b = runner.train(plain, progress=None), runner.train(evaluated, progress=None)
+    _assert_same(a.state, b.state)
+    for name, values in a.metrics.items():
+        np.testing.assert_array_equal(values, b.metrics[name], err_msg=name)
+    np.testing.assert_array_equal(np.flatnonzero(~np.isnan(b.metrics["eval_return"][0])), [4, 9])
+
+
+def test_eval_settings_live_in_config_json_and_old_configs_read_as_off():
+    plain = PLAIN.to_json()
+    assert "eval_every" not in plain and "eval_episodes" not in plain  # a run without it writes the old config
+    assert runner.RunSpec.from_json(plain) == PLAIN and PLAIN.eval_every is None
+    assert runner.RunSpec.from_json(json.loads(json.dumps(EVAL.to_json()))) == EVAL
+    with pytest.raises(ValueError, match="eval_every must be an integer"):
+        runner.RunSpec.from_json({**EVAL.to_json(), "eval_every": "2"})
+    for bad in ({"eval_every": 0}, {"eval_episodes": 0}, {"eval_every": -1}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be a positive int"):
+            runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), 2, **bad)
+
+
+def test_a_host_env_refuses_eval_every_in_one_line():
+    pytest.importorskip("gymnasium")
+    spec = runner.RunSpec("ppo", ppo.PPOConfig(env_id="gymnasium/CartPole-v1"), (ppo.PPOHParams(),), 2, eval_every=5)
+    with pytest.raises(ValueError, match=r"eval_every=5 \(--eval-every\) .* host env") as info:
+        runner.check_host_run(spec, env=envs.make("gymnasium/CartPole-v1")[0])
+    assert "\n" not in str(info.value)
+
+
+def _rows(folder, metric):
+    with open(folder / "metrics.csv", newline="") as f:
+        return [row for row in csv.DictReader(f) if row["metric"] == metric]
+
+
+def test_cli_writes_eval_returns_to_csv_and_progress_and_resumes_identically(runs, tmp_path, capsys):
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert cli.main([*ARGV, "--out", str(whole)]) == 0
+    err = capsys.readouterr().err
+    chunk_lines = [line for line in err.splitlines() if line.lstrip().startswith("step ")]
+    assert [line.split("  eval ")[1].split(" (")[-1] for line in chunk_lines] == ["step 128)", "step 384)"]
+    rows = _rows(whole, "eval_return")
+    assert len(rows) == 2 * 6 and [np.isfinite(float(r["value"])) for r in rows[:6]] == [False, True] * 3
+    _, evaluated = runs
+    np.testing.assert_array_equal(np.float32([r["value"] for r in rows]), evaluated.metrics["eval_return"].ravel())
+    assert json.loads((whole / "config.json").read_text())["eval_every"] == 2
+
+    assert cli.main([*ARGV, "--out", str(part), "--stop-after-chunks", "1"]) == 0
+    assert cli.main(["train", "--resume", str(part), "--eval-every", "3"]) == 2
+    assert "--eval-every: 2 there, 3 here" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(part), "--num-eval", "2", "--tensorboard", "false"]) == 0
+    assert "eval " in capsys.readouterr().err
+    assert (part / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
+    for a, b in zip(checkpoint.flatten(runner.load_run(part)[1])[0], checkpoint.flatten(runner.load_run(whole)[1])[0]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--eval-every", "0"], "argument --eval-every: expected a positive integer (updates), 'chunk' or 'off', got '0'"),
+    (["--eval-every", "-2"], "argument --eval-every: expected a positive integer (updates), 'chunk' or 'off'"),
+    (["--eval-every", "often"], "argument --eval-every: expected a positive integer"),
+    (["--eval-episodes", "0"], "argument --eval-episodes: expected a positive integer"),
+])
+def test_bad_eval_values_exit_2_naming_the_option(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", *argv, "--out", str(tmp_path / "run")])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err.splitlines()[-1]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--eval-every", "off", "--eval-episodes", "3"], "--eval-episodes sets the episodes"),
+    (["--total-steps", "384", "--num-envs", "4", "--num-steps", "16", "--eval-every", "7"],
+     "--eval-every 7: the run has only 6 updates"),
+])
+def test_eval_options_that_cannot_work_exit_2_in_one_line(argv, message, capsys, tmp_path):
+    assert cli.main(["train", *argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not (tmp_path / "run").exists()
