@@ -37,7 +37,7 @@ from jaxrl_rollout._signals import StopSignals
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_SEEDS = 8
 # A new run's periodic evaluation: "off", "chunk" (once per chunk) or a number of updates.
-DEFAULT_EVAL_EVERY = "off"
+DEFAULT_EVAL_EVERY = "chunk"
 
 
 def _positive_int(text: str) -> int:
@@ -209,7 +209,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                           "updates (chunk: every --chunk-updates) inside the jitted chunk: eval_return and "
                           "eval_length (win/draw/loss for a two-player game) in metrics.csv, TensorBoard, W&B, the "
                           "progress line and learning_curve.png; training is unchanged bit for bit "
-                          f"(default: {DEFAULT_EVAL_EVERY})")
+                          f"(default: {DEFAULT_EVAL_EVERY}; off for a host env, gymnasium or envpool, which "
+                          "cannot be evaluated inside the chunk)")
     run.add_argument("--eval-episodes", type=_positive_int,
                      help="episodes per periodic evaluation (default: 10)")
     run.add_argument("--stop-after-chunks", type=_positive_int, help=argparse.SUPPRESS)
@@ -402,7 +403,13 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         stack.callback(lock.release)
         return prepared
     spec = _build_spec(given)
-    _check_devices(spec, args.devices, env=_build_env(spec))  # before the folder is written
+    env = _build_env(spec)
+    if spec.eval_every is not None and "eval_every" not in given:
+        from jaxrl_rollout.runner import host_env
+
+        if host_env(env) is not None:  # a host env's pool cannot be evaluated inside the chunk: at the end only
+            spec = dataclasses.replace(spec, eval_every=None, eval_episodes=10)
+    _check_devices(spec, args.devices, env=env)  # before the folder is written
     if args.out:
         folder = pathlib.Path(args.out)
     else:

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jaxrl_rollout import _checks, normalization, prng, stepping
 from jaxrl_rollout.types import EvalResult, PyTree, RolloutState, Trajectory
 
-__all__ = ["evaluate", "rollout", "rollout_init"]
+__all__ = ["episode_limit", "evaluate", "rollout", "rollout_init"]
 
 # Up to this many T * B rows, a rollout values the truncated final observations
 # in one batched call after the scan (cheap per-step overhead for small batches;
@@ -449,6 +449,30 @@ def _final_values_after_scan(
     return jax.jit(final_values)(spec.params, final_obs, carries, last_carry, key)
 
 
+def episode_limit(env: Any, env_params: Any, max_steps: int | None, what: str = "the episodes") -> Any:
+    """The most steps of an episode: `max_steps` (checked), else the env's own time limit.
+
+    The limit is `env_params.max_steps_in_episode`, else
+    `env.max_steps_in_episode(env_params)` (a number, or an array inside jit).
+
+    Raises:
+      ValueError: naming `max_steps`, when it is not a positive int or None
+        and the env has no time limit (`what` says what it would bound).
+    """
+    if max_steps is not None:
+        return _checks.check_positive_int("max_steps", max_steps)
+    bound = getattr(env_params, "max_steps_in_episode", None)
+    if bound is None and callable(getattr(env, "max_steps_in_episode", None)):
+        bound = env.max_steps_in_episode(env_params)
+    if bound is None:
+        raise ValueError(
+            "max_steps is None and neither env_params.max_steps_in_episode nor "
+            f"{type(env).__name__}.max_steps_in_episode(env_params) gives a time limit; "
+            f"pass max_steps (a positive int) to bound {what}."
+        )
+    return bound
+
+
 def evaluate(
     env: Any,
     env_params: Any,
@@ -491,18 +515,7 @@ def evaluate(
     """
     num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
     env_params = stepping.resolve_params(env, env_params)
-    if max_steps is None:
-        max_steps = getattr(env_params, "max_steps_in_episode", None)
-        if max_steps is None and callable(getattr(env, "max_steps_in_episode", None)):
-            max_steps = env.max_steps_in_episode(env_params)
-        if max_steps is None:
-            raise ValueError(
-                "max_steps is None and neither env_params.max_steps_in_episode nor "
-                f"{type(env).__name__}.max_steps_in_episode(env_params) gives a time limit; "
-                "pass max_steps (a positive int) to bound the evaluation."
-            )
-    else:
-        max_steps = _checks.check_positive_int("max_steps", max_steps)
+    max_steps = episode_limit(env, env_params, max_steps, "the evaluation")
     state = rollout_init(key, env, env_params, num_episodes, initial_carry)
     space = env.action_space(env_params)
 

@@ -137,19 +137,8 @@ class EpisodeVideo(NamedTuple):
 
 
 def _episode_bound(env: Any, env_params: Any, max_steps: int | None) -> int:
-    """`max_steps`, or the env's own time limit as `evaluate` finds it."""
-    if max_steps is not None:
-        return _checks.check_positive_int("max_steps", max_steps)
-    bound = getattr(env_params, "max_steps_in_episode", None)
-    if bound is None and callable(getattr(env, "max_steps_in_episode", None)):
-        bound = env.max_steps_in_episode(env_params)
-    if bound is None:
-        raise ValueError(
-            "max_steps is None and neither env_params.max_steps_in_episode nor "
-            f"{type(env).__name__}.max_steps_in_episode(env_params) gives a time limit; "
-            "pass max_steps (a positive int) to bound the recording."
-        )
-    return int(bound)
+    """`max_steps`, or the env's own time limit as `evaluate` finds it (`collect.episode_limit`), as an int."""
+    return int(collect.episode_limit(env, env_params, max_steps, "the recording"))
 
 
 def record_episodes(

@@ -64,7 +64,10 @@ def test_default_command_trains_ppo_on_cartpole(capsys, tmp_path):
     with open(folder / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["grid_point", "seed", "update", "step", "metric", "value"]
-    assert len(rows) == 2 * 4 * (len(ppo.PPOMetrics._fields) - 1)  # seeds x updates x metrics
+    # seeds x updates x metrics (env_steps left out; eval_return and eval_length: the default --eval-every chunk)
+    assert len(rows) == 2 * 4 * (len(ppo.PPOMetrics._fields) - 1 + 2)
+    assert {r["metric"] for r in rows} >= {"eval_return", "eval_length"}
+    assert "eval " in captured.err  # the progress line shows the last evaluation
     assert {r["step"] for r in rows} == {"512", "1024", "1536", "2048"}
     assert (folder / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -75,7 +78,8 @@ def test_sweep_outputs(sweep_run, capsys):
     assert list(rows[0]) == ["grid_point", "seed", "update", "step", "lr", "metric", "value"]
     assert {(r["grid_point"], r["seed"], r["lr"]) for r in rows} == {
         ("0", "0", "0.001"), ("0", "1", "0.001"), ("1", "0", "0.0003"), ("1", "1", "0.0003")}
-    assert len(rows) == 4 * 7 * (len(a2c.A2CMetrics._fields) - 1)  # runs x updates x metrics (env_steps left out)
+    # runs x updates x metrics (env_steps left out; the two eval metrics of the default --eval-every chunk)
+    assert len(rows) == 4 * 7 * (len(a2c.A2CMetrics._fields) - 1 + 2)
     saved = json.loads((sweep_run / "config.json").read_text())
     assert [p["lr"] for p in saved["grid"]] == [1e-3, 3e-4] and saved["chunk_updates"] == 3
 

@@ -144,9 +144,9 @@ def test_cli_trains_with_relative_folders_resumes_and_evaluates(tmp_path, monkey
     folder = tmp_path / "runs" / "sac"
     assert {"config.json", "metrics.csv", "learning_curve.png"} <= {p.name for p in folder.iterdir()}
     assert json.loads((folder / "config.json").read_text())["algo"] == "sac"
-    # the resumed command-line run equals the runner's uninterrupted one with the same spec
+    # the command line's spec: the test's config, evaluated once per chunk (the default --eval-every chunk)
     spec = runner.read_spec(folder)
-    assert spec == runner.RunSpec("sac", CONFIGS["sac"], (sac.SACHParams(),), 2, chunk_updates=2)
+    assert spec == runner.RunSpec("sac", CONFIGS["sac"], (sac.SACHParams(),), 2, chunk_updates=2, eval_every=2)
     rows = (folder / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("grid_point,seed,update,step,metric,value") and ",601,critic_loss," in rows[-8] + "".join(rows)
     assert cli.main(["evaluate", "runs/sac", "--num-episodes", "2"]) == 0

@@ -47,7 +47,8 @@ __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
     "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "choose_network",
     "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
-    "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "ROW_MERGE", "steps_in_rows",
+    "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
+    "steps_in_rows",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
@@ -328,6 +329,60 @@ def merge_rows(rows: Any) -> Any:
 def steps_in_rows(log_interval: int, period: int) -> int:
     """Learner steps of `period` iterations in one update of about `log_interval` iterations (at least one)."""
     return max(1, log_interval // period)
+
+
+class LearnerSizes:
+    """Derived step counts of the off-policy configs (DQN, SAC, TD3), frozen dataclasses that inherit them.
+
+    A learner step is `learner_period` iterations (the config says how many:
+    DQN's `train_frequency`, SAC's `policy_frequency`, TD3's one) of
+    `num_envs` env steps; iteration 0 runs in `init`; an update, the metrics'
+    row, is `learner_steps_per_update` learner steps (`log_interval` rounded
+    down, at least one).
+    """
+
+    @property
+    def num_iterations(self) -> int:
+        """Vector steps of the run (CleanRL's `global_step` range)."""
+        return self.total_timesteps // self.num_envs
+
+    @property
+    def learner_steps_per_update(self) -> int:
+        """Learner steps in one update (`log_interval` rounded down to whole learner steps, at least one)."""
+        return steps_in_rows(self.log_interval, self.learner_period)
+
+    @property
+    def num_updates(self) -> int:
+        """Updates after `init`'s iteration 0."""
+        return (self.num_iterations - 1) // (self.learner_steps_per_update * self.learner_period)
+
+    @property
+    def steps_per_update(self) -> int:
+        """Env steps in one update."""
+        return self.learner_steps_per_update * self.learner_period * self.num_envs
+
+    @property
+    def initial_steps(self) -> int:
+        """Env steps taken by `init` (iteration 0), before the first update: `num_envs`."""
+        return self.num_envs
+
+
+def merged_update(learner_step: Callable, steps: int, resolve: Callable) -> Callable:
+    """`update(state, hparams=None)`: `steps` learner steps in a `lax.scan`, their metrics merged (`merge_rows`).
+
+    With one step per update it is the learner step itself (no scan), so
+    `log_interval` equal to the learner period builds the plain program.
+    `resolve` turns `hparams` (None for the defaults) into a checked record.
+    """
+
+    def update(state: Any, hparams: Any = None):
+        hp = resolve(hparams)
+        if steps == 1:
+            return learner_step(state, hp)
+        state, rows = jax.lax.scan(lambda s, _: learner_step(s, hp), state, None, length=steps)
+        return state, merge_rows(rows)
+
+    return update
 
 
 class Algorithm(NamedTuple):

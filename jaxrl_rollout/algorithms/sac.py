@@ -69,7 +69,7 @@ TEMPERATURE_FORMS = ("cleanrl", "sb3")
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig:
+class SACConfig(_common.LearnerSizes):
     """Static configuration; defaults are CleanRL `sac_continuous_action.py`'s.
 
     Static and serialisable: it never builds its env. CleanRL's default
@@ -152,29 +152,9 @@ class SACConfig:
         envs.check_id(self.env_id)
 
     @property
-    def num_iterations(self) -> int:
-        """Vector steps of the run (CleanRL's `global_step` range)."""
-        return self.total_timesteps // self.num_envs
-
-    @property
-    def learner_steps_per_update(self) -> int:
-        """Learner steps in one update (`log_interval` rounded down, at least one)."""
-        return _common.steps_in_rows(self.log_interval, self.policy_frequency)
-
-    @property
-    def num_updates(self) -> int:
-        """Updates after `init`'s iteration 0, each of `learner_steps_per_update` learner steps."""
-        return (self.num_iterations - 1) // (self.learner_steps_per_update * self.policy_frequency)
-
-    @property
-    def steps_per_update(self) -> int:
-        """Env steps in one update: `learner_steps_per_update` learner steps of policy_frequency iterations of `num_envs`."""
-        return self.learner_steps_per_update * self.policy_frequency * self.num_envs
-
-    @property
-    def initial_steps(self) -> int:
-        """Env steps taken by `init` (iteration 0), before the first update: `num_envs`."""
-        return self.num_envs
+    def learner_period(self) -> int:
+        """Iterations in one learner step: `policy_frequency`."""
+        return self.policy_frequency
 
 
 class SACHParams(NamedTuple):
@@ -569,14 +549,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
             nonfinite=jax.lax.reduce(jnp.concatenate([c_flags, a_flags]), jnp.int32(0), jax.lax.bitwise_or, (0,)))
         return state, metrics
 
-    steps = config.learner_steps_per_update
-
-    def update(state: SACState, hparams: SACHParams | None = None):
-        hp = resolve_hparams(hparams)
-        if steps == 1:
-            return learner_step(state, hp)
-        state, rows = jax.lax.scan(lambda s, _: learner_step(s, hp), state, None, length=steps)
-        return state, _common.merge_rows(rows)
+    update = _common.merged_update(learner_step, config.learner_steps_per_update, resolve_hparams)
 
     def train(key: jax.Array, hparams: SACHParams | None = None):
         hp = resolve_hparams(hparams)

@@ -69,7 +69,7 @@ HPARAM_RANGES = {
 
 
 @dataclasses.dataclass(frozen=True)
-class TD3Config:
+class TD3Config(_common.LearnerSizes):
     """Static configuration; defaults are CleanRL `td3_continuous_action.py`'s.
 
     Static and serialisable: it never builds its env. CleanRL's default env is
@@ -137,29 +137,9 @@ class TD3Config:
         envs.check_id(self.env_id)
 
     @property
-    def num_iterations(self) -> int:
-        """Vector steps of the run (CleanRL's `global_step` range)."""
-        return self.total_timesteps // self.num_envs
-
-    @property
-    def learner_steps_per_update(self) -> int:
-        """Learner steps in one update (`log_interval` rounded down, at least one)."""
-        return _common.steps_in_rows(self.log_interval, 1)
-
-    @property
-    def num_updates(self) -> int:
-        """Updates after `init`'s iteration 0, each of `learner_steps_per_update` learner steps."""
-        return (self.num_iterations - 1) // (self.learner_steps_per_update * 1)
-
-    @property
-    def steps_per_update(self) -> int:
-        """Env steps in one update: `learner_steps_per_update` learner steps of 1 iterations of `num_envs`."""
-        return self.learner_steps_per_update * 1 * self.num_envs
-
-    @property
-    def initial_steps(self) -> int:
-        """Env steps taken by `init` (iteration 0), before the first update: `num_envs`."""
-        return self.num_envs
+    def learner_period(self) -> int:
+        """Iterations in one learner step: one."""
+        return 1
 
 
 class TD3HParams(NamedTuple):
@@ -492,14 +472,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
             actor_loss=actor_loss, q_values=q_mean, nonfinite=flags)
         return state, metrics
 
-    steps = config.learner_steps_per_update
-
-    def update(state: TD3State, hparams: TD3HParams | None = None):
-        hp = resolve_hparams(hparams)
-        if steps == 1:
-            return learner_step(state, hp)
-        state, rows = jax.lax.scan(lambda s, _: learner_step(s, hp), state, None, length=steps)
-        return state, _common.merge_rows(rows)
+    update = _common.merged_update(learner_step, config.learner_steps_per_update, resolve_hparams)
 
     def train(key: jax.Array, hparams: TD3HParams | None = None):
         hp = resolve_hparams(hparams)
