@@ -12,9 +12,10 @@ from jaxrl_rollout import cli
 from jaxrl_rollout.algorithms import a2c, ppo
 
 # The config of tests/test_runner.py's SPEC (one compile when both modules run in one process):
-# 2 grid points x 2 seeds, 7 updates in chunks of 3 (+ a tail of 1), groups of 2 runs.
+# 2 grid points x 2 seeds, 7 updates in chunks of 3 (+ a tail of 1), groups of 2 runs; no periodic
+# evaluation, so that the chunk is the runner test's program.
 SWEEP = ["--algo", "a2c", "--num-envs", "4", "--num-steps", "8", "--total-steps", "224", "--lr", "1e-3,3e-4",
-         "--seeds", "2", "--chunk-updates", "3", "--max-parallel", "2", "--num-eval", "2"]
+         "--seeds", "2", "--chunk-updates", "3", "--max-parallel", "2", "--num-eval", "2", "--eval-every", "off"]
 
 
 def _files(folder):
@@ -78,8 +79,7 @@ def test_sweep_outputs(sweep_run, capsys):
     assert list(rows[0]) == ["grid_point", "seed", "update", "step", "lr", "metric", "value"]
     assert {(r["grid_point"], r["seed"], r["lr"]) for r in rows} == {
         ("0", "0", "0.001"), ("0", "1", "0.001"), ("1", "0", "0.0003"), ("1", "1", "0.0003")}
-    # runs x updates x metrics (env_steps left out; the two eval metrics of the default --eval-every chunk)
-    assert len(rows) == 4 * 7 * (len(a2c.A2CMetrics._fields) - 1 + 2)
+    assert len(rows) == 4 * 7 * (len(a2c.A2CMetrics._fields) - 1)  # runs x updates x metrics (env_steps left out)
     saved = json.loads((sweep_run / "config.json").read_text())
     assert [p["lr"] for p in saved["grid"]] == [1e-3, 3e-4] and saved["chunk_updates"] == 3
 
@@ -249,6 +249,13 @@ def test_two_player_game_trains_by_self_play_and_reports_win_draw_loss(tmp_path,
     wdl = re.search(r"against a uniform random legal-move opponent \(seat drawn per game\): win (\d+)%, "
                     r"draw (\d+)%, loss (\d+)%", out)
     assert wdl and abs(sum(int(x) for x in wdl.groups()) - 100) <= 2
+    # the periodic evaluation (on by default, once per chunk) reports the game's win/draw/loss rates too
+    with open(folder / "metrics.csv") as f:
+        evals = {}
+        for r in csv.DictReader(f):
+            if r["metric"] in ("eval_win", "eval_draw", "eval_loss") and r["value"] != "nan":
+                evals.setdefault((r["seed"], r["update"]), {})[r["metric"]] = float(r["value"])
+    assert evals and all(len(v) == 3 and sum(v.values()) == pytest.approx(1.0) for v in evals.values()), evals
     assert cli.main(["evaluate", str(folder), "--num-episodes", "4"]) == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.startswith("  default")]
