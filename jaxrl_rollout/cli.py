@@ -673,6 +673,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from jaxrl_rollout import report
     from jaxrl_rollout.runner import load_run
 
+    if args.runs != "all" and not args.video:  # before the checkpoint is read and every run evaluated
+        raise ValueError("--runs selects the runs of --video; add --video.")
     spec, state, _, manifest = load_run(args.folder)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
@@ -702,8 +704,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  {stochastic}{wdl}")
     if args.video:
         _write_videos(args, spec, state, labels, jax.random.fold_in(key, 2))
-    elif args.runs != "all":
-        raise ValueError("--runs selects the runs of --video; add --video.")
     return 0
 
 

@@ -199,7 +199,9 @@ def test_runs_without_video_is_a_clear_error(full_runs, tmp_path, capsys):
     spec = _spec("dqn")
     runner.train(spec, _start(spec, tmp_path), stop_after_chunks=1, progress=None)
     assert cli.main(["evaluate", str(tmp_path), "--runs", "best"]) == 2
-    assert "--runs selects the runs of --video; add --video." in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "--runs selects the runs of --video; add --video." in captured.err
+    assert "evaluate" not in captured.out  # refused before the checkpoint is read or any run evaluated
 
 
 def test_checkpoint_of_an_off_policy_run_is_refused_by_another_algorithm(full_runs, tmp_path):
