@@ -192,3 +192,22 @@ def test_importing_the_package_does_not_import_brax():
         "assert 'brax' not in sys.modules, 'brax was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ant_steps_with_the_dtypes_of_its_reset_state():
+    """brax's ant updates its state's metrics dict in place with Python floats: the adapter steps a copy, so the
+    state it was given keeps its arrays and the step traces (this failed with an AttributeError on `.dtype`)."""
+    env, env_params = envs.make("brax/ant")
+    _, state = env.reset(jax.random.key(0), env_params)
+    before = jax.tree.map(lambda x: x.dtype, state)
+    _, next_state, *_ = jax.eval_shape(lambda s: env.step(jax.random.key(1), s, jnp.zeros(8), env_params), state)
+    assert jax.tree.map(lambda x: x.dtype, state) == before == jax.tree.map(lambda x: x.dtype, next_state)
+
+
+def test_swimmer_is_refused_in_one_line_where_brax_calls_a_dropped_jax_api():
+    import inspect
+
+    if "a_min" in inspect.signature(jnp.clip).parameters:
+        pytest.skip("this jax still takes jnp.clip(a_min=...): brax/swimmer runs")
+    with pytest.raises(ValueError, match=r"brax/swimmer cannot run on jax .*jnp.clip\(a_min"):
+        envs.make("brax/swimmer")

@@ -79,6 +79,18 @@ def _known_names(brax_envs: Any) -> list[str]:
     return sorted(getattr(brax_envs, "_envs", {}))
 
 
+def _check_runs_on_this_jax(name: str) -> None:
+    """Refuses an env whose brax code calls a jax API this jax has dropped, in one line naming both."""
+    import inspect
+
+    import jax.numpy as jnp
+
+    # brax 0.14's fluid model (swimmer's viscosity) calls jnp.clip(a_min=...), which newer jax no longer takes.
+    if name == "swimmer" and "a_min" not in inspect.signature(jnp.clip).parameters:
+        raise ValueError(f"brax/swimmer cannot run on jax {jax.__version__}: brax's fluid model calls "
+                         "jnp.clip(a_min=...), which this jax no longer accepts; choose another brax env.")
+
+
 def make(
     name: str, *, episode_length: int = 1000, backend: str | None = None, **env_kwargs: Any
 ) -> tuple[BraxEnv, None]:
@@ -103,6 +115,7 @@ def make(
     known = _known_names(brax_envs)
     if name not in known:
         raise _base.unknown_name("brax env name", name, known)
+    _check_runs_on_this_jax(name)
     episode_length = _check_episode_length(episode_length)
     if backend is not None:
         if backend not in BACKENDS:
@@ -202,7 +215,9 @@ class BraxEnv(_base.SameStepEnv):
                 f"{self.name} takes one action of shape (action_size,)=({self._action_size},) per env, "
                 f"got shape {action.shape}."
             )
-        raw = self._env.step(state.brax_state, action)
+        # brax's envs update `state.metrics` in place (ant, humanoid: `metrics.update(...)`, some entries Python
+        # floats): step a copy of the state's containers, so the caller's state and its dtypes stay as they were.
+        raw = self._env.step(jax.tree.map(lambda x: x, state.brax_state), action)
         if jax.tree.structure(raw) != jax.tree.structure(state.brax_state):
             raise ValueError(
                 f"{self.name}'s step returned a state whose structure differs from its reset state "
