@@ -213,6 +213,15 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                           "cannot be evaluated inside the chunk)")
     run.add_argument("--eval-episodes", type=_positive_int,
                      help="episodes per periodic evaluation (default: 10)")
+    run.add_argument("--video-every", type=_positive_int, metavar="N",
+                     help="after every N updates (at the end of the chunk that reaches them), record one "
+                          "deterministic evaluation episode of the --video-runs runs into FOLDER/videos/training "
+                          "(update<U>_seed<S>_return<R>.mp4) and send it to TensorBoard (Images tab) and W&B as "
+                          "eval/video; single-process runs, envs that can be drawn; needs the video extra "
+                          "(default: no videos)")
+    run.add_argument("--video-runs", metavar="SELECTOR",
+                     help="with --video-every: which runs, e.g. 0 or best,worst,3 (run r = grid point x seeds + "
+                          "seed; best/worst by that episode's return) (default: 0)")
     run.add_argument("--stop-after-chunks", type=_positive_int, help=argparse.SUPPRESS)
     config = train.add_argument_group("static config (one value each)")
     for name, (defaults, parse) in _config_fields().items():
@@ -328,6 +337,34 @@ def _prepare_folder(args, given: dict, stack: contextlib.ExitStack):
     return spec, folder, bool(args.resume) and checkpoint.exists(folder)
 
 
+def _check_video(args, spec) -> None:
+    """Refuses `--video-every` / `--video-runs` that cannot work, before anything is written or trained."""
+    if args.video_every is None:
+        if args.video_runs is not None:
+            raise ValueError("--video-runs selects the runs of --video-every; add --video-every N.")
+        return
+    if args.distributed:
+        raise ValueError("--video-every needs a single-process run (one process cannot read the others' runs); "
+                         "record videos after training with: jaxrl-rollout evaluate FOLDER --video")
+    if args.video_every > spec.config.num_updates:
+        raise ValueError(f"--video-every {args.video_every}: the run has only {spec.config.num_updates} updates, so "
+                         "it would never record.")
+    import numpy as np
+
+    from jaxrl_rollout import video
+    from jaxrl_rollout.runner import make_algorithm
+
+    try:
+        video.select_runs(args.video_runs or "0", spec.num_runs, np.zeros(spec.num_runs))
+    except ValueError as error:
+        raise ValueError(f"--video-runs: {error}") from None
+    try:
+        video.find_renderer(make_algorithm(spec).env)
+        video._imageio()
+    except (ImportError, ValueError) as error:
+        raise ValueError(f"--video-every: {error}") from None
+
+
 def _with_total_steps(spec, total_steps: int):
     """`spec` with config.total_timesteps = total_steps (the same spec if it already is)."""
     if total_steps == spec.config.total_timesteps:
@@ -397,6 +434,7 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         lock = FolderLock(folder).acquire(option)
         try:
             prepared = _prepare_resume(folder, given, args)
+            _check_video(args, prepared[0])
         except BaseException:
             lock.release(remove=lock.created)
             raise
@@ -410,6 +448,7 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         if host_env(env) is not None:  # a host env's pool cannot be evaluated inside the chunk: at the end only
             spec = dataclasses.replace(spec, eval_every=None, eval_episodes=10)
     _check_devices(spec, args.devices, env=env)  # before the folder is written
+    _check_video(args, spec)
     if args.out:
         folder = pathlib.Path(args.out)
     else:
@@ -612,16 +651,18 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         from jaxrl_rollout import loggers
 
         logs = []
+        done = checkpoint.read_manifest(folder)["meta"]["updates_done"] if resume else 0
         if jax.process_index() == 0:
-            done = checkpoint.read_manifest(folder)["meta"]["updates_done"] if resume else 0
             if args.tensorboard:
                 logs.append(loggers.TensorBoardLogger(folder, spec, first_update=done))
             if args.wandb != "off":
                 logs.append(loggers.WandbLogger(folder, spec, mode=args.wandb, project=args.wandb_project))
+        videos = _training_videos(args, spec, folder, logs, done) if args.video_every is not None else None
         try:
             result = runner.train(spec, folder, resume=resume, devices=args.devices,
                                   checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks,
-                                  on_chunk=loggers.chain(*(log.log_chunk for log in logs)), on_save=on_save)
+                                  on_chunk=loggers.chain(*(log.log_chunk for log in logs)), on_save=on_save,
+                                  on_state=videos)
         except BaseException:
             for log in logs:  # the error in flight (a signal, a divergence, a full disk) is the one to report
                 try:
@@ -703,14 +744,60 @@ def run_evaluate(args: argparse.Namespace) -> int:
         stochastic = f"{sto[r].mean():9.2f} ({sto[r].std():5.1f})" if sto is not None else f"{'n/a':>17}"
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  {stochastic}{wdl}")
     if args.video:
-        _write_videos(args, spec, state, labels, jax.random.fold_in(key, 2))
+        _write_videos(args, spec, state, jax.random.fold_in(key, 2))
     return 0
 
 
-def _write_videos(args, spec, state, labels: list, key) -> None:
-    """`evaluate --video`: one deterministic episode per selected run, drawn and encoded into FOLDER/videos."""
+def _training_videos(args, spec, folder: pathlib.Path, sinks: list, first_update: int):
+    """`train --video-every`: the runner's `on_state` hook recording episodes into FOLDER/videos/training.
+
+    A video that fails to draw or encode (a lost OpenGL context, a full disk)
+    is reported in one line and ends the videos; training goes on.
+    """
+    import jax
+
+    from jaxrl_rollout import video
+    from jaxrl_rollout.runner import make_algorithm
+
+    algorithm = make_algorithm(spec)
+    keys = jax.vmap(lambda k: jax.random.fold_in(k, video.VIDEO_KEY_TAG))(spec.run_keys())
+    record = video.TrainingVideos(
+        folder / "videos" / "training", algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
+        algorithm.policy_params, keys, args.video_every, args.video_runs or "0", names=_video_names(spec),
+        first_update=first_update, sinks=[log for log in sinks if hasattr(log, "log_video")],
+        num_updates=spec.config.num_updates,
+        initial_carry=algorithm.module.initial_carry(1) if algorithm.recurrent else None)
+    failed = []
+
+    def on_state(state, updates_done: int) -> None:
+        if failed:
+            return
+        try:
+            record(state, updates_done)
+        except (OSError, RuntimeError, ValueError) as error:
+            failed.append(error)
+            print(f"  --video-every: no more videos ({type(error).__name__}: {error}); training goes on",
+                  file=sys.stderr)
+
+    return on_state
+
+
+def _video_names(spec) -> list[str]:
+    """Each run's name in video files: "seed<S>", with its grid point first in a sweep ("lr=0.001_seed1")."""
     import re
 
+    from jaxrl_rollout import report
+
+    names = []
+    for r in range(spec.num_runs):
+        g, s = divmod(r, spec.num_seeds)
+        point = "" if len(spec.grid) == 1 else re.sub(r"[^A-Za-z0-9.=-]+", "_", report.grid_label(spec, g)) + "_"
+        names.append(f"{point}seed{s}")
+    return names
+
+
+def _write_videos(args, spec, state, key) -> None:
+    """`evaluate --video`: one deterministic episode per selected run, drawn and encoded into FOLDER/videos."""
     import jax
 
     from jaxrl_rollout import video
@@ -718,11 +805,7 @@ def _write_videos(args, spec, state, labels: list, key) -> None:
 
     algorithm = make_algorithm(spec)
     folder = pathlib.Path(args.folder) / "videos"
-    names = []
-    for r in range(spec.num_runs):
-        g, s = divmod(r, spec.num_seeds)
-        point = "" if len(spec.grid) == 1 else re.sub(r"[^A-Za-z0-9.=-]+", "_", labels[g]) + "_"
-        names.append(f"{point}seed{s}")
+    names = _video_names(spec)
     carry = algorithm.module.initial_carry(1) if algorithm.recurrent else None
     try:
         videos = video.write_episode_videos(

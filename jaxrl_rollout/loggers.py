@@ -185,6 +185,25 @@ class TensorBoardLogger:
         for events in files:
             events.flush()
 
+    def log_video(self, run: int, video: Any, frames: np.ndarray, update: int) -> None:
+        """Writes an evaluation episode's frames [T, H, W, 3] to run `run` as an animated GIF image "eval/video".
+
+        TensorBoard's Images tab plays it; the step is the run's env steps at
+        `update`. Frames wider than 320 pixels are thinned by striding, so an
+        episode of a few hundred frames stays near a megabyte.
+        """
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        from jaxrl_rollout.video import gif_bytes
+
+        files = self._files if self._files is not None else self._open_files()
+        stride = max(1, -(-frames.shape[2] // 320))
+        small = np.ascontiguousarray(frames[:, ::stride, ::stride])
+        image = Summary.Image(height=small.shape[1], width=small.shape[2], colorspace=3,
+                              encoded_image_string=gif_bytes(small))
+        files[run].add(Summary(value=[Summary.Value(tag="eval/video", image=image)]), steps_at(self._config, update))
+        files[run].flush()
+
     def close(self) -> None:
         """Flushes and closes every event file (all of them, then raises the first error)."""
         files, self._files = self._files or [], []
@@ -260,6 +279,12 @@ class WandbLogger:
             for u in range(updates):
                 row = {metric_tag(k): float(v[r, u]) for k, v in arrays.items() if np.isfinite(v[r, u])}
                 run.log(row, step=steps_at(self._config, first_update + u + 1))
+
+    def log_video(self, run: int, video: Any, frames: np.ndarray, update: int) -> None:
+        """Logs an evaluation episode's video file (`video.path`, mp4 or gif) to W&B run `run` as "eval/video"."""
+        runs = self._runs if self._runs is not None else self._start()
+        clip = self._wandb.Video(str(video.path), caption=f"update {update}: return {video.episode_return:.1f}")
+        runs[run].log({"eval/video": clip}, step=steps_at(self._config, update))
 
     def close(self) -> None:
         """Finishes every W&B run."""

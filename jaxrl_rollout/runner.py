@@ -690,7 +690,8 @@ def network_name(module: Any) -> str:
 def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | None = None,
           checkpoint_every: int = 5, stop_after_chunks: int | None = None,
           progress: Any = True, on_chunk: Callable[[dict, int], None] | None = None,
-          on_save: Callable[[int], None] | None = None) -> RunResult:
+          on_save: Callable[[int], None] | None = None,
+          on_state: Callable[[Any, int], None] | None = None) -> RunResult:
     """Trains every run of `spec` in jitted chunks; saves checkpoints to `folder` if given.
 
     Args:
@@ -722,6 +723,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         logger's hook, e.g. `loggers.TensorBoardLogger.log_chunk`).
       on_save: called on process 0 after every checkpoint save with the chunks
         done (the command line rewrites config.json after an extended run's first save).
+      on_state: called after every chunk (after `on_chunk`) as
+        `on_state(state, updates_done)` with every run's train state, leaves
+        [R, ...] on the devices (`video.TrainingVideos` records episodes of
+        the current policies with it); single-process runs only.
 
     Returns:
       A `RunResult`.
@@ -730,6 +735,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}.")
     if resume and folder is None:
         raise ValueError("resume needs the folder of the run to continue.")
+    if on_state is not None and jax.process_count() > 1:
+        raise ValueError("on_state needs a single-process run: a process cannot read the others' runs' states.")
     algorithm = make_algorithm(spec)
     host = host_env(algorithm.env)
     check_host_run(spec, devices=devices, env=algorithm.env)
@@ -857,6 +864,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                     bar.update(updates_done, returns)
                 if on_chunk is not None and jax.process_index() == 0:
                     on_chunk(chunk, updates_done - length)
+                if on_state is not None:
+                    on_state(states[0] if len(states) == 1 else merge(*states), updates_done)
                 if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):
                     save(states)
                     last_saved = chunks_done

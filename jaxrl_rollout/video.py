@@ -17,6 +17,9 @@ Three steps, each usable on its own:
 keys, runs)` does all three for the runs a selector such as "best,worst,0,3"
 picks (`select_runs`), one video per run, the episode's return in the file
 name (`seed3_return-154.2.mp4`) and, with the step, on the frames.
+`TrainingVideos` is a `runner.train` hook (`on_state`) that does the same
+for the current policies every N updates of a training run (`train
+--video-every`), handing each clip to the loggers' `log_video`.
 
 Render hooks. A hook is `render_fn(env, env_params, states) -> uint8
 [T, H, W, 3]` (`RenderFn`), with `states` an episode's states, leaves
@@ -77,8 +80,10 @@ __all__ = [
     "EpisodeRecording",
     "EpisodeVideo",
     "RenderFn",
+    "TrainingVideos",
     "episode_states",
     "find_renderer",
+    "gif_bytes",
     "record_episodes",
     "register_renderer",
     "render_frames",
@@ -95,6 +100,7 @@ RenderFn = Callable[[Any, Any, PyTree], np.ndarray]
 render_mujoco = _render_suites.render_mujoco
 
 _EXTRA_HINT = "pip install 'jaxrl-rollout[video]'"
+VIDEO_KEY_TAG = 0x76696465  # "vide": `train --video-every` keys are fold_in(run key, VIDEO_KEY_TAG), apart from training's
 _REGISTERED: dict[type, RenderFn] = {}
 # Wrappers nest rarely more than a few deep; a cycle of `.env` attributes must not loop forever.
 _MAX_WRAPPER_DEPTH = 32
@@ -502,6 +508,12 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
     return path
 
 
+def gif_bytes(frames: Any, fps: float = 30) -> bytes:
+    """Frames [T, H, W, 3] uint8 as the bytes of an animated GIF that loops (Pillow through imageio)."""
+    frames = _check_frames(frames, "frames")
+    return _imageio().imwrite("<bytes>", frames, extension=".gif", plugin="pillow", duration=1000.0 / fps, loop=0)
+
+
 def video_name(name: str, episode_return: float, suffix: str = ".mp4") -> str:
     """The file name of a video: "<name>_return<return>.mp4", e.g. "seed3_return-154.2.mp4"."""
     return f"{name}_return{float(episode_return):.1f}{suffix}"
@@ -629,43 +641,136 @@ def write_episode_videos(
         params and keys of different run counts.
       ImportError: the `video` extra is missing.
     """
-    draw = find_renderer(env)
-    _imageio()  # the missing extra is reported before any episode runs
-    keys = jnp.asarray(keys)
-    num_runs = int(keys.shape[0]) if keys.ndim else 0
-    leaves = jax.tree.leaves(params_per_run)
-    if num_runs == 0 or any(np.shape(x)[:1] != (num_runs,) for x in leaves):
-        raise ValueError(
-            f"keys must be [R] and every leaf of params_per_run [R, ...] with the same R; got keys of shape "
-            f"{keys.shape} and params leading axes {sorted({np.shape(x)[:1] for x in leaves})}."
-        )
-    names = [f"run{r}" for r in range(num_runs)] if names is None else [str(n) for n in names]
-    if len(names) != num_runs:
-        raise ValueError(f"names must give one name per run ({num_runs}), got {len(names)}.")
-    tokens = runs.split(",") if isinstance(runs, str) else list(runs)
-    returns = None
-    if any(isinstance(t, str) and t.strip().lower() in ("best", "worst") for t in tokens):
-        episode = jax.jit(jax.vmap(lambda p, k: collect.evaluate(
+    writer = _EpisodeWriter(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
+                            initial_carry=initial_carry, label=label)
+    return [v for v, _ in writer.write(folder, params_per_run, keys, runs, names=names)]
+
+
+class _EpisodeWriter:
+    """`write_episode_videos`' work, its jitted functions kept for repeated calls (`TrainingVideos`).
+
+    The renderer is found and the extra checked when it is made, so an env
+    that cannot render, or a missing extra, fails before anything runs.
+    """
+
+    def __init__(self, env: Any, env_params: Any, policy_fn: Any, *, max_steps: int | None = None, fps: float = 30,
+                 initial_carry: PyTree | None = None, label: bool = True):
+        self._draw = find_renderer(env)
+        _imageio()  # the missing extra is reported before any episode runs
+        self._env_params, self._fps, self._label = env_params, fps, label
+        self._returns = jax.jit(jax.vmap(lambda p, k: collect.evaluate(
             env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
         ).returns[0]))
-        returns = np.asarray(episode(params_per_run, keys))
-    selected = select_runs(runs, num_runs, returns)
+        self._record = jax.jit(lambda p, k: record_episodes(
+            env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
+        ))
 
-    record = jax.jit(lambda p, k: record_episodes(
-        env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
-    ))
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    videos = []
-    for r in selected:
-        recording = record(jax.tree.map(lambda x: x[r], params_per_run), keys[r])
-        episode_return, length = float(recording.returns[0]), int(recording.lengths[0])
-        frames = draw(env_params, episode_states(recording, 0))
-        if label:
-            so_far = np.cumsum(np.asarray(recording.rewards)[:length, 0])
-            # the return before step t's reward: what the frame (the state acted on) has earned
-            before = np.concatenate([[0.0], so_far[:-1]])
-            frames = _label(frames, [f"{names[r]}  t={t}  return={g:.1f}" for t, g in enumerate(before)])
-        path = write_video(folder / video_name(names[r], episode_return), frames, fps=fps)
-        videos.append(EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length))
-    return videos
+    def write(self, folder: str | Path, params_per_run: PyTree, keys: jax.Array, runs: Any = "all", *,
+              names: Sequence[str] | None = None, prefix: str = "",
+              caption: str = "") -> list[tuple[EpisodeVideo, np.ndarray]]:
+        """(video, its frames [L, H, W, 3]) for each selected run.
+
+        The files are "<prefix><name>_return<R>.mp4"; the frames' label is
+        "<name><caption>  t=<step>  return=<so far>".
+        """
+        keys = jnp.asarray(keys)
+        num_runs = int(keys.shape[0]) if keys.ndim else 0
+        leaves = jax.tree.leaves(params_per_run)
+        if num_runs == 0 or any(np.shape(x)[:1] != (num_runs,) for x in leaves):
+            raise ValueError(
+                f"keys must be [R] and every leaf of params_per_run [R, ...] with the same R; got keys of shape "
+                f"{keys.shape} and params leading axes {sorted({np.shape(x)[:1] for x in leaves})}."
+            )
+        names = [f"run{r}" for r in range(num_runs)] if names is None else [str(n) for n in names]
+        if len(names) != num_runs:
+            raise ValueError(f"names must give one name per run ({num_runs}), got {len(names)}.")
+        tokens = runs.split(",") if isinstance(runs, str) else list(runs)
+        returns = None
+        if any(isinstance(t, str) and t.strip().lower() in ("best", "worst") for t in tokens):
+            returns = np.asarray(self._returns(params_per_run, keys))
+        selected = select_runs(runs, num_runs, returns)
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        videos = []
+        for r in selected:
+            recording = self._record(jax.tree.map(lambda x: x[r], params_per_run), keys[r])
+            episode_return, length = float(recording.returns[0]), int(recording.lengths[0])
+            frames = self._draw(self._env_params, episode_states(recording, 0))
+            if self._label:
+                so_far = np.cumsum(np.asarray(recording.rewards)[:length, 0])
+                # the return before step t's reward: what the frame (the state acted on) has earned
+                before = np.concatenate([[0.0], so_far[:-1]])
+                frames = _label(frames, [f"{names[r]}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)])
+            path = write_video(folder / video_name(prefix + names[r], episode_return), frames, fps=self._fps)
+            videos.append((EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length), frames))
+        return videos
+
+
+class TrainingVideos:
+    """Videos of deterministic evaluation episodes while training: a `runner.train` hook (`train --video-every`).
+
+    After a chunk that reaches or passes a multiple of `every` updates, it
+    records one episode of each selected run's current policy, writes it to
+    `folder` as "update<U>_<name>_return<R>.mp4" (U the updates done) and
+    hands it to each sink's `log_video(run, video, frames, update)`
+    (`loggers.TensorBoardLogger`, `loggers.WandbLogger`), as CleanRL's and
+    SB3's `capture_video` do for their first env. Drawing happens on the host
+    between chunks; the jitted recording is compiled once, at the first video.
+
+    Run r's episode at update U uses the key `fold_in(keys[r], U)`: the same
+    run and update give the same episode, and training's keys are untouched.
+
+    Args:
+      folder: where the videos go (created at the first video).
+      env, env_params, policy_fn: as `write_episode_videos` (a deterministic
+        policy: an algorithm's `eval_policy_fn`).
+      policy_params: maps one run's train state to its policy params (an
+        algorithm's `policy_params`); the hook is called with every run's
+        state, leaves [R, ...].
+      keys: [R] PRNG keys, one per run.
+      every: record after every this many updates (a positive int).
+      runs: a selector of the runs to record, see `select_runs` ("0", the
+        default, is the first run; "best"/"worst" pick by the episode's return).
+      names: R names for the files and frames ("run<r>" by default).
+      first_update: updates already done (a resumed run's), so the next video
+        comes at the next multiple of `every` after it.
+      sinks: objects with `log_video(run, video, frames, update)`.
+      num_updates: the run's total updates, if known: U is zero-padded to its
+        digits in the file names, so they sort in training order.
+      max_steps, fps, initial_carry: as `write_episode_videos`.
+
+    Raises:
+      ValueError: `every` not a positive int, or the env cannot be rendered (at construction).
+      ImportError: the `video` extra is missing (at construction).
+    """
+
+    def __init__(self, folder: str | Path, env: Any, env_params: Any, policy_fn: Any, policy_params: Callable,
+                 keys: jax.Array, every: int, runs: Any = "0", *, names: Sequence[str] | None = None,
+                 first_update: int = 0, sinks: Sequence[Any] = (), num_updates: int | None = None,
+                 max_steps: int | None = None, fps: float = 30, initial_carry: PyTree | None = None):
+        self.every = _checks.check_positive_int("every", every)
+        self._writer = _EpisodeWriter(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
+                                      initial_carry=initial_carry)
+        self._keys = jnp.asarray(keys)
+        select_runs(runs, int(self._keys.shape[0]), np.zeros(self._keys.shape[0]))  # a bad selector fails now
+        self._folder, self._runs, self._names, self._sinks = Path(folder), runs, names, list(sinks)
+        self._params = jax.jit(jax.vmap(policy_params))
+        self._fold = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
+        self._last = int(first_update)
+        self._digits = len(str(num_updates)) if num_updates else 1
+        self.written: list[EpisodeVideo] = []
+
+    def __call__(self, state: PyTree, updates_done: int) -> list[EpisodeVideo]:
+        """Records the selected runs' episodes if a multiple of `every` was reached since the last call."""
+        due = updates_done // self.every > self._last // self.every
+        self._last = updates_done
+        if not due:
+            return []
+        out = self._writer.write(self._folder, self._params(state), self._fold(self._keys, updates_done), self._runs,
+                                 names=self._names, prefix=f"update{updates_done:0{self._digits}d}_",
+                                 caption=f"  update {updates_done}")
+        for video, frames in out:
+            for sink in self._sinks:
+                sink.log_video(video.run, video, frames, updates_done)
+        self.written.extend(v for v, _ in out)
+        return [v for v, _ in out]

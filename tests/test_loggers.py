@@ -132,3 +132,87 @@ def test_wandb_missing_extra_names_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)
     with pytest.raises(ImportError, match=r"pip install 'jaxrl-rollout\[wandb\]'"):
         WandbLogger(tmp_path, spec=None)
+
+
+def read_images(folder) -> dict:
+    """tag -> {step: encoded image bytes} from every event file in `folder`."""
+    from tensorboardX.proto import event_pb2
+
+    images: dict = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 16 + length
+            for value in event.summary.value:
+                if value.HasField("image"):
+                    images.setdefault(value.tag, {})[event.step] = value.image.encoded_image_string
+    return images
+
+
+def test_video_every_sends_clips_to_files_tensorboard_and_wandb(tmp_path, monkeypatch):
+    """`--video-every 2 --video-runs 3`: run 3 (grid point 1, seed 1) gets a clip after updates 2 and 4, as an mp4
+    in videos/training, an animated GIF in its TensorBoard run and a video in its W&B run; the episode is the one
+    `evaluate` gives with the run's final params and the key fold_in(fold_in(run key, VIDEO_KEY_TAG), 4)."""
+    import imageio.v3 as iio
+    import jax
+
+    from jaxrl_rollout import collect, video
+    from jaxrl_rollout.runner import load_run, make_algorithm
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    folder = tmp_path / "clips"
+    assert cli.main(["train", *SWEEP, "--video-every", "2", "--video-runs", "3", "--wandb", "offline",
+                     "--out", str(folder)]) == 0
+    files = sorted(p.name for p in (folder / "videos" / "training").iterdir())
+    assert [f.split("_return")[0] for f in files] == ["update2_lr=0.0005_seed1", "update4_lr=0.0005_seed1"], files
+    assert all(f.endswith(".mp4") for f in files)
+
+    assert not read_images(folder / "tensorboard" / "g0_s0")
+    gifs = read_images(folder / "tensorboard" / "g1_s1")["eval/video"]
+    assert sorted(gifs) == [1024, 2048]
+    frames = iio.imread(gifs[2048], index=None, extension=".gif")
+    assert frames.ndim == 4 and frames.shape[0] > 1 and not np.array_equal(frames[0], frames[-1])
+
+    runs = dict(read_wandb(path) for path in sorted((folder / "wandb").glob("offline-run-*/run-*.wandb")))
+    clips = {row["_step"]: row["eval/video/_type"] for row in runs["g1_s1"] if "eval/video/_type" in row}
+    assert clips == {1024: "video-file", 2048: "video-file"}
+    assert not any("eval/video/_type" in row for row in runs["g0_s0"])
+
+    spec, state, _, _ = load_run(folder)
+    algorithm = make_algorithm(spec)
+    params = jax.tree.map(lambda x: x[3], jax.vmap(algorithm.policy_params)(state))
+    key = jax.random.fold_in(jax.random.fold_in(spec.run_keys()[3], video.VIDEO_KEY_TAG), 4)
+    episode = collect.evaluate(algorithm.env, algorithm.env_params, algorithm.eval_policy_fn, params, key, 1)
+    assert files[1] == video.video_name("update4_lr=0.0005_seed1", float(episode.returns[0]))
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--video-runs", "1"], "--video-runs selects the runs of --video-every"),
+    (["--video-every", "5"], "--video-every 5: the run has only 4 updates"),
+    (["--video-every", "1", "--video-runs", "4"], "--video-runs: run '4'"),
+    (["--video-every", "1", "--env", "gymnasium/CartPole-v1", "--seeds", "1", "--lr", "1e-3"], "gymnasium"),
+])
+def test_bad_video_options_exit_2_before_anything_is_written(tmp_path, capsys, options, message):
+    folder = tmp_path / "refused"
+    assert cli.main(["train", *SWEEP, *options, "--out", str(folder)]) == 2
+    assert message in capsys.readouterr().err
+    assert not folder.exists()
+
+
+def test_training_videos_come_at_each_multiple_reached_after_a_resumed_update(tmp_path):
+    """The hook's schedule: a clip after any chunk that reaches a new multiple of `every`, none at the resume."""
+    import jax
+
+    from jaxrl_rollout import algorithms, video
+    from jaxrl_rollout.algorithms import ppo
+
+    algorithm = algorithms.get("ppo").make(ppo.PPOConfig(num_envs=2, num_steps=8, total_timesteps=64))
+    keys = jax.random.split(jax.random.key(0), 1)
+    state = jax.vmap(algorithm.init)(keys, algorithms.stack_hparams([ppo.PPOHParams()]))
+    record = video.TrainingVideos(tmp_path, algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
+                                  algorithm.policy_params, keys, every=3, first_update=4, max_steps=5)
+    made = [len(record(state, u)) for u in (5, 6, 8, 9, 13)]
+    assert made == [0, 1, 0, 1, 1]
+    assert sorted(p.name.split("_")[0] for p in tmp_path.iterdir()) == ["update13", "update6", "update9"]
