@@ -17,6 +17,7 @@ Three steps, each usable on its own:
 keys, runs)` does all three for the runs a selector such as "best,worst,0,3"
 picks (`select_runs`), one video per run, the episode's return in the file
 name (`seed3_return-154.2.mp4`) and, with the step, on the frames.
+`html(paths, captions)` plays videos inline, side by side, in a notebook.
 `TrainingVideos` is a `runner.train` hook (`on_state`) that does the same
 for the current policies every N updates of a training run (`train
 --video-every`), handing each clip to the loggers' `log_video`.
@@ -84,6 +85,7 @@ __all__ = [
     "episode_states",
     "find_renderer",
     "gif_bytes",
+    "html",
     "record_episodes",
     "register_renderer",
     "render_frames",
@@ -512,6 +514,43 @@ def gif_bytes(frames: Any, fps: float = 30) -> bytes:
     """Frames [T, H, W, 3] uint8 as the bytes of an animated GIF that loops (Pillow through imageio)."""
     frames = _check_frames(frames, "frames")
     return _imageio().imwrite("<bytes>", frames, extension=".gif", plugin="pillow", duration=1000.0 / fps, loop=0)
+
+
+def html(paths: str | Path | Sequence[str | Path], captions: Sequence[str] | None = None, width: int = 320) -> str:
+    """HTML that plays videos inline, side by side, each with its caption: for notebooks.
+
+    The files are embedded (base64), so the page needs no file next to it:
+    `IPython.display.display(IPython.display.HTML(video.html(paths)))` plays
+    them in Jupyter and Colab. An mp4 (or webm) becomes a looping `<video>`, a gif an `<img>`.
+
+    Args:
+      paths: one video file or a sequence of them (.mp4, .webm or .gif).
+      captions: one caption per video (default: the file names).
+      width: each video's width in pixels.
+
+    Raises:
+      ValueError: a file of another kind, or captions of another count.
+      FileNotFoundError: a missing file.
+    """
+    import base64
+    import html as html_text
+
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    captions = [p.name for p in paths] if captions is None else [str(c) for c in captions]
+    if len(captions) != len(paths):
+        raise ValueError(f"captions must give one caption per video ({len(paths)}), got {len(captions)}.")
+    kinds = {".mp4": "video/mp4", ".webm": "video/webm", ".gif": "image/gif"}
+    cells = []
+    for path, caption in zip(paths, captions):
+        kind = kinds.get(path.suffix.lower())
+        if kind is None:
+            raise ValueError(f"{path.name}: html() plays .mp4, .webm and .gif files, not {path.suffix or 'this'}.")
+        data = f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
+        player = (f'<img src="{data}" width="{int(width)}">' if kind == "image/gif" else
+                  f'<video width="{int(width)}" controls autoplay loop muted playsinline src="{data}"></video>')
+        cells.append(f'<figure style="display:inline-block;margin:4px;text-align:center">{player}'
+                     f'<figcaption>{html_text.escape(caption)}</figcaption></figure>')
+    return "<div>" + "".join(cells) + "</div>"
 
 
 def video_name(name: str, episode_return: float, suffix: str = ".mp4") -> str:

@@ -75,6 +75,10 @@ def test_notebook_is_committed_with_outputs(name):
     if name in WITH_PLOTS:
         images = [out for cell in code for out in cell.outputs if "image/png" in out.get("data", {})]
         assert images, f"{name} was committed without its plots"
+    # every notebook plays an evaluation episode inline (jaxrl_rollout.video.html); the sweep notebook two
+    players = [page.count("<video") for cell in code for out in cell.outputs
+               for page in [out.get("data", {}).get("text/html", "")] if page]
+    assert sum(players) >= (2 if name == "02_sweeps.ipynb" else 1), f"{name} was committed without its video"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

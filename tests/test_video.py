@@ -79,6 +79,25 @@ def test_recorded_episodes_are_evaluates_and_their_video_decodes_to_changing_fra
     assert np.abs(decoded[0, :, :600].astype(int) - frames[0]).mean() < 8  # lossy, but the same picture
 
 
+def test_html_embeds_videos_side_by_side_with_escaped_captions(tmp_path):
+    import base64
+
+    frames = np.zeros((4, 16, 16, 3), np.uint8)
+    frames[:, :, :8] = np.arange(4)[:, None, None, None] * 60
+    mp4 = video.write_video(tmp_path / "a.mp4", frames, fps=4)
+    gif = tmp_path / "b.gif"
+    gif.write_bytes(video.gif_bytes(frames, fps=4))
+    page = video.html([mp4, gif], captions=["best <seed 3>", "worst"], width=200)
+    sources = re.findall(r'src="data:([a-z/0-9]+);base64,([^"]+)"', page)
+    assert [kind for kind, _ in sources] == ["video/mp4", "image/gif"]
+    assert base64.b64decode(sources[0][1]) == mp4.read_bytes() and base64.b64decode(sources[1][1]) == gif.read_bytes()
+    assert "best &lt;seed 3&gt;" in page and page.count("<figure") == 2 and 'width="200"' in page
+    with pytest.raises(ValueError, match=r"a.txt: html\(\) plays .mp4, .webm and .gif"):
+        video.html(tmp_path / "a.txt")
+    with pytest.raises(ValueError, match="one caption per video"):
+        video.html([mp4, gif], captions=["one"])
+
+
 def test_without_ffmpeg_a_gif_is_written_with_a_warning(tmp_path, monkeypatch):
     imageio = pytest.importorskip("imageio.v3")
     frames = np.zeros((3, 20, 30, 3), np.uint8)
