@@ -291,7 +291,9 @@ def render_craftax(env: Any, env_params: Any, states: Any) -> np.ndarray:
         from craftax.craftax_classic import constants, renderer
     else:
         from craftax.craftax import constants, renderer
-    draw = renderer.make_craftax_pixel_renderer(constants.BLOCK_PIXEL_SIZE_IMG)
+    from jaxrl_rollout.envs.craftax import with_texture_caches
+
+    draw = with_texture_caches(lambda: renderer.make_craftax_pixel_renderer(constants.BLOCK_PIXEL_SIZE_IMG))
     return _rgb(jax.jit(jax.vmap(draw))(states))
 
 

@@ -185,3 +185,52 @@ def test_importing_the_package_does_not_import_craftax():
         "assert 'craftax' not in sys.modules, 'craftax was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _cache_module(path, content):
+    """A stand-in for a craftax constants module: its TEXTURE_CACHE_FILE holding `content`, and a cached loader."""
+    import functools
+    import types
+
+    path.write_bytes(content)
+    calls = []
+
+    @functools.cache
+    def load_all_textures():
+        calls.append(1)
+
+    return types.SimpleNamespace(TEXTURE_CACHE_FILE=str(path), load_all_textures=load_all_textures)
+
+
+def test_a_truncated_texture_cache_is_removed_and_the_call_made_again(tmp_path):
+    """A texture cache cut short (Ctrl-C during craftax's first build) made every pixels env fail with an EOFError
+    until the file was deleted by hand: it is removed, the call made once more (craftax rebuilds it) with a warning."""
+    import bz2
+    import pickle
+
+    from jaxrl_rollout.envs.craftax import remove_broken_texture_caches, with_texture_caches
+
+    whole = bz2.compress(pickle.dumps({"textures": list(range(1000))}))
+    good = _cache_module(tmp_path / "good.pbz2", whole)
+    bad = _cache_module(tmp_path / "bad.pbz2", whole[: len(whole) // 2])
+    assert remove_broken_texture_caches([good, bad]) == [str(tmp_path / "bad.pbz2")]
+    assert (tmp_path / "good.pbz2").exists() and not (tmp_path / "bad.pbz2").exists()
+
+    bad = _cache_module(tmp_path / "bad.pbz2", whole[:100])
+    attempts = []
+
+    def make():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        return "env"
+
+    with pytest.warns(UserWarning, match=r"bad.pbz2 could not be read \(EOFError"):
+        assert with_texture_caches(make, [good, bad]) == "env"
+    assert len(attempts) == 2 and not (tmp_path / "bad.pbz2").exists()
+
+    def fails():
+        raise EOFError("not the cache")
+
+    with pytest.raises(EOFError, match="not the cache"):  # no broken cache explains it: raised as it is
+        with_texture_caches(fails, [good])

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 
 from jaxrl_rollout.envs import _base
 
-__all__ = ["NAMES", "CraftaxEnv", "make"]
+__all__ = ["NAMES", "CraftaxEnv", "make", "remove_broken_texture_caches", "with_texture_caches"]
 
 NAMES = (
     "Craftax-Symbolic-v1",
@@ -79,7 +79,7 @@ def make(name: str, *, static_env_params: Any = None, **param_overrides: Any) ->
     if name not in NAMES:
         raise _base.unknown_name("craftax env name", name, NAMES)
     craftax_env = _base.require("craftax.craftax_env", "craftax", what)
-    env = craftax_env.make_craftax_env_from_name(name, auto_reset=False)
+    env = with_texture_caches(lambda: craftax_env.make_craftax_env_from_name(name, auto_reset=False))
     if static_env_params is not None:
         env = type(env)(static_env_params=static_env_params)
     params = env.default_params
@@ -93,6 +93,69 @@ def make(name: str, *, static_env_params: Any = None, **param_overrides: Any) ->
         params = params.replace(**param_overrides)
     adapter = CraftaxEnv(env, params=params, name=name)
     return adapter, adapter.default_params
+
+
+def _texture_cache_modules() -> list:
+    """craftax's two `constants` modules (full and Classic), each with its TEXTURE_CACHE_FILE and load_all_textures."""
+    from craftax.craftax import constants as full
+    from craftax.craftax_classic import constants as classic
+
+    return [full, classic]
+
+
+def remove_broken_texture_caches(modules: Any = None) -> list[str]:
+    """Removes every craftax texture cache file that cannot be read; returns their paths.
+
+    craftax builds its texture cache (a bz2 pickle inside its own package
+    folder) the first time a pixels env or its renderer is made, and writes
+    it in place: a build cut short (Ctrl-C, a killed job) or read while
+    another process writes it leaves a truncated file, after which every
+    pixels env fails with an EOFError until the file goes. Readable files
+    are kept; the `load_all_textures` caches of the given modules are cleared.
+    """
+    import bz2
+    import os
+    import pickle
+
+    removed = []
+    for module in _texture_cache_modules() if modules is None else modules:
+        path = module.TEXTURE_CACHE_FILE
+        if not os.path.exists(path):
+            continue
+        try:
+            with bz2.BZ2File(path, "rb") as f:
+                pickle.load(f)
+        except Exception:  # noqa: BLE001 - any unreadable file is rebuilt by craftax
+            try:
+                os.remove(path)
+            except FileNotFoundError:  # another process removed it first
+                pass
+            removed.append(str(path))
+        load = getattr(module, "load_all_textures", None)
+        if hasattr(load, "cache_clear"):
+            load.cache_clear()
+    return removed
+
+
+def with_texture_caches(call: Any, modules: Any = None) -> Any:
+    """`call()`; where it fails on an unreadable craftax texture cache, removes the cache and calls once more.
+
+    The second call rebuilds the cache (about two minutes on 2 CPU cores), with
+    a warning naming the file; an error that no broken cache explains is raised as it is.
+    """
+    import pickle
+    import warnings
+
+    try:
+        return call()
+    except (EOFError, OSError, pickle.UnpicklingError) as error:
+        removed = remove_broken_texture_caches(modules)
+        if not removed:
+            raise
+        warnings.warn(f"craftax's texture cache {', '.join(removed)} could not be read ({type(error).__name__}: "
+                      f"{error}): removed it; craftax rebuilds it now (a build cut short leaves such a file).",
+                      stacklevel=2)
+        return call()
 
 
 def _to_gymnax_space(space: Any, what: str) -> Any:
