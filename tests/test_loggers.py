@@ -216,3 +216,24 @@ def test_training_videos_come_at_each_multiple_reached_after_a_resumed_update(tm
     made = [len(record(state, u)) for u in (5, 6, 8, 9, 13)]
     assert made == [0, 1, 0, 1, 1]
     assert sorted(p.name.split("_")[0] for p in tmp_path.iterdir()) == ["update13", "update6", "update9"]
+
+
+def test_a_video_that_fails_to_draw_is_reported_once_and_training_goes_on(tmp_path, capsys):
+    """A draw failing mid-run (here a renderer that raises, as MuJoCo does when its OpenGL context is lost) ends
+    the videos with one line on stderr; the run trains to the end and exits 0."""
+    from gymnax.environments.classic_control.cartpole import CartPole
+
+    from jaxrl_rollout import video
+
+    def broken(env, env_params, states):
+        raise RuntimeError("the OpenGL context was lost")
+
+    video.register_renderer(CartPole, broken)
+    try:
+        folder = tmp_path / "broken"
+        assert cli.main(["train", *SWEEP, "--video-every", "1", "--tensorboard", "false", "--out", str(folder)]) == 0
+    finally:
+        video.register_renderer(CartPole, None)
+    err = capsys.readouterr().err
+    assert err.count("--video-every: no more videos (RuntimeError: the OpenGL context was lost); training goes on") == 1
+    assert not list((folder / "videos" / "training").glob("*.mp4")) and (folder / "metrics.csv").exists()
