@@ -263,3 +263,21 @@ def test_two_player_game_trains_by_self_play_and_reports_win_draw_loss(tmp_path,
     for row in rows:  # default, seed, det mean, (std), sto mean, (std), W/D/L det, W/D/L sto
         for rates in row[-2:]:
             assert sum(float(x) for x in rates.split("/")) == pytest.approx(1.0)
+
+
+def test_an_env_whose_data_cannot_be_downloaded_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """gymnax's MNISTBandit-bsuite downloads MNIST when it is made: offline, that was urllib's bare
+    "<urlopen error ...>"; it now names the env and what to do, exit 2, nothing written."""
+    import urllib.error
+
+    import gymnax
+
+    def offline(env_id, **kwargs):
+        raise urllib.error.URLError(OSError(-2, "Name or service not known"))
+
+    monkeypatch.setattr(gymnax, "make", offline)
+    folder = tmp_path / "offline"
+    assert cli.main(["train", "--env", "MNISTBandit-bsuite", "--total-steps", "2048", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gymnax's MNISTBandit-bsuite downloads its data when it is made" in err[0], err
+    assert not folder.exists()

@@ -47,7 +47,12 @@ def _make_gymnax(env_id: str):
     import gymnax
 
     _check_gymnax_name(env_id)
-    return gymnax.make(env_id)
+    try:
+        return gymnax.make(env_id)
+    except OSError as error:  # MNISTBandit-bsuite downloads MNIST on first use (urllib's URLError is an OSError)
+        raise OSError(f"gymnax's {env_id} downloads its data when it is made, and the download failed "
+                      f"({getattr(error, 'reason', None) or error}); run it once with network access, or choose "
+                      "another env.") from error
 
 
 def check_id(env_id: str) -> None:
