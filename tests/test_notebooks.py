@@ -56,7 +56,13 @@ def execute(path: pathlib.Path, quick: bool, cell_timeout: int = 600):
         client = nbclient.NotebookClient(
             nb, km=km, timeout=cell_timeout, resources={"metadata": {"path": str(path.parent)}}
         )
-        client.execute()
+        try:
+            client.execute()
+        finally:
+            # nbclient leaves a kernel manager it was handed (`km=`) to its caller: without this the kernel
+            # process (JAX and a trained notebook's arrays, 1-2 GB) lived until the test process ended.
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
     return nb
 
 
