@@ -151,8 +151,10 @@ class TensorBoardLogger:
         self._spec, self._first_update, self._files = spec, first_update, None
 
     def _open_files(self) -> list:
-        # Opened at the first chunk, so a run that fails before one (a corrupt checkpoint on
-        # resume, a bad config) leaves no event files behind.
+        # Opened at the first chunk (or video), so a run that fails before one (a corrupt checkpoint on
+        # resume, a bad config) leaves no event files behind; later calls return the open files.
+        if self._files is not None:
+            return self._files
         from jaxrl_rollout.run_metrics import grid_label
 
         spec, first_update = self._spec, self._first_update
@@ -175,7 +177,7 @@ class TensorBoardLogger:
         NaN values (no episode ended in that update) are skipped, as TensorBoard
         would draw them as gaps anyway.
         """
-        files = self._files if self._files is not None else self._open_files()
+        files = self._open_files()
         for name, values in _chunk_arrays(metrics, len(files)).items():
             for events, row in zip(files, values):
                 for u, value in enumerate(row):
@@ -196,7 +198,7 @@ class TensorBoardLogger:
 
         from jaxrl_rollout.video import gif_bytes
 
-        files = self._files if self._files is not None else self._open_files()
+        files = self._open_files()
         stride = max(1, -(-frames.shape[2] // 320))
         small = np.ascontiguousarray(frames[:, ::stride, ::stride])
         image = Summary.Image(height=small.shape[1], width=small.shape[2], colorspace=3,
@@ -242,7 +244,10 @@ class WandbLogger:
         self._runs = None
 
     def _start(self) -> list:
-        # Started at the first chunk, like the TensorBoard writers: a run that fails before one logs nothing.
+        # Started at the first chunk, like the TensorBoard writers: a run that fails before one logs nothing;
+        # later calls return the started runs.
+        if self._runs is not None:
+            return self._runs
         import dataclasses
 
         wandb, folder, spec, mode, project = self._wandb, self._folder, self._spec, self._mode, self._project
@@ -272,7 +277,7 @@ class WandbLogger:
 
     def log_chunk(self, metrics: dict, first_update: int) -> None:
         """Logs a chunk's metrics (name -> [R, updates]) at the runs' env steps; NaNs are left out."""
-        runs = self._runs if self._runs is not None else self._start()
+        runs = self._start()
         arrays = _chunk_arrays(metrics, len(runs))
         updates = next(iter(arrays.values())).shape[1] if arrays else 0
         for r, run in enumerate(runs):
@@ -282,7 +287,7 @@ class WandbLogger:
 
     def log_video(self, run: int, video: Any, frames: np.ndarray, update: int) -> None:
         """Logs an evaluation episode's video file (`video.path`, mp4 or gif) to W&B run `run` as "eval/video"."""
-        runs = self._runs if self._runs is not None else self._start()
+        runs = self._start()
         clip = self._wandb.Video(str(video.path), caption=f"update {update}: return {video.episode_return:.1f}")
         runs[run].log({"eval/video": clip}, step=steps_at(self._config, update))
 
