@@ -135,15 +135,26 @@ _RUN_OPTIONS = ("algo", "env", "seeds", "total_steps", "seed", "chunk_updates", 
 
 def _config_fields() -> dict:
     """Option name -> (default per algo, parser) for the static config fields of every algorithm."""
+    import typing
+
     fields: dict = {}
     for algo, (config_cls, _, _) in _algorithms().items():
+        hints = typing.get_type_hints(config_cls)
         for f in dataclasses.fields(config_cls):
             if f.name in _RENAMED:
                 continue
-            kind = type(f.default) if f.default is not None else (float if "float" in str(f.type) else str)
+            kind = type(f.default) if f.default is not None else _optional_kind(hints[f.name])
             parse = {bool: _bool, int: _int, float: _float, tuple: _int_tuple}.get(kind, str)
             fields.setdefault(f.name, ({}, parse))[0][algo] = f.default
     return fields
+
+
+def _optional_kind(hint) -> type:
+    """The type X of a config field annotated `X | None` (a tuple for `tuple[int, ...] | None`); str otherwise."""
+    import typing
+
+    kinds = [typing.get_origin(a) or a for a in typing.get_args(hint) if a is not type(None)]
+    return kinds[0] if len(kinds) == 1 and isinstance(kinds[0], type) else str
 
 
 def _hparam_fields() -> dict:
@@ -337,8 +348,11 @@ def _prepare_folder(args, given: dict, stack: contextlib.ExitStack):
     return spec, folder, bool(args.resume) and checkpoint.exists(folder)
 
 
-def _check_video(args, spec) -> None:
-    """Refuses `--video-every` / `--video-runs` that cannot work, before anything is written or trained."""
+def _check_video(args, spec, env=None) -> None:
+    """Refuses `--video-every` / `--video-runs` that cannot work, before anything is written or trained.
+
+    `env` is the run's env where the caller has built it already (else it is built from `spec`).
+    """
     if args.video_every is None:
         if args.video_runs is not None:
             raise ValueError("--video-runs selects the runs of --video-every; add --video-every N.")
@@ -359,8 +373,7 @@ def _check_video(args, spec) -> None:
     except ValueError as error:
         raise ValueError(f"--video-runs: {error}") from None
     try:
-        video.find_renderer(make_algorithm(spec).env)
-        video._imageio()
+        video.check_recordable(env if env is not None else make_algorithm(spec).env)
     except (ImportError, ValueError) as error:
         raise ValueError(f"--video-every: {error}") from None
 
@@ -390,7 +403,7 @@ def _check_devices(spec, devices, env=None) -> None:
 
 
 def _build_env(spec):
-    """The spec's env, built once (with its algorithm) before a new run's folder is written.
+    """The spec's env as its algorithm steps it, built once (with the algorithm) before a new run's folder is written.
 
     A config never builds its env, so it checks only what needs none (a
     gymnax name); another suite's unknown name, or its missing extra, and an
@@ -404,10 +417,8 @@ def _build_env(spec):
     # SAC on discrete ones, a network that does not fit) is refused before anything is written.
     make = get(spec.algo).make
     if _common.is_self_play(env):
-        make(spec.config)  # a self-play game is set up from its id
-    else:
-        make(spec.config, env=env, env_params=env_params)
-    return env
+        return make(spec.config).env  # a self-play game is set up from its id
+    return make(spec.config, env=env, env_params=env_params).env
 
 
 def _write_config(folder: pathlib.Path, spec, option: str) -> None:
@@ -448,7 +459,7 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         if host_env(env) is not None:  # a host env's pool cannot be evaluated inside the chunk: at the end only
             spec = dataclasses.replace(spec, eval_every=None, eval_episodes=10)
     _check_devices(spec, args.devices, env=env)  # before the folder is written
-    _check_video(args, spec)
+    _check_video(args, spec, env)
     if args.out:
         folder = pathlib.Path(args.out)
     else:
@@ -536,12 +547,13 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     return spec, folder, has_checkpoint
 
 
-def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
+def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool, algorithm=None):
     """[R, num_episodes] returns of every run's policy (mode actions if deterministic), one vmapped call.
 
     A host env's runs are evaluated one after another (`runner.map_runs`).
     None for the stochastic policy of an algorithm that has none (DQN and
     TD3 act deterministically; their exploration belongs to training).
+    `algorithm` is the spec's, if the caller has built it (else it is built here).
     """
     import jax
     import numpy as np
@@ -549,7 +561,8 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool):
     import jaxrl_rollout as jr
     from jaxrl_rollout.runner import make_algorithm, map_runs
 
-    algorithm = make_algorithm(spec)  # a host env gets a fresh host env here, apart from training's
+    if algorithm is None:
+        algorithm = make_algorithm(spec)  # a host env gets a fresh host env here, apart from training's
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
     if policy_fn is None:
         return None
@@ -712,15 +725,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import jax
 
     from jaxrl_rollout import report
-    from jaxrl_rollout.runner import load_run
+    from jaxrl_rollout.runner import load_run, make_algorithm
 
     if args.runs != "all" and not args.video:  # before the checkpoint is read and every run evaluated
         raise ValueError("--runs selects the runs of --video; add --video.")
     spec, state, _, manifest = load_run(args.folder)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
-    det = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 0), deterministic=True)
-    sto = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 1), deterministic=False)
+    algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
+    det = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 0), True, algorithm)
+    sto = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 1), False, algorithm)
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
     print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "
@@ -744,7 +758,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         stochastic = f"{sto[r].mean():9.2f} ({sto[r].std():5.1f})" if sto is not None else f"{'n/a':>17}"
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  {stochastic}{wdl}")
     if args.video:
-        _write_videos(args, spec, state, jax.random.fold_in(key, 2))
+        _write_videos(args, spec, state, jax.random.fold_in(key, 2), algorithm)
     return 0
 
 
@@ -796,14 +810,12 @@ def _video_names(spec) -> list[str]:
     return names
 
 
-def _write_videos(args, spec, state, key) -> None:
+def _write_videos(args, spec, state, key, algorithm) -> None:
     """`evaluate --video`: one deterministic episode per selected run, drawn and encoded into FOLDER/videos."""
     import jax
 
     from jaxrl_rollout import video
-    from jaxrl_rollout.runner import make_algorithm
 
-    algorithm = make_algorithm(spec)
     folder = pathlib.Path(args.folder) / "videos"
     names = _video_names(spec)
     carry = algorithm.module.initial_carry(1) if algorithm.recurrent else None

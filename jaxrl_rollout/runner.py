@@ -724,9 +724,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
       on_save: called on process 0 after every checkpoint save with the chunks
         done (the command line rewrites config.json after an extended run's first save).
       on_state: called after every chunk (after `on_chunk`) as
-        `on_state(state, updates_done)` with every run's train state, leaves
-        [R, ...] on the devices (`video.TrainingVideos` records episodes of
-        the current policies with it); single-process runs only.
+        `on_state(get_state, updates_done)`, where `get_state()` returns every
+        run's train state, leaves [R, ...] on the devices (a sweep's groups are
+        merged only when it is called); `video.TrainingVideos` records episodes
+        of the current policies with it. Single-process runs only.
 
     Returns:
       A `RunResult`.
@@ -865,7 +866,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 if on_chunk is not None and jax.process_index() == 0:
                     on_chunk(chunk, updates_done - length)
                 if on_state is not None:
-                    on_state(states[0] if len(states) == 1 else merge(*states), updates_done)
+                    on_state(lambda parts=tuple(states): parts[0] if len(parts) == 1 else merge(*parts), updates_done)
                 if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):
                     save(states)
                     last_saved = chunks_done

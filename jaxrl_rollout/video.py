@@ -447,6 +447,17 @@ def _imageio() -> Any:
     return iio
 
 
+def check_recordable(env: Any) -> None:
+    """Checks, without running anything, that episodes of `env` can be drawn and written to video files.
+
+    Raises:
+      ValueError: `env` has no render hook (see `find_renderer`).
+      ImportError: the `video` extra (imageio) is missing, naming the install command.
+    """
+    find_renderer(env)
+    _imageio()
+
+
 def _ffmpeg() -> str | None:
     """Why mp4 cannot be written (imageio-ffmpeg or its ffmpeg binary missing), or None when it can."""
     try:
@@ -799,12 +810,20 @@ class TrainingVideos:
         self._digits = len(str(num_updates)) if num_updates else 1
         self.written: list[EpisodeVideo] = []
 
-    def __call__(self, state: PyTree, updates_done: int) -> list[EpisodeVideo]:
-        """Records the selected runs' episodes if a multiple of `every` was reached since the last call."""
+    def __call__(self, state: PyTree | Callable[[], PyTree], updates_done: int) -> list[EpisodeVideo]:
+        """Records the selected runs' episodes if a multiple of `every` was reached since the last call.
+
+        `state` is every run's train state, or a function of no arguments
+        returning it (`runner.train` passes one), called only when a video is
+        due: merging a sweep's groups, replay buffers included, is then paid
+        once per video instead of once per chunk.
+        """
         due = updates_done // self.every > self._last // self.every
         self._last = updates_done
         if not due:
             return []
+        if callable(state):
+            state = state()
         out = self._writer.write(self._folder, self._params(state), self._fold(self._keys, updates_done), self._runs,
                                  names=self._names, prefix=f"update{updates_done:0{self._digits}d}_",
                                  caption=f"  update {updates_done}")

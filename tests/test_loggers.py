@@ -202,7 +202,8 @@ def test_bad_video_options_exit_2_before_anything_is_written(tmp_path, capsys, o
 
 
 def test_training_videos_come_at_each_multiple_reached_after_a_resumed_update(tmp_path):
-    """The hook's schedule: a clip after any chunk that reaches a new multiple of `every`, none at the resume."""
+    """The hook's schedule: a clip after any chunk that reaches a new multiple of `every`, none at the resume; the
+    state is asked for (runner.train passes a function, which merges a sweep's groups) only when a clip is due."""
     import jax
 
     from jaxrl_rollout import algorithms, video
@@ -213,9 +214,11 @@ def test_training_videos_come_at_each_multiple_reached_after_a_resumed_update(tm
     state = jax.vmap(algorithm.init)(keys, algorithms.stack_hparams([ppo.PPOHParams()]))
     record = video.TrainingVideos(tmp_path, algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
                                   algorithm.policy_params, keys, every=3, first_update=4, max_steps=5)
-    made = [len(record(state, u)) for u in (5, 6, 8, 9, 13)]
-    assert made == [0, 1, 0, 1, 1]
-    assert sorted(p.name.split("_")[0] for p in tmp_path.iterdir()) == ["update13", "update6", "update9"]
+    asked = []
+    made = [len(record(lambda: asked.append(u) or state, u)) for u in (5, 6, 8, 9, 13)]
+    assert made == [0, 1, 0, 1, 1] and asked == [6, 9, 13]
+    assert len(record(state, 16)) == 1  # the state itself, as well
+    assert sorted(p.name.split("_")[0] for p in tmp_path.iterdir()) == ["update13", "update16", "update6", "update9"]
 
 
 def test_a_video_that_fails_to_draw_is_reported_once_and_training_goes_on(tmp_path, capsys):
