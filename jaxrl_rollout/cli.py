@@ -214,7 +214,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--num-processes", type=_positive_int, help="with --distributed: how many processes")
     run.add_argument("--process-id", type=_int, help="with --distributed: this process's id, 0 to N-1")
     run.add_argument("--num-eval", type=_positive_int, default=10,
-                     help="deterministic evaluation episodes per run at the end (default: %(default)s)")
+                     help="deterministic evaluation episodes per run at the end (default: %(default)s); when the "
+                          "periodic evaluation ran at the last update with as many episodes, its figures are these")
     run.add_argument("--eval-every", type=_eval_every, metavar="{N,chunk,off}",
                      help="evaluate every run's policy deterministically (whole episodes, its own keys) every N "
                           "updates (chunk: every --chunk-updates) inside the jitted chunk: eval_return and "
@@ -555,23 +556,77 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool, algo
     TD3 act deterministically; their exploration belongs to training).
     `algorithm` is the spec's, if the caller has built it (else it is built here).
     """
-    import jax
-    import numpy as np
-
-    import jaxrl_rollout as jr
-    from jaxrl_rollout.runner import make_algorithm, map_runs
+    from jaxrl_rollout.runner import make_algorithm
 
     if algorithm is None:
         algorithm = make_algorithm(spec)  # a host env gets a fresh host env here, apart from training's
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
     if policy_fn is None:
         return None
+    return _evaluator(spec, algorithm, num_episodes, policy_fn)(_policy_params(algorithm, state), key)
+
+
+def evaluate_both(spec, state, num_episodes: int, keys, algorithm):
+    """`evaluate_runs` of the deterministic and the stochastic policy (keys[0], keys[1]), compiled once.
+
+    The two columns are one program whose policy computes both actions and
+    keeps one by a flag passed with the params, so `evaluate` compiles its
+    evaluation (a large env's step and reset) once instead of twice; each
+    column's actions, and so its returns, are those of its own policy. Where
+    the two policies' outputs differ in structure, shape or dtype, each is
+    compiled on its own.
+
+    Returns:
+      (deterministic [R, N], stochastic [R, N] or None).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    if algorithm.policy_fn is None:
+        return evaluate_runs(spec, state, num_episodes, keys[0], True, algorithm), None
+    deterministic_fn, stochastic_fn = algorithm.eval_policy_fn, algorithm.policy_fn
+
+    def either(flagged, *args):
+        flag, params = flagged
+        chosen, other = deterministic_fn(params, *args), stochastic_fn(params, *args)
+        shapes = [jax.tree.map(lambda x: (jnp.shape(x), jnp.result_type(x)), out) for out in (chosen, other)]
+        if jax.tree.structure(shapes[0]) != jax.tree.structure(shapes[1]) or shapes[0] != shapes[1]:
+            raise _PoliciesDiffer
+        return jax.tree.map(lambda a, b: jnp.where(flag, a, b), chosen, other)
+
+    params = _policy_params(algorithm, state)
+    run = _evaluator(spec, algorithm, num_episodes, either)
+    try:
+        return tuple(run((jnp.full((spec.num_runs,), flag), params), key) for flag, key in zip((True, False), keys))
+    except _PoliciesDiffer:
+        return tuple(np.asarray(evaluate_runs(spec, state, num_episodes, key, flag, algorithm))
+                     for flag, key in zip((True, False), keys))
+
+
+class _PoliciesDiffer(Exception):
+    """The deterministic and stochastic policies return differently shaped outputs (`evaluate_both`)."""
+
+
+def _policy_params(algorithm, state):
+    import jax
+
+    return jax.vmap(algorithm.policy_params)(state)  # with observation normalisation: (obs_rms, params)
+
+
+def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
+    """(params [R, ...], key) -> [R, num_episodes] numpy returns of `policy_fn`, every run in one jitted call."""
+    import jax
+    import numpy as np
+
+    import jaxrl_rollout as jr
+    from jaxrl_rollout.runner import map_runs
+
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
     run = map_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
                                             num_episodes, initial_carry=carry).returns, algorithm.env)
-    params = jax.vmap(algorithm.policy_params)(state)  # with observation normalisation: (obs_rms, params)
-    return np.asarray(run(params, jax.random.split(key, spec.num_runs)))
+    return lambda params, key: np.asarray(run(params, jax.random.split(key, spec.num_runs)))
 
 
 def _self_play_game(spec) -> bool:
@@ -704,20 +759,42 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     print("  mean episode return by tenth of training: " + _coarse_curve(result.metrics))
     window = max(1, result.updates_done // 10)
     print(report.format_summary(report.summarize(spec, result.metrics), window))
-    games = evaluate_runs(spec, state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
-                          deterministic=True)
-    returns = games.mean(axis=1)
+    returns, rates = _closing_evaluation(args, spec, state, result.metrics)
     print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():.1f} "
           f"(std over runs {returns.std():.1f}); per run: " + " ".join(f"{r:.0f}" for r in returns))
-    if _self_play_game(spec):
-        from jaxrl_rollout.envs.pgx import outcome_rates
-
-        rates = outcome_rates(games)
+    if rates is not None:
         print(f"  against a uniform random legal-move opponent (seat drawn per game): win {rates[:, 0].mean():.0%}, "
               f"draw {rates[:, 1].mean():.0%}, loss {rates[:, 2].mean():.0%}; per run (W/D/L): "
               + " ".join("/".join(f"{x:.2f}" for x in r) for r in rates))
     print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths])} and the checkpoint")
     return 0
+
+
+def _closing_evaluation(args, spec, state, metrics: dict):
+    """([R] mean deterministic returns, [R, 3] win/draw/loss rates for a two-player game, else None) of `train`'s end.
+
+    When the periodic evaluation ran at the last update with --num-eval
+    episodes, those are its figures (the same policy, episodes and statistics;
+    its own keys), and nothing is compiled again; otherwise --num-eval
+    episodes are played now with the key fold_in(key(seed), 1).
+    """
+    import jax
+    import numpy as np
+
+    fields = ("eval_return", "eval_win", "eval_draw", "eval_loss")
+    game = _self_play_game(spec)
+    if (spec.eval_every is not None and spec.eval_episodes == args.num_eval and "eval_return" in metrics
+            and not (game and "eval_win" not in metrics)):
+        last = [np.asarray(metrics[f][:, -1], np.float64) for f in fields[:4 if game else 1]]
+        if all(np.isfinite(x).all() for x in last):
+            return last[0], (np.stack(last[1:], axis=1) if game else None)
+    games = evaluate_runs(spec, state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
+                          deterministic=True)
+    if not game:
+        return games.mean(axis=1), None
+    from jaxrl_rollout.envs.pgx import outcome_rates
+
+    return games.mean(axis=1), outcome_rates(games)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -733,8 +810,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
     algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
-    det = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 0), True, algorithm)
-    sto = evaluate_runs(spec, state, args.num_episodes, jax.random.fold_in(key, 1), False, algorithm)
+    det, sto = evaluate_both(spec, state, args.num_episodes, [jax.random.fold_in(key, i) for i in (0, 1)], algorithm)
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
     print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "

@@ -47,6 +47,15 @@ def test_no_arguments_is_the_readme_main_job():
     assert spec.chunk_updates == 61 and len(spec.chunk_lengths) == 16  # 976 updates
 
 
+def test_an_optional_float_config_field_is_read_as_a_float(capsys):
+    """SAC's target_entropy (`float | None`; None means -|A|) parses as a float; a word is refused naming it."""
+    spec = cli._build_spec(cli._given(cli.build_parser().parse_args(["train", "--algo", "sac", "--target-entropy", "-0.5"])))
+    assert spec.config.target_entropy == -0.5 and type(spec.config.target_entropy) is float
+    with pytest.raises(SystemExit) as exit_info:
+        cli.build_parser().parse_args(["train", "--algo", "sac", "--target-entropy", "auto"])
+    assert exit_info.value.code == 2 and "--target-entropy" in capsys.readouterr().err
+
+
 def test_default_command_trains_ppo_on_cartpole(capsys, tmp_path):
     folder = tmp_path / "ppo"
     assert cli.main(["--seeds", "2", "--total-steps", "2048", "--num-eval", "2", "--out", str(folder)]) == 0

@@ -134,10 +134,17 @@ def _rows(folder, metric):
         return [row for row in csv.DictReader(f) if row["metric"] == metric]
 
 
-def test_cli_writes_eval_returns_to_csv_and_progress_and_resumes_identically(runs, tmp_path, capsys):
+def test_cli_writes_eval_returns_to_csv_and_progress_and_resumes_identically(runs, tmp_path, capsys, monkeypatch):
+    """... and with --num-eval equal to --eval-episodes the closing evaluation is the last periodic one (nothing is
+    evaluated again); the resumed run's --num-eval 2 plays its own episodes."""
     whole, part = tmp_path / "whole", tmp_path / "part"
-    assert cli.main([*ARGV, "--out", str(whole)]) == 0
-    err = capsys.readouterr().err
+    with monkeypatch.context() as patch:
+        patch.setattr(cli, "evaluate_runs", lambda *a, **k: pytest.fail("the closing evaluation ran again"))
+        assert cli.main([*ARGV, "--num-eval", "3", "--out", str(whole)]) == 0
+    out, err = capsys.readouterr()
+    last = runs[1].metrics["eval_return"][:, -1]
+    assert (f"deterministic evaluation, 3 episodes per run: mean {last.mean():.1f} (std over runs {last.std():.1f}); "
+            "per run: " + " ".join(f"{r:.0f}" for r in last)) in out
     chunk_lines = [line for line in err.splitlines() if line.lstrip().startswith("step ")]
     assert [line.split("  eval ")[1].split(" (")[-1] for line in chunk_lines] == ["step 128)", "step 384)"]
     rows = _rows(whole, "eval_return")
@@ -150,7 +157,8 @@ def test_cli_writes_eval_returns_to_csv_and_progress_and_resumes_identically(run
     assert cli.main(["train", "--resume", str(part), "--eval-every", "3"]) == 2
     assert "--eval-every: 2 there, 3 here" in capsys.readouterr().err
     assert cli.main(["train", "--resume", str(part), "--num-eval", "2", "--tensorboard", "false"]) == 0
-    assert "eval " in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "eval " in err and "deterministic evaluation, 2 episodes per run" in out
     assert (part / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
     for a, b in zip(checkpoint.flatten(runner.load_run(part)[1])[0], checkpoint.flatten(runner.load_run(whole)[1])[0]):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
