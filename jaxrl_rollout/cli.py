@@ -581,7 +581,6 @@ def evaluate_both(spec, state, num_episodes: int, keys, algorithm):
     """
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     if algorithm.policy_fn is None:
         return evaluate_runs(spec, state, num_episodes, keys[0], True, algorithm), None
@@ -600,8 +599,7 @@ def evaluate_both(spec, state, num_episodes: int, keys, algorithm):
     try:
         return tuple(run((jnp.full((spec.num_runs,), flag), params), key) for flag, key in zip((True, False), keys))
     except _PoliciesDiffer:
-        return tuple(np.asarray(evaluate_runs(spec, state, num_episodes, key, flag, algorithm))
-                     for flag, key in zip((True, False), keys))
+        return tuple(evaluate_runs(spec, state, num_episodes, key, flag, algorithm) for flag, key in zip((True, False), keys))
 
 
 class _PoliciesDiffer(Exception):
@@ -781,11 +779,10 @@ def _closing_evaluation(args, spec, state, metrics: dict):
     import jax
     import numpy as np
 
-    fields = ("eval_return", "eval_win", "eval_draw", "eval_loss")
     game = _self_play_game(spec)
-    if (spec.eval_every is not None and spec.eval_episodes == args.num_eval and "eval_return" in metrics
-            and not (game and "eval_win" not in metrics)):
-        last = [np.asarray(metrics[f][:, -1], np.float64) for f in fields[:4 if game else 1]]
+    fields = ("eval_return", "eval_win", "eval_draw", "eval_loss") if game else ("eval_return",)
+    if spec.eval_every is not None and spec.eval_episodes == args.num_eval and all(f in metrics for f in fields):
+        last = [np.asarray(metrics[f][:, -1], np.float64) for f in fields]
         if all(np.isfinite(x).all() for x in last):
             return last[0], (np.stack(last[1:], axis=1) if game else None)
     games = evaluate_runs(spec, state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),

@@ -766,8 +766,13 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         compile_start = time.perf_counter()
         states = None
         # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.
-        merge = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts),
-                        out_shardings=sharding)
+        concatenate = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts),
+                              out_shardings=sharding)
+
+        def merge(parts):
+            """The groups' states as one [R, ...] state (a single group's as it is)."""
+            return parts[0] if len(parts) == 1 else concatenate(*parts)
+
         if resume:
             template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
             check_checkpoint_spec(folder, spec, checkpoint.read_manifest(folder), ignore=("config.total_timesteps",))
@@ -812,7 +817,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             # Every process saves its shards of the global state (Orbax); metrics are the same on all.
             signals.saving = True  # a signal now only asks to stop: the save is never cut short
             try:
-                checkpoint.save(folder, chunks_done, state_list[0] if len(state_list) == 1 else merge(*state_list),
+                checkpoint.save(folder, chunks_done, merge(state_list),
                                 {f"metrics/{k}": v for k, v in metrics.items()},
                                 {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
             finally:
@@ -866,7 +871,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 if on_chunk is not None and jax.process_index() == 0:
                     on_chunk(chunk, updates_done - length)
                 if on_state is not None:
-                    on_state(lambda parts=tuple(states): parts[0] if len(parts) == 1 else merge(*parts), updates_done)
+                    on_state(lambda parts=tuple(states): merge(parts), updates_done)
                 if chunks_done % checkpoint_every == 0 or chunks_done == len(lengths):
                     save(states)
                     last_saved = chunks_done
@@ -886,7 +891,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         if chunks_done > last_saved:
             save(states)
         run_s = time.perf_counter() - run_start
-        merged = states[0] if len(states) == 1 else merge(*states)
+        merged = merge(states)
         updates_run = sum(lengths[chunks_done - ran:chunks_done])
         return RunResult(merged, metrics, updates_done, updates_run, chunks_done, chunks_done == len(lengths),
                          compile_s, run_s, mesh.size, len(lengths))

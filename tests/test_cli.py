@@ -290,3 +290,18 @@ def test_an_env_whose_data_cannot_be_downloaded_is_one_line_naming_it(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "gymnax's MNISTBandit-bsuite downloads its data when it is made" in err[0], err
     assert not folder.exists()
+
+
+def test_evaluate_compiles_both_columns_once_and_each_equals_its_own_policy(sweep_run):
+    """`evaluate`'s one program gives, bit for bit, the deterministic and stochastic columns of two separate calls."""
+    import jax
+
+    from jaxrl_rollout import runner
+
+    spec, state, _, _ = runner.load_run(sweep_run)
+    algorithm = runner.make_algorithm(spec)
+    keys = [jax.random.fold_in(jax.random.key(7), i) for i in (0, 1)]
+    det, sto = cli.evaluate_both(spec, state, 3, keys, algorithm)
+    np.testing.assert_array_equal(det, cli.evaluate_runs(spec, state, 3, keys[0], True, algorithm))
+    np.testing.assert_array_equal(sto, cli.evaluate_runs(spec, state, 3, keys[1], False, algorithm))
+    assert not np.array_equal(det, sto)  # the flag picks different policies
