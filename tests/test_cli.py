@@ -56,30 +56,7 @@ def test_an_optional_float_config_field_is_read_as_a_float(capsys):
     assert exit_info.value.code == 2 and "--target-entropy" in capsys.readouterr().err
 
 
-def test_default_command_trains_ppo_on_cartpole(capsys, tmp_path):
-    folder = tmp_path / "ppo"
-    assert cli.main(["--seeds", "2", "--total-steps", "2048", "--num-eval", "2", "--out", str(folder)]) == 0
-    captured = capsys.readouterr()
-    out = captured.out
-    assert "PPO on CartPole-v1, 2 seeds x 2,048 steps in one vmapped call" in out
-    assert "compile" in out and "env steps/s over all runs" in out
-    assert "mean episode return by tenth of training" in out
-    assert "final return (episode-weighted mean over the last 1 updates; 95% t-interval across seeds)" in out
-    assert "deterministic evaluation, 2 episodes per run" in out
-    assert "step 2,048/2,048 (100.0%)" in captured.err and "steps/s  return" in captured.err
-    assert {"config.json", "metrics.csv", "learning_curve.png"} <= set(_files(folder))
-    assert [p.name for p in (folder / "checkpoints").iterdir()] == ["4"]  # the Orbax step after 4 chunks
-    saved = json.loads((folder / "config.json").read_text())
-    assert saved["config"]["total_timesteps"] == 2048 and saved["num_seeds"] == 2
-    with open(folder / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["grid_point", "seed", "update", "step", "metric", "value"]
-    # seeds x updates x metrics (env_steps left out; eval_return and eval_length: the default --eval-every chunk)
-    assert len(rows) == 2 * 4 * (len(ppo.PPOMetrics._fields) - 1 + 2)
-    assert {r["metric"] for r in rows} >= {"eval_return", "eval_length"}
-    assert "eval " in captured.err  # the progress line shows the last evaluation
-    assert {r["step"] for r in rows} == {"512", "1024", "1536", "2048"}
-    assert (folder / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+# The main job's outputs at a small size (lines, files, CSV rows): the CartPole-v1 row of tests/test_user_suites.py.
 
 
 def test_sweep_outputs(sweep_run, capsys):
@@ -247,31 +224,8 @@ def test_evaluate_uses_the_saved_observation_statistics(tmp_path, capsys):
         np.testing.assert_allclose(got[r], want, rtol=1e-5)
 
 
-def test_two_player_game_trains_by_self_play_and_reports_win_draw_loss(tmp_path, capsys):
-    folder = tmp_path / "ttt"
-    args = ["--env", "pgx/tic_tac_toe", "--num-envs", "4", "--num-steps", "8", "--total-steps", "64",
-            "--update-epochs", "1", "--num-minibatches", "2", "--hidden-sizes", "16,16", "--seeds", "2",
-            "--num-eval", "4", "--tensorboard", "false"]
-    assert cli.main(["train", *args, "--out", str(folder)]) == 0
-    out = capsys.readouterr().out
-    assert json.loads((folder / "config.json").read_text())["config"]["network"] == "auto"
-    wdl = re.search(r"against a uniform random legal-move opponent \(seat drawn per game\): win (\d+)%, "
-                    r"draw (\d+)%, loss (\d+)%", out)
-    assert wdl and abs(sum(int(x) for x in wdl.groups()) - 100) <= 2
-    # the periodic evaluation (on by default, once per chunk) reports the game's win/draw/loss rates too
-    with open(folder / "metrics.csv") as f:
-        evals = {}
-        for r in csv.DictReader(f):
-            if r["metric"] in ("eval_win", "eval_draw", "eval_loss") and r["value"] != "nan":
-                evals.setdefault((r["seed"], r["update"]), {})[r["metric"]] = float(r["value"])
-    assert evals and all(len(v) == 3 and sum(v.values()) == pytest.approx(1.0) for v in evals.values()), evals
-    assert cli.main(["evaluate", str(folder), "--num-episodes", "4"]) == 0
-    out = capsys.readouterr().out
-    rows = [line.split() for line in out.splitlines() if line.startswith("  default")]
-    assert len(rows) == 2
-    for row in rows:  # default, seed, det mean, (std), sto mean, (std), W/D/L det, W/D/L sto
-        for rates in row[-2:]:
-            assert sum(float(x) for x in rates.split("/")) == pytest.approx(1.0)
+# Two-player games by self-play, win/draw/loss at the end, per evaluation and in `evaluate`: the pgx row of
+# tests/test_user_suites.py.
 
 
 def test_an_env_whose_data_cannot_be_downloaded_is_one_line_naming_it(tmp_path, capsys, monkeypatch):

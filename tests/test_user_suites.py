@@ -6,10 +6,14 @@ from README.md (`tests.test_user_paths.readme_suite_ids`), so the table cannot
 drift from what is tested.
 """
 
+import csv
+import json
+import re
 import sys
 
 import pytest
 
+from jaxrl_rollout.algorithms import ppo
 from tests.test_user_paths import CLI, explain, readme_suite_ids, run_as_user
 
 # Suites whose extra cannot install on this interpreter: their rows run where it can (.ci/run runs
@@ -39,8 +43,60 @@ def test_every_suite_trains_and_evaluates_from_the_command_line(env_id, tmp_path
     assert "deterministic evaluation" in trained.stdout and "Traceback" not in trained.stderr, explain(trained)
     assert {"config.json", "metrics.csv", "learning_curve.png", "checkpoints"} <= {
         p.name for p in (work / folder).iterdir()}
+    _ROW_CHECKS.get(env_id, lambda *a: None)(trained, work / folder)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     evaluated = run_as_user([str(CLI), "evaluate", f"../work/{folder}", "--num-episodes", "4"], cwd=elsewhere, timeout=900)
     assert evaluated.returncode == 0, explain(evaluated)
     assert "checkpoint final" in evaluated.stdout and "Traceback" not in evaluated.stderr, explain(evaluated)
+    if env_id.startswith("pgx/"):  # default, seed, det mean, (std), sto mean, (std), W/D/L det, W/D/L sto
+        rows = [line.split() for line in evaluated.stdout.splitlines() if line.startswith("  default")]
+        assert len(rows) == 2 and all(sum(float(x) for x in rates.split("/")) == pytest.approx(1.0)
+                                      for row in rows for rates in row[-2:]), evaluated.stdout
+
+
+def _metrics(folder):
+    with open(folder / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _check_gymnax_cartpole(trained, folder):
+    """The main job's outputs at a small size: the lines, the files, one CSV row per seed, update and metric."""
+    out, err = trained.stdout, trained.stderr
+    assert "PPO on CartPole-v1, 2 seeds x 2,048 steps in one vmapped call" in out
+    assert "compile" in out and "env steps/s over all runs" in out and "mean episode return by tenth of training" in out
+    assert "final return (episode-weighted mean over the last 1 updates; 95% t-interval across seeds)" in out
+    assert "deterministic evaluation, 10 episodes per run" in out
+    assert "step 2,048/2,048 (100.0%)" in err and "steps/s  return" in err and "eval " in err
+    assert [p.name for p in (folder / "checkpoints").iterdir()] == ["4"]  # the Orbax step after 4 chunks
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["config"]["total_timesteps"] == 2048 and saved["num_seeds"] == 2
+    rows = _metrics(folder)
+    assert list(rows[0]) == ["grid_point", "seed", "update", "step", "metric", "value"]
+    # seeds x updates x metrics (env_steps left out; eval_return and eval_length: the default --eval-every chunk)
+    assert len(rows) == 2 * 4 * (len(ppo.PPOMetrics._fields) - 1 + 2)
+    assert {r["metric"] for r in rows} >= {"eval_return", "eval_length"}
+    assert {r["step"] for r in rows} == {"512", "1024", "1536", "2048"}
+    assert (folder / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _check_game(trained, folder):
+    """A two-player game trains by self-play and reports win/draw/loss rates, at the end and in the periodic evaluation."""
+    assert json.loads((folder / "config.json").read_text())["config"]["network"] == "auto"
+    wdl = re.search(r"against a uniform random legal-move opponent \(seat drawn per game\): win (\d+)%, "
+                    r"draw (\d+)%, loss (\d+)%", trained.stdout)
+    assert wdl and abs(sum(int(x) for x in wdl.groups()) - 100) <= 2, trained.stdout
+    evals = {}
+    for r in _metrics(folder):
+        if r["metric"] in ("eval_win", "eval_draw", "eval_loss") and r["value"] != "nan":
+            evals.setdefault((r["seed"], r["update"]), {})[r["metric"]] = float(r["value"])
+    assert evals and all(len(v) == 3 and sum(v.values()) == pytest.approx(1.0) for v in evals.values()), evals
+
+
+# What a row shows beyond training and evaluating (each was a test of its own in tests/test_cli.py, which ran
+# the same small configs again in-process).
+_ROW_CHECKS = {"CartPole-v1": _check_gymnax_cartpole, "pgx/tic_tac_toe": _check_game}
+
+
+def test_the_row_checks_name_rows_of_the_table():
+    assert set(_ROW_CHECKS) <= set(readme_suite_ids()), "a row check for an id the README's table no longer has"
