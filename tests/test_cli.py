@@ -259,3 +259,28 @@ def test_evaluate_compiles_both_columns_once_and_each_equals_its_own_policy(swee
     np.testing.assert_array_equal(det, cli.evaluate_runs(spec, state, 3, keys[0], True, algorithm))
     np.testing.assert_array_equal(sto, cli.evaluate_runs(spec, state, 3, keys[1], False, algorithm))
     assert not np.array_equal(det, sto)  # the flag picks different policies
+
+
+def test_evaluate_compiles_each_column_apart_when_the_policies_outputs_differ(sweep_run, monkeypatch):
+    """A deterministic policy whose value is bfloat16 cannot share a program with the float32 stochastic one:
+    `evaluate_both` falls back to one `evaluate_runs` call per column, and gives what those calls give."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl_rollout import runner
+
+    spec, state, _, _ = runner.load_run(sweep_run)
+    algorithm = runner.make_algorithm(spec)
+    mode = algorithm.eval_policy_fn
+    algorithm = algorithm._replace(eval_policy_fn=lambda p, *a: mode(p, *a)._replace(
+        value=mode(p, *a).value.astype(jnp.bfloat16)))
+    keys = [jax.random.fold_in(jax.random.key(7), i) for i in (0, 1)]
+    want = [cli.evaluate_runs(spec, state, 3, keys[0], True, algorithm),
+            cli.evaluate_runs(spec, state, 3, keys[1], False, algorithm)]
+    calls = []
+    separate = cli.evaluate_runs
+    monkeypatch.setattr(cli, "evaluate_runs", lambda *a, **k: calls.append(a[4]) or separate(*a, **k))
+    det, sto = cli.evaluate_both(spec, state, 3, keys, algorithm)
+    assert calls == [True, False]  # the fallback ran, one program per column
+    np.testing.assert_array_equal(det, want[0])
+    np.testing.assert_array_equal(sto, want[1])
