@@ -194,6 +194,24 @@ def test_importing_the_package_does_not_import_brax():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_making_a_brax_env_prints_nothing_of_mujocos_absent_gpu_backend():
+    """mujoco.mjx prints "Failed to import warp: ..." (NVIDIA Warp, a GPU backend brax never uses here) to stdout
+    when brax is imported; users took it for an error. `envs.make` leaves those lines out."""
+    code = "from jaxrl_rollout import envs; envs.make('brax/inverted_pendulum'); print('made')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "made\n", done.stdout + done.stderr
+
+
+def test_a_suites_import_notices_go_and_anything_else_it_prints_stays(tmp_path, monkeypatch, capsys):
+    from jaxrl_rollout.envs import _base
+
+    (tmp_path / "noisy_suite.py").write_text(
+        "print('Failed to import warp: No module named warp')\nprint('a line of its own')\nVALUE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _base.require("noisy_suite", "noisy").VALUE == 3
+    assert capsys.readouterr().out == "a line of its own\n"
+
+
 def test_ant_steps_with_the_dtypes_of_its_reset_state():
     """brax's ant updates its state's metrics dict in place with Python floats: the adapter steps a copy, so the
     state it was given keeps its arrays and the step traces (this failed with an AttributeError on `.dtype`)."""

@@ -10,8 +10,11 @@ ended on (before the reset).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
+import io
+import sys
 from typing import Any
 
 import jax
@@ -29,13 +32,31 @@ def require(module: str, extra: str, what: str | None = None) -> Any:
       what: what needed it, for the message (e.g. "envs.make('brax/ant')").
     """
     try:
-        return importlib.import_module(module)
+        return _import_quietly(module)
     except ImportError as err:
         needed_by = f"{what} needs" if what else "This needs"
         raise ImportError(
             f"{needed_by} the optional `{extra}` extra ({module!r} could not be imported: {err}). "
             f"Install it with: pip install 'jaxrl-rollout[{extra}]'"
         ) from err
+
+
+# What a suite prints while it is imported about an optional backend of its own being absent, which is
+# not a problem with the import: mujoco.mjx (brax's MuJoCo) prints these two lines to stdout without
+# NVIDIA Warp, a GPU backend brax never uses here, and users read them as an error.
+_IMPORT_NOTICES = ("Failed to import warp:", "Failed to import mujoco_warp:")
+
+
+def _import_quietly(module: str) -> Any:
+    """`importlib.import_module(module)`, without the `_IMPORT_NOTICES` lines it prints (other output is kept)."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            return importlib.import_module(module)
+    finally:
+        kept = [line for line in printed.getvalue().splitlines(keepends=True) if not line.startswith(_IMPORT_NOTICES)]
+        if kept:
+            sys.stdout.write("".join(kept))
 
 
 def unknown_name(what: str, name: Any, known, list_known: bool = True) -> ValueError:
