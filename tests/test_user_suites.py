@@ -43,16 +43,12 @@ def test_every_suite_trains_and_evaluates_from_the_command_line(env_id, tmp_path
     assert "deterministic evaluation" in trained.stdout and "Traceback" not in trained.stderr, explain(trained)
     assert {"config.json", "metrics.csv", "learning_curve.png", "checkpoints"} <= {
         p.name for p in (work / folder).iterdir()}
-    _ROW_CHECKS.get(env_id, lambda *a: None)(trained, work / folder)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     evaluated = run_as_user([str(CLI), "evaluate", f"../work/{folder}", "--num-episodes", "4"], cwd=elsewhere, timeout=900)
     assert evaluated.returncode == 0, explain(evaluated)
     assert "checkpoint final" in evaluated.stdout and "Traceback" not in evaluated.stderr, explain(evaluated)
-    if env_id.startswith("pgx/"):  # default, seed, det mean, (std), sto mean, (std), W/D/L det, W/D/L sto
-        rows = [line.split() for line in evaluated.stdout.splitlines() if line.startswith("  default")]
-        assert len(rows) == 2 and all(sum(float(x) for x in rates.split("/")) == pytest.approx(1.0)
-                                      for row in rows for rates in row[-2:]), evaluated.stdout
+    _ROW_CHECKS.get(env_id, lambda *a: None)(trained, evaluated, work / folder)
 
 
 def _metrics(folder):
@@ -60,7 +56,7 @@ def _metrics(folder):
         return list(csv.DictReader(f))
 
 
-def _check_gymnax_cartpole(trained, folder):
+def _check_gymnax_cartpole(trained, evaluated, folder):
     """The main job's outputs at a small size: the lines, the files, one CSV row per seed, update and metric."""
     out, err = trained.stdout, trained.stderr
     assert "PPO on CartPole-v1, 2 seeds x 2,048 steps in one vmapped call" in out
@@ -80,8 +76,9 @@ def _check_gymnax_cartpole(trained, folder):
     assert (folder / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def _check_game(trained, folder):
-    """A two-player game trains by self-play and reports win/draw/loss rates, at the end and in the periodic evaluation."""
+def _check_game(trained, evaluated, folder):
+    """A two-player game trains by self-play and reports win/draw/loss rates: at the end, in the periodic
+    evaluation and in `evaluate`."""
     assert json.loads((folder / "config.json").read_text())["config"]["network"] == "auto"
     wdl = re.search(r"against a uniform random legal-move opponent \(seat drawn per game\): win (\d+)%, "
                     r"draw (\d+)%, loss (\d+)%", trained.stdout)
@@ -91,9 +88,13 @@ def _check_game(trained, folder):
         if r["metric"] in ("eval_win", "eval_draw", "eval_loss") and r["value"] != "nan":
             evals.setdefault((r["seed"], r["update"]), {})[r["metric"]] = float(r["value"])
     assert evals and all(len(v) == 3 and sum(v.values()) == pytest.approx(1.0) for v in evals.values()), evals
+    # evaluate's rows: default, seed, det mean, (std), sto mean, (std), W/D/L det, W/D/L sto
+    rows = [line.split() for line in evaluated.stdout.splitlines() if line.startswith("  default")]
+    assert len(rows) == 2 and all(sum(float(x) for x in rates.split("/")) == pytest.approx(1.0)
+                                  for row in rows for rates in row[-2:]), evaluated.stdout
 
 
-# What a row shows beyond training and evaluating (each was a test of its own in tests/test_cli.py, which ran
+# What a row's train and evaluate outputs show beyond running (each was a test of its own in tests/test_cli.py, which ran
 # the same small configs again in-process).
 _ROW_CHECKS = {"CartPole-v1": _check_gymnax_cartpole, "pgx/tic_tac_toe": _check_game}
 
