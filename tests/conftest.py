@@ -16,6 +16,10 @@ worker's XLA threads use the core the other worker leaves idle while it waits.)
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 # Slowest first (worker seconds of a `-n 2 --dist loadfile --durations=0` run on a 2-core machine).
 SLOWEST_FILES = (
     "tests/test_user_suites.py",
@@ -27,7 +31,41 @@ SLOWEST_FILES = (
 )
 
 
+# Set by pytest_configure on the process that made the compilation cache (the controller, or a lone run).
+_OWN_CACHE_DIR = None
+
+
+def _share_compilation_cache():
+    """One persistent XLA compilation cache for the whole run, in a fresh temporary folder.
+
+    Many tests compile the same program: the README's main job, the Ctrl-C walk
+    and the CartPole row of the suite table all run `jaxrl-rollout train` on the
+    default config in a subprocess of their own, and a module's tests rebuild
+    the same small configs. JAX's persistent cache
+    (`JAX_COMPILATION_CACHE_DIR`) lets every later compile of a program that
+    was compiled once in this run (in any worker or subprocess, which inherit
+    the variable) load the executable instead. The folder is new for each run,
+    so a test never reads anything made before it started, and a cache hit
+    gives the executable that compiling gives (same program, same options).
+    The size limit turns on JAX's file lock, so two workers never read an entry
+    while the other is still writing it. A folder set by the user is kept.
+    """
+    global _OWN_CACHE_DIR
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return  # the user's own, or the controller's (xdist workers inherit it)
+    _OWN_CACHE_DIR = tempfile.mkdtemp(prefix="jaxrl-rollout-tests-xla-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE_DIR
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE_DIR is not None:
+        shutil.rmtree(_OWN_CACHE_DIR, ignore_errors=True)
+
+
 def pytest_configure(config):
+    _share_compilation_cache()
     # The file order below is the queue's order: xdist's own reordering (most tests first) would undo it.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
