@@ -173,14 +173,16 @@ def _quiet_failures():
     level, hook = asyncio_log.level, sys.unraisablehook
     asyncio_log.setLevel(logging.CRITICAL)
     sys.unraisablehook = lambda unraisable: None
+    import gc
+
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
-            yield
+            try:
+                yield
+            finally:
+                gc.collect()  # finalise the failed tasks while the hooks and the filter are in place
     finally:
-        import gc
-
-        gc.collect()  # finalise the failed tasks while the hooks are quiet
         asyncio_log.setLevel(level)
         sys.unraisablehook = hook
 
@@ -216,6 +218,22 @@ def _drop_late_orbax_noise() -> None:
 
     hook._jaxrl_rollout_orbax_noise = True
     sys.unraisablehook = hook
+
+
+def _raise_after_failure(message: str) -> None:
+    """Raises CheckpointError(message) once Orbax's error is gone, its abandoned coroutines finalised quietly.
+
+    Called after the `except` block: the error's traceback kept Orbax's
+    unawaited save or read coroutines alive there, and whichever garbage
+    collection freed them later (in the next save, or in the user's code)
+    printed "RuntimeWarning: coroutine ... was never awaited" for each.
+    """
+    import gc
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
+        gc.collect()
+    raise CheckpointError(message)
 
 
 def _one_line(error: BaseException) -> str:
@@ -312,6 +330,7 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
              "manifest": ocp.args.JsonSave(manifest)}
     if extras:
         items["extras"] = ocp.args.StandardSave(extras)
+    failure = None
     try:
         manager = _manager(folder, create=True)
         try:
@@ -322,7 +341,9 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
             manager.close()
     except Exception as error:  # noqa: BLE001 - Orbax, TensorStore and the OS raise many types; one line says which
         _drop_late_orbax_noise()
-        raise CheckpointError(f"could not save the checkpoint in {folder / SUBFOLDER}: {_one_line(error)}") from None
+        failure = f"could not save the checkpoint in {folder / SUBFOLDER}: {_one_line(error)}"
+    if failure is not None:
+        _raise_after_failure(failure)
     if jax.process_index() == 0:
         for old in [folder / LEGACY_MANIFEST, *folder.glob("checkpoint-*.npz")]:
             old.unlink(missing_ok=True)
@@ -389,14 +410,17 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -
         items["extras"] = ocp.args.StandardRestore(
             {k: np.zeros(s["shape"], s["dtype"]) for k, s in manifest["extras"].items()})
     manager = _manager(folder, create=False)
+    failure = None
     try:
         with _quiet_failures():
             restored = manager.restore(manifest["step"], args=ocp.args.Composite(**items))
     except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
         _drop_late_orbax_noise()
-        raise CheckpointError(f"corrupt checkpoint {step_dir}: {_one_line(error)}") from None
+        failure = f"corrupt checkpoint {step_dir}: {_one_line(error)}"
     finally:
         manager.close()
+    if failure is not None:
+        _raise_after_failure(failure)
     # Restored with the manifest's shapes and dtypes (checked against the template above); the
     # digests check the values.
     leaves = [restored.state[f"{i:05d}"] for i in range(len(manifest["leaves"]))]
