@@ -16,6 +16,7 @@ worker's XLA threads use the core the other worker leaves idle while it waits.)
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -47,12 +48,15 @@ def _share_compilation_cache():
     the variable) load the executable instead. The folder is new for each run,
     so a test never reads anything made before it started, and a cache hit
     gives the executable that compiling gives (same program, same options).
-    The size limit turns on JAX's file lock, so two workers never read an entry
-    while the other is still writing it. A folder set by the user is kept.
+    The size limit turns on JAX's file lock (the `filelock` package; without
+    it there is no shared cache), so two workers never read an entry while the
+    other is still writing it. A folder set by the user is kept.
     """
     global _OWN_CACHE_DIR
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return  # the user's own, or the controller's (xdist workers inherit it)
+    if importlib.util.find_spec("filelock") is None:
+        return  # no lock, no shared cache (JAX needs filelock for the size limit; .ci/run's side environments)
     _OWN_CACHE_DIR = tempfile.mkdtemp(prefix="jaxrl-rollout-tests-xla-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE_DIR
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
