@@ -173,18 +173,26 @@ def _quiet_failures():
     level, hook = asyncio_log.level, sys.unraisablehook
     asyncio_log.setLevel(logging.CRITICAL)
     sys.unraisablehook = lambda unraisable: None
-    import gc
-
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
-            try:
-                yield
-            finally:
-                gc.collect()  # finalise the failed tasks while the hooks and the filter are in place
+            warnings.filterwarnings("ignore", message=_UNAWAITED, category=RuntimeWarning)
+            yield
     finally:
+        _collect_quietly()  # finalise the failed tasks while the hooks are quiet
         asyncio_log.setLevel(level)
         sys.unraisablehook = hook
+
+
+_UNAWAITED = "coroutine .* was never awaited"
+
+
+def _collect_quietly() -> None:
+    """A garbage collection whose finalised Orbax coroutines print no "was never awaited" warning."""
+    import gc
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_UNAWAITED, category=RuntimeWarning)
+        gc.collect()
 
 
 def _is_late_orbax_noise(unraisable) -> bool:
@@ -228,11 +236,7 @@ def _raise_after_failure(message: str) -> None:
     collection freed them later (in the next save, or in the user's code)
     printed "RuntimeWarning: coroutine ... was never awaited" for each.
     """
-    import gc
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
-        gc.collect()
+    _collect_quietly()
     raise CheckpointError(message)
 
 
