@@ -24,6 +24,28 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The JAX platform of the timing subprocesses (`--platform`); the parent process that orders them keeps its own.
+PLATFORM_VAR = "JAXRL_BENCH_PLATFORM"
+
+
+def child_env() -> dict:
+    """The environment of a timing subprocess: this one's, with JAX on the platform `--platform` chose.
+
+    The default is the CPU. With `--platform gpu` the children run on the GPU, and the parent should be
+    started with `JAX_PLATFORMS=cpu`, so that it holds no GPU memory while they run.
+    """
+    return dict(os.environ, JAX_PLATFORMS=os.environ.get(PLATFORM_VAR, "cpu"))
+
+
+def gpu_names() -> list[str]:
+    """`nvidia-smi -L`'s lines (one per GPU), or [] where there is none."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
 def loadavg() -> str:
@@ -58,7 +80,10 @@ def machine_info() -> dict:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "loadavg_start": loadavg(),
+        "timed_on": os.environ.get(PLATFORM_VAR, "cpu"),
     }
+    if info["timed_on"] != "cpu":
+        info["gpus"] = gpu_names()
     if "jax" in sys.modules:
         jax = sys.modules["jax"]
         info.update(jax=jax.__version__, backend=jax.default_backend(), devices=[str(d) for d in jax.devices()])
@@ -207,7 +232,18 @@ def parser(description: str) -> argparse.ArgumentParser:
     """An ArgumentParser with the options every script shares."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--json", metavar="PATH", help="also write the results (and machine record) as JSON here")
+    p.add_argument("--platform", choices=("cpu", "cuda", "rocm", "tpu"), action=_PlatformAction, default="cpu",
+                   help="JAX platform of the timing subprocesses (default cpu; with another, start this script with "
+                   "JAX_PLATFORMS=cpu so that it holds no GPU memory itself)")
     return p
+
+
+class _PlatformAction(argparse.Action):
+    """Stores --platform and hands it to the timing subprocesses (`child_env`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        os.environ[PLATFORM_VAR] = values
 
 
 def int_list(text: str) -> list[int]:
@@ -221,8 +257,9 @@ def report(name: str, args: argparse.Namespace, machine: dict, results: Any, tab
     record = {"benchmark": name, "command": command, "machine": machine, "results": results, "table": table}
     print(table)
     versions = ", ".join(f"{k} {machine[k]}" for k in ("backend", "jax", "torch") if k in machine)
+    gpus = f", timed on {'; '.join(machine['gpus']) or 'gpu (nvidia-smi found none)'}" if "gpus" in machine else ""
     print(
-        f"\n{machine['cpu']}, {machine['cpu_count']} cores, {versions}; "
+        f"\n{machine['cpu']}, {machine['cpu_count']} cores{gpus}, {versions}; "
         f"load average at start {machine['loadavg_start']}, at end {machine['loadavg_end']}"
     )
     if args.json:

@@ -106,7 +106,7 @@ def main(argv=None) -> dict:
     problem = "--no-purejaxrl" if args.no_purejaxrl else anchor_problem(args.purejaxrl_dir, args.purejaxrl_python)
     if problem:
         print(f"PureJaxRL skipped: {problem}.", file=sys.stderr)
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = _common.child_env()
     results, rows = [], []
     for side in ["ours"] + ([] if problem else ["purejaxrl"]):
         python = sys.executable if side == "ours" else args.purejaxrl_python

@@ -121,7 +121,7 @@ def measure(cmd: list[str], cwd: str, timeout: float, retries: int) -> dict:
     deadlock XLA's CPU pool on 2 cores (its README says so). The record counts
     the retries.
     """
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = _common.child_env()
     for attempt in range(retries + 1):
         try:
             proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -160,7 +160,7 @@ def child(algo: str, seeds: int, total_steps: int | None) -> None:
 
 def measure_cpu(cmd: list[str], timeout: float) -> dict:
     """`vs_purejaxrl.measure` (wall seconds) plus the CPU seconds of the compile and of run 2."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = _common.child_env()
     proc = subprocess.run(cmd, cwd=_common.REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     match, cpu = LINE.search(proc.stdout), CPU.search(proc.stdout)
     if proc.returncode != 0 or match is None or cpu is None:
@@ -183,7 +183,7 @@ def steps_arg(text: str) -> dict:
 
 def memory(args, rejax_python: str | None, machine: dict) -> dict:
     """The most seeds of each learner in --budget-gib, both sides (compile only)."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = _common.child_env()
     results, rows = [], []
     for algo in args.algo:
         record = {"algo": algo}

@@ -1,0 +1,43 @@
+"""The benchmark scripts' `--platform`: the timing subprocesses run JAX where it says (CPU by default)."""
+
+import os
+
+import pytest
+
+from benchmarks import _common
+
+
+@pytest.fixture
+def clean_platform(monkeypatch):
+    # setenv first, so that the variable --platform sets is removed again at the end of the test
+    monkeypatch.setenv(_common.PLATFORM_VAR, "cpu")
+    monkeypatch.delenv(_common.PLATFORM_VAR)
+    monkeypatch.setenv("JAX_PLATFORMS", "")  # what the parent runs on does not leak into the children
+
+
+def test_children_run_on_the_cpu_by_default(clean_platform):
+    args = _common.parser("x").parse_args([])
+    assert args.platform == "cpu"
+    assert _common.child_env()["JAX_PLATFORMS"] == "cpu"
+    assert _common.machine_info()["timed_on"] == "cpu"
+
+
+def test_platform_reaches_the_children(clean_platform, monkeypatch):
+    monkeypatch.setattr(_common, "gpu_names", lambda: ["GPU 0: test"])
+    args = _common.parser("x").parse_args(["--platform", "cuda"])
+    assert args.platform == "cuda"
+    env = _common.child_env()
+    assert env["JAX_PLATFORMS"] == "cuda"
+    assert env["PATH"] == os.environ["PATH"]  # the rest of the environment is kept
+    info = _common.machine_info()
+    assert info["timed_on"] == "cuda" and info["gpus"] == ["GPU 0: test"]
+
+
+def test_unknown_platform_is_refused(clean_platform, capsys):
+    with pytest.raises(SystemExit):
+        _common.parser("x").parse_args(["--platform", "gpu"])
+    assert "--platform" in capsys.readouterr().err
+
+
+def test_platform_does_not_outlive_its_test():
+    assert _common.PLATFORM_VAR not in os.environ
