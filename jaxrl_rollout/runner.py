@@ -514,6 +514,32 @@ def map_runs(fn: Callable, env: Any) -> Callable:
     return each
 
 
+def _in_lockstep(chunk: Callable, in_axes: tuple) -> Callable:
+    """`jax.vmap(chunk, in_axes)` over the runs, with the state's lockstep fields passed to every run unbatched.
+
+    A state type may name fields that are equal in every run of a group, because the runs start together
+    and take the same updates (`LOCKSTEP`: the off-policy learners' iteration counter). Under a plain vmap
+    those would be batched, and a `lax.cond` on them (`learning_starts`, TD3's delayed actor step) would
+    become a select that computes both branches in every iteration. Here the first run's values are taken
+    inside the program and handed to all runs as one unbatched value, so those conds stay branches; the
+    results are the same values. The state keeps its [runs] leading axis on the way in and out.
+    """
+    vmapped = jax.vmap(chunk, in_axes=in_axes)
+
+    def fn(state, *rest):
+        fields = getattr(type(state), "LOCKSTEP", ())
+        if not fields:
+            return vmapped(state, *rest)
+        shared = {name: getattr(state, name)[0] for name in fields}
+
+        def one(state, shared, *rest):
+            return chunk(state._replace(**shared), *rest)
+
+        return jax.vmap(one, in_axes=(in_axes[0], None, *in_axes[1:]))(state, shared, *rest)
+
+    return fn
+
+
 def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, sharding: NamedSharding, args):
     """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process.
 
@@ -541,13 +567,13 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
                 indices = first_update + jnp.arange(length, dtype=jnp.int32)
                 return jax.lax.scan(lambda s, u: update(s, hparams, u, eval_key), state, indices)
 
-            fn = jax.vmap(chunk, in_axes=(0, 0, 0, None))
+            fn = _in_lockstep(chunk, in_axes=(0, 0, 0, None))
             in_shardings = (sharding, sharding, sharding, NamedSharding(sharding.mesh, PartitionSpec()))
         else:
             def chunk(state, hparams):
                 return jax.lax.scan(lambda s, _: algorithm.update(s, hparams), state, None, length=length)
 
-            fn = jax.vmap(chunk)
+            fn = _in_lockstep(chunk, in_axes=(0, 0))
         jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=sharding)
         cache[cache_key] = jitted.lower(*args).compile()
     return cache[cache_key]

@@ -213,3 +213,25 @@ def test_checkpoint_of_an_off_policy_run_is_refused_by_another_algorithm(full_ru
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="grid\\[0\\].tau"):
         runner.train(_spec("dqn", grid=(dqn.DQNHParams(tau=0.5),)), tmp_path, resume=True, progress=None)
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac", "td3"])
+def test_runner_keeps_the_iteration_conds_as_branches(algo):
+    """Under the runner's vmap over runs, the learners' `lax.cond`s on the iteration counter (learning_starts,
+    TD3's delayed actor step) stay conditionals: a plain vmap makes them selects that compute both branches."""
+    spec = _spec(algo)
+    made = algorithms.get(algo).make(spec.config)
+    keys, hparams = spec.run_keys(), spec.run_hparams()
+    state = jax.eval_shape(jax.vmap(made.init), keys, hparams)
+    assert type(state).LOCKSTEP == ("iteration",)
+
+    def chunk(state, hparams):
+        return jax.lax.scan(lambda s, _: made.update(s, hparams), state, None, length=2)
+
+    def branches(fn):
+        return jax.jit(fn).lower(state, hparams).as_text().count("stablehlo.case")
+
+    assert branches(jax.vmap(chunk)) == 0
+    assert branches(runner._in_lockstep(chunk, in_axes=(0, 0))) >= (2 if algo == "td3" else 1)
+    out = jax.eval_shape(runner._in_lockstep(chunk, in_axes=(0, 0)), state, hparams)
+    assert out[0].iteration.shape == (spec.num_runs,)  # the runs axis is kept on the way out

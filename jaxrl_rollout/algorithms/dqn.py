@@ -172,6 +172,10 @@ class DQNState(NamedTuple):
     iteration: jax.Array
     key: jax.Array
 
+    # Equal in every run of a vmapped group: the runner passes it unbatched, so the `lax.cond`s on it stay
+    # branches (runner._in_lockstep).
+    LOCKSTEP = ("iteration",)
+
 
 class DQNMetrics(NamedTuple):
     """Per-update metrics.

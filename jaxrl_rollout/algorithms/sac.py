@@ -207,6 +207,10 @@ class SACState(NamedTuple):
     iteration: jax.Array
     key: jax.Array
 
+    # Equal in every run of a vmapped group: the runner passes it unbatched, so the `lax.cond`s on it stay
+    # branches (runner._in_lockstep).
+    LOCKSTEP = ("iteration",)
+
 
 class SACMetrics(NamedTuple):
     """Per-update metrics.

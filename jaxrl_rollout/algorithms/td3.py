@@ -192,6 +192,10 @@ class TD3State(NamedTuple):
     iteration: jax.Array
     key: jax.Array
 
+    # Equal in every run of a vmapped group: the runner passes it unbatched, so the `lax.cond`s on it stay
+    # branches (runner._in_lockstep).
+    LOCKSTEP = ("iteration",)
+
 
 class TD3Metrics(NamedTuple):
     """Per-update metrics.
