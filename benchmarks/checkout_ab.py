@@ -24,7 +24,7 @@ import sys
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._common import command_line, int_list, machine_info, markdown_table, parser, report
+from benchmarks._common import child_env, command_line, int_list, machine_info, markdown_table, parser, report
 
 CHILD = """
 import json, sys, time
@@ -44,8 +44,20 @@ print(json.dumps({"src": jaxrl_rollout.__file__, "compile": comp, "run": min(run
 """
 
 
+def sample_env() -> dict:
+    """`child_env()` (JAX on --platform's platform) without the PYTHONPATH entries that hold a `jaxrl_rollout`,
+    so that each side imports its own checkout; other entries (packages installed with --target) stay."""
+    env = child_env()
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+             if p and not os.path.isfile(os.path.join(p, "jaxrl_rollout", "__init__.py"))]
+    env.pop("PYTHONPATH", None)
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
 def sample(source: str, seeds: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = sample_env()
     out = subprocess.run([sys.executable, "-c", CHILD, source, str(seeds)], capture_output=True, text=True, env=env,
                          check=True).stdout
     record = json.loads(out.strip().splitlines()[-1])

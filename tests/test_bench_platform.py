@@ -41,3 +41,17 @@ def test_unknown_platform_is_refused(clean_platform, capsys):
 
 def test_platform_does_not_outlive_its_test():
     assert _common.PLATFORM_VAR not in os.environ
+
+
+def test_checkout_ab_children_import_their_own_checkout(clean_platform, monkeypatch, tmp_path):
+    from benchmarks import checkout_ab
+
+    other = tmp_path / "site"
+    other.mkdir()
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(_common.__file__)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([repo, str(other)]))
+    _common.parser("x").parse_args(["--platform", "cuda"])
+    env = checkout_ab.sample_env()
+    assert env["PYTHONPATH"] == str(other) and env["JAX_PLATFORMS"] == "cuda"
+    monkeypatch.setenv("PYTHONPATH", repo)
+    assert "PYTHONPATH" not in checkout_ab.sample_env()
