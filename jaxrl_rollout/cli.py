@@ -170,6 +170,13 @@ def _defaults_text(defaults: dict) -> str:
     return ", ".join(f"{algo}: {','.join(map(str, v)) if isinstance(v, tuple) else v}" for algo, v in defaults.items())
 
 
+_COMPILE_CACHE_HELP = ("keep compiled XLA programs in a folder, so that a later command building the same program "
+                       "(a --resume, a second evaluate, the same config again) loads it instead of compiling: auto "
+                       "uses JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/jaxrl_rollout/xla (XDG_CACHE_HOME "
+                       "respected; at most 2 GiB, least recently used entries removed first); off; or a folder "
+                       "(default: auto)")
+
+
 def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     # Every default is None so that `--resume` can tell which options were given.
     run = train.add_argument_group("run")
@@ -207,6 +214,7 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                           "except with --distributed or when XLA_FLAGS already sets "
                           "--xla_force_host_platform_device_count. Only the CPU backend changes; runs match the "
                           "one-device runs to float32 rounding, not bit for bit (default: auto)")
+    run.add_argument("--compile-cache", default="auto", metavar="{auto,off,FOLDER}", help=_COMPILE_CACHE_HELP)
     run.add_argument("--distributed", action="store_true",
                      help="call jax.distributed.initialize() first (multi-host; run the same command on every host); "
                           "it detects SLURM, Open MPI, Kubernetes and Cloud TPU, else pass the next three")
@@ -741,10 +749,12 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     except KeyboardInterrupt as stop:
         print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
+    from jaxrl_rollout import compile_cache
+
     print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s "
           f"({result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
           "over all runs"
-          + (", this session" if resume else "") + ")")
+          + (", this session" if resume else "") + compile_cache.summary() + ")")
     if not result.complete:
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
               f"continue with: jaxrl-rollout train --resume {folder}")
@@ -969,6 +979,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also write a video of one deterministic episode per selected run to FOLDER/videos "
                                "(mp4, or gif without ffmpeg; the return in the file name and on the frames; the "
                                "video extra)")
+    evaluate.add_argument("--compile-cache", default="auto", metavar="{auto,off,FOLDER}", help=_COMPILE_CACHE_HELP)
     evaluate.add_argument("--runs", default="all", metavar="SELECTOR",
                           help="with --video: which runs, e.g. best,worst,0,3 (run r = grid point x seeds + seed; "
                                "best and worst by the recorded episode's return) (default: %(default)s)")
@@ -1044,10 +1055,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(interrupt, "exit_code", 130)
 
 
+def _enable_compile_cache(argv: list) -> None:
+    """`--compile-cache` (train, evaluate), read ahead of the full parser: JAX's cache must be set before the
+    process compiles anything, and importing gymnax (which building the parser does) compiles."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--compile-cache", default="auto")
+    known, _ = early.parse_known_args(argv[1:])
+    from jaxrl_rollout import compile_cache
+
+    _, note = compile_cache.enable(known.compile_cache)
+    if note:
+        print(f"jaxrl-rollout: note: {note}", file=sys.stderr)
+
+
 def _main(argv: list) -> int:
-    if argv[0] == "train":
+    if argv[0] in ("train", "evaluate"):
         try:
-            _configure_jax_early(argv)  # before building the parser imports gymnax
+            if argv[0] == "train":
+                _configure_jax_early(argv)  # before building the parser imports gymnax
+            if not {"-h", "--help"} & set(argv):
+                _enable_compile_cache(argv)  # after the devices (it imports jax), before anything compiles
         except ValueError as error:
             print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
             return 2

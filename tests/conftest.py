@@ -50,13 +50,15 @@ def _share_compilation_cache():
     gives the executable that compiling gives (same program, same options).
     The size limit turns on JAX's file lock (the `filelock` package; without
     it there is no shared cache), so two workers never read an entry while the
-    other is still writing it. A folder set by the user is kept.
+    other is still writing it. A folder set by the user is kept. The command
+    line's own default cache (`jaxrl_rollout.compile_cache`, `auto`) takes
+    this folder too, so no test writes to the user's `~/.cache`.
     """
     global _OWN_CACHE_DIR
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return  # the user's own, or the controller's (xdist workers inherit it)
     if importlib.util.find_spec("filelock") is None:
-        return  # no lock, no shared cache (JAX needs filelock for the size limit; .ci/run's side environments)
+        return  # no lock, no shared cache (JAX needs filelock for the size limit; a dependency of the package)
     _OWN_CACHE_DIR = tempfile.mkdtemp(prefix="jaxrl-rollout-tests-xla-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE_DIR
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
