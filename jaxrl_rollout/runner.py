@@ -514,6 +514,17 @@ def map_runs(fn: Callable, env: Any) -> Callable:
     return each
 
 
+def _strong_types(state: Any) -> Any:
+    """`state` with no weakly typed leaf (e.g. an env's step counter made from a Python 0).
+
+    A state read back from a checkpoint has none, so with this a fresh run's chunks and a resumed run's are
+    one program: the compilation cache (`compile_cache`) then serves a `--resume` the program the run
+    compiled first. The values are unchanged.
+    """
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x,
+                        state)
+
+
 def _in_lockstep(chunk: Callable, in_axes: tuple) -> Callable:
     """`jax.vmap(chunk, in_axes)` over the runs, with the state's lockstep fields passed to every run unbatched.
 
@@ -557,7 +568,7 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
     if cache_key not in cache:
         in_shardings = (sharding, sharding)
         if kind == "init":
-            fn = jax.vmap(algorithm.init)
+            fn = jax.vmap(lambda keys, hparams: _strong_types(algorithm.init(keys, hparams)))
         elif evaluating:
             from jaxrl_rollout.periodic_eval import make_update
 

@@ -28,16 +28,21 @@ def _cli(args, cwd, env):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_a_second_train_of_the_same_config_loads_its_programs(tmp_path):
+def test_a_resume_and_a_second_train_of_the_same_config_load_their_programs(tmp_path):
     env = _env(tmp_path)
-    code, out = _cli([*TRAIN, "--out", "runs/a"], tmp_path, env)
+    code, out = _cli([*TRAIN, "--out", "runs/a", "--stop-after-chunks", "1"], tmp_path, env)
     assert code == 0, out
     folder = tmp_path / "xdg" / "jaxrl_rollout" / "xla"
     assert any(folder.iterdir()), "the default folder holds the compiled programs"
     assert "loaded from the compilation cache" not in out
-    code, out = _cli([*TRAIN, "--out", "runs/b"], tmp_path, env)
+    # The resumed run's chunks are the program the first session compiled (the state read back from the
+    # checkpoint has the same types as a fresh one: runner._strong_types).
+    code, out = _cli(["train", "--resume", "runs/a"], tmp_path, env)
     assert code == 0, out
     assert "loaded from the compilation cache)" in out, out  # on the closing 'compile ..., run ...' line
+    code, out = _cli([*TRAIN, "--out", "runs/b"], tmp_path, env)
+    assert code == 0, out
+    assert "loaded from the compilation cache)" in out, out
     code, out = _cli(["evaluate", "runs/b", "--num-episodes", "1", "--compile-cache", "off"], tmp_path, env)
     assert code == 0, out
 

@@ -66,6 +66,15 @@ def test_run_completes_with_metrics_per_run_and_update(uninterrupted):
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["3"]
 
 
+def test_a_run_state_has_no_weakly_typed_leaf(uninterrupted):
+    # gymnax's env state counts steps from a Python 0 (a weakly typed int32); a state read back from a
+    # checkpoint has none, and a fresh run's must match it for the two to be one compiled program.
+    _, result = uninterrupted
+    weak = [jax.tree_util.keystr(path) for path, x in jax.tree_util.tree_leaves_with_path(result.state)
+            if getattr(x, "weak_type", False)]
+    assert weak == []
+
+
 def test_interrupted_and_resumed_run_is_bit_identical(uninterrupted, tmp_path):
     _, whole = uninterrupted
     part = runner.train(SPEC, tmp_path, stop_after_chunks=1, progress=None)
