@@ -690,8 +690,9 @@ def _run_train(args: argparse.Namespace) -> int:
 def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.ExitStack) -> int:
     import jax
 
-    from jaxrl_rollout import checkpoint, report, runner
+    from jaxrl_rollout import checkpoint, compile_cache, report, runner
 
+    hits_before = compile_cache.hits()  # main() may run more than once in a process
     spec, folder, resume = _prepare_folder(args, given, stack)
     on_save = None
     if resume and jax.process_index() == 0:
@@ -749,12 +750,10 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     except KeyboardInterrupt as stop:
         print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
-    from jaxrl_rollout import compile_cache
-
     print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s "
           f"({result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
           "over all runs"
-          + (", this session" if resume else "") + compile_cache.summary() + ")")
+          + (", this session" if resume else "") + compile_cache.summary(hits_before) + ")")
     if not result.complete:
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
               f"continue with: jaxrl-rollout train --resume {folder}")

@@ -73,3 +73,10 @@ def test_enable_leaves_the_users_own_folder_and_reports_an_unusable_default(tmp_
     with pytest.raises(ValueError, match="--compile-cache .*cannot use"):
         compile_cache.enable(str(blocker / "sub"))
     assert compile_cache.default_dir() == blocker / "jaxrl_rollout" / "xla"
+
+
+def test_the_summary_counts_the_hits_since_a_command_began(monkeypatch):
+    monkeypatch.setitem(compile_cache._counts, "hits", 5)
+    assert compile_cache.summary(5) == ""
+    assert compile_cache.summary(4) == ", 1 program loaded from the compilation cache"
+    assert compile_cache.summary(2) == ", 3 programs loaded from the compilation cache"
