@@ -216,6 +216,9 @@ def _drop_late_orbax_noise() -> None:
     are dropped, and every other unraisable error still reaches the hook that was
     installed before. Installed once, after the first failure.
     """
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _LateOrbaxFutures) for f in asyncio_log.filters):
+        asyncio_log.addFilter(_LateOrbaxFutures())
     previous = sys.unraisablehook
     if getattr(previous, "_jaxrl_rollout_orbax_noise", False):
         return
@@ -226,6 +229,22 @@ def _drop_late_orbax_noise() -> None:
 
     hook._jaxrl_rollout_orbax_noise = True
     sys.unraisablehook = hook
+
+
+class _LateOrbaxFutures(logging.Filter):
+    """Drops asyncio's "Future/Task exception was never retrieved" for a failed TensorStore read.
+
+    A corrupt file fails several of Orbax's concurrent reads; the first becomes the CheckpointError line, and
+    a future that holds another, freed later (at any garbage collection, or at exit), is logged by asyncio.
+    Every other asyncio record passes.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "exception was never retrieved" not in str(record.msg):
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        text = f"{type(error).__module__} {error}".lower() if error is not None else ""
+        return not ("tensorstore" in text or "ocdbt" in text)
 
 
 def _raise_after_failure(message: str) -> None:

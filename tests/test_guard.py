@@ -206,6 +206,32 @@ def test_a_corrupt_checkpoint_is_one_line_even_at_exit(small_run, tmp_path):
         assert f"corrupt checkpoint {step}" in err and "Traceback" not in err, err
 
 
+def test_late_failed_reads_logged_by_asyncio_are_dropped_and_nothing_else():
+    import logging
+
+    asyncio_log = logging.getLogger("asyncio")
+    before, hook = list(asyncio_log.filters), sys.unraisablehook
+    try:
+        checkpoint._drop_late_orbax_noise()
+        checkpoint._drop_late_orbax_noise()  # installed once
+        added = [f for f in asyncio_log.filters if f not in before]
+        assert len(added) <= 1 and len([f for f in asyncio_log.filters if type(f).__name__ == "_LateOrbaxFutures"]) == 1
+
+        def record(msg, error=None):
+            exc_info = (type(error), error, None) if error is not None else None
+            return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, None, exc_info)
+
+        read = ValueError('OUT_OF_RANGE: Error reading "00019/0.0.0" in OCDBT database at local file "x"')
+        assert not asyncio_log.filter(record("Future exception was never retrieved\nfuture: <Future>", read))
+        assert not asyncio_log.filter(record("Task exception was never retrieved\ntask: <Task>", read))
+        assert asyncio_log.filter(record("Future exception was never retrieved", ValueError("something else")))
+        assert asyncio_log.filter(record("Executing <Task> took 0.2 seconds"))
+    finally:
+        for f in [f for f in asyncio_log.filters if f not in before]:
+            asyncio_log.removeFilter(f)
+        sys.unraisablehook = hook
+
+
 def test_the_orbax_noise_filter_passes_every_other_unraisable_error():
     seen = []
     previous = sys.unraisablehook

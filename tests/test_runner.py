@@ -245,11 +245,18 @@ def test_a_signal_stops_at_the_chunk_boundary_and_saves(uninterrupted, tmp_path,
         if first_update == 0:
             os.kill(os.getpid(), getattr(signal, name))
 
-    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Interrupted) as stopped:
-        runner.train(SPEC, tmp_path, checkpoint_every=5, progress=None, on_chunk=send)
-    assert stopped.value.signal_name == name and stopped.value.exit_code == 128 + getattr(signal, name)
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # put back
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:  # as from a terminal (a shell's background job, as the test runner may be, ignores SIGINT)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        with pytest.raises(Interrupted) as stopped:
+            runner.train(SPEC, tmp_path, checkpoint_every=5, progress=None, on_chunk=send)
+        assert stopped.value.signal_name == name and stopped.value.exit_code == 128 + getattr(signal, name)
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # put back
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     assert checkpoint.read_manifest(tmp_path)["meta"]["chunks_done"] == 1
     resumed = runner.train(SPEC, tmp_path, resume=True, progress=None)
     _assert_identical(uninterrupted[1].state, resumed.state)
