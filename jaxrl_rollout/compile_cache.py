@@ -13,7 +13,7 @@ program is only loaded where it was compiled for the same thing.
   `~/.cache/jaxrl_rollout/xla`), kept under `DEFAULT_MAX_BYTES` (least recently
   used entries removed first) unless `JAX_COMPILATION_CACHE_MAX_SIZE` says
   otherwise;
-- `off`: no cache;
+- `off`: no cache, not even the user's `JAX_COMPILATION_CACHE_DIR`;
 - a folder: that one.
 
 JAX decides whether it uses the cache at the first compile of a process, so
@@ -61,7 +61,8 @@ def enable(choice: str) -> tuple[str | None, str | None]:
     """
     import jax
 
-    if choice == "off":
+    if choice == "off":  # also over a folder the user set (JAX_COMPILATION_CACHE_DIR)
+        jax.config.update("jax_enable_compilation_cache", False)
         return None, None
     if choice == "auto":
         own = _users_own()

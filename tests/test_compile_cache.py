@@ -56,14 +56,19 @@ def test_off_and_a_bad_folder(tmp_path):
     assert not (tmp_path / "runs").exists()
     code, out = _cli(["evaluate", "no-such-run", "--compile-cache", "off"], tmp_path, env)
     assert code == 2 and not (tmp_path / "xdg" / "jaxrl_rollout").exists(), out
+    # off also turns off a folder the user set for JAX
+    own = tmp_path / "own"
+    own.mkdir()
+    code, out = _cli([*TRAIN, "--out", "runs/y", "--compile-cache", "off"], tmp_path,
+                     dict(env, JAX_COMPILATION_CACHE_DIR=str(own)))
+    assert code == 0 and not any(own.iterdir()), out
 
 
 def test_enable_leaves_the_users_own_folder_and_reports_an_unusable_default(tmp_path, monkeypatch):
-    # Neither call below changes this process's JAX configuration: the first returns the user's folder,
-    # the second gives up before setting anything.
+    # None of the calls below changes this process's JAX configuration ("off", which does, is checked in a
+    # subprocess above): the first returns the user's folder, the others give up before setting anything.
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "own"))
     assert compile_cache.enable("auto") == (str(tmp_path / "own"), None)
-    assert compile_cache.enable("off") == (None, None)
     monkeypatch.setattr(compile_cache, "_users_own", lambda: None)  # as without the tests' shared cache
     blocker = tmp_path / "file"
     blocker.write_text("")
