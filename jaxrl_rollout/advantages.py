@@ -78,16 +78,29 @@ def _mask(flag: jax.Array, dtype) -> jax.Array:
     return 1.0 - jnp.asarray(flag).astype(dtype)
 
 
+# Steps of the reverse recursion per loop trip on an accelerator. Each step is one multiply-add, so a plain
+# scan is a loop whose trips do almost nothing, and on a GPU every trip costs kernel launches and a trip-count
+# check: 16 steps per trip made PPO's CartPole train 11% faster on an H100 (BENCHMARKS.md section 6). On the
+# CPU a trip costs little and the unrolled body only lengthens the compile, so the CPU keeps the plain loop.
+# Unrolling does not reorder the arithmetic (the same recursion, step by step): results are unchanged.
+_UNROLL = 16
+
+
 def _reverse_accumulate(deltas: jax.Array, coefs: jax.Array, init: jax.Array) -> jax.Array:
-    """x_t = deltas_t + coefs_t * x_{t+1}, with x_T = init, by a reverse scan."""
+    """x_t = deltas_t + coefs_t * x_{t+1}, with x_T = init, by a reverse scan (`_UNROLL` steps a trip off the CPU)."""
 
     def step(carry, inputs):
         delta, coef = inputs
         carry = delta + coef * carry
         return carry, carry
 
-    _, out = jax.lax.scan(step, init, (deltas, coefs), reverse=True)
-    return out
+    def accumulate(unroll):
+        return lambda: jax.lax.scan(step, init, (deltas, coefs), reverse=True, unroll=unroll)[1]
+
+    unrolled = min(_UNROLL, max(deltas.shape[0], 1))
+    if unrolled == 1:
+        return accumulate(1)()
+    return jax.lax.platform_dependent(cpu=accumulate(1), default=accumulate(unrolled))
 
 
 def gae(

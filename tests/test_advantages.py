@@ -269,3 +269,27 @@ def test_jit_vmap_and_eager_agree_for_every_estimator(case, name):
         np.testing.assert_allclose(j, e, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(b[0], e, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(b[1], s, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("T", [1, 5, 16, 128, 131])
+def test_reverse_accumulation_is_unrolled_off_the_cpu_only(T):
+    """The recursion's scan takes 16 steps a trip where the program is lowered for a GPU (a trip is a launch there)
+    and one on the CPU; the arithmetic is the same step by step, so the values equal the plain loop's exactly."""
+    rng = np.random.default_rng(T)
+    deltas, coefs = (jnp.asarray(rng.normal(size=(T, 3)), jnp.float32) for _ in range(2))
+    init = jnp.asarray(rng.normal(size=3), jnp.float32)
+    f = jax.jit(adv._reverse_accumulate)
+
+    def plain(deltas, coefs, init):
+        return jax.lax.scan(lambda c, x: (x[0] + x[1] * c,) * 2, init, (deltas, coefs), reverse=True)[1]
+
+    np.testing.assert_array_equal(f(deltas, coefs, init), jax.jit(plain)(deltas, coefs, init))
+    loops = {}
+    for platform in ("cpu", "cuda"):
+        text = f.trace(deltas, coefs, init).lower(lowering_platforms=(platform,)).as_text()
+        # one step a trip: one while loop; 16 a trip: a loop over a [T // 16, 16, ...] reshape of the inputs,
+        # or no loop at all where the whole scan fits in one trip
+        unrolled = f"tensor<{T // 16}x16x3xf32>" in text
+        loops[platform] = (text.count("stablehlo.while"), unrolled)
+    want_cuda = (1, False) if T == 1 else (0, False) if T <= 16 else (1, True)
+    assert loops == {"cpu": (1, False), "cuda": want_cuda}, loops
