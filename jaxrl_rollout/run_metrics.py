@@ -72,13 +72,12 @@ def grid_label(spec: Any, g: int) -> str:
 
 
 def steps_at(config: Any, updates: int) -> int:
-    """Env steps of one run after `updates` updates: `config.initial_steps` + updates * `config.steps_per_update`.
+    """Env steps of one run after `updates` updates: updates * `config.steps_per_update`.
 
-    PPO, A2C and PQN take `batch_size` steps per update and none before the
-    first; DQN, SAC and TD3 take their iteration 0 in `init` (`num_envs`
-    steps), then `log_interval`-sized updates.
+    PPO, A2C and PQN take `batch_size` steps per update, DQN, SAC and TD3
+    `log_interval`-sized updates; no algorithm steps its envs in `init`.
     """
-    return int(getattr(config, "initial_steps", 0)) + int(updates) * int(config.steps_per_update)
+    return int(updates) * int(config.steps_per_update)
 
 
 def total_steps(config: Any) -> int:

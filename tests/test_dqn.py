@@ -62,7 +62,7 @@ def test_dqn_buffer_holds_true_final_observations_and_targets_bootstrap_time_lim
     state, _ = jax.jit(algo.train)(jax.random.key(0))
     stored = state.buffer.experience
     n = int(algo.buffer.size(state.buffer))
-    assert n == 301
+    assert n == 300  # 30 learner steps of 10 iterations; the 301st iteration makes no whole update
     np.testing.assert_array_equal(stored.next_obs[0, :n, 0], stored.obs[0, :n, 0] + 1)
     truncated = np.asarray(stored.truncated[0, :n]) & ~np.asarray(stored.terminated[0, :n])
     assert truncated.any() and np.asarray(stored.terminated[0, :n]).any()
@@ -87,19 +87,20 @@ def test_vmapped_seeds_and_hparams_equal_single_runs():
     assert batched.trained.any() and np.isfinite(np.asarray(batched.loss)[np.asarray(batched.trained)]).all()
     assert int(batched.nonfinite.max()) == 0
     assert np.isnan(np.asarray(batched.loss)[~np.asarray(batched.trained)]).all()
-    np.testing.assert_array_equal(batched.env_steps[0], 1 + 10 * np.arange(1, SMALL.num_updates + 1))
+    np.testing.assert_array_equal(batched.env_steps[0], 10 * np.arange(1, SMALL.num_updates + 1))
 
 
 def test_metrics_shapes_and_schedule():
     cfg = SMALL
     state, m = jax.jit(dqn.make_train(cfg))(jax.random.key(0))
-    assert m.loss.shape == (cfg.num_updates,) == (199,)
-    # CleanRL trains after iteration g when g > learning_starts and g % train_frequency == 0; update k ends at g = 10(k+1)
-    np.testing.assert_array_equal(np.asarray(m.trained), 10 * np.arange(1, 200) > 100)
-    assert int(state.iteration) == 1 + 10 * 199
+    assert m.loss.shape == (cfg.num_updates,) == (200,)
+    # CleanRL trains after iteration g when g > learning_starts and g % train_frequency == 0; update k takes
+    # g = 10k, ..., 10k + 9 and trains after its first
+    np.testing.assert_array_equal(np.asarray(m.trained), 10 * np.arange(200) > 100)
+    assert int(state.iteration) == 10 * 200
     ret = np.asarray(m.episode_return)
     assert np.isnan(ret[np.asarray(m.num_episodes) == 0]).all() and np.isfinite(ret[np.asarray(m.num_episodes) > 0]).all()
-    np.testing.assert_allclose(m.epsilon[0], 1.0 - 0.95 * 10 / (0.5 * 2000), rtol=1e-6)
+    np.testing.assert_allclose(m.epsilon[0], 1.0 - 0.95 * 9 / (0.5 * 2000), rtol=1e-6)  # its last iteration, g = 9
     np.testing.assert_allclose(m.epsilon[-1], 0.05, rtol=1e-6)
 
 

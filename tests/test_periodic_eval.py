@@ -30,7 +30,7 @@ ARGV = ["train", "--num-envs", "4", "--num-steps", "16", "--total-steps", "384",
         "--num-minibatches", "2", "--seeds", "2", "--chunk-updates", "3", "--eval-every", "2", "--eval-episodes", "3",
         "--num-eval", "2", "--tensorboard", "false"]
 # tests/test_offpolicy_runs.py's DQN: 12 updates, here in one chunk.
-DQN_CONFIG = dqn.DQNConfig(total_timesteps=1_201, buffer_size=500, batch_size=16, learning_starts=200,
+DQN_CONFIG = dqn.DQNConfig(total_timesteps=1_200, buffer_size=500, batch_size=16, learning_starts=200,
                            train_frequency=4, target_network_frequency=40, hidden_sizes=(16, 16), log_interval=100)
 
 

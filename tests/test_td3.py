@@ -23,7 +23,7 @@ def _changed(a, b) -> bool:
 def test_delayed_schedule_and_metrics():
     cfg = dataclasses.replace(SMALL, policy_frequency=3)
     state, m = jax.jit(td3.make_train(cfg))(jax.random.key(0))
-    g = np.arange(1, cfg.num_updates + 1)  # update k ends at iteration g = k + 1
+    g = np.arange(cfg.num_updates)  # update k is iteration g = k
     trained, actor = np.asarray(m.trained), np.asarray(m.actor_updated)
     np.testing.assert_array_equal(trained, g > 100)
     np.testing.assert_array_equal(actor, (g > 100) & (g % 3 == 0))  # CleanRL: global_step % policy_frequency == 0
@@ -32,7 +32,7 @@ def test_delayed_schedule_and_metrics():
     assert int(m.nonfinite.max()) == 0 and int(state.iteration) == cfg.num_iterations
     ret = np.asarray(m.episode_return)
     assert np.isnan(ret[np.asarray(m.num_episodes) == 0]).all() and np.isfinite(ret[np.asarray(m.num_episodes) > 0]).all()
-    np.testing.assert_array_equal(m.env_steps, 1 + g)
+    np.testing.assert_array_equal(m.env_steps, g + 1)
 
     # step by step: the critics move on every trained update; the actor and all targets only on delayed ones
     algo = td3.make_td3(dataclasses.replace(SMALL, learning_starts=3, policy_frequency=2))

@@ -282,11 +282,6 @@ class ConfigSizes:
         """Env steps in one update (the runner's step count): `batch_size`."""
         return self.batch_size
 
-    @property
-    def initial_steps(self) -> int:
-        """Env steps taken by `init`, before the first update: none."""
-        return 0
-
 
 ROW_MERGE = {
     "env_steps": "sum", "num_episodes": "sum", "episode_return": "per_episode", "episode_length": "per_episode",
@@ -336,9 +331,9 @@ class LearnerSizes:
 
     A learner step is `learner_period` iterations (the config says how many:
     DQN's `train_frequency`, SAC's `policy_frequency`, TD3's one) of
-    `num_envs` env steps; iteration 0 runs in `init`; an update, the metrics'
-    row, is `learner_steps_per_update` learner steps (`log_interval` rounded
-    down, at least one).
+    `num_envs` env steps, from iteration 0 on (`init` takes none); an update,
+    the metrics' row, is `learner_steps_per_update` learner steps
+    (`log_interval` rounded down, at least one).
     """
 
     @property
@@ -353,18 +348,13 @@ class LearnerSizes:
 
     @property
     def num_updates(self) -> int:
-        """Updates after `init`'s iteration 0."""
-        return (self.num_iterations - 1) // (self.learner_steps_per_update * self.learner_period)
+        """Updates in the run: whole updates of `num_iterations` (a remainder of iterations is not taken)."""
+        return self.num_iterations // (self.learner_steps_per_update * self.learner_period)
 
     @property
     def steps_per_update(self) -> int:
         """Env steps in one update."""
         return self.learner_steps_per_update * self.learner_period * self.num_envs
-
-    @property
-    def initial_steps(self) -> int:
-        """Env steps taken by `init` (iteration 0), before the first update: `num_envs`."""
-        return self.num_envs
 
 
 def merged_update(learner_step: Callable, steps: int, resolve: Callable) -> Callable:

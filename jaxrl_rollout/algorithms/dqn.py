@@ -21,12 +21,14 @@ is 1 (the default):
   network becomes tau * Q + (1 - tau) * Q_target (`optax.incremental_update`
   gated by `optax.periodic_update`; tau = 1 is a hard copy).
 
-A learner step is `train_frequency` iterations and the gradient step that
-may follow them; iteration 0 runs in `init`, so learner step k ends at
-iteration g = (k + 1) * train_frequency exactly where CleanRL trains. An
-update (`update`, one row of the metrics) is `config.learner_steps_per_update`
-learner steps (about `log_interval` iterations), their metrics merged by
-`_common.merge_rows`; with `log_interval=train_frequency` it is one.
+A learner step is `train_frequency` iterations, each followed by the
+gradient step when it is due (the check is on g itself, so the iteration is
+compiled once and the schedule is CleanRL's whatever the step holds): learner
+step k takes iterations g = k * train_frequency, ..., (k + 1) *
+train_frequency - 1 and trains after its first. An update (`update`, one row
+of the metrics) is `config.learner_steps_per_update` learner steps (about
+`log_interval` iterations), their metrics merged by `_common.merge_rows`; with
+`log_interval=train_frequency` it is one.
 """
 
 from __future__ import annotations
@@ -113,8 +115,8 @@ class DQNConfig(_common.LearnerSizes):
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
             raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
-                             f"(learner_steps_per_update * train_frequency + 1) = "
-                             f"{self.num_envs * (self.learner_steps_per_update * self.train_frequency + 1)} env steps (lower "
+                             f"learner_steps_per_update * train_frequency = "
+                             f"{self.num_envs * self.learner_steps_per_update * self.train_frequency} env steps (lower "
                              "log_interval for a shorter run).")
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
@@ -311,7 +313,7 @@ class DQN(NamedTuple):
     """`make_dqn`'s result.
 
     Attributes:
-      init: `init(key, hparams=None) -> DQNState` (iteration 0 taken).
+      init: `init(key, hparams=None) -> DQNState` (no env step taken).
       update: `update(state, hparams=None) -> (state, DQNMetrics of one update)`.
       train: `train(key, hparams=None) -> (state, DQNMetrics [num_updates])`.
       eval_policy_fn: greedy `policy_fn(params, obs, key) -> PolicyOutput`
@@ -408,9 +410,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         example = replay.Transition(
             jax.tree.map(lambda x: x[0], obs), jnp.int32(0), jnp.float32(0), jax.tree.map(lambda x: x[0], obs),
             jnp.bool_(False), jnp.bool_(False))
-        state = DQNState(params, params, optimizer(hp).init(params), buffer.init(example), env_state, obs,
-                         jnp.zeros(B, jnp.float32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
-        return iterate(state, hp)[0]  # iteration 0 (an episode ending there is not in any update's metrics)
+        return DQNState(params, params, optimizer(hp).init(params), buffer.init(example), env_state, obs,
+                        jnp.zeros(B, jnp.float32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
 
     def learn(state: DQNState, hp: DQNHParams):
         key, sample_key = jax.random.split(state.key)
@@ -424,20 +425,34 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), params)
         return state._replace(params=params, target_params=target, opt_state=opt_state, key=key), (loss, q_mean, flags)
 
+    nan = jnp.float32(jnp.nan)
+
+    def iterate_and_learn(state: DQNState, hp: DQNHParams):
+        """Iteration g, then the gradient step when g > learning_starts and g % train_frequency == 0."""
+        state, stats = iterate(state, hp)
+        g = state.iteration - 1
+        due = (g > config.learning_starts) & (g % config.train_frequency == 0)
+        state, (loss, q_mean, flags) = jax.lax.cond(due, learn, lambda s, _: (s, (nan, nan, jnp.int32(0))), state, hp)
+        return state, (stats, due, loss, q_mean, flags)
+
     def learner_step(state: DQNState, hp: DQNHParams):
         """One learner step: the metrics row of the CleanRL loop's period."""
-        state, stats = jax.lax.scan(lambda s, _: iterate(s, hp), state, None, length=config.train_frequency)
-        ret_sum, len_sum, count, epsilon = stats
+        if config.train_frequency == 1:
+            state, (stats, due, loss, q_mean, flags) = iterate_and_learn(state, hp)
+            ret_sum, len_sum, count, epsilon = stats
+        else:
+            state, (stats, dues, losses, q_means, all_flags) = jax.lax.scan(
+                lambda s, _: iterate_and_learn(s, hp), state, None, length=config.train_frequency)
+            ret_sum, len_sum, count, epsilons = stats
+            # one iteration of the period is due (at most): its values, NaN / 0 when none is
+            due, loss, q_mean = jnp.any(dues), jnp.nanmax(losses), jnp.nanmax(q_means)
+            flags, epsilon = jax.lax.reduce(all_flags, jnp.int32(0), jax.lax.bitwise_or, (0,)), epsilons[-1]
         n = jnp.sum(count)
-        trained = state.iteration - 1 > config.learning_starts
-        nan = jnp.float32(jnp.nan)
-        state, (loss, q_mean, flags) = jax.lax.cond(
-            trained, learn, lambda s, _: (s, (nan, nan, jnp.int32(0))), state, hp)
         metrics = DQNMetrics(
             env_steps=jnp.int32(config.train_frequency * B),
             episode_return=jnp.where(n > 0, jnp.sum(ret_sum) / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
             episode_length=jnp.where(n > 0, jnp.sum(len_sum) / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
-            num_episodes=n.astype(jnp.int32), epsilon=epsilon[-1], trained=trained, loss=loss, q_values=q_mean,
+            num_episodes=n.astype(jnp.int32), epsilon=epsilon, trained=due, loss=loss, q_values=q_mean,
             nonfinite=flags)
         return state, metrics
 
@@ -446,7 +461,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     def train(key: jax.Array, hparams: DQNHParams | None = None):
         hp = resolve_hparams(hparams)
         state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
-        return state, metrics._replace(env_steps=B + jnp.cumsum(metrics.env_steps))
+        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
 
     def eval_policy_fn(params, obs, key):
         action = jnp.argmax(apply_fn(params, obs), axis=-1).astype(jnp.int32)

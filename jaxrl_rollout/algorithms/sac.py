@@ -23,14 +23,15 @@ stepped together. CleanRL's `global_step` counts these vector steps
 - on those steps, when also g % `target_network_frequency` == 0, the target
   critics become tau * Q + (1 - tau) * Q_target (§21.8).
 
-A learner step is `policy_frequency` iterations, each with its critic step,
-and the actor steps that may follow the last one; iteration 0 runs in
-`init`, so learner step k ends at iteration g = (k + 1) * policy_frequency
-exactly where CleanRL's delayed actor update is due. An update (`update`,
-one row of the metrics) is `config.learner_steps_per_update` learner steps
-(about `log_interval` iterations), their metrics merged by
-`_common.merge_rows`. The target critics do not enter the actor step, so taking it before or
-after the last iteration's target update is the same.
+A learner step is `policy_frequency` iterations, each with its critic step
+and the actor steps when they are due (checked on g itself, so the iteration
+is compiled once): learner step k takes iterations g = k * policy_frequency,
+..., (k + 1) * policy_frequency - 1 (`init` takes none), and its first is the
+one where CleanRL's delayed actor update is due. An update (`update`, one row
+of the metrics) is `config.learner_steps_per_update` learner steps (about
+`log_interval` iterations), their metrics merged by `_common.merge_rows`. The
+target critics do not enter the actor step, so taking it before or after the
+iteration's target update is the same.
 """
 
 from __future__ import annotations
@@ -133,8 +134,8 @@ class SACConfig(_common.LearnerSizes):
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
             raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
-                             f"(learner_steps_per_update * policy_frequency + 1) = "
-                             f"{self.num_envs * (self.learner_steps_per_update * self.policy_frequency + 1)} env steps (lower "
+                             f"learner_steps_per_update * policy_frequency = "
+                             f"{self.num_envs * self.learner_steps_per_update * self.policy_frequency} env steps (lower "
                              "log_interval for a shorter run).")
         if not isinstance(self.autotune, bool):
             raise ValueError(f"autotune must be a bool, got {self.autotune!r}.")
@@ -322,7 +323,7 @@ class SAC(NamedTuple):
     """`make_sac`'s result.
 
     Attributes:
-      init: `init(key, hparams=None) -> SACState` (iteration 0 taken).
+      init: `init(key, hparams=None) -> SACState` (no env step taken).
       update: `update(state, hparams=None) -> (state, SACMetrics of one update)`.
       train: `train(key, hparams=None) -> (state, SACMetrics [num_updates])`.
       eval_policy_fn: deterministic `policy_fn(actor_params, obs, key) ->
@@ -457,11 +458,10 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         example = replay.Transition(
             jax.tree.map(lambda x: x[0], obs), jnp.zeros(A, jnp.float32), jnp.float32(0),
             jax.tree.map(lambda x: x[0], obs), jnp.bool_(False), jnp.bool_(False))
-        state = SACState(
+        return SACState(
             actor_params, critic_params, critic_params, log_alpha, adam(hp.policy_lr).init(actor_params),
             adam(hp.q_lr).init(critic_params), adam(hp.q_lr).init(log_alpha), buffer.init(example), env_state, obs,
             jnp.zeros(B, jnp.float32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
-        return iterate(state, hp)[0]  # iteration 0 (an episode ending there is not in any update's metrics)
 
     def critic_step(state: SACState, hp: SACHParams):
         """CleanRL's critic step on a fresh batch, then the target update when due; returns (state, batch, stats)."""
@@ -518,39 +518,48 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
 
     nan = jnp.float32(jnp.nan)
 
+    dummy_losses = (jnp.full(pf, nan), jnp.full(pf, nan), jnp.full(pf, nan), jnp.zeros(pf, jnp.int32))
+
     def iterate_and_learn(state: SACState, hp: SACHParams):
+        """Iteration g; then, when g > learning_starts, the critic step, and the actor steps when also g % pf == 0."""
         state, stats = iterate(state, hp)
-        trained = state.iteration - 1 > config.learning_starts
-        dummy = jax.eval_shape(lambda s: buffer.sample(s.buffer, s.key), state)
-        dummy = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), dummy)
-        state, (batch, loss, q_mean, flags) = jax.lax.cond(
-            trained, critic_step, lambda s, _: (s, (dummy, nan, nan, jnp.int32(0))), state, hp)
-        return state, (stats, batch, loss, q_mean, flags)
+        g = state.iteration - 1
+        trained = g > config.learning_starts
+
+        def learn(s):
+            s, (batch, loss, q_mean, flags) = critic_step(s, hp)
+            s, actor_out = jax.lax.cond(
+                g % pf == 0, lambda s2: jax.lax.scan(lambda s3, _: actor_step(s3, batch, hp), s2, None, length=pf),
+                lambda s2: (s2, dummy_losses), s)
+            return s, (loss, q_mean, flags, actor_out)
+
+        state, (loss, q_mean, flags, actor_out) = jax.lax.cond(
+            trained, learn, lambda s: (s, (nan, nan, jnp.int32(0), dummy_losses)), state)
+        return state, (stats, trained, trained & (g % pf == 0), loss, q_mean, flags, actor_out)
 
     def learner_step(state: SACState, hp: SACHParams):
         """One learner step: the metrics row of the CleanRL loop's period."""
-        state, (stats, batches, c_loss, q_mean, c_flags) = jax.lax.scan(
-            lambda s, _: iterate_and_learn(s, hp), state, None, length=pf)
+        if pf == 1:
+            state, (stats, trained, _, c_loss, q_mean, c_flags, (a_loss, al_loss, entropy, a_flags)) = \
+                iterate_and_learn(state, hp)
+        else:
+            state, (stats, trains, dues, c_losses, q_means, c_flags, actor_out) = jax.lax.scan(
+                lambda s, _: iterate_and_learn(s, hp), state, None, length=pf)
+            # the period's last iteration's critic values; the actor's of its one due iteration (the placeholders'
+            # NaN where none was)
+            trained, c_loss, q_mean = jnp.any(trains), c_losses[-1], q_means[-1]
+            a_loss, al_loss, entropy, a_flags = jax.tree.map(lambda x: x[jnp.argmax(dues)], actor_out)
         ret_sum, len_sum, count = stats
-        batch = jax.tree.map(lambda x: x[-1], batches)
-        trained = state.iteration - 1 > config.learning_starts  # g = (k + 1) * pf is divisible by pf
-
-        def actor_steps(s):
-            return jax.lax.scan(lambda s2, _: actor_step(s2, batch, hp), s, None, length=pf)
-
-        def skip(s):
-            return s, (jnp.full(pf, nan), jnp.full(pf, nan), jnp.full(pf, nan), jnp.zeros(pf, jnp.int32))
-
-        state, (a_loss, al_loss, entropy, a_flags) = jax.lax.cond(trained, actor_steps, skip, state)
         n = jnp.sum(count)
         metrics = SACMetrics(
             env_steps=jnp.int32(pf * B),
             episode_return=jnp.where(n > 0, jnp.sum(ret_sum) / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
             episode_length=jnp.where(n > 0, jnp.sum(len_sum) / jnp.maximum(n, 1), jnp.nan).astype(jnp.float32),
-            num_episodes=n.astype(jnp.int32), trained=trained, critic_loss=c_loss[-1], q_values=q_mean[-1],
+            num_episodes=n.astype(jnp.int32), trained=trained, critic_loss=c_loss, q_values=q_mean,
             actor_loss=jnp.mean(a_loss), alpha_loss=jnp.mean(al_loss), alpha=jnp.exp(state.log_alpha[0]),
             entropy=entropy[-1],
-            nonfinite=jax.lax.reduce(jnp.concatenate([c_flags, a_flags]), jnp.int32(0), jax.lax.bitwise_or, (0,)))
+            nonfinite=jax.lax.reduce(jnp.concatenate([jnp.ravel(c_flags), jnp.ravel(a_flags)]), jnp.int32(0),
+                                     jax.lax.bitwise_or, (0,)))
         return state, metrics
 
     update = _common.merged_update(learner_step, config.learner_steps_per_update, resolve_hparams)
@@ -558,7 +567,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
     def train(key: jax.Array, hparams: SACHParams | None = None):
         hp = resolve_hparams(hparams)
         state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
-        return state, metrics._replace(env_steps=B + jnp.cumsum(metrics.env_steps))
+        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
 
     def eval_policy_fn(actor_params, obs, key):
         mean, _ = actor.apply(actor_params, obs)

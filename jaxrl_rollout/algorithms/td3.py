@@ -24,9 +24,9 @@ envs stepped together, with the update math of `actor_critic_losses`
   then the Polyak update of the target actor and both target critics
   (`polyak_update`, §21.8).
 
-A learner step is one iteration and the gradient steps that may follow it;
-iteration 0 runs in `init`, so learner step k ends at iteration g = k + 1,
-where CleanRL would train. An update (`update`, one row of the metrics) is
+A learner step is one iteration and the gradient steps that may follow it:
+learner step k is iteration g = k (`init` takes none), trained as CleanRL
+trains after it. An update (`update`, one row of the metrics) is
 `config.learner_steps_per_update` = `log_interval` learner steps, their
 metrics merged by `_common.merge_rows`.
 
@@ -125,7 +125,7 @@ class TD3Config(_common.LearnerSizes):
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
             raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
-                             f"(learner_steps_per_update + 1) = {self.num_envs * (self.learner_steps_per_update + 1)} "
+                             f"learner_steps_per_update = {self.num_envs * self.learner_steps_per_update} "
                              "env steps (lower log_interval for a shorter run).")
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
@@ -297,7 +297,7 @@ class TD3(NamedTuple):
     """`make_td3`'s result.
 
     Attributes:
-      init: `init(key, hparams=None) -> TD3State` (iteration 0 taken).
+      init: `init(key, hparams=None) -> TD3State` (no env step taken).
       update: `update(state, hparams=None) -> (state, TD3Metrics of one update)`.
       train: `train(key, hparams=None) -> (state, TD3Metrics [num_updates])`.
       eval_policy_fn: deterministic `policy_fn(actor_params, obs, key) -> PolicyOutput`
@@ -415,10 +415,9 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
             jax.tree.map(lambda x: x[0], obs), jnp.zeros(A, jnp.float32), jnp.float32(0),
             jax.tree.map(lambda x: x[0], obs), jnp.bool_(False), jnp.bool_(False))
         opt = optimizer(hp)
-        state = TD3State(actor_params, critic_params, actor_params, critic_params, opt.init(actor_params),
-                         opt.init(critic_params), buffer.init(example), env_state, obs, jnp.zeros(B, jnp.float32),
-                         jnp.zeros(B, jnp.int32), jnp.int32(0), key)
-        return iterate(state, hp)[0]  # iteration 0 (an episode ending there is not in any update's metrics)
+        return TD3State(actor_params, critic_params, actor_params, critic_params, opt.init(actor_params),
+                        opt.init(critic_params), buffer.init(example), env_state, obs, jnp.zeros(B, jnp.float32),
+                        jnp.zeros(B, jnp.int32), jnp.int32(0), key)
 
     def critic_loss_fn(critic_params, state: TD3State, batch: replay.Transition, noise, hp: TD3HParams):
         next_actions = acl.td3_target_actions(actor.apply(state.target_actor_params, batch.next_obs), noise,
@@ -481,7 +480,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     def train(key: jax.Array, hparams: TD3HParams | None = None):
         hp = resolve_hparams(hparams)
         state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
-        return state, metrics._replace(env_steps=B + jnp.cumsum(metrics.env_steps))
+        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
 
     def eval_policy_fn(actor_params, obs, key):
         action = actor.apply(actor_params, obs)
