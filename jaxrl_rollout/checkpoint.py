@@ -213,8 +213,10 @@ def _drop_late_orbax_noise() -> None:
     """From now on, keeps the leftovers of a failed Orbax call (see `_is_late_orbax_noise`) off stderr.
 
     The failure itself has become one CheckpointError line; only those leftovers
-    are dropped, and every other unraisable error still reaches the hook that was
-    installed before. Installed once, after the first failure.
+    are dropped: unraisable errors through `sys.unraisablehook` (every other one
+    still reaches the hook that was installed before) and asyncio's late "exception
+    was never retrieved" log records of TensorStore read errors (`_LateOrbaxFutures`,
+    a filter on the "asyncio" logger). Installed once, after the first failure.
     """
     asyncio_log = logging.getLogger("asyncio")
     if not any(isinstance(f, _LateOrbaxFutures) for f in asyncio_log.filters):

@@ -42,6 +42,8 @@ def default_dir() -> pathlib.Path:
 def _users_own() -> str | None:
     import jax
 
+    # JAX reads the variable into its config when it is imported; the variable is read here as well for a
+    # process that set it after importing JAX (a test harness), where the config has not seen it
     return os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir or None
 
 
@@ -79,7 +81,7 @@ def enable(choice: str) -> tuple[str | None, str | None]:
     except OSError as error:
         reason = f"{folder}: {error.strerror or error}"
         if choice == "auto":
-            return None, f"compilation cache off ({reason}); --compile-cache DIR puts it elsewhere"
+            return None, f"compilation cache off ({reason}); --compile-cache FOLDER puts it elsewhere"
         raise ValueError(f"--compile-cache {choice}: cannot use {reason}") from None
     jax.config.update("jax_compilation_cache_dir", str(folder))
     if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ and jax.config.jax_compilation_cache_max_size == -1:

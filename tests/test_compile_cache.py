@@ -74,7 +74,7 @@ def test_enable_leaves_the_users_own_folder_and_reports_an_unusable_default(tmp_
     blocker.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     folder, note = compile_cache.enable("auto")
-    assert folder is None and note.startswith("compilation cache off (") and "--compile-cache DIR" in note
+    assert folder is None and note.startswith("compilation cache off (") and "--compile-cache FOLDER" in note
     with pytest.raises(ValueError, match="--compile-cache .*cannot use"):
         compile_cache.enable(str(blocker / "sub"))
     assert compile_cache.default_dir() == blocker / "jaxrl_rollout" / "xla"
