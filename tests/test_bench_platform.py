@@ -55,3 +55,28 @@ def test_checkout_ab_children_import_their_own_checkout(clean_platform, monkeypa
     assert env["PYTHONPATH"] == str(other) and env["JAX_PLATFORMS"] == "cuda"
     monkeypatch.setenv("PYTHONPATH", repo)
     assert "PYTHONPATH" not in checkout_ab.sample_env()
+
+
+def test_hlo_launches_counts_loop_trips_and_kernels():
+    """`benchmarks.hlo_launches` (BENCHMARKS.md section 6's launch counts) on a program whose loops are known."""
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks import hlo_launches
+
+    def f(x):
+        def inner(c, _):
+            return jnp.sin(c) * 2.0 + jnp.cos(c), None
+
+        def outer(c, _):
+            return jax.lax.scan(inner, c, None, length=8)[0] @ jnp.ones((4, 4)), None
+
+        return jax.lax.scan(outer, x, None, length=5)[0]
+
+    text = jax.jit(f).lower(jnp.ones((3, 4))).compile().as_text()
+    result = hlo_launches.count(text)
+    trips = [(loop["depth"], loop["trips"], loop["total_trips"]) for loop in result["loops"]]
+    assert trips == [(0, 5, 5), (1, 8, 40)], trips
+    inner, outer = result["loops"][1], result["loops"][0]
+    assert inner["launches_per_trip"] >= 1 and outer["launches_per_trip"] >= 1 + 8 * inner["launches_per_trip"]
+    assert result["launches"] >= 5 * outer["launches_per_trip"]
