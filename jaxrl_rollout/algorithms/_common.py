@@ -357,6 +357,16 @@ class LearnerSizes:
         return self.learner_steps_per_update * self.learner_period * self.num_envs
 
 
+def due_row(rows: Any, due: jax.Array) -> Any:
+    """Of a learner step's per-iteration outputs (leaves [period, ...]), the row of its one due iteration.
+
+    At most one iteration of a period is due (its index g is a multiple of the
+    period); where none is, the first row, whose values are the not-due
+    placeholders (NaN losses, zero flags).
+    """
+    return jax.tree.map(lambda x: x[jnp.argmax(due)], rows)
+
+
 def merged_update(learner_step: Callable, steps: int, resolve: Callable) -> Callable:
     """`update(state, hparams=None)`: `steps` learner steps in a `lax.scan`, their metrics merged (`merge_rows`).
 

@@ -444,9 +444,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
             state, (stats, dues, losses, q_means, all_flags) = jax.lax.scan(
                 lambda s, _: iterate_and_learn(s, hp), state, None, length=config.train_frequency)
             ret_sum, len_sum, count, epsilons = stats
-            # one iteration of the period is due (at most): its values, NaN / 0 when none is
-            due, loss, q_mean = jnp.any(dues), jnp.nanmax(losses), jnp.nanmax(q_means)
-            flags, epsilon = jax.lax.reduce(all_flags, jnp.int32(0), jax.lax.bitwise_or, (0,)), epsilons[-1]
+            due, epsilon = jnp.any(dues), epsilons[-1]
+            loss, q_mean, flags = _common.due_row((losses, q_means, all_flags), dues)
         n = jnp.sum(count)
         metrics = DQNMetrics(
             env_steps=jnp.int32(config.train_frequency * B),

@@ -545,10 +545,9 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         else:
             state, (stats, trains, dues, c_losses, q_means, c_flags, actor_out) = jax.lax.scan(
                 lambda s, _: iterate_and_learn(s, hp), state, None, length=pf)
-            # the period's last iteration's critic values; the actor's of its one due iteration (the placeholders'
-            # NaN where none was)
+            # the period's last iteration's critic values; the actor's of its one due iteration
             trained, c_loss, q_mean = jnp.any(trains), c_losses[-1], q_means[-1]
-            a_loss, al_loss, entropy, a_flags = jax.tree.map(lambda x: x[jnp.argmax(dues)], actor_out)
+            a_loss, al_loss, entropy, a_flags = _common.due_row(actor_out, dues)
         ret_sum, len_sum, count = stats
         n = jnp.sum(count)
         metrics = SACMetrics(
