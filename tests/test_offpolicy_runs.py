@@ -9,6 +9,7 @@ and layout.
 """
 
 import json
+import re
 
 import jax
 import numpy as np
@@ -237,14 +238,11 @@ def test_runner_keeps_the_iteration_conds_as_branches(algo):
     assert out[0].iteration.shape == (spec.num_runs,)  # the runs axis is kept on the way out
 
 
-
 @pytest.mark.parametrize("algo", ["dqn", "sac", "td3"])
 def test_the_iteration_is_compiled_once(algo):
     """`init` steps no env and every learner step's iterations share one traced body (period > 1 included), so a
     train program holds one copy of the env step (the iteration's copy in `init` was 23% of DQN's program).
     gymnax's `Environment.step` is a `jax.jit` named "step": its calls in the train's jaxpr are the copies."""
-    import re
-
     from tests.test_sac import BoxCountingEnv
     from tests.toy_envs import CountingEnv
 
