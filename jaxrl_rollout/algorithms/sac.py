@@ -416,9 +416,11 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         q = jax.vmap(lambda p: critic.apply(p, obs, action))(critic_params)
         return jnp.reshape(q, (2, -1))
 
-    def sample(actor_params, obs, key):
+    def sample(actor_params, obs, key=None, noise=None):
+        """A squashed Gaussian sample of the actor at obs, with `noise` [N, A] or a fresh draw from `key`."""
         mean, log_std = actor.apply(actor_params, obs)
-        noise = jax.random.normal(key, jnp.shape(mean), jnp.float32)
+        if noise is None:
+            noise = jax.random.normal(key, jnp.shape(mean), jnp.float32)
         return acl.tanh_gaussian_sample(mean, log_std, noise, action_scale, action_bias)
 
     def adam(lr):
@@ -463,12 +465,15 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
             adam(hp.q_lr).init(critic_params), adam(hp.q_lr).init(log_alpha), buffer.init(example), env_state, obs,
             jnp.zeros(B, jnp.float32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
 
-    def critic_step(state: SACState, hp: SACHParams):
-        """CleanRL's critic step on a fresh batch, then the target update when due; returns (state, batch, stats)."""
-        key, sample_key, next_key = jax.random.split(state.key, 3)
+    def critic_step(state: SACState, hp: SACHParams, noise: jax.Array):
+        """CleanRL's critic step on a fresh batch, then the target update when due; returns (state, batch, stats).
+
+        `noise` [N, A] draws the next actions' sample.
+        """
+        key, sample_key = jax.random.split(state.key)
         batch = buffer.sample(state.buffer, sample_key)
         alpha = jnp.exp(state.log_alpha[0])
-        nxt = sample(state.actor_params, batch.next_obs, next_key)
+        nxt = sample(state.actor_params, batch.next_obs, noise=noise)
         next_q = q_both(state.target_critic_params, batch.next_obs, nxt.action)
         target = acl.sac_critic_target(next_q[0], next_q[1], nxt.log_prob, batch.reward, batch.terminated,
                                        batch.truncated, hp.gamma, alpha,
@@ -490,13 +495,15 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
                                critic_opt_state=opt_state, key=key)
         return state, (batch, loss, q_mean, flags)
 
-    def actor_step(state: SACState, batch: replay.Transition, hp: SACHParams):
-        """One actor step on the batch's observations, then (autotune) one temperature step on a fresh sample."""
-        key, pi_key, alpha_key = jax.random.split(state.key, 3)
+    def actor_step(state: SACState, batch: replay.Transition, hp: SACHParams, noise: jax.Array):
+        """One actor step on the batch's observations, then (autotune) one temperature step on a fresh sample.
+
+        `noise` [1 + autotune, N, A]: the actor sample's draws, then the temperature sample's.
+        """
         alpha = jnp.exp(state.log_alpha[0])
 
         def loss_fn(actor_params):
-            pi = sample(actor_params, batch.obs, pi_key)
+            pi = sample(actor_params, batch.obs, noise=noise[0])
             q = q_both(state.critic_params, batch.obs, pi.action)
             loss, parts = acl.sac_actor_loss(pi.log_prob, q[0], q[1], alpha)
             return loss, parts["entropy"]
@@ -505,10 +512,10 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         updates, opt_state = adam(hp.policy_lr).update(grads, state.actor_opt_state, state.actor_params)
         actor_params = optax.apply_updates(state.actor_params, updates)
         flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), actor_params)
-        state = state._replace(actor_params=actor_params, actor_opt_state=opt_state, key=key)
+        state = state._replace(actor_params=actor_params, actor_opt_state=opt_state)
         if not config.autotune:
             return state, (loss, jnp.float32(jnp.nan), entropy, flags)
-        log_pi = sample(actor_params, batch.obs, alpha_key).log_prob
+        log_pi = sample(actor_params, batch.obs, noise=noise[1]).log_prob
         (alpha_loss, _), a_grads = jax.value_and_grad(acl.sac_temperature_loss, has_aux=True)(
             state.log_alpha, log_pi, target_entropy, form=config.temperature_loss)
         a_updates, a_opt_state = adam(hp.q_lr).update(a_grads, state.alpha_opt_state, state.log_alpha)
@@ -520,17 +527,24 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
 
     dummy_losses = (jnp.full(pf, nan), jnp.full(pf, nan), jnp.full(pf, nan), jnp.zeros(pf, jnp.int32))
 
-    def iterate_and_learn(state: SACState, hp: SACHParams):
-        """Iteration g; then, when g > learning_starts, the critic step, and the actor steps when also g % pf == 0."""
+    def iterate_and_learn(state: SACState, hp: SACHParams, critic_noise: jax.Array, actor_noise: jax.Array):
+        """Iteration g; then, when g > learning_starts, the critic step, and the actor steps when also g % pf == 0.
+
+        `critic_noise` [N, A] and `actor_noise` [pf, 1 + autotune, N, A] are the samples' normal draws.
+        """
         state, stats = iterate(state, hp)
         g = state.iteration - 1
         trained = g > config.learning_starts
 
+        def actor_steps(s, batch):
+            return jax.lax.scan(lambda s2, noise: actor_step(s2, batch, hp, noise), s, actor_noise)
+
         def learn(s):
-            s, (batch, loss, q_mean, flags) = critic_step(s, hp)
-            s, actor_out = jax.lax.cond(
-                g % pf == 0, lambda s2: jax.lax.scan(lambda s3, _: actor_step(s3, batch, hp), s2, None, length=pf),
-                lambda s2: (s2, dummy_losses), s)
+            s, (batch, loss, q_mean, flags) = critic_step(s, hp, critic_noise)
+            if pf == 1:  # every iteration is due
+                s, actor_out = actor_steps(s, batch)
+            else:
+                s, actor_out = jax.lax.cond(g % pf == 0, actor_steps, lambda s2, _: (s2, dummy_losses), s, batch)
             return s, (loss, q_mean, flags, actor_out)
 
         state, (loss, q_mean, flags, actor_out) = jax.lax.cond(
@@ -538,13 +552,25 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         return state, (stats, trained, trained & (g % pf == 0), loss, q_mean, flags, actor_out)
 
     def learner_step(state: SACState, hp: SACHParams):
-        """One learner step: the metrics row of the CleanRL loop's period."""
+        """One learner step: the metrics row of the CleanRL loop's period.
+
+        The normal draws of all its samples (pf critic steps, pf actor steps, and pf temperature steps with
+        autotune) come from one `jax.random.normal` call: on the CPU, where JAX lowers each draw of more than a
+        few numbers to a loop, one draw instead of one per sample takes ~25% fewer kernel launches per SAC
+        iteration (BENCHMARKS.md section 11).
+        """
+        key, noise_key = jax.random.split(state.key)
+        state = state._replace(key=key)
+        draws = pf * (2 + config.autotune)
+        noise = jax.random.normal(noise_key, (draws, config.batch_size, A), jnp.float32)
+        critic_noise = noise[:pf]
+        actor_noise = jnp.reshape(noise[pf:], (pf, 1 + config.autotune, config.batch_size, A))
         if pf == 1:
             state, (stats, trained, _, c_loss, q_mean, c_flags, (a_loss, al_loss, entropy, a_flags)) = \
-                iterate_and_learn(state, hp)
+                iterate_and_learn(state, hp, critic_noise[0], actor_noise)
         else:
             state, (stats, trains, dues, c_losses, q_means, c_flags, actor_out) = jax.lax.scan(
-                lambda s, _: iterate_and_learn(s, hp), state, None, length=pf)
+                lambda s, n: iterate_and_learn(s, hp, n, actor_noise), state, critic_noise)
             # the period's last iteration's critic values; the actor's of its one due iteration
             trained, c_loss, q_mean = jnp.any(trains), c_losses[-1], q_means[-1]
             a_loss, al_loss, entropy, a_flags = _common.due_row(actor_out, dues)
