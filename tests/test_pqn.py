@@ -172,6 +172,26 @@ def test_policies_act_epsilon_greedy_and_greedy():
     np.testing.assert_allclose(probs, np.where(np.asarray(sampled.action) == greedy, 0.75, 0.25), rtol=1e-6)
 
 
+
+@pytest.mark.parametrize("action_dim", [2, 3, 7])
+def test_epsilon_draws_are_uniform_actions_and_an_epsilon_coin(action_dim):
+    """The one-draw coin and action (shared by PQN and DQN): coin rate epsilon, actions uniform in [0, A)."""
+    from jaxrl_rollout.algorithms._common import epsilon_draws
+
+    n, eps = 200_000, 0.3
+    explore, action = jax.jit(lambda k: epsilon_draws(k, (n,), jnp.float32(eps), action_dim))(jax.random.key(3))
+    explore, action = np.asarray(explore), np.asarray(action)
+    assert explore.dtype == bool and action.dtype == np.int32 and action.shape == (n,)
+    assert abs(explore.mean() - eps) < 4 * np.sqrt(eps * (1 - eps) / n)
+    counts = np.bincount(action, minlength=action_dim)
+    assert counts.size == action_dim  # nothing at A or above
+    p = 1 / action_dim
+    np.testing.assert_allclose(counts / n, p, atol=4 * np.sqrt(p * (1 - p) / n))
+    # the action does not depend on the coin (two rows of one draw)
+    np.testing.assert_allclose(np.bincount(action[explore], minlength=action_dim) / explore.sum(), p,
+                               atol=4 * np.sqrt(p * (1 - p) / explore.sum()))
+
+
 def test_learns_cartpole_quickly():
     """50k env steps on 2 seeds: the greedy policy clearly beats a random one (about 22 on CartPole-v1)."""
     config = pqn.PQNConfig(num_envs=16, num_steps=32, total_timesteps=50_000, update_epochs=2, num_minibatches=4,

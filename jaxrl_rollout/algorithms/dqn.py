@@ -387,10 +387,9 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         g = state.iteration
         epsilon = epsilon_schedule(hp.start_e, hp.end_e, hp.exploration_fraction * duration_scale, g)
         key, act_key, env_keys = step_keys(state.key, B)
-        coin_key, random_key = jax.random.split(act_key)
         greedy = jnp.argmax(apply_fn(state.params, state.obs), axis=-1).astype(jnp.int32)
-        explore = jax.random.uniform(coin_key, (B,)) < epsilon
-        action = jnp.where(explore, jax.random.randint(random_key, (B,), 0, A, jnp.int32), greedy)
+        explore, random_action = _common.epsilon_draws(act_key, (B,), epsilon, A)
+        action = jnp.where(explore, random_action, greedy)
         step = env_step(env, env_params, env_keys, state.env_state, action, B)
         buf = buffer.add(state.buffer, replay.transitions(state.obs, action, step))
         done = step.terminated | step.truncated

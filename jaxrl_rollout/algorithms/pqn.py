@@ -313,9 +313,7 @@ def epsilon_greedy_policy(module: Any, action_dim: int, deterministic: bool = Fa
         value = jnp.max(q, axis=-1)
         if deterministic:
             return PolicyOutput(greedy, jnp.zeros_like(value), value)
-        explore_key, action_key = jax.random.split(key)
-        explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
-        random_action = jax.random.randint(action_key, greedy.shape, 0, action_dim, dtype=jnp.int32)
+        explore, random_action = _common.epsilon_draws(key, greedy.shape, epsilon, action_dim)
         action = jnp.where(explore, random_action, greedy)
         prob = epsilon / action_dim + (1.0 - epsilon) * (action == greedy)
         return PolicyOutput(action, jnp.log(prob).astype(value.dtype), value)
