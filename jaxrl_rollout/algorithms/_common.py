@@ -269,7 +269,7 @@ def epsilon_draws(key: jax.Array, shape: tuple, epsilon: jax.Array, action_dim: 
     power of two the action is exactly uniform, and otherwise each action's
     probability is within A / 2**23 of 1 / A.
     """
-    u = jax.random.uniform(key, (2, *shape), jnp.float32)
+    u = jax.random.uniform(prng.fused(key), (2, *shape), jnp.float32)
     action = jnp.floor(u[1] * action_dim).astype(jnp.int32)
     return u[0] < epsilon, action
 

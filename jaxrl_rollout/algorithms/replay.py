@@ -36,6 +36,7 @@ import flashbax as fbx
 import jax
 import jax.numpy as jnp
 
+from jaxrl_rollout import prng
 from jaxrl_rollout.stepping import EnvStep, batch_where
 
 __all__ = ["BOOTSTRAP", "Transition", "ReplayBuffer", "discount_mask", "make_replay_buffer", "transitions"]
@@ -114,7 +115,8 @@ def make_replay_buffer(buffer_size: int, batch_size: int) -> ReplayBuffer:
         return fb.add(state, batch)
 
     def sample(state, key: jax.Array) -> Transition:
-        return fb.sample(state, key).experience
+        # prng.fused: flashbax's draw from `key`, bit for bit, hashed in one kernel on CPU
+        return fb.sample(state, prng.fused(key)).experience
 
     def size(state) -> jax.Array:
         return jnp.where(state.is_full, buffer_size, state.current_index).astype(jnp.int32)

@@ -562,7 +562,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         key, noise_key = jax.random.split(state.key)
         state = state._replace(key=key)
         draws = pf * (2 + config.autotune)
-        noise = jax.random.normal(noise_key, (draws, config.batch_size, A), jnp.float32)
+        noise = jax.random.normal(prng.fused(noise_key), (draws, config.batch_size, A), jnp.float32)
         critic_noise = noise[:pf]
         actor_noise = jnp.reshape(noise[pf:], (pf, 1 + config.autotune, config.batch_size, A))
         if pf == 1:

@@ -448,7 +448,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     def learn(state: TD3State, hp: TD3HParams):
         key, sample_key, noise_key = jax.random.split(state.key, 3)
         batch = buffer.sample(state.buffer, sample_key)
-        noise = jax.random.normal(noise_key, (config.batch_size, A))
+        noise = jax.random.normal(prng.fused(noise_key), (config.batch_size, A))
         (loss, q_mean), grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(
             state.critic_params, state, batch, noise, hp)
         updates, opt_state = optimizer(hp).update(grads, state.critic_opt_state, state.critic_params)
