@@ -259,15 +259,15 @@ def nonfinite_flags(loss: jax.Array, grad_norm: jax.Array, params: Any) -> jax.A
 def epsilon_draws(key: jax.Array, shape: tuple, epsilon: jax.Array, action_dim: int) -> tuple[jax.Array, jax.Array]:
     """Epsilon-greedy's coin and random action: (explore bool [shape], action int32 [shape] uniform in [0, A)).
 
-    Both come from one `jax.random.uniform` draw of [2, *shape]: explore is
-    u0 < epsilon, the action floor(u1 * A). On the CPU JAX lowers each draw of
-    more than a few numbers to a loop of 5 trips (about 80 kernels), so one
-    draw instead of a uniform and a randint (which makes two) takes about 160
-    fewer kernels per env step (PQN's CartPole run at 1 seed: 7% less time).
-    u1 takes the 2**23 values k / 2**23 (at most 1 - 2**-23, and the float32
-    product then stays below A: checked for every A < 2**26), so for A a
-    power of two the action is exactly uniform, and otherwise each action's
-    probability is within A / 2**23 of 1 / A.
+    Both come from one `jax.random.uniform` draw of [2, *shape], one threefry
+    hash (fused into one CPU kernel by `prng.fused`) where a split, a uniform
+    and a randint took five. With JAX's own CPU lowering (a loop of 5 trips,
+    about 80 kernels, per draw) the one draw alone took 7% off PQN's 1-seed
+    CartPole run (BENCHMARKS.md section 11). explore is u0 < epsilon, the
+    action floor(u1 * A); u1 takes the 2**23 values k / 2**23 (at most
+    1 - 2**-23, and the float32 product then stays below A: checked for every
+    A < 2**26), so for A a power of two the action is exactly uniform, and
+    otherwise each action's probability is within A / 2**23 of 1 / A.
     """
     u = jax.random.uniform(prng.fused(key), (2, *shape), jnp.float32)
     action = jnp.floor(u[1] * action_dim).astype(jnp.int32)

@@ -555,9 +555,10 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         """One learner step: the metrics row of the CleanRL loop's period.
 
         The normal draws of all its samples (pf critic steps, pf actor steps, and pf temperature steps with
-        autotune) come from one `jax.random.normal` call: on the CPU, where JAX lowers each draw of more than a
-        few numbers to a loop of 5 trips, one draw instead of three per iteration (policy_frequency 1) cut the
-        kernels of the 5,000-step benchmark train by 18% and its time at 8 seeds by 9% (BENCHMARKS.md section 11).
+        autotune) come from one `jax.random.normal` call, one threefry hash (fused into one CPU kernel by
+        `prng.fused`) where three draws per iteration (policy_frequency 1) took three. Before the hash was
+        fused, when JAX's CPU lowering made each draw a loop of 5 trips, this alone cut the kernels of the
+        5,000-step benchmark train by 18% and its time at 8 seeds by 9% (BENCHMARKS.md section 11).
         """
         key, noise_key = jax.random.split(state.key)
         state = state._replace(key=key)
