@@ -26,6 +26,8 @@ import sys
 
 BOOKKEEPING = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast", "after-all", "partition-id",
                "replica-id", "opt-barrier", "add-dependency"}
+# not launched: bookkeeping, and the halves of an async pair after the one that starts it
+_NOT_LAUNCHED = BOOKKEEPING | {"async-update", "async-done"}
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*)$")
 _TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
@@ -79,7 +81,7 @@ def count(text: str) -> dict:
         if name not in memo:
             total = 0
             for op, rhs in computations.get(name, []):
-                if op in BOOKKEEPING or op in ("async-update", "async-done"):
+                if op in _NOT_LAUNCHED:
                     continue
                 if op == "while":
                     trips = _TRIPS.search(rhs)
@@ -106,7 +108,7 @@ def count(text: str) -> dict:
                 trips = int(trips.group(1)) if trips else 1
                 ops: dict[str, int] = {}
                 for o, _ in computations.get(body, []):
-                    if o not in BOOKKEEPING and o not in ("async-update", "async-done"):
+                    if o not in _NOT_LAUNCHED:
                         ops[o] = ops.get(o, 0) + 1
                 loops.append({"depth": depth, "trips": trips, "total_trips": times * trips,
                               "launches_per_trip": launches(body), "top_level_ops": ops})

@@ -172,7 +172,6 @@ def test_policies_act_epsilon_greedy_and_greedy():
     np.testing.assert_allclose(probs, np.where(np.asarray(sampled.action) == greedy, 0.75, 0.25), rtol=1e-6)
 
 
-
 @pytest.mark.parametrize("action_dim", [2, 3, 7])
 def test_epsilon_draws_are_uniform_actions_and_an_epsilon_coin(action_dim):
     """The one-draw coin and action (shared by PQN and DQN): coin rate epsilon, actions uniform in [0, A)."""
