@@ -79,7 +79,8 @@ def rollout_init(
     stepping.check_env(env, env_params, reset_key, num_envs)
     if initial_carry is not None:
         _checks.check_carry(initial_carry, num_envs)
-    obs, env_state = stepping.env_reset(env, prng.split(reset_key, num_envs), env_params)
+    fused_env_keys = stepping.takes_fused_keys(env, env_params, num_envs)
+    obs, env_state = stepping.env_reset(env, stepping.reset_keys(reset_key, num_envs, fused_env_keys), env_params)
     obs_rms = None
     if normalize_observations:
         if not isinstance(obs, jax.Array) or not jnp.issubdtype(obs.dtype, jnp.number):

@@ -247,6 +247,39 @@ def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
     _checks.unpack_step(result, env)
 
 
+def takes_fused_keys(env: Any, env_params: Any, num_envs: int) -> bool:
+    """Whether `num_envs` copies of `env` reset and step with `prng.FUSED_THREEFRY` keys.
+
+    With such keys the env's own draws (its resets, its auto-reset inside
+    `step`) hash in one fused kernel each (`prng`), the same bits as with
+    JAX's keys. A traced reset and step (`jax.eval_shape`, nothing runs)
+    decides: False when fusing is off, when the trace fails (an env that
+    needs raw uint32 keys), or when a key ends up in its outputs (an env that
+    keeps its key in its state, whose type would then change between a fused
+    and an unfused step). Such an env keeps JAX's keys; nothing else changes.
+
+    Args:
+      env: the environment (static).
+      env_params: its params.
+      num_envs: B.
+    """
+    key = jax.random.PRNGKey(0)
+    if not prng.can_fuse(key):
+        return False
+
+    def reset_and_step(key, env_params):
+        keys = jax.random.split(prng.fused(key), num_envs)
+        obs, state = env_reset(env, keys, env_params)
+        actions = jax.vmap(env.action_space(env_params).sample)(prng.like(keys, key))
+        return obs, state, env_step(env, env_params, keys, state, actions, num_envs)
+
+    try:
+        out = jax.eval_shape(reset_and_step, key, env_params)
+    except Exception:  # noqa: BLE001 -- the env then gets JAX's keys, whose errors surface there
+        return False
+    return not any(jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) for x in jax.tree.leaves(out))
+
+
 def step_keys(
     key: jax.Array, batch_size: int, fused_env_keys: bool = False
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -272,6 +305,20 @@ def step_keys(
     keys = jax.random.split(prng.fused(key), batch_size + 2)
     env_keys = keys[2:] if fused_env_keys else prng.like(keys[2:], key)
     return prng.like(keys[0], key), prng.like(keys[1], key), env_keys
+
+
+def reset_keys(key: jax.Array, batch_size: int, fused_env_keys: bool = False) -> jax.Array:
+    """The B reset keys `jax.random.split(key, batch_size)` gives, hashed in one fused kernel.
+
+    Args:
+      key: the PRNG key to split (typed or raw uint32).
+      batch_size: B, a Python int.
+      fused_env_keys: return them as `prng.FUSED_THREEFRY` keys (same bits),
+        so the env's own draws are fused too (`takes_fused_keys`); otherwise
+        in `key`'s representation.
+    """
+    keys = jax.random.split(prng.fused(key), batch_size)
+    return keys if fused_env_keys else prng.like(keys, key)
 
 
 def act(

@@ -147,7 +147,8 @@ def _random_ops(jaxpr, counts=None):
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_init_hashes_its_keys_fused_with_the_same_values(env_id, monkeypatch):
-    """The init's own splits and its weight draw go through prng's fused hash, which changes no value."""
+    """The init's own splits, its weight draw and the envs' reset draws go through prng's fused hash, which
+    changes no value."""
     from jaxrl_rollout import prng
 
     made = ppo.make_ppo(ppo.PPOConfig(env_id=env_id, total_timesteps=4 * 128, normalize_observations=True))
@@ -156,7 +157,8 @@ def test_init_hashes_its_keys_fused_with_the_same_values(env_id, monkeypatch):
     ops = _random_ops(jax.make_jaxpr(init)(key).jaxpr)
     plain = {op: n for op, n in ops.items() if op[0] == "random_split" and op[1] != "key<fyf>"}
     assert not plain and ops.get(("random_split", "key<fyf>")) == 3, ops  # split 3, then reset key, then B envs
-    assert ops.get(("random_bits", "key<fyf>")) == 1, ops  # the initial weights
+    assert ops.get(("random_bits", "key<fyf>")) == 2, ops  # the initial weights, the envs' reset draw
+    assert not any(op[1] != "key<fyf>" for op in ops), ops
     fused = jax.jit(init)(key)
     monkeypatch.setattr(prng, "_enabled", lambda: False)  # every key left as it is: JAX's own threefry
     init_plain = lambda k: made.init(k, ppo.PPOHParams())  # noqa: E731  (a new function: traced afresh)

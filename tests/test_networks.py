@@ -126,6 +126,40 @@ def test_mlp_init_is_torch_orthogonal_with_cleanrl_gains():
     assert INIT["mlp_cont_shared"]["params"]["log_std"].shape == (1,)
 
 
+def test_fused_init_is_module_init_with_fused_hashes(monkeypatch):
+    """The same variables as module.init, its fold_ins and draws on prng's fused key; a module that needs raw
+    uint32 keys is initialised with the key as given."""
+    import flax.linen as nn
+
+    from jaxrl_rollout import prng
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.relu(nn.Dense(8, kernel_init=nn.initializers.lecun_uniform())(x))
+            return nn.Dense(2, bias_init=nn.initializers.normal(1.0))(x)
+
+    def raw_uniform(key, shape, dtype=jnp.float32):  # reads the key as an array: only a raw key is one
+        return jax.random.uniform(jnp.asarray(key, jnp.uint32), shape, dtype)
+
+    class RawKeyNet(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(2, kernel_init=raw_uniform)(x)
+
+    key, obs = jax.random.PRNGKey(3), jnp.ones((1, 5))
+    for module in (Net(), RawKeyNet()):
+        jax.tree.map(np.testing.assert_array_equal, jax.jit(lambda k: networks.fused_init(module, k, obs))(key),
+                     jax.jit(lambda k: module.init(k, obs))(key))
+    draws = [e for e in jax.make_jaxpr(lambda k: networks.fused_init(Net(), k, obs))(key).jaxpr.eqns
+             if e.primitive.name in ("random_bits", "random_fold_in", "random_split")]
+    assert draws and all(str(e.invars[0].aval.dtype) == "key<fyf>" for e in draws), draws
+    monkeypatch.setattr(prng, "_enabled", lambda: False)  # fusing off: module.init itself
+    draws = [e for e in jax.make_jaxpr(lambda k: networks.fused_init(Net(), k, obs))(key).jaxpr.eqns
+             if e.primitive.name in ("random_bits", "random_fold_in", "random_split")]
+    assert not any(str(e.invars[0].aval.dtype) == "key<fyf>" for e in draws), draws
+
+
 def test_batched_init_is_module_inits_distribution_in_one_draw():
     # Same structure, shapes and recipe (orthogonal kernels with CleanRL's gains, zero biases and
     # log_std) as module.init; other values, since the key is used differently.

@@ -184,3 +184,19 @@ def test_learns_pendulum_quickly():
     final = np.nanmean(ret[:, -250:], axis=1)  # the last 500 steps (2-3 episodes)
     assert (first < -900).all(), first
     assert (final > -700).all(), final
+
+
+def test_fused_hashing_changes_no_value(monkeypatch):
+    """Init, acting, the env's own draws and the learner's splits hash through prng's fused kernel, bit for bit."""
+    from jaxrl_rollout import prng
+    from tests.test_algorithms import _random_ops
+
+    cfg = dataclasses.replace(SMALL, total_timesteps=200, learning_starts=150)
+    key = jax.random.PRNGKey(5)
+    ops = _random_ops(jax.make_jaxpr(sac.make_train(cfg))(key).jaxpr)
+    assert ops and all(key_type == "key<fyf>" for _, key_type in ops), ops  # every split, fold_in and draw
+    fused = jax.jit(sac.make_train(cfg))(key)
+    monkeypatch.setattr(prng, "_enabled", lambda: False)  # every key JAX's own threefry
+    plain = jax.jit(sac.make_train(cfg))(key)
+    for x, y in zip(jax.tree.leaves(fused), jax.tree.leaves(plain)):
+        np.testing.assert_array_equal(x, y)  # NaN where the other has NaN (metrics without an episode)

@@ -4,9 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from jaxrl_rollout import stepping
-from tests.toy_envs import CountingEnv, OldApiEnv, counting_recurrent_policy, obs_time, scripted_policy
+from tests.toy_envs import CountingEnv, CountingState, OldApiEnv, counting_recurrent_policy, obs_time, scripted_policy
 
 B = 3
 
@@ -65,6 +66,60 @@ def test_step_keys_are_one_split_of_the_key():
     np.testing.assert_array_equal(jax.random.key_data(policy_key), expected[1])
     np.testing.assert_array_equal(jax.random.key_data(env_keys), expected[2:])
     assert env_keys.dtype == key.dtype
+
+
+def test_reset_keys_are_the_split_of_the_key_in_either_form():
+    from jaxrl_rollout import prng
+
+    key = jax.random.PRNGKey(7)  # raw uint32, as jax.random.PRNGKey gives
+    expected = jax.random.split(key, B)
+    plain = stepping.reset_keys(key, B)
+    np.testing.assert_array_equal(plain, expected)
+    assert plain.dtype == key.dtype
+    fused = stepping.reset_keys(key, B, fused_env_keys=True)
+    assert jax.random.key_impl(fused) == prng.FUSED_THREEFRY
+    np.testing.assert_array_equal(jax.random.key_data(fused), expected)
+
+
+@struct.dataclass
+class _KeyedState(CountingState):
+    key: jax.Array
+
+
+class _KeyInStateEnv(CountingEnv):
+    """Keeps its last key in its state (as some envs do): a fused key would change the state's type."""
+
+    def reset_env(self, key, params):
+        obs, state = super().reset_env(key, params)
+        return obs, _KeyedState(time=state.time, tag=state.tag, key=key)
+
+    def step_env(self, key, state, action, params):
+        obs, inner, reward, done, info = super().step_env(key, state, action, params)
+        return obs, _KeyedState(time=inner.time, tag=inner.tag, key=key), reward, done, info
+
+
+class _RawKeyEnv(CountingEnv):
+    """Reads its key as a uint32 array, which only a raw key is."""
+
+    def reset_env(self, key, params):
+        obs, state = super().reset_env(key, params)
+        return obs, state.replace(tag=state.tag + 0.0 * jnp.asarray(key, jnp.uint32)[0])
+
+
+def test_takes_fused_keys_only_where_nothing_else_changes(monkeypatch):
+    from jaxrl_rollout import envs, prng
+
+    env, params = envs.make("CartPole-v1")
+    assert stepping.takes_fused_keys(env, params, B)
+    assert stepping.takes_fused_keys(CountingEnv(), CountingEnv().default_params, B)
+    for env in (_KeyInStateEnv(), _RawKeyEnv()):
+        assert not stepping.takes_fused_keys(env, env.default_params, B), type(env).__name__
+        # and with its own keys it still resets and steps
+        keys = stepping.reset_keys(jax.random.PRNGKey(0), B)
+        _, state = stepping.env_reset(env, keys, env.default_params)
+        stepping.env_step(env, env.default_params, keys, state, jnp.zeros((B,), jnp.int32), B)
+    monkeypatch.setattr(prng, "_enabled", lambda: False)  # fusing off (e.g. off CPU): JAX's own keys
+    assert not stepping.takes_fused_keys(CountingEnv(), CountingEnv().default_params, B)
 
 
 def test_batch_where_and_reset_carry_select_rows():

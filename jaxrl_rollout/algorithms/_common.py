@@ -833,7 +833,7 @@ def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, norma
     )
     one_obs = jax.tree.map(lambda x: x[:1], state.obs)
     if recurrent:
-        params = s.module.init(net_key, s.module.initial_carry(1), one_obs)
+        params = networks.fused_init(s.module, net_key, s.module.initial_carry(1), one_obs)
     else:
         params = networks.batched_init(s.module, net_key, one_obs)
     return params, state, key

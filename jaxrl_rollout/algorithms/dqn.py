@@ -44,7 +44,8 @@ import optax
 
 from jaxrl_rollout import envs, optim, prng
 from jaxrl_rollout.algorithms import _common, replay
-from jaxrl_rollout.stepping import env_reset, env_step, step_keys
+from jaxrl_rollout.networks import fused_init
+from jaxrl_rollout.stepping import env_reset, env_step, reset_keys, step_keys, takes_fused_keys
 
 __all__ = [
     "DQN", "DQNConfig", "DQNHParams", "DQNMetrics", "DQNState", "HPARAM_RANGES", "QNetwork", "check_hparams", "dqn_loss",
@@ -377,6 +378,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     apply_fn = module.apply
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
     B, A = config.num_envs, action_dim
+    fused_env_keys = takes_fused_keys(env, env_params, B)
     duration_scale = float(config.num_iterations)
 
     def optimizer(hp: DQNHParams) -> optax.GradientTransformation:
@@ -386,7 +388,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         """One vector step g = state.iteration: act epsilon-greedily, step, store; returns (state, stats)."""
         g = state.iteration
         epsilon = epsilon_schedule(hp.start_e, hp.end_e, hp.exploration_fraction * duration_scale, g)
-        key, act_key, env_keys = step_keys(state.key, B)
+        key, act_key, env_keys = step_keys(state.key, B, fused_env_keys)
         greedy = jnp.argmax(apply_fn(state.params, state.obs), axis=-1).astype(jnp.int32)
         explore, random_action = _common.epsilon_draws(act_key, (B,), epsilon, A)
         action = jnp.where(explore, random_action, greedy)
@@ -404,8 +406,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     def init(key: jax.Array, hparams: DQNHParams | None = None) -> DQNState:
         hp = resolve_hparams(hparams)
         net_key, env_key, key = prng.split(key, 3)
-        obs, env_state = env_reset(env, jax.random.split(env_key, B), env_params)
-        params = module.init(net_key, jax.tree.map(lambda x: x[:1], obs))
+        obs, env_state = env_reset(env, reset_keys(env_key, B, fused_env_keys), env_params)
+        params = fused_init(module, net_key, jax.tree.map(lambda x: x[:1], obs))
         example = replay.Transition(
             jax.tree.map(lambda x: x[0], obs), jnp.int32(0), jnp.float32(0), jax.tree.map(lambda x: x[0], obs),
             jnp.bool_(False), jnp.bool_(False))
@@ -413,7 +415,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
                         jnp.zeros(B, jnp.float32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
 
     def learn(state: DQNState, hp: DQNHParams):
-        key, sample_key = jax.random.split(state.key)
+        key, sample_key = prng.split(state.key)
         batch = buffer.sample(state.buffer, sample_key)
         (loss, (q_mean, _)), grads = jax.value_and_grad(dqn_loss, argnums=1, has_aux=True)(
             apply_fn, state.params, state.target_params, batch, hp.gamma, config.bootstrap)

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import optax
 from gymnax.environments import spaces
 
-from jaxrl_rollout import batching, envs, optim, prng
+from jaxrl_rollout import batching, envs, networks, optim, prng
 from jaxrl_rollout.advantages import lambda_returns
 from jaxrl_rollout.algorithms import _common
 from jaxrl_rollout.collect import rollout, rollout_init
@@ -473,7 +473,7 @@ def make_pqn(config: PQNConfig, *, env: Any = None, env_params: Any = None, netw
         hp = _resolve(hparams)
         net_key, env_key, key = prng.split(key, 3)
         rollout_state = rollout_init(env_key, env, env_params, config.num_envs)
-        params = module.init(net_key, jax.tree.map(lambda x: x[:1], rollout_state.obs))
+        params = networks.fused_init(module, net_key, jax.tree.map(lambda x: x[:1], rollout_state.obs))
         return PQNState(params, make_optimizer(config, hp).init(params), rollout_state, key, jnp.int32(0),
                         jnp.asarray(hp.epsilon_start, jnp.float32))
 

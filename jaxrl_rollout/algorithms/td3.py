@@ -50,7 +50,8 @@ import optax
 from jaxrl_rollout import actor_critic_losses as acl
 from jaxrl_rollout import envs, optim, prng
 from jaxrl_rollout.algorithms import _common, replay
-from jaxrl_rollout.stepping import env_reset, env_step, step_keys
+from jaxrl_rollout.networks import fused_init
+from jaxrl_rollout.stepping import env_reset, env_step, reset_keys, step_keys, takes_fused_keys
 
 __all__ = [
     "HPARAM_RANGES", "TD3", "TD3Actor", "TD3Config", "TD3Critic", "TD3HParams", "TD3Metrics", "TD3State",
@@ -375,6 +376,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     actor, critic = _check_networks(network, env.observation_space(env_params), action_dim)
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
     B, A = config.num_envs, action_dim
+    fused_env_keys = takes_fused_keys(env, env_params, B)
     bootstrap_on_truncation = config.bootstrap == "time_limits"
 
     def q_fn(params, obs, action):
@@ -386,11 +388,11 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     def iterate(state: TD3State, hp: TD3HParams):
         """One vector step g = state.iteration: act, step, store; returns (state, stats)."""
         g = state.iteration
-        key, act_key, env_keys = step_keys(state.key, B)
-        noise_key, random_key = jax.random.split(act_key)
+        key, act_key, env_keys = step_keys(state.key, B, fused_env_keys)
+        noise_key, random_key = prng.split(act_key)
         mu = actor.apply(state.actor_params, state.obs)
-        noisy = jnp.clip(mu + jax.random.normal(noise_key, (B, A)) * (action_scale * hp.exploration_noise), low, high)
-        uniform = jax.random.uniform(random_key, (B, A), minval=low, maxval=high)
+        noisy = jnp.clip(mu + jax.random.normal(prng.fused(noise_key), (B, A)) * (action_scale * hp.exploration_noise), low, high)
+        uniform = jax.random.uniform(prng.fused(random_key), (B, A), minval=low, maxval=high)
         action = jnp.where(g < config.learning_starts, uniform, noisy).astype(jnp.float32)
         step = env_step(env, env_params, env_keys, state.env_state, action, B)
         buf = buffer.add(state.buffer, replay.transitions(state.obs, action, step))
@@ -406,11 +408,11 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     def init(key: jax.Array, hparams: TD3HParams | None = None) -> TD3State:
         hp = resolve_hparams(hparams)
         actor_key, q1_key, q2_key, env_key, key = prng.split(key, 5)
-        obs, env_state = env_reset(env, jax.random.split(env_key, B), env_params)
+        obs, env_state = env_reset(env, reset_keys(env_key, B, fused_env_keys), env_params)
         obs1 = jax.tree.map(lambda x: x[:1], obs)
         act1 = jnp.zeros((1, A), jnp.float32)
-        actor_params = actor.init(actor_key, obs1)
-        critic_params = (critic.init(q1_key, obs1, act1), critic.init(q2_key, obs1, act1))
+        actor_params = fused_init(actor, actor_key, obs1)
+        critic_params = (fused_init(critic, q1_key, obs1, act1), fused_init(critic, q2_key, obs1, act1))
         example = replay.Transition(
             jax.tree.map(lambda x: x[0], obs), jnp.zeros(A, jnp.float32), jnp.float32(0),
             jax.tree.map(lambda x: x[0], obs), jnp.bool_(False), jnp.bool_(False))
@@ -446,7 +448,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
         return state, (loss, flags)
 
     def learn(state: TD3State, hp: TD3HParams):
-        key, sample_key, noise_key = jax.random.split(state.key, 3)
+        key, sample_key, noise_key = prng.split(state.key, 3)
         batch = buffer.sample(state.buffer, sample_key)
         noise = jax.random.normal(prng.fused(noise_key), (config.batch_size, A))
         (loss, q_mean), grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(

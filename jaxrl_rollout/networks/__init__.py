@@ -6,8 +6,9 @@ itself only sees plain callables. Everything is reachable as
 
 - `init.py`: initialisation with PyTorch's numbers. `orthogonal(gain)` (torch's
   `orthogonal_`, on a Householder QR without LAPACK), the Dense layer with an
-  orthogonal kernel and zero bias that the modules use, and `batched_init`
-  (an `ActorCriticMLP`'s parameters drawn in one batch).
+  orthogonal kernel and zero bias that the modules use, `batched_init`
+  (an `ActorCriticMLP`'s parameters drawn in one batch) and `fused_init`
+  (`module.init`'s values, its hashes fused).
 - `modules.py`: the actor-critics `ActorCriticMLP`, `ActorCriticCNN`,
   `ActorCriticMultiInput` and `ActorCriticGRU`, their construction checks,
   the layer gains (`HIDDEN_GAIN`, `ACTOR_HEAD_GAIN`, `CRITIC_HEAD_GAIN`),
@@ -40,7 +41,7 @@ from __future__ import annotations
 import flax.linen as nn  # noqa: F401
 
 from jaxrl_rollout.networks.adapters import feedforward_policy, recurrent_policy, unroll
-from jaxrl_rollout.networks.init import OrthogonalDense, batched_init, householder_q, orthogonal  # noqa: F401
+from jaxrl_rollout.networks.init import OrthogonalDense, batched_init, fused_init, householder_q, orthogonal  # noqa: F401
 from jaxrl_rollout.networks.modules import (
     ACTION_MASK_KEYS,
     ACTIVATIONS,
@@ -66,6 +67,7 @@ __all__ = [
     "ActorCriticMultiInput",
     "batched_init",
     "feedforward_policy",
+    "fused_init",
     "leaf_name",
     "recurrent_policy",
     "unroll",
