@@ -81,6 +81,14 @@ def test_a_run_of_the_sweep_equals_a_single_train_call(algo, full_runs):
     for a, b in zip(_leaves(jax.tree.map(lambda x: x[1], full.state)), _leaves(state)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(full.metrics["num_episodes"][1], np.asarray(metrics.num_episodes))
+    # The same program with learning rates that diverge: the `nonfinite` flag is set, and at the end the
+    # params themselves are not finite (bit 4; `runner.Diverged` reads the flag).
+    defaults = algorithms.get(algo).hparams()
+    huge = defaults._replace(**{f: 1e30 for f in ("lr", "policy_lr", "q_lr") if f in defaults._fields})
+    _, diverged = single(spec.run_keys()[1], huge)
+    flags = np.asarray(diverged.nonfinite)
+    assert not np.asarray(metrics.nonfinite).any() and flags.any(), flags
+    assert flags[-1] & 4, flags
 
 
 def test_log_interval_groups_metrics_and_never_changes_training():
