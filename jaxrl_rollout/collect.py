@@ -76,10 +76,9 @@ def rollout_init(
     num_envs = _checks.check_positive_int("num_envs", num_envs)
     env_params = stepping.resolve_params(env, env_params)
     reset_key, key = prng.split(key)  # jax.random.split's keys, each split hashed in one kernel
-    stepping.check_env(env, env_params, reset_key, num_envs)
+    fused_env_keys = stepping.check_env_and_fused_keys(env, env_params, reset_key, num_envs)
     if initial_carry is not None:
         _checks.check_carry(initial_carry, num_envs)
-    fused_env_keys = stepping.takes_fused_keys(env, env_params, num_envs)
     obs, env_state = stepping.env_reset(env, stepping.reset_keys(reset_key, num_envs, fused_env_keys), env_params)
     obs_rms = None
     if normalize_observations:
@@ -276,7 +275,10 @@ def _scan_steps(spec: _RolloutSpec, state: RolloutState, num_steps: int) -> tupl
     The env gets fused keys (bit-identical, fewer kernels) unless it cannot
     take them: an env that keeps its key in its state (its type would change
     from step to step, which the scan rejects) or that needs raw key arrays.
-    Any error then comes from the plain trace, as it would without this.
+    An env state that holds a typed key is not tried (`stepping.keeps_a_key`:
+    no failed trace of a slow env's step); otherwise a failed fused trace is
+    followed by the plain one, and any error comes from that, as it would
+    without this.
 
     Returns:
       `(state, (trajectory, final_obs))`: the state after the last step, the
@@ -284,7 +286,7 @@ def _scan_steps(spec: _RolloutSpec, state: RolloutState, num_steps: int) -> tupl
       `_next_values`), and the stacked final observations on the
       `_AFTER_SCAN` path (None otherwise).
     """
-    if prng.can_fuse(state.key):
+    if prng.can_fuse(state.key) and not stepping.keeps_a_key(state.env_state):
         try:
             return jax.lax.scan(functools.partial(_step, spec, True), state, None, length=num_steps)
         except Exception:  # noqa: BLE001 -- retraced below with the env's usual keys

@@ -122,6 +122,28 @@ def test_takes_fused_keys_only_where_nothing_else_changes(monkeypatch):
     assert not stepping.takes_fused_keys(CountingEnv(), CountingEnv().default_params, B)
 
 
+def test_a_rollout_traces_the_env_step_twice_in_all(monkeypatch):
+    """rollout_init's protocol check and fused-key probe share one traced reset and step, and the rollout's scan
+    traces the step once more; an env that keeps a typed key in its state is not tried on fused keys there (no
+    failed trace); a broken env still gets check_env's error."""
+    from jaxrl_rollout import collect
+
+    for env in (CountingEnv(), _KeyInStateEnv()):
+        traced, step = [], type(env).step
+        monkeypatch.setattr(type(env), "step", lambda self, *a, _step=step: traced.append(1) or _step(self, *a))
+
+        def run(key, env=env):
+            state = collect.rollout_init(key, env, None, B)
+            return collect.rollout(env, None, scripted_policy([2, 3, 9]), None, state, 4)[1].reward
+
+        rewards = jax.jit(run)(jax.random.key(0))
+        assert len(traced) == 2, (type(env).__name__, len(traced))
+        assert rewards.shape == (4, B)
+        monkeypatch.undo()
+    with pytest.raises(TypeError, match="must return 6 values"):
+        collect.rollout_init(jax.random.key(0), OldApiEnv(), None, B)
+
+
 def test_batch_where_and_reset_carry_select_rows():
     mask = jnp.array([True, False, True])
     on_true = {"a": jnp.ones((B, 2)), "b": jnp.ones((B,))}
