@@ -117,6 +117,12 @@ def test_errors_name_the_argument():
         dqn.DQNConfig(bootstrap="truncation")
     with pytest.raises(ValueError, match="buffer_size"):
         dqn.DQNConfig(buffer_size=0)
+    with pytest.raises(ValueError, match=r"batch_size=8 is more than buffer_size=7"):  # flashbax's own words before
+        dqn.DQNConfig(buffer_size=7, batch_size=8, num_envs=1)
+    with pytest.raises(ValueError, match=r"num_envs=10 is more than buffer_size=8"):  # a chex assertion at trace time
+        dqn.DQNConfig(buffer_size=8, batch_size=8, num_envs=10)
+    with pytest.raises(ValueError, match=r"batch_size=4 is more than buffer_size=3"):
+        replay.make_replay_buffer(3, 4)
     with pytest.raises(ValueError, match="learning_starts"):
         dqn.DQNConfig(learning_starts=-1)
     with pytest.raises(ValueError, match="total_timesteps"):

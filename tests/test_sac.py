@@ -128,6 +128,10 @@ def test_errors_name_the_argument():
                          ("autotune", 1), ("target_entropy", float("nan")), ("hidden_sizes", ())):
         with pytest.raises(ValueError, match=field):
             sac.SACConfig(**{field: value})
+    with pytest.raises(ValueError, match=r"batch_size=256 is more than buffer_size=10"):
+        sac.SACConfig(buffer_size=10)
+    with pytest.raises(ValueError, match=r"num_envs=4 is more than buffer_size=3"):
+        sac.SACConfig(buffer_size=3, batch_size=2, num_envs=4)
     with pytest.raises(TypeError, match="SACConfig"):
         sac.make_sac(dict(SMALL.__dict__))
     with pytest.raises(ValueError, match="env .*continuous"):

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jaxrl_rollout import prng
 from jaxrl_rollout.stepping import EnvStep, batch_where
 
-__all__ = ["BOOTSTRAP", "Transition", "ReplayBuffer", "discount_mask", "make_replay_buffer", "transitions"]
+__all__ = ["BOOTSTRAP", "Transition", "ReplayBuffer", "check_sizes", "discount_mask", "make_replay_buffer", "transitions"]
 
 BOOTSTRAP = ("time_limits", "done")
 """The values of an algorithm's `bootstrap` option (see the module docstring)."""
@@ -89,6 +89,24 @@ class ReplayBuffer(NamedTuple):
     batch_size: int
 
 
+def check_sizes(buffer_size: int, batch_size: int, num_envs: int | None = None) -> None:
+    """Checks that a sample of `batch_size` and a vector step of `num_envs` fit a buffer of `buffer_size`.
+
+    flashbax samples at most its capacity, and one vector step adds `num_envs`
+    transitions at once, which must fit in it; the learners' configs call this
+    so that a config that cannot run fails when it is made, naming its fields.
+
+    Raises:
+      ValueError: naming `batch_size` or `num_envs` and `buffer_size`.
+    """
+    if batch_size > buffer_size:
+        raise ValueError(f"batch_size={batch_size} is more than buffer_size={buffer_size}: a replay sample is at most "
+                         "the buffer's capacity; raise buffer_size or lower batch_size.")
+    if num_envs is not None and num_envs > buffer_size:
+        raise ValueError(f"num_envs={num_envs} is more than buffer_size={buffer_size}: one vector step adds num_envs "
+                         "transitions, which must fit in the buffer; raise buffer_size or lower num_envs.")
+
+
 def make_replay_buffer(buffer_size: int, batch_size: int) -> ReplayBuffer:
     """A flashbax item buffer of `buffer_size` transitions that samples `batch_size` of them.
 
@@ -101,11 +119,12 @@ def make_replay_buffer(buffer_size: int, batch_size: int) -> ReplayBuffer:
 
     Raises:
       ValueError: naming `buffer_size` or `batch_size` when it is not a
-        positive int.
+        positive int, or when batch_size > buffer_size.
     """
     for name, value in (("buffer_size", buffer_size), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}.")
+    check_sizes(buffer_size, batch_size)
     fb = fbx.make_item_buffer(max_length=buffer_size, min_length=1, sample_batch_size=batch_size, add_batches=True)
 
     def init(example: Transition):

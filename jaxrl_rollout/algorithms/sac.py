@@ -127,6 +127,7 @@ class SACConfig(_common.LearnerSizes):
         for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency",
                      "target_network_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))
+        replay.check_sizes(self.buffer_size, self.batch_size, self.num_envs)
         if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
                 self.learning_starts < 0:
             raise ValueError(f"learning_starts must be an int >= 0, got {self.learning_starts!r}.")

@@ -118,6 +118,7 @@ class TD3Config(_common.LearnerSizes):
     def __post_init__(self):
         for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))
+        replay.check_sizes(self.buffer_size, self.batch_size, self.num_envs)
         if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
                 self.learning_starts < 0:
             raise ValueError(f"learning_starts must be an int >= 0, got {self.learning_starts!r}.")
