@@ -123,6 +123,13 @@ def test_errors_name_the_argument():
         dqn.DQNConfig(buffer_size=8, batch_size=8, num_envs=10)
     with pytest.raises(ValueError, match=r"batch_size=4 is more than buffer_size=3"):
         replay.make_replay_buffer(3, 4)
+    # CleanRL's 500,000-step defaults with a short run: no gradient step at all, an error rather than silence
+    with pytest.raises(ValueError, match=r"learning_starts=10000 leaves no gradient step: the first comes after "
+                                         r"iteration 10010.*takes iterations 0 to 9999"):
+        dqn.DQNConfig(total_timesteps=10_000)
+    with pytest.raises(ValueError, match=r"first comes after iteration 20, .* 0 to 19;"):
+        dqn.DQNConfig(total_timesteps=20, num_envs=1, learning_starts=10, train_frequency=10, log_interval=10)
+    dqn.DQNConfig(total_timesteps=30, num_envs=1, learning_starts=10, train_frequency=10, log_interval=10)  # g = 20
     with pytest.raises(ValueError, match="learning_starts"):
         dqn.DQNConfig(learning_starts=-1)
     with pytest.raises(ValueError, match="total_timesteps"):

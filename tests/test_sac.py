@@ -132,6 +132,9 @@ def test_errors_name_the_argument():
         sac.SACConfig(buffer_size=10)
     with pytest.raises(ValueError, match=r"num_envs=4 is more than buffer_size=3"):
         sac.SACConfig(buffer_size=3, batch_size=2, num_envs=4)
+    with pytest.raises(ValueError, match=r"learning_starts=5000 leaves no gradient step"):
+        sac.SACConfig(total_timesteps=5_000)
+    sac.SACConfig(total_timesteps=5_002, log_interval=1)  # one critic step, after iteration 5,001
     with pytest.raises(TypeError, match="SACConfig"):
         sac.make_sac(dict(SMALL.__dict__))
     with pytest.raises(ValueError, match="env .*continuous"):

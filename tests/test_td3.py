@@ -90,6 +90,8 @@ def test_errors_name_the_argument():
         td3.TD3Config(policy_frequency=0)
     with pytest.raises(ValueError, match=r"batch_size=256 is more than buffer_size=100"):
         td3.TD3Config(buffer_size=100)
+    with pytest.raises(ValueError, match=r"learning_starts=25000 leaves no gradient step"):
+        td3.TD3Config(total_timesteps=20_000)
     with pytest.raises(ValueError, match="learning_starts"):
         td3.TD3Config(learning_starts=-1)
     with pytest.raises(ValueError, match="total_timesteps"):

@@ -374,6 +374,26 @@ class LearnerSizes:
         """Env steps in one update."""
         return self.learner_steps_per_update * self.learner_period * self.num_envs
 
+    def check_learning_starts(self, due_every: int = 1) -> None:
+        """Raises when `learning_starts` leaves the run without a gradient step.
+
+        Iterations g = 0 .. num_updates * steps of an update - 1 are taken; a
+        gradient step follows iteration g when g > learning_starts and g is a
+        multiple of `due_every` (DQN's train_frequency; 1 for SAC and TD3).
+        Without this check such a config trains nothing and says nothing.
+
+        Raises:
+          ValueError: naming learning_starts and total_timesteps.
+        """
+        taken = self.num_updates * self.learner_steps_per_update * self.learner_period
+        first = (self.learning_starts // due_every + 1) * due_every
+        if first >= taken:
+            raise ValueError(
+                f"learning_starts={self.learning_starts} leaves no gradient step: the first comes after iteration "
+                f"{first}, and total_timesteps={self.total_timesteps} with num_envs={self.num_envs} takes iterations "
+                f"0 to {taken - 1}; lower learning_starts (in iterations of num_envs env steps) or raise "
+                "total_timesteps.")
+
 
 def due_row(rows: Any, due: jax.Array) -> Any:
     """Of a learner step's per-iteration outputs (leaves [period, ...]), the row of its one due iteration.

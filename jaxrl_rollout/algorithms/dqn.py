@@ -120,6 +120,7 @@ class DQNConfig(_common.LearnerSizes):
                              f"learner_steps_per_update * train_frequency = "
                              f"{self.num_envs * self.learner_steps_per_update * self.train_frequency} env steps (lower "
                              "log_interval for a shorter run).")
+        self.check_learning_starts(self.train_frequency)
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")

@@ -129,6 +129,7 @@ class TD3Config(_common.LearnerSizes):
             raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
                              f"learner_steps_per_update = {self.num_envs * self.learner_steps_per_update} "
                              "env steps (lower log_interval for a shorter run).")
+        self.check_learning_starts()
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
