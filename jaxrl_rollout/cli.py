@@ -705,6 +705,9 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
                 print(f"  anneal_lr: from update {before['updates_done']} on, the learning rate follows the new "
                       f"total's linear schedule over {spec.config.num_updates} updates (it rises again after "
                       "a finished run's decay)")
+            if spec.algo in ("dqn", "pqn"):  # epsilon decays over a fraction of the run's total
+                print(f"  epsilon: from update {before['updates_done']} on, the exploration rate follows the new "
+                      "total's schedule (its decay is a fraction of the whole run, so it can rise again)")
             written = []
 
             def on_save(chunks_done):  # config.json follows the checkpoint, never leads it

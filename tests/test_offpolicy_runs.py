@@ -185,6 +185,11 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     frames = iio.imread(videos[0])
     assert frames.ndim == 4 and frames.shape[0] > 1 and frames.shape[-1] == 3
     assert np.abs(frames[-1].astype(int) - frames[0].astype(int)).max() > 0  # the pictures change over time
+    if algo == "dqn":  # train longer: epsilon's decay is a fraction of the whole run, and the command says so
+        assert cli.main(["train", "--resume", "run", "--total-steps", "1500", "--stop-after-chunks", "1"]) == 0
+        out = capsys.readouterr().out
+        assert "extending the run in run from 1,200 to 1,500 steps per run" in out
+        assert "epsilon: from update 12 on, the exploration rate follows the new total's schedule" in out
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -196,6 +201,10 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     (["--algo", "sac", "--env", "CartPole-v1"], "SAC needs continuous actions"),
     (["--algo", "dqn", "--log-interval", "0"], "log_interval must be a positive int"),
     (["--algo", "sac", "--total-steps", "1", "--log-interval", "1"], "gives no update"),
+    (["--algo", "sac", "--buffer-size", "100"], "batch_size=256 is more than buffer_size=100"),
+    (["--algo", "dqn", "--num-envs", "8", "--buffer-size", "4", "--batch-size", "4"],
+     "num_envs=8 is more than buffer_size=4"),
+    (["--algo", "sac", "--total-steps", "4000"], "learning_starts=5000 leaves no gradient step"),
 ])
 def test_bad_off_policy_options_exit_2_in_one_line(argv, words, tmp_path, capsys):
     assert cli.main(["train", *argv, "--out", str(tmp_path / "run")]) == 2
