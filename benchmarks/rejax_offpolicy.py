@@ -103,8 +103,11 @@ def max_seeds(train, budget_bytes: float, start: int = 256) -> dict:
 
     XLA's `memory_analysis()` of `jax.jit(jax.vmap(train))` for S keys gives
     arguments + outputs + temporaries - aliased bytes (compile only, nothing
-    runs); the process's peak resident set after compiling one seed (Python,
-    XLA, the libraries) is added. Doubling from `start`, then bisection to 2%.
+    runs); on the CPU, where the program shares the host's memory, the
+    process's peak resident set after compiling one seed (Python, XLA, the
+    libraries) is added. On an accelerator the budget is the device's memory
+    and the program's bytes are counted alone (the resident set, host memory,
+    is still reported). Doubling from `start`, then bisection to 2%.
     """
     import jax
 
@@ -117,7 +120,8 @@ def max_seeds(train, budget_bytes: float, start: int = 256) -> dict:
 
     one = footprint(1)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    fits = lambda f: f["total"] + rss <= budget_bytes  # noqa: E731
+    host = rss if jax.default_backend() == "cpu" else 0
+    fits = lambda f: f["total"] + host <= budget_bytes  # noqa: E731
     if not fits(one):
         return {"max_seeds": 0, "process_rss_bytes": rss, "per_seed_total_bytes": one["total"], "probes": [one]}
     probes, lo, hi = [one], 1, start
