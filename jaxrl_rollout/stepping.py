@@ -264,7 +264,7 @@ def takes_fused_keys(env: Any, env_params: Any, num_envs: int) -> bool:
       env_params: its params.
       num_envs: B.
     """
-    return _fused_trace(env, env_params, num_envs) == _FUSED
+    return _fused_trace(env, env_params, num_envs) is True
 
 
 def check_env_and_fused_keys(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> bool:
@@ -288,18 +288,15 @@ def check_env_and_fused_keys(env: Any, env_params: Any, key: jax.Array, num_envs
     Raises:
       TypeError, ValueError: as `check_env`.
     """
-    found = _fused_trace(env, env_params, num_envs)
-    if found is None:
+    fused = _fused_trace(env, env_params, num_envs)
+    if fused is None:
         check_env(env, env_params, key, num_envs)
-    return found == _FUSED
+    return fused is True
 
 
-_FUSED, _KEY_IN_OUTPUTS = "fused", "key in outputs"
-
-
-def _fused_trace(env: Any, env_params: Any, num_envs: int) -> str | None:
-    """`_FUSED`, `_KEY_IN_OUTPUTS` (the traced reset and step on fused keys went through) or None (it did not run:
-    fusing is off, or the trace failed)."""
+def _fused_trace(env: Any, env_params: Any, num_envs: int) -> bool | None:
+    """A traced reset and step on fused keys: None where it did not go through (fusing is off, or the trace
+    failed), else whether the env takes fused keys (False: a key ends up in its outputs)."""
     key = jax.random.PRNGKey(0)
     if not prng.can_fuse(key):
         return None
@@ -314,20 +311,19 @@ def _fused_trace(env: Any, env_params: Any, num_envs: int) -> str | None:
         out = jax.eval_shape(reset_and_step, key, env_params)
     except Exception:  # noqa: BLE001 -- the env then gets JAX's keys, whose errors surface there
         return None
-    if any(jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) for x in jax.tree.leaves(out)):
-        return _KEY_IN_OUTPUTS
-    return _FUSED
+    return not keeps_a_key(out)
 
 
 def keeps_a_key(env_state: PyTree) -> bool:
-    """Whether an env state holds a typed PRNG key.
+    """Whether an env state (any pytree) holds a typed PRNG key.
 
     An env that keeps its key in its state cannot step on fused keys (their
     type would end up in the state). Only typed keys (`jax.random.key`) are
     seen here; a raw uint32 key (`jax.random.PRNGKey`) is not told apart from
     other uint32 data.
     """
-    return any(jax.dtypes.issubdtype(jnp.result_type(x), jax.dtypes.prng_key) for x in jax.tree.leaves(env_state))
+    return any(hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+               for x in jax.tree.leaves(env_state))
 
 
 def step_keys(
