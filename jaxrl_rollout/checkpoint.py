@@ -52,6 +52,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_rollout import prng
+
 __all__ = ["CheckpointError", "FORMAT", "SUBFOLDER", "exists", "flatten", "load", "read_manifest", "save",
            "unflatten", "write_atomic"]
 
@@ -65,15 +67,11 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt, or does not match what the caller expects."""
 
 
-def _is_key(leaf: Any) -> bool:
-    return hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
-
-
 def flatten(tree: Any) -> tuple[list[Any], list[str | None], Any]:
     """(leaves with PRNG keys replaced by their key data, key impl name or None per leaf, treedef)."""
     leaves, treedef = jax.tree.flatten(tree)
-    impls = [str(jax.random.key_impl(x)) if _is_key(x) else None for x in leaves]
-    leaves = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+    impls = [str(jax.random.key_impl(x)) if prng.is_key(x) else None for x in leaves]
+    leaves = [jax.random.key_data(x) if prng.is_key(x) else x for x in leaves]
     return leaves, impls, treedef
 
 
@@ -87,7 +85,7 @@ def _leaf_specs(template: Any) -> tuple[str, list[dict]]:
     leaves, treedef = jax.tree.flatten(template)
     specs = []
     for x in leaves:
-        if _is_key(x):
+        if prng.is_key(x):
             data = jax.eval_shape(jax.random.key_data, x)
             specs.append({"shape": list(data.shape), "dtype": str(data.dtype), "key": str(x.dtype)})
         else:

@@ -41,7 +41,7 @@ import numpy as np
 
 from jaxrl_rollout._fusion import computed_once
 
-__all__ = ["FUSED_THREEFRY", "FusionUnavailableWarning", "can_fuse", "fused", "like", "split"]
+__all__ = ["FUSED_THREEFRY", "FusionUnavailableWarning", "can_fuse", "fused", "is_key", "like", "split"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)  # Threefry's key-schedule constant
@@ -228,12 +228,18 @@ def _define_fused_threefry():
 _hash_p, FUSED_THREEFRY = _define_fused_threefry()
 
 
-def _is_typed(key: jax.Array) -> bool:
-    return jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+def is_key(x: object) -> bool:
+    """Whether `x` is an array of typed PRNG keys (`jax.random.key`), concrete, traced or abstract.
+
+    Raw uint32 keys (`jax.random.PRNGKey`) are plain integer arrays and give
+    False; so do objects without a dtype.
+    """
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def _is_threefry(key: jax.Array) -> bool:
-    if _is_typed(key):
+    if is_key(key):
         return str(jax.random.key_impl(key)) == "threefry2x32"
     return (
         key.dtype == jnp.uint32
@@ -264,10 +270,10 @@ def like(key: jax.Array, reference: jax.Array) -> jax.Array:
     A raw uint32 reference gives raw key data, a typed one a key of its
     implementation; a key that was not fused is returned unchanged.
     """
-    if not (_is_typed(key) and jax.random.key_impl(key) == FUSED_THREEFRY):
+    if not (is_key(key) and jax.random.key_impl(key) == FUSED_THREEFRY):
         return key
     data = jax.random.key_data(key)
-    if _is_typed(reference):
+    if is_key(reference):
         return jax.random.wrap_key_data(data, impl=jax.random.key_impl(reference))
     return data
 

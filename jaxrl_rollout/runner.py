@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_rollout import algorithms, checkpoint, envs
+from jaxrl_rollout import algorithms, checkpoint, envs, prng
 from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.algorithms import stack_hparams
 from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
@@ -596,7 +596,7 @@ def _put(tree: Any, sharding: NamedSharding) -> Any:
         return jax.device_put(tree, sharding)
 
     def put(x):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        if prng.is_key(x):
             return jax.random.wrap_key_data(put(jax.random.key_data(x)), impl=jax.random.key_impl(x))
         host = np.asarray(x)
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])

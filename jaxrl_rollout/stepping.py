@@ -322,8 +322,7 @@ def keeps_a_key(env_state: PyTree) -> bool:
     seen here; a raw uint32 key (`jax.random.PRNGKey`) is not told apart from
     other uint32 data.
     """
-    return any(hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-               for x in jax.tree.leaves(env_state))
+    return any(prng.is_key(x) for x in jax.tree.leaves(env_state))
 
 
 def step_keys(

@@ -74,7 +74,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_rollout import _checks, _render_suites, collect, stepping
+from jaxrl_rollout import _checks, _render_suites, collect, prng, stepping
 from jaxrl_rollout.types import PyTree, RolloutState
 
 __all__ = [
@@ -257,13 +257,9 @@ def episode_states(recording: EpisodeRecording, episode: int = 0) -> PyTree:
     return _to_host(jax.tree.map(lambda x: x[:length, episode], recording.states))
 
 
-def _is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def _to_host(tree: PyTree) -> PyTree:
     """Leaves as numpy arrays, except PRNG keys (numpy has no key dtype), which stay jax arrays."""
-    return jax.tree.map(lambda x: x if _is_key(x) else np.asarray(x), tree)
+    return jax.tree.map(lambda x: x if prng.is_key(x) else np.asarray(x), tree)
 
 
 # ---- render hooks ----

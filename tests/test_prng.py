@@ -84,6 +84,16 @@ def test_other_keys_are_left_alone():
     np.testing.assert_array_equal(_data(prng.split(rbg, 3)), _data(jax.random.split(rbg, 3)))
 
 
+def test_is_key_tells_typed_keys_from_everything_else():
+    typed = [jax.random.key(0), jax.random.key(0, impl="rbg"), prng.fused(jax.random.key(0)),
+             jax.ShapeDtypeStruct((3,), jax.random.key(0).dtype)]
+    others = [jax.random.PRNGKey(0), np.zeros(2, np.uint32), 1.0, None, "key", jnp.float32(1)]
+    assert all(prng.is_key(x) for x in typed)
+    assert not any(prng.is_key(x) for x in others)
+    traced = jax.jit(lambda k, raw: (jnp.bool_(prng.is_key(k)), jnp.bool_(prng.is_key(raw))))
+    assert [bool(b) for b in traced(jax.random.key(1), jax.random.PRNGKey(1))] == [True, False]
+
+
 def test_fusing_is_off_with_the_legacy_threefry_counters():
     key = jax.random.PRNGKey(1)
     with jax.threefry_partitionable(False):

@@ -20,6 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxrl_rollout import prng
+
 PyTree = Any
 
 
@@ -75,10 +77,6 @@ def unknown_name(what: str, name: Any, known, list_known: bool = True) -> ValueE
     return ValueError(f"unknown {what} {name!r}.{hint}{listing}")
 
 
-def _is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def strong_dtypes(tree: PyTree) -> PyTree:
     """Every leaf as a jax array of its own dtype, never weakly typed (Python floats become float32).
 
@@ -86,12 +84,12 @@ def strong_dtypes(tree: PyTree) -> PyTree:
     dtypes would make the rollout's scan carry change type; adapters apply
     this to reset states and `cast_like` to step states.
     """
-    return jax.tree.map(lambda x: x if _is_key(x) else jnp.asarray(x, dtype=jnp.result_type(x)), tree)
+    return jax.tree.map(lambda x: x if prng.is_key(x) else jnp.asarray(x, dtype=jnp.result_type(x)), tree)
 
 
 def cast_like(tree: PyTree, like: PyTree) -> PyTree:
     """`tree` with the dtypes of `like`, leaf by leaf (the same structure)."""
-    return jax.tree.map(lambda x, ref: x if _is_key(ref) else jnp.asarray(x, dtype=ref.dtype), tree, like)
+    return jax.tree.map(lambda x, ref: x if prng.is_key(ref) else jnp.asarray(x, dtype=ref.dtype), tree, like)
 
 
 def select_tree(pred: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:

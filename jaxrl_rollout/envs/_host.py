@@ -33,6 +33,8 @@ import numpy as np
 from flax import struct
 from jax.experimental import io_callback
 
+from jaxrl_rollout import prng
+
 __all__ = ["HostEnv", "HostParams", "HostStats"]
 
 _SEED_BOUND = 2**31 - 1
@@ -244,7 +246,7 @@ class HostEnv:
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, jax.Array]:
         """Resets all B host envs; `key` holds one key per env. Returns (obs [B, ...], state)."""
         keys = jnp.asarray(key)
-        typed = jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+        typed = prng.is_key(keys)
         if (typed and keys.ndim != 1) or (not typed and (keys.ndim != 2 or keys.shape[1] != 2)):
             raise ValueError(
                 f"{type(self).__name__}.reset takes one key per env (it is vectorized): typed keys [B] or raw "
