@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
+from tests.jaxprs import random_ops
 
 SMALL = ppo.PPOConfig(total_timesteps=4 * 512)
 
@@ -129,22 +130,6 @@ def test_learner_gathers_per_epoch_or_all_at_once_with_the_same_result():
         ppo.learn_minibatches(made.module, tx, state.params, state.opt_state, data, indices.reshape(-1), hp)
 
 
-def _random_ops(jaxpr, counts=None):
-    """(primitive, key type) -> count of the key splits and draws in a jaxpr, sub-jaxprs included."""
-    counts = {} if counts is None else counts
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in ("random_split", "random_bits", "random_fold_in"):
-            op = (eqn.primitive.name, str(eqn.invars[0].aval.dtype))
-            counts[op] = counts.get(op, 0) + 1
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (list, tuple)) else [param]:
-                if hasattr(sub, "eqns"):
-                    _random_ops(sub, counts)
-                elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
-                    _random_ops(sub.jaxpr, counts)
-    return counts
-
-
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_init_hashes_its_keys_fused_with_the_same_values(env_id, monkeypatch):
     """The init's own splits, its weight draw and the envs' reset draws go through prng's fused hash, which
@@ -154,7 +139,7 @@ def test_init_hashes_its_keys_fused_with_the_same_values(env_id, monkeypatch):
     made = ppo.make_ppo(ppo.PPOConfig(env_id=env_id, total_timesteps=4 * 128, normalize_observations=True))
     init = lambda k: made.init(k, ppo.PPOHParams())  # noqa: E731
     key = jax.random.PRNGKey(7)
-    ops = _random_ops(jax.make_jaxpr(init)(key).jaxpr)
+    ops = random_ops(jax.make_jaxpr(init)(key).jaxpr)
     plain = {op: n for op, n in ops.items() if op[0] == "random_split" and op[1] != "key<fyf>"}
     assert not plain and ops.get(("random_split", "key<fyf>")) == 3, ops  # split 3, then reset key, then B envs
     assert ops.get(("random_bits", "key<fyf>")) == 2, ops  # the initial weights, the envs' reset draw
@@ -162,5 +147,5 @@ def test_init_hashes_its_keys_fused_with_the_same_values(env_id, monkeypatch):
     fused = jax.jit(init)(key)
     monkeypatch.setattr(prng, "_enabled", lambda: False)  # every key left as it is: JAX's own threefry
     init_plain = lambda k: made.init(k, ppo.PPOHParams())  # noqa: E731  (a new function: traced afresh)
-    assert not any(op[1] == "key<fyf>" for op in _random_ops(jax.make_jaxpr(init_plain)(key).jaxpr))
+    assert not any(op[1] == "key<fyf>" for op in random_ops(jax.make_jaxpr(init_plain)(key).jaxpr))
     jax.tree.map(np.testing.assert_array_equal, fused, jax.jit(init_plain)(key))

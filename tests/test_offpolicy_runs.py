@@ -260,8 +260,7 @@ def test_the_iteration_is_compiled_once(algo):
     """`init` steps no env and every learner step's iterations share one traced body (period > 1 included), so a
     train program holds one copy of the env step (the iteration's copy in `init` was 23% of DQN's program).
     gymnax's `Environment.step` is a `jax.jit` named "step": its calls in the train's jaxpr are the copies."""
-    from tests.test_sac import BoxCountingEnv
-    from tests.toy_envs import CountingEnv
+    from tests.toy_envs import BoxCountingEnv, CountingEnv
 
     config = {"dqn": dqn.DQNConfig(total_timesteps=400, buffer_size=100, batch_size=8, learning_starts=50,
                                    train_frequency=4, hidden_sizes=(8,), log_interval=100),

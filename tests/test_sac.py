@@ -9,26 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gymnax.environments import spaces
 
 from jaxrl_rollout import actor_critic_losses as acl
 from jaxrl_rollout.algorithms import sac, stack_hparams
-from tests.toy_envs import CountingEnv, CountingState
+from tests.toy_envs import BoxCountingEnv, CountingEnv
 
 SMALL = sac.SACConfig(total_timesteps=400, buffer_size=400, batch_size=32, learning_starts=100,
                       hidden_sizes=(16, 16), log_interval=2)
-
-
-class BoxCountingEnv(CountingEnv):
-    """CountingEnv with a Box action in [-1, 3]: an action above 2.5 terminates; time limit 5."""
-
-    def step_env(self, key, state, action, params):
-        time = state.time + 1
-        new = CountingState(time=time, tag=state.tag)
-        return self._obs(new), new, time.astype(jnp.float32), action[0] > 2.5, {}
-
-    def action_space(self, params=None):
-        return spaces.Box(-1.0, 3.0, (1,), jnp.float32)
 
 
 def _leaves_equal(a, b) -> bool:
@@ -196,11 +183,11 @@ def test_learns_pendulum_quickly():
 def test_fused_hashing_changes_no_value(monkeypatch):
     """Init, acting, the env's own draws and the learner's splits hash through prng's fused kernel, bit for bit."""
     from jaxrl_rollout import prng
-    from tests.test_algorithms import _random_ops
+    from tests.jaxprs import random_ops
 
     cfg = dataclasses.replace(SMALL, total_timesteps=200, learning_starts=150)
     key = jax.random.PRNGKey(5)
-    ops = _random_ops(jax.make_jaxpr(sac.make_train(cfg))(key).jaxpr)
+    ops = random_ops(jax.make_jaxpr(sac.make_train(cfg))(key).jaxpr)
     assert ops and all(key_type == "key<fyf>" for _, key_type in ops), ops  # every split, fold_in and draw
     fused = jax.jit(sac.make_train(cfg))(key)
     monkeypatch.setattr(prng, "_enabled", lambda: False)  # every key JAX's own threefry

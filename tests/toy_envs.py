@@ -5,6 +5,8 @@ the reset and `tag` is a uniform draw made at reset (it tells episodes apart).
 Stepping adds 1 to time and pays reward = the new time, so an episode of
 length L returns L (L + 1) / 2. Action 1 terminates the episode; the gymnax
 time limit `max_steps_in_episode` truncates it.
+BoxCountingEnv: the same with a Box action in [-1, 3], where an action above
+2.5 terminates (for the continuous-action learners).
 """
 
 from __future__ import annotations
@@ -64,6 +66,18 @@ class OldApiEnv(CountingEnv):
     def step(self, key, state, action, params=None):
         obs, state, reward, terminated, _, info = super().step(key, state, action, params)
         return obs, state, reward, terminated, info
+
+
+class BoxCountingEnv(CountingEnv):
+    """CountingEnv with a Box action in [-1, 3]: an action above 2.5 terminates; time limit 5."""
+
+    def step_env(self, key, state, action, params):
+        time = state.time + 1
+        new = CountingState(time=time, tag=state.tag)
+        return self._obs(new), new, time.astype(jnp.float32), action[0] > 2.5, {}
+
+    def action_space(self, params=None):
+        return spaces.Box(-1.0, 3.0, (1,), jnp.float32)
 
 
 def obs_time(obs):
