@@ -645,6 +645,12 @@ def _self_play_game(spec) -> bool:
     return is_self_play(envs.make(spec.config.env_id)[0])
 
 
+def _curve_label(metrics: dict) -> str:
+    """What `_coarse_curve`'s numbers are: tenths of training, or single updates in a run of fewer than ten."""
+    updates = metrics["episode_return"].shape[1]
+    return "by tenth of training" if updates >= 10 else f"by update ({updates} update{'s' * (updates != 1)})"
+
+
 def _coarse_curve(metrics: dict) -> str:
     import numpy as np
 
@@ -766,7 +772,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     if jax.process_index() != 0:
         return 0
     paths = report.write_outputs(folder, spec, result.metrics)
-    print("  mean episode return by tenth of training: " + _coarse_curve(result.metrics))
+    print(f"  mean episode return {_curve_label(result.metrics)}: " + _coarse_curve(result.metrics))
     window = max(1, result.updates_done // 10)
     print(report.format_summary(report.summarize(spec, result.metrics), window))
     returns, rates = _closing_evaluation(args, spec, state, result.metrics)

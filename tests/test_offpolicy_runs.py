@@ -149,6 +149,7 @@ def test_cli_trains_with_relative_folders_resumes_and_evaluates(tmp_path, monkey
     assert cli.main(["train", "--resume", "runs/sac", "--num-eval", "2"]) == 0
     captured = capsys.readouterr()
     assert "deterministic evaluation, 2 episodes per run" in captured.out and "resuming after chunk 1" in captured.err
+    assert "mean episode return by update (6 updates): " in captured.out  # 600 steps, log_interval 100
     assert "step 600/600 (100.0%)" in captured.err
     folder = tmp_path / "runs" / "sac"
     assert {"config.json", "metrics.csv", "learning_curve.png"} <= {p.name for p in folder.iterdir()}

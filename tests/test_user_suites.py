@@ -67,7 +67,7 @@ def _check_gymnax_cartpole(trained, evaluated, folder):
     """The main job's outputs at a small size: the lines, the files, one CSV row per seed, update and metric."""
     out, err = trained.stdout, trained.stderr
     assert "PPO on CartPole-v1, 2 seeds x 2,048 steps in one vmapped call" in out
-    assert "compile" in out and "env steps/s over all runs" in out and "mean episode return by tenth of training" in out
+    assert "compile" in out and "env steps/s over all runs" in out and "mean episode return by update (4 updates): " in out
     assert "final return (episode-weighted mean over the last 1 updates; 95% t-interval across seeds)" in out
     assert "deterministic evaluation, 10 episodes per run" in out
     assert "step 2,048/2,048 (100.0%)" in err and "steps/s  return" in err and "eval " in err
