@@ -644,13 +644,32 @@ def _metric_arrays(metrics: Any) -> dict:
 
 
 def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray,
-                   ended: np.ndarray) -> str:
+                   ended: np.ndarray, pace: float | None = None) -> str:
+    """One chunk's line: steps, rate over all runs, time left, returns.
+
+    `pace` is the seconds per update of the chunk just run; the time left is
+    the remaining updates at that pace (the last chunk's, not the average: an
+    off-policy run's chunks before `learning_starts` are much faster than the
+    ones after). Without it, no time left is shown.
+    """
     total = total_steps(spec.config)
     rate = steps_run / elapsed if elapsed > 0 else float("nan")
     ret = returns_text(returns, ended)
+    remaining = spec.config.num_updates - updates
+    left = f"  ~{_duration(pace * remaining)} left" if remaining > 0 and pace is not None else ""
     return (f"  step {steps_at(spec.config, updates):>{len(f'{total:,}')},}/{total:,} "
             f"({100 * updates / spec.config.num_updates:5.1f}%)"
-            f"  {rate:,.0f} steps/s  {ret}")
+            f"  {rate:,.0f} steps/s{left}  {ret}")
+
+
+def _duration(seconds: float) -> str:
+    """'45s', '12m03s', '2h05m': a time left, to the second under an hour."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def _last_eval(metrics: dict, first_update: int) -> tuple[int, np.ndarray] | None:
@@ -864,7 +883,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
 
         run_start = time.perf_counter()
         host_start = host.stats() if host is not None else None
-        steps_run, last_saved, ran = 0, chunks_done, 0
+        steps_run, last_saved, ran, chunk_start = 0, chunks_done, 0, run_start
         last_eval = _last_eval(metrics, 0) if "eval_return" in metrics else None  # a resumed run's last one
         if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
             bar = _ProgressBar(stream, spec, updates_done)
@@ -897,10 +916,12 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
                 steps_run += length * spec.config.steps_per_update * spec.num_runs
                 returns = chunk_return(chunk)
-                elapsed = time.perf_counter() - run_start
+                now = time.perf_counter()
+                elapsed, pace, chunk_start = now - run_start, (now - chunk_start) / length, now
                 if "eval_return" in chunk:
                     last_eval = _last_eval(chunk, updates_done - length) or last_eval
-                say(_progress_line(spec, updates_done, elapsed, steps_run, returns, chunk["num_episodes"].sum(1) > 0)
+                say(_progress_line(spec, updates_done, elapsed, steps_run, returns, chunk["num_episodes"].sum(1) > 0,
+                                   pace)
                     + (_eval_text(spec, *last_eval) if last_eval else "")
                     + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
                 if bar is not None:

@@ -327,6 +327,19 @@ def test_a_terminal_gets_a_progress_bar_with_eta_and_the_lines(uninterrupted):
     assert f"{total}/{total}" in shown  # the bar ran to the end
     assert "steps/s" in shown  # the progress lines are still printed above it
     assert "ETA" not in pipe.getvalue() and "steps/s" in pipe.getvalue()  # no bar without a terminal
+    lines = [line for line in pipe.getvalue().splitlines() if "steps/s" in line]
+    assert all(" left  return" in line for line in lines[:-1]) and " left" not in lines[-1]  # none at 100%
+
+
+def test_the_progress_line_gives_the_time_left_at_the_last_chunk_pace():
+    n = SPEC.config.num_updates
+    ended = np.ones(2, bool)
+    line = runner._progress_line(SPEC, 1, 1.0, 100, np.array([1.0, 2.0]), ended, pace=90.5)
+    assert f"~{runner._duration(90.5 * (n - 1))} left  return 1.5" in line
+    assert " left" not in runner._progress_line(SPEC, n, 1.0, 100, np.array([1.0, 2.0]), ended, pace=1.0)
+    assert " left" not in runner._progress_line(SPEC, 1, 1.0, 100, np.array([1.0, 2.0]), ended)
+    assert [runner._duration(s) for s in (0.4, 59.6, 61, 3599, 3600, 7530)] == ["0s", "1m00s", "1m01s", "59m59s",
+                                                                                  "1h00m", "2h05m"]
 
 
 def test_a_run_folder_of_version_0_1_loads_resumes_and_evaluates(tmp_path, capsys):
