@@ -232,10 +232,16 @@ def is_key(x: object) -> bool:
     """Whether `x` is an array of typed PRNG keys (`jax.random.key`), concrete, traced or abstract.
 
     Raw uint32 keys (`jax.random.PRNGKey`) are plain integer arrays and give
-    False; so do objects without a dtype.
+    False; so do objects without a dtype, or with one that is not a NumPy or
+    JAX dtype (a torch tensor's).
     """
     dtype = getattr(x, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    if dtype is None:
+        return False
+    try:
+        return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    except TypeError:
+        return False
 
 
 def _is_threefry(key: jax.Array) -> bool:

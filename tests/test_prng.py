@@ -87,7 +87,10 @@ def test_other_keys_are_left_alone():
 def test_is_key_tells_typed_keys_from_everything_else():
     typed = [jax.random.key(0), jax.random.key(0, impl="rbg"), prng.fused(jax.random.key(0)),
              jax.ShapeDtypeStruct((3,), jax.random.key(0).dtype)]
-    others = [jax.random.PRNGKey(0), np.zeros(2, np.uint32), 1.0, None, "key", jnp.float32(1)]
+    class ForeignDtype:  # e.g. a torch tensor: its dtype is not one NumPy can read
+        dtype = object()
+
+    others = [jax.random.PRNGKey(0), np.zeros(2, np.uint32), 1.0, None, "key", jnp.float32(1), ForeignDtype()]
     assert all(prng.is_key(x) for x in typed)
     assert not any(prng.is_key(x) for x in others)
     traced = jax.jit(lambda k, raw: (jnp.bool_(prng.is_key(k)), jnp.bool_(prng.is_key(raw))))
