@@ -650,7 +650,8 @@ def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, 
     `pace` is the seconds per update of the chunk just run; the time left is
     the remaining updates at that pace (the last chunk's, not the average: an
     off-policy run's chunks before `learning_starts` are much faster than the
-    ones after). Without it, no time left is shown.
+    ones after, so `train` gives no pace for a chunk that ended before
+    learning started). Without it, no time left is shown.
     """
     total = total_steps(spec.config)
     rate = steps_run / elapsed if elapsed > 0 else float("nan")
@@ -920,8 +921,11 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 elapsed, pace, chunk_start = now - run_start, (now - chunk_start) / length, now
                 if "eval_return" in chunk:
                     last_eval = _last_eval(chunk, updates_done - length) or last_eval
+                # An off-policy chunk that ended before learning started (`trained` False) ran far faster than the
+                # rest will: no time left from its pace.
+                warming = "trained" in chunk and not np.all(chunk["trained"][:, -1])
                 say(_progress_line(spec, updates_done, elapsed, steps_run, returns, chunk["num_episodes"].sum(1) > 0,
-                                   pace)
+                                   None if warming else pace)
                     + (_eval_text(spec, *last_eval) if last_eval else "")
                     + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
                 if bar is not None:

@@ -114,6 +114,18 @@ def test_log_interval_groups_metrics_and_never_changes_training():
     np.testing.assert_array_equal(np.asarray(m_coarse.trained), np.asarray(m_fine.trained).reshape(12, 25).any(1))
 
 
+def test_the_progress_line_gives_no_time_left_before_learning_starts():
+    """A chunk that ended before learning_starts ran far faster than the rest will: no time left from its pace."""
+    import dataclasses
+    import io
+
+    config = dataclasses.replace(CONFIGS["dqn"], learning_starts=400)  # chunks of 300 iterations: the first is warm-up
+    pipe = io.StringIO()
+    runner.train(runner.RunSpec("dqn", config, (dqn.DQNHParams(),), 1, chunk_updates=3), progress=pipe)
+    lines = [line for line in pipe.getvalue().splitlines() if "steps/s" in line]
+    assert len(lines) == 4 and " left" not in lines[0] and " left  return" in lines[1], lines
+
+
 def test_every_learner_checks_its_own_hyperparameter_ranges():
     with pytest.raises(ValueError, match="tau must be in \\(0, 1\\]"):
         runner.RunSpec("dqn", CONFIGS["dqn"], (dqn.DQNHParams(tau=0.0),), 1)
