@@ -58,7 +58,7 @@ if __package__ in (None, ""):
 
 from benchmarks import _common
 from benchmarks.rejax_offpolicy import timed
-from benchmarks.vs_rejax_offpolicy import COMPILE_TARGET, RUN_TARGET, measure_cpu
+from benchmarks.vs_rejax_offpolicy import COMPILE_TARGET, RUN_TARGET, alternated_samples, round_ratios
 
 DEFAULT_FILE = "/tmp/purejaxql/purejaxql/pqn_gymnax.py"
 TOTAL_STEPS = 500_000
@@ -148,15 +148,9 @@ def main(argv=None) -> dict:
 
     results, rows = [], []
     for seeds in args.seeds:
-        samples = {side: [] for side in sides}
-        for r in range(args.rounds):
-            for side in sides if r % 2 == 0 else sides[::-1]:
-                samples[side].append(measure_cpu(command(side, seeds), args.timeout))
-                x = samples[side][-1]
-                print(f"pqn seeds={seeds} round={r} {side}: compile {x['compile_s']:.2f} s, run2 {x['run2_s']:.3f} s "
-                      f"(cpu: compile {x['cpu_compile_s']:.2f} s, run2 {x['cpu_run2_s']:.2f} s), load {x['loadavg']}",
-                      file=sys.stderr)
-        ratios = {k: [a[k] / b[k] for a, b in zip(samples["ours"], samples["purejaxql"])]
+        samples = alternated_samples(lambda side: command(side, seeds), list(sides), args.rounds, args.timeout,
+                                     f"pqn seeds={seeds}")
+        ratios = {k: round_ratios(samples, "ours", "purejaxql", k)
                   for k in ("run2_s", "compile_s", "cpu_run2_s", "cpu_compile_s")}
         med = {k: statistics.median(v) for k, v in ratios.items()}
         result = {"seeds": seeds, "total_steps": args.total_steps, "samples": samples, "ratios": ratios,

@@ -170,6 +170,28 @@ def measure_cpu(cmd: list[str], timeout: float) -> dict:
             "cpu_compile_s": float(cpu.group(1)), "cpu_run2_s": float(cpu.group(2)), "loadavg": _common.loadavg()}
 
 
+def alternated_samples(command, sides: list[str], rounds: int, timeout: float, label: str) -> dict:
+    """{side: [measure_cpu record per round]}: each side's `command(side)` in fresh processes, alternated.
+
+    Within a round the sides run one after the other, and who goes first flips every round, so load bursts
+    hit both. Each measurement is printed to stderr after `label`.
+    """
+    samples = {side: [] for side in sides}
+    for r in range(rounds):
+        for side in sides if r % 2 == 0 else sides[::-1]:
+            samples[side].append(measure_cpu(command(side), timeout))
+            x = samples[side][-1]
+            print(f"{label} round={r} {side}: compile {x['compile_s']:.2f} s, run1 "
+                  f"{x['run1_s']:.3f} s, run2 {x['run2_s']:.3f} s (cpu: compile {x['cpu_compile_s']:.2f} s, run2 "
+                  f"{x['cpu_run2_s']:.2f} s), load {x['loadavg']}", file=sys.stderr)
+    return samples
+
+
+def round_ratios(samples: dict, side: str, other: str, key: str) -> list[float]:
+    """Per-round ratios side / other of one measured quantity (`run2_s`, `compile_s`, `cpu_run2_s`, ...)."""
+    return [a[key] / b[key] for a, b in zip(samples[side], samples[other])]
+
+
 def steps_arg(text: str) -> dict:
     """'sac=5000,td3=5000' -> {'sac': 5000, 'td3': 5000} (for argparse)."""
     out = {}
@@ -263,22 +285,14 @@ def main(argv=None) -> dict:
     results, rows = [], []
     for algo in args.algo:
         for seeds in args.seeds:
-            samples = {side: [] for side in sides}
-            for r in range(args.rounds):
-                for side in sides if r % 2 == 0 else sides[::-1]:
-                    samples[side].append(measure_cpu(command(side, algo, seeds), args.timeout))
-                    x = samples[side][-1]
-                    print(f"{algo} seeds={seeds} round={r} {side}: compile {x['compile_s']:.2f} s, run1 "
-                          f"{x['run1_s']:.3f} s, run2 {x['run2_s']:.3f} s (cpu: compile {x['cpu_compile_s']:.2f} s, run2 "
-                          f"{x['cpu_run2_s']:.2f} s), load {x['loadavg']}", file=sys.stderr)
+            samples = alternated_samples(lambda side: command(side, algo, seeds), sides, args.rounds, args.timeout,
+                                         f"{algo} seeds={seeds}")
             steps = args.total_steps.get(algo) or SPECS[algo]["total_steps"]
             result = {"algo": algo, "seeds": seeds, "total_steps": steps, "samples": samples}
             med = lambda side, k: statistics.median(x[k] for x in samples[side])  # noqa: E731
             if "rejax" in samples:
-                run = [a["run2_s"] / b["run2_s"] for a, b in zip(samples["ours"], samples["rejax"])]
-                comp = [a["compile_s"] / b["compile_s"] for a, b in zip(samples["ours"], samples["rejax"])]
-                cpu_run = [a["cpu_run2_s"] / b["cpu_run2_s"] for a, b in zip(samples["ours"], samples["rejax"])]
-                cpu_comp = [a["cpu_compile_s"] / b["cpu_compile_s"] for a, b in zip(samples["ours"], samples["rejax"])]
+                run, comp, cpu_run, cpu_comp = (round_ratios(samples, "ours", "rejax", k)
+                                                for k in ("run2_s", "compile_s", "cpu_run2_s", "cpu_compile_s"))
                 result.update(run_ratio=statistics.median(run), run_ratios=run,
                               compile_ratio=statistics.median(comp), compile_ratios=comp,
                               cpu_run_ratio=statistics.median(cpu_run), cpu_run_ratios=cpu_run,
