@@ -237,6 +237,43 @@ def test_clip_edge_cases():
     assert np.isnan(float(total)) and np.all(np.isnan(clipped["a"]))
 
 
+def _mlp_shaped_grads(seed=0):
+    """Gradients shaped as PQN's CartPole network: three dense layers and two LayerNorms (10 tensors)."""
+    rng = np.random.default_rng(seed)
+    shapes = [(4, 64), (64,), (64,), (64,), (64, 64), (64,), (64,), (64,), (64, 2), (2,)]
+    return [jnp.asarray(rng.normal(size=s) * 10.0 ** rng.uniform(-3, 1), jnp.float32) for s in shapes]
+
+
+def test_clip_stacked_norms_equal_the_per_leaf_norms():
+    leaves = _mlp_shaped_grads()
+    reference = np.array([np.linalg.norm(np.asarray(g, np.float64)) for g in leaves])
+    stacked = np.asarray(jax.jit(optim._stacked_norms)(leaves))
+    np.testing.assert_allclose(stacked, np.asarray(jax.jit(optim._per_leaf_norms)(leaves)), rtol=1e-6)
+    np.testing.assert_allclose(stacked, reference, rtol=1e-6)
+    # A NaN in one leaf gives a NaN for that leaf only; the zero padding adds nothing.
+    leaves[3] = leaves[3].at[5].set(jnp.nan)
+    stacked = np.asarray(optim._stacked_norms(leaves))
+    assert np.isnan(stacked[3]) and np.all(np.isfinite(np.delete(stacked, 3)))
+
+
+def _reductions_for(platform, leaves):
+    text = jax.export.export(jax.jit(lambda g: optim.clip_grad_norm(g, 1.0)), platforms=(platform,))(leaves)
+    return text.mlir_module().count("stablehlo.reduce")
+
+
+def test_clip_stacks_its_reductions_off_the_cpu_only():
+    leaves = _mlp_shaped_grads()
+    # CPU: one reduction per leaf plus the total; an accelerator: the stacked one plus the total.
+    assert _reductions_for("cpu", leaves) == len(leaves) + 1
+    assert _reductions_for("cuda", leaves) == 2
+    # One big tensor beside small ones (a CNN's dense layer): the stack would hold 12 copies of it, so not stacked.
+    big = [jnp.zeros((3136, 512))] + [jnp.zeros((32,))] * 11
+    assert not optim._stacks(big)
+    assert _reductions_for("cuda", big) == len(big) + 1
+    # One leaf: nothing to stack.
+    assert _reductions_for("cuda", leaves[:1]) == 2
+
+
 def test_clip_grad_norm_torch_in_a_chain():
     grads = {"a": jnp.array([3.0, 4.0]), "b": jnp.array([12.0])}
     tx = optax.chain(optim.clip_grad_norm_torch(1.0), optax.sgd(1.0))

@@ -63,6 +63,27 @@ def test_metrics_are_per_update_and_nan_without_episodes():
     assert int(state.update_count) == 2 and float(state.epsilon) == float(m.epsilon[-1])
 
 
+def test_loss_and_q_mean_metrics_are_means_over_every_gradient_step():
+    # With a vanishing learning rate the params stay put, so the mean over the 2 epochs x 2 equal minibatches of
+    # the per-step loss and chosen-Q mean is the loss and mean chosen Q of the whole batch at the initial params.
+    from jaxrl_rollout.collect import rollout
+
+    agent = pqn.make_pqn(SMALL)
+    hp = pqn.PQNHParams(lr=1e-30)
+    state = agent.init(jax.random.key(4), hp)
+    _, m = jax.jit(agent.update)(state, hp)
+    epsilon = pqn.epsilon_at(hp, state.update_count, SMALL.num_updates)
+    _, traj = rollout(agent.env, agent.env_params, agent.policy_fn, (state.params, epsilon), state.rollout,
+                      SMALL.num_steps, bootstrap_truncated=SMALL.bootstrap_on_truncation)
+    targets = pqn.q_lambda_targets(traj.reward * hp.reward_scale, traj.next_value, traj.terminated, traj.truncated, hp.gamma,
+                                   hp.q_lambda, bootstrap_on_truncation=SMALL.bootstrap_on_truncation)
+    loss, chosen = pqn.q_loss(agent.module, state.params, traj.obs.reshape(SMALL.batch_size, -1),
+                              traj.action.reshape(-1), targets.reshape(-1))
+    np.testing.assert_allclose(m.loss, loss, rtol=1e-5)
+    np.testing.assert_allclose(m.q_mean, jnp.mean(chosen), rtol=1e-5, atol=1e-7)
+    assert float(m.grad_norm) > 0 and m.nonfinite == 0
+
+
 def test_epsilon_schedule_is_purejaxqls_linear_schedule():
     hp = pqn.PQNHParams(epsilon_start=1.0, epsilon_finish=0.2, epsilon_decay=0.25)
     got = [float(pqn.epsilon_at(hp, u, 40)) for u in range(0, 40, 2)]

@@ -478,20 +478,24 @@ def make_pqn(config: PQNConfig, *, env: Any = None, env_params: Any = None, netw
                         jnp.asarray(hp.epsilon_start, jnp.float32))
 
     def learn(params, opt_state, data, indices, tx):
+        # The per-step loss, chosen-Q mean and gradient norm are summed in the carry rather than stacked as scan
+        # outputs: an update reports their means only, and on a GPU each stacked output is a write per step.
         def step(carry, mb):
-            params, opt_state = carry
+            params, opt_state, sums = carry
             (loss, chosen), grads = jax.value_and_grad(
                 lambda p: q_loss(module, p, mb["obs"], mb["action"], mb["target"]), has_aux=True
             )(params)
             updates, opt_state = tx.update(grads, opt_state, params)
-            parts = dict(loss=loss, q_mean=jnp.mean(chosen), grad_norm=_common.grad_norm(opt_state, grads))
-            return (optax.apply_updates(params, updates), opt_state), parts
+            sums = (sums[0] + loss, sums[1] + jnp.mean(chosen), sums[2] + _common.grad_norm(opt_state, grads))
+            return (optax.apply_updates(params, updates), opt_state, sums), None
 
         def epoch(carry, index):
             return jax.lax.scan(step, carry, batching.take(data, index))
 
-        (params, opt_state), parts = jax.lax.scan(epoch, (params, opt_state), indices)
-        return params, opt_state, parts
+        zero = jnp.zeros([], jnp.float32)
+        (params, opt_state, sums), _ = jax.lax.scan(epoch, (params, opt_state, (zero, zero, zero)), indices)
+        steps = config.updates_per_iteration
+        return params, opt_state, dict(loss=sums[0] / steps, q_mean=sums[1] / steps, grad_norm=sums[2] / steps)
 
     def update(state: PQNState, hparams: PQNHParams | None = None):
         hp = _resolve(hparams)
@@ -515,11 +519,11 @@ def make_pqn(config: PQNConfig, *, env: Any = None, env_params: Any = None, netw
             episode_return=episodes.mean_return,
             episode_length=episodes.mean_length,
             num_episodes=episodes.num_episodes,
-            loss=jnp.mean(parts["loss"]),
-            q_mean=jnp.mean(parts["q_mean"]),
+            loss=parts["loss"],
+            q_mean=parts["q_mean"],
             target_mean=jnp.mean(targets),
             epsilon=epsilon,
-            grad_norm=jnp.mean(parts["grad_norm"]),
+            grad_norm=parts["grad_norm"],
             nonfinite=_common.nonfinite_flags(parts["loss"], parts["grad_norm"], params),
         )
         return PQNState(params, opt_state, rollout_state, key, state.update_count + 1, epsilon), metrics
