@@ -44,7 +44,7 @@ def compare(seeds: int, updates: int, rounds: int) -> dict:
     finally:
         prng.fused, prng.can_fuse = library
     def data(x):
-        return np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+        return np.asarray(jax.random.key_data(x) if prng.is_key(x) else x)
 
     identical = all(np.array_equal(data(a), data(b), equal_nan=True)
                     for a, b in zip(jax.tree.leaves(outputs["fused"]), jax.tree.leaves(outputs["plain"])))

@@ -18,7 +18,7 @@ from jaxrl_rollout import devices
 LIBRARY = textwrap.dedent("""
     import json
     import jax, numpy as np
-    from jaxrl_rollout import devices
+    from jaxrl_rollout import devices, prng
 
     assert devices.use_host_cores(2) == 2
     from jaxrl_rollout.algorithms import ppo   # imports gymnax, which starts the backend
@@ -38,7 +38,7 @@ LIBRARY = textwrap.dedent("""
     out["key_devices"] = len(sharded_keys.sharding.device_set)
     out["out_devices"] = sorted({len(x.sharding.device_set) for x in jax.tree.leaves(two)})
     def host(x):
-        return np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+        return np.asarray(jax.random.key_data(x) if prng.is_key(x) else x)
 
     pairs = [(host(a), host(b)) for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(two), strict=True)]
     out["ints_identical"] = all(np.array_equal(a, b) for a, b in pairs if a.dtype.kind != "f")

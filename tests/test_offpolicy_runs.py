@@ -17,6 +17,7 @@ import pytest
 
 from jaxrl_rollout import algorithms, checkpoint, cli, runner
 from jaxrl_rollout.algorithms import dqn, pqn, sac, td3
+from tests.trees import host_leaves
 
 # 12, 8, 6 and 6 updates; chunks of 3 (2 for SAC and TD3).
 CONFIGS = {
@@ -43,11 +44,6 @@ def _start(spec, folder):
     return folder
 
 
-def _leaves(tree):
-    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-            for x in jax.tree.leaves(tree)]
-
-
 @pytest.fixture(scope="module")
 def full_runs():
     return {algo: runner.train(_spec(algo), progress=None) for algo in CONFIGS}
@@ -66,7 +62,7 @@ def test_interrupted_and_resumed_run_ends_bit_identical(algo, full_runs, tmp_pat
         np.testing.assert_array_equal(np.asarray(saved.buffer.current_index), np.asarray(part.state.buffer.current_index))
     resumed = runner.train(spec, tmp_path, resume=True, progress=None)
     assert resumed.complete and resumed.updates_run == spec.config.num_updates - part.updates_done
-    for a, b in zip(_leaves(full.state), _leaves(resumed.state)):
+    for a, b in zip(host_leaves(full.state), host_leaves(resumed.state)):
         np.testing.assert_array_equal(a, b)
     assert set(full.metrics) == set(resumed.metrics)
     for name in full.metrics:
@@ -78,7 +74,7 @@ def test_a_run_of_the_sweep_equals_a_single_train_call(algo, full_runs):
     spec, full = _spec(algo), full_runs[algo]
     single = jax.jit(algorithms.get(algo).make(spec.config).train)
     state, metrics = single(spec.run_keys()[1], algorithms.get(algo).hparams())
-    for a, b in zip(_leaves(jax.tree.map(lambda x: x[1], full.state)), _leaves(state)):
+    for a, b in zip(host_leaves(jax.tree.map(lambda x: x[1], full.state)), host_leaves(state)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(full.metrics["num_episodes"][1], np.asarray(metrics.num_episodes))
     # The same program with learning rates that diverge: the `nonfinite` flag is set, and at the end the
@@ -99,7 +95,7 @@ def test_log_interval_groups_metrics_and_never_changes_training():
     key = jax.random.key(3)
     s_fine, m_fine = jax.jit(dqn.make_train(fine))(key)
     s_coarse, m_coarse = jax.jit(dqn.make_train(coarse))(key)
-    for a, b in zip(_leaves(s_fine), _leaves(s_coarse)):
+    for a, b in zip(host_leaves(s_fine), host_leaves(s_coarse)):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(np.asarray(m_coarse.env_steps), 100 * np.arange(1, 13))
     n_fine = np.asarray(m_fine.num_episodes).reshape(12, 25)

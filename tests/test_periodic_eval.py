@@ -20,6 +20,7 @@ import pytest
 from jaxrl_rollout import checkpoint, cli, envs, periodic_eval, runner
 from jaxrl_rollout.algorithms import dqn, ppo
 from jaxrl_rollout.collect import evaluate
+from tests.trees import host_leaves
 
 PPO_CONFIG = ppo.PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=2)
 PLAIN = runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), num_seeds=2, chunk_updates=3)
@@ -34,13 +35,8 @@ DQN_CONFIG = dqn.DQNConfig(total_timesteps=1_200, buffer_size=500, batch_size=16
                            train_frequency=4, target_network_frequency=40, hidden_sizes=(16, 16), log_interval=100)
 
 
-def _leaves(tree):
-    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-            for x in jax.tree.leaves(tree)]
-
-
 def _assert_same(a, b):
-    for x, y in zip(_leaves(a), _leaves(b), strict=True):
+    for x, y in zip(host_leaves(a), host_leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
 
 

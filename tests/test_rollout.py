@@ -19,6 +19,7 @@ from tests.toy_envs import (
     scripted_policy,
     toy_value,
 )
+from tests.trees import as_data
 
 T, B = 8, 2
 TERM_AT = [2, 99]  # env 0 terminates on its 3rd step; env 1 is truncated at 5.
@@ -151,12 +152,8 @@ def cartpole_run(key, num_steps=64, num_envs=4):
     return jr.rollout(env, env_params, policy_fn, params, state, num_steps)
 
 
-def _data(x):
-    return jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
-
-
 def assert_trees_equal(a, b):
-    jax.tree.map(lambda x, y: np.testing.assert_array_equal(_data(x), _data(y)), a, b)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(as_data(x), as_data(y)), a, b)
 
 
 def test_same_key_same_trajectory_and_other_key_differs():
@@ -179,7 +176,7 @@ def test_jit_and_eager_agree_exactly():
     # ... and within float32 rounding on CartPole, where XLA fuses the physics
     # differently from op-by-op execution; discrete data agree exactly.
     jax.tree.map(
-        lambda x, y: np.testing.assert_allclose(_data(x), _data(y), rtol=1e-6, atol=1e-7), jitted, eager
+        lambda x, y: np.testing.assert_allclose(as_data(x), as_data(y), rtol=1e-6, atol=1e-7), jitted, eager
     )
     for name in ("action", "done", "first"):
         np.testing.assert_array_equal(getattr(jitted[1], name), getattr(eager[1], name))
@@ -202,7 +199,7 @@ def test_two_rollouts_of_t_steps_sample_what_one_of_2t_steps_samples():
     for name in ("obs", "action", "reward", "done", "first", "log_prob", "value"):
         joined = np.concatenate([getattr(first, name), getattr(second, name)])
         np.testing.assert_array_equal(joined, getattr(whole, name), err_msg=name)
-    np.testing.assert_array_equal(_data(end.key), _data(whole_end.key))
+    np.testing.assert_array_equal(as_data(end.key), as_data(whole_end.key))
 
 
 def test_vmap_over_keys_equals_a_loop_of_single_runs():
@@ -212,7 +209,7 @@ def test_vmap_over_keys_equals_a_loop_of_single_runs():
     for i in range(3):
         one = single(keys[i])
         jax.tree.map(
-            lambda x, y: np.testing.assert_allclose(_data(x)[i], _data(y), rtol=1e-6, atol=1e-6),
+            lambda x, y: np.testing.assert_allclose(as_data(x)[i], as_data(y), rtol=1e-6, atol=1e-6),
             batched,
             one,
         )
