@@ -643,18 +643,19 @@ def _metric_arrays(metrics: Any) -> dict:
     return {k: _to_host(v) for k, v in metrics._asdict().items() if k != "env_steps"}
 
 
-def _progress_line(spec: RunSpec, updates: int, elapsed: float, steps_run: int, returns: np.ndarray,
-                   ended: np.ndarray, pace: float | None = None) -> str:
-    """One chunk's line: steps, rate over all runs, time left, returns.
+def _progress_line(spec: RunSpec, updates: int, rate: float, returns: np.ndarray, ended: np.ndarray,
+                   pace: float | None = None) -> str:
+    """One chunk's line: steps, the chunk's env steps per second over all runs, time left, returns.
 
-    `pace` is the seconds per update of the chunk just run; the time left is
+    The rate is the chunk's, not the average since the start, which in an
+    off-policy run would fall for many chunks after the fast ones before
+    `learning_starts`. `pace` is the seconds per update of the chunk just run; the time left is
     the remaining updates at that pace (the last chunk's, not the average: an
     off-policy run's chunks before `learning_starts` are much faster than the
     ones after, so `train` gives no pace for a chunk that ended before
     learning started). Without it, no time left is shown.
     """
     total = total_steps(spec.config)
-    rate = steps_run / elapsed if elapsed > 0 else float("nan")
     ret = returns_text(returns, ended)
     remaining = spec.config.num_updates - updates
     left = f"  ~{_duration(pace * remaining)} left" if remaining > 0 and pace is not None else ""
@@ -884,7 +885,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
 
         run_start = time.perf_counter()
         host_start = host.stats() if host is not None else None
-        steps_run, last_saved, ran, chunk_start = 0, chunks_done, 0, run_start
+        last_saved, ran, chunk_start = chunks_done, 0, run_start
         last_eval = _last_eval(metrics, 0) if "eval_return" in metrics else None  # a resumed run's last one
         if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
             bar = _ProgressBar(stream, spec, updates_done)
@@ -915,16 +916,17 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 metrics = {k: np.concatenate([metrics.get(k, np.zeros((v.shape[0], updates_done), v.dtype)), v],
                                              axis=1) for k, v in chunk.items()}
                 chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
-                steps_run += length * spec.config.steps_per_update * spec.num_runs
+                chunk_steps = length * spec.config.steps_per_update * spec.num_runs
                 returns = chunk_return(chunk)
                 now = time.perf_counter()
+                rate = chunk_steps / (now - chunk_start) if now > chunk_start else float("nan")
                 elapsed, pace, chunk_start = now - run_start, (now - chunk_start) / length, now
                 if "eval_return" in chunk:
                     last_eval = _last_eval(chunk, updates_done - length) or last_eval
                 # An off-policy chunk that ended before learning started (`trained` False) ran far faster than the
                 # rest will: no time left from its pace.
                 warming = "trained" in chunk and not np.all(chunk["trained"][:, -1])
-                say(_progress_line(spec, updates_done, elapsed, steps_run, returns, chunk["num_episodes"].sum(1) > 0,
+                say(_progress_line(spec, updates_done, rate, returns, chunk["num_episodes"].sum(1) > 0,
                                    None if warming else pace)
                     + (_eval_text(spec, *last_eval) if last_eval else "")
                     + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))

@@ -331,13 +331,32 @@ def test_a_terminal_gets_a_progress_bar_with_eta_and_the_lines(uninterrupted):
     assert all(" left  return" in line for line in lines[:-1]) and " left" not in lines[-1]  # none at 100%
 
 
+def test_the_progress_line_rate_is_the_last_chunks(monkeypatch):
+    """steps/s is the chunk's own rate, not the average since the start (which a slow first chunk would drag)."""
+    clock, durations, wait = [0.0], iter([10.0, 1.0, 1.0]), runner._wait_ready
+
+    def timed_wait(tree, *args, **kwargs):  # each chunk "takes" its duration on a fake clock
+        wait(tree, *args, **kwargs)
+        clock[0] += next(durations)
+
+    monkeypatch.setattr(runner, "_wait_ready", timed_wait)
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: clock[0])
+    pipe = io.StringIO()
+    runner.train(SPEC, progress=pipe)
+    lines = [line for line in pipe.getvalue().splitlines() if "steps/s" in line]
+    runs = SPEC.num_runs * SPEC.config.steps_per_update  # env steps per update over all runs
+    # chunks of 3, 3 and 1 updates over 10 s, 1 s and 1 s (the average would read 38, 70, 75)
+    assert [line.split(" steps/s")[0].split()[-1] for line in lines] == [f"{3 * runs / 10:,.0f}", f"{3 * runs:,.0f}",
+                                                                          f"{runs:,.0f}"], lines
+
+
 def test_the_progress_line_gives_the_time_left_at_the_last_chunk_pace():
     n = SPEC.config.num_updates
     ended = np.ones(2, bool)
-    line = runner._progress_line(SPEC, 1, 1.0, 100, np.array([1.0, 2.0]), ended, pace=90.5)
-    assert f"~{runner._duration(90.5 * (n - 1))} left  return 1.5" in line
-    assert " left" not in runner._progress_line(SPEC, n, 1.0, 100, np.array([1.0, 2.0]), ended, pace=1.0)
-    assert " left" not in runner._progress_line(SPEC, 1, 1.0, 100, np.array([1.0, 2.0]), ended)
+    line = runner._progress_line(SPEC, 1, 12345.6, np.array([1.0, 2.0]), ended, pace=90.5)
+    assert f"12,346 steps/s  ~{runner._duration(90.5 * (n - 1))} left  return 1.5" in line
+    assert " left" not in runner._progress_line(SPEC, n, 100.0, np.array([1.0, 2.0]), ended, pace=1.0)
+    assert " left" not in runner._progress_line(SPEC, 1, 100.0, np.array([1.0, 2.0]), ended)
     assert [runner._duration(s) for s in (0.4, 59.6, 61, 3599, 3600, 7530)] == ["0s", "1m00s", "1m01s", "59m59s",
                                                                                   "1h00m", "2h05m"]
 
