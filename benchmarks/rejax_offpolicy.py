@@ -98,7 +98,7 @@ def check_network(name: str, algo, hidden: tuple) -> None:
                              f"the spec {hidden}")
 
 
-def max_seeds(train, budget_bytes: float, start: int = 256) -> dict:
+def max_seeds(train, budget_bytes: float, start: int = 256, precision: float = 0.02) -> dict:
     """The most vmapped seeds of `train` whose compiled program fits `budget_bytes` (`benchmarks.seed_memory`'s method).
 
     XLA's `memory_analysis()` of `jax.jit(jax.vmap(train))` for S keys gives
@@ -107,7 +107,9 @@ def max_seeds(train, budget_bytes: float, start: int = 256) -> dict:
     process's peak resident set after compiling one seed (Python, XLA, the
     libraries) is added. On an accelerator the budget is the device's memory
     and the program's bytes are counted alone (the resident set, host memory,
-    is still reported). Doubling from `start`, then bisection to 2%.
+    is still reported). Doubling from `start`, then bisection to `precision`
+    (2%; each probe is one compile, which on a GPU takes seconds, so a start
+    near the answer and a coarser precision make a short device check fit).
     """
     import jax
 
@@ -130,7 +132,7 @@ def max_seeds(train, budget_bytes: float, start: int = 256) -> dict:
         if not fits(probes[-1]):
             break
         lo, hi = hi, hi * 2
-    while hi - lo > max(1, lo // 50):
+    while hi - lo > max(1, int(lo * precision)):
         mid = (lo + hi) // 2
         probes.append(footprint(mid))
         lo, hi = (mid, hi) if fits(probes[-1]) else (lo, mid)
@@ -176,7 +178,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1 and argv[1] == "--memory":
         algo = make_algo(name)
         record = max_seeds(lambda key: algo.train(key)[0], float(argv[2]) * 1024**3,
-                           int(argv[3]) if len(argv) > 3 else 256)
+                           int(argv[3]) if len(argv) > 3 else 256, float(argv[4]) if len(argv) > 4 else 0.02)
         print(json.dumps(dict(record, side="rejax", algo=name)))
         return
     seeds = int(argv[1]) if len(argv) > 1 else 1

@@ -78,11 +78,13 @@ What differs and stays (the semantics of each library, not options):
 `--memory` instead bisects, for each side, the most vmapped seeds whose
 compiled program fits `--budget-gib` (`rejax_offpolicy.max_seeds`: XLA's
 memory analysis of the whole train program plus the process's resident set,
-compile only), with the full configs.
+compile only), with the full configs, doubling from `--memory-start` seeds
+and bisecting to `--memory-precision`.
 
 Run: python -m benchmarks.vs_rejax_offpolicy [--algo dqn,pqn,sac,td3] [--seeds 1,8] [--rounds 3]
          [--total-steps sac=5000] [--json PATH]
-     python -m benchmarks.vs_rejax_offpolicy --memory [--budget-gib 8]
+     python -m benchmarks.vs_rejax_offpolicy --memory [--budget-gib 8] [--memory-start 256]
+         [--memory-precision 0.02]
 """
 
 from __future__ import annotations
@@ -209,11 +211,13 @@ def memory(args, rejax_python: str | None, machine: dict) -> dict:
     results, rows = [], []
     for algo in args.algo:
         record = {"algo": algo}
+        search = [str(args.memory_start), str(args.memory_precision)]
         cmds = {"ours": [sys.executable, "-m", "benchmarks.vs_rejax_offpolicy", "--memory-child", algo,
-                         "--budget-gib", str(args.budget_gib)]}
+                         "--budget-gib", str(args.budget_gib), "--memory-start", search[0],
+                         "--memory-precision", search[1]]}
         if rejax_python:
             cmds["rejax"] = [rejax_python, os.path.join(_common.REPO_ROOT, "benchmarks", "rejax_offpolicy.py"), algo,
-                             "--memory", str(args.budget_gib)]
+                             "--memory", str(args.budget_gib), *search]
         for side, cmd in cmds.items():
             out = subprocess.run(cmd, cwd=_common.REPO_ROOT, env=env, capture_output=True, text=True)
             if out.returncode != 0:
@@ -245,9 +249,15 @@ def main(argv=None) -> dict:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per timing process before it fails")
     p.add_argument("--memory", action="store_true", help="bisect the seeds that fit --budget-gib instead of timing")
     p.add_argument("--budget-gib", type=float, default=8.0)
+    p.add_argument("--memory-start", type=int, default=256, help="--memory: seeds of the first probe after one")
+    p.add_argument("--memory-precision", type=float, default=0.02,
+                   help="--memory: stop bisecting when the bracket is this fraction of the seeds that fit")
     p.add_argument("--child", type=int, metavar="SEEDS", help=argparse.SUPPRESS)
     p.add_argument("--memory-child", metavar="ALGO", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.memory_start < 2 or not 0 < args.memory_precision < 1:
+        p.error(f"--memory-start must be >= 2 and --memory-precision in (0, 1); got {args.memory_start} and "
+                f"{args.memory_precision}")
     bad = [a for a in args.algo if a not in ALGOS]
     if bad:
         p.error(f"--algo: unknown {', '.join(bad)}; choose from {', '.join(ALGOS)}")
@@ -259,7 +269,8 @@ def main(argv=None) -> dict:
     if args.memory_child:
         from benchmarks.rejax_offpolicy import max_seeds
 
-        record = max_seeds(make_train(args.memory_child), args.budget_gib * 1024**3)
+        record = max_seeds(make_train(args.memory_child), args.budget_gib * 1024**3, args.memory_start,
+                           args.memory_precision)
         print(json.dumps(dict(record, side="ours", algo=args.memory_child)))
         return record
 
