@@ -169,8 +169,9 @@ def _add_rounded(product: jax.Array, addend: jax.Array) -> jax.Array:
 # On an accelerator a network's update is bound by kernel launches, and one reduction per parameter tensor is one
 # launch per tensor on every gradient step. There the leaves are padded with zeros to the longest one and stacked,
 # so that all of their norms take one row reduction: the same per-leaf sums of squares (padding adds zeros; only
-# the order of the additions inside a leaf is XLA's either way), 10 tensors in one launch instead of ten, which
-# made PQN's CartPole train 3-4% faster on an H100 (BENCHMARKS.md section 11). The stack is used while it holds at
+# the order of the additions inside a leaf is XLA's either way), PQN's 10 tensors in one launch instead of ten,
+# which made its CartPole train 4.1% (one seed) and 2.6% (8 seeds) faster on an H100 (BENCHMARKS.md section 11,
+# fifth pass; 7% and 8% with PQN's metrics summed in the scan carry as well). The stack is used while it holds at
 # most `_STACK_SLACK` times the gradient's own size plus `_STACK_EXTRA` elements, so a network with one big
 # tensor beside small ones (a CNN's dense layer) keeps one reduction per leaf and never pads to many copies of its
 # largest tensor. On the CPU the per-leaf reductions are faster (the padding is real arithmetic there), and the
