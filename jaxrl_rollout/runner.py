@@ -567,27 +567,32 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
     cache = {} if is_vectorized(algorithm.env) else _COMPILED
     if cache_key not in cache:
         in_shardings = (sharding, sharding)
-        if kind == "init":
-            fn = jax.vmap(lambda keys, hparams: _strong_types(algorithm.init(keys, hparams)))
-        elif evaluating:
-            from jaxrl_rollout.periodic_eval import make_update
-
-            update = make_update(algorithm, spec.eval_every, spec.eval_episodes)
-
-            def chunk(state, hparams, eval_key, first_update):
-                indices = first_update + jnp.arange(length, dtype=jnp.int32)
-                return jax.lax.scan(lambda s, u: update(s, hparams, u, eval_key), state, indices)
-
-            fn = _in_lockstep(chunk, in_axes=(0, 0, 0, None))
+        if evaluating:  # the first update's index is one scalar for every run
             in_shardings = (sharding, sharding, sharding, NamedSharding(sharding.mesh, PartitionSpec()))
-        else:
-            def chunk(state, hparams):
-                return jax.lax.scan(lambda s, _: algorithm.update(s, hparams), state, None, length=length)
-
-            fn = _in_lockstep(chunk, in_axes=(0, 0))
-        jitted = jax.jit(fn, in_shardings=in_shardings, out_shardings=sharding)
+        jitted = jax.jit(_program(spec, algorithm, kind, length), in_shardings=in_shardings, out_shardings=sharding)
         cache[cache_key] = jitted.lower(*args).compile()
     return cache[cache_key]
+
+
+def _program(spec: RunSpec, algorithm, kind: str, length: int) -> Callable:
+    """The function `_compile` jits, vmapped over the runs: the init (kind "init") or a chunk of `length` updates."""
+    if kind == "init":
+        return jax.vmap(lambda keys, hparams: _strong_types(algorithm.init(keys, hparams)))
+    if spec.eval_every is not None:
+        from jaxrl_rollout.periodic_eval import make_update
+
+        update = make_update(algorithm, spec.eval_every, spec.eval_episodes)
+
+        def chunk(state, hparams, eval_key, first_update):
+            indices = first_update + jnp.arange(length, dtype=jnp.int32)
+            return jax.lax.scan(lambda s, u: update(s, hparams, u, eval_key), state, indices)
+
+        return _in_lockstep(chunk, in_axes=(0, 0, 0, None))
+
+    def chunk(state, hparams):
+        return jax.lax.scan(lambda s, _: algorithm.update(s, hparams), state, None, length=length)
+
+    return _in_lockstep(chunk, in_axes=(0, 0))
 
 
 def _put(tree: Any, sharding: NamedSharding) -> Any:

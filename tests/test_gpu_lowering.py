@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxrl_rollout import algorithms, periodic_eval, runner
+from jaxrl_rollout import algorithms, runner
 
 RUNS = 2
 
@@ -45,23 +45,17 @@ def _custom_calls(text: str) -> set:
 
 
 def _exported(algo: str, changes: dict, platform: str) -> tuple[str, str]:
-    """(init, chunk): the runner's two programs for `RUNS` runs, lowered for `platform`, as MLIR text."""
+    """(init, chunk): the runner's two programs (`runner._program`) for `RUNS` runs, lowered for `platform`."""
     entry = algorithms.get(algo)
     config = dataclasses.replace(entry.config(), **changes)
     spec = runner.RunSpec(algo, config, (entry.hparams(),), RUNS, eval_every=1, eval_episodes=2)
     algorithm = runner.make_algorithm(spec)
-    update = periodic_eval.make_update(algorithm, spec.eval_every, spec.eval_episodes)
-
-    def chunk(state, hparams, eval_key, first_update):
-        indices = first_update + jnp.arange(2, dtype=jnp.int32)
-        return jax.lax.scan(lambda s, u: update(s, hparams, u, eval_key), state, indices)
-
+    init, chunk = (jax.jit(runner._program(spec, algorithm, kind, 2)) for kind in ("init", "chunk"))
     shape_of = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)  # noqa: E731
     keys, hparams, eval_keys = shape_of((spec.run_keys(), spec.run_hparams(), spec.eval_keys()))
-    init = jax.jit(jax.vmap(algorithm.init))
     state = jax.eval_shape(init, keys, hparams)
     init_text = jax.export.export(init, platforms=(platform,))(keys, hparams).mlir_module()
-    chunk_text = jax.export.export(jax.jit(jax.vmap(chunk, in_axes=(0, 0, 0, None))), platforms=(platform,))(
+    chunk_text = jax.export.export(chunk, platforms=(platform,))(
         state, hparams, eval_keys, jax.ShapeDtypeStruct((), jnp.int32)).mlir_module()
     return init_text, chunk_text
 
