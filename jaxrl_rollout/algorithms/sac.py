@@ -416,17 +416,8 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
     fused_env_keys = takes_fused_keys(env, env_params, B)
 
     def q_both(critic_params, obs, action):
-        """[2, N] Q-values of the twin critics (params stacked on a leading axis of 2).
-
-        The inputs are broadcast to the twin axis too, so that each layer's product is batched over it with
-        the twin axis leading. With the inputs shared (unbatched), JAX folds the twin axis of the first layer
-        into its output features ([N, 2, H]), and XLA transposed that output to [2, N, H] for the second
-        layer and back for its gradient, in every critic step: 8 vmapped seeds of the 5,000-step Pendulum
-        benchmark ran 22.1 s against 19.9 s in one profile on 2 CPU cores (BENCHMARKS.md section 11).
-        """
-        twice = lambda x: jnp.broadcast_to(x, (2, *jnp.shape(x)))  # noqa: E731
-        q = jax.vmap(critic.apply)(critic_params, jax.tree.map(twice, obs), twice(action))
-        return jnp.reshape(q, (2, -1))
+        """[2, N] Q-values of the twin critics (params stacked on a leading axis of 2)."""
+        return _common.twin_q_values(critic, critic_params, obs, action)
 
     def sample(actor_params, obs, key=None, noise=None):
         """A squashed Gaussian sample of the actor at obs, with `noise` [N, A] or a fresh draw from `key`."""
