@@ -196,22 +196,24 @@ def test_fused_hashing_changes_no_value(monkeypatch):
         np.testing.assert_array_equal(x, y)  # NaN where the other has NaN (metrics without an episode)
 
 
-def test_twin_critics_batched_and_apart_agree():
-    # `_common.twin_q_values` runs the twin critics batched off the CPU and apart on it: both forms give each
-    # critic's own Q-values, and the same gradients.
+def test_twin_critics_run_batched_each_on_its_own_params():
+    # `_common.twin_q_values` runs both critics as one batched product per layer: each row is that critic's own
+    # Q-values, and its gradients are the two critics' own.
     from jaxrl_rollout.algorithms import _common
 
     critic = _common.ObsActionCritic((16, 8))
     obs = jax.random.normal(jax.random.key(0), (32, 3))
     act = jax.random.uniform(jax.random.key(1), (32, 1), minval=-2.0, maxval=2.0)
     params = jax.vmap(lambda k: critic.init(k, obs[:1], act[:1]))(jax.random.split(jax.random.key(2)))
-    each = [critic.apply(jax.tree.map(lambda x, i=i: x[i], params), obs, act) for i in (0, 1)]
+    one = [jax.tree.map(lambda x, i=i: x[i], params) for i in (0, 1)]
+    each = [critic.apply(p, obs, act) for p in one]
     assert not np.allclose(each[0], each[1])
-    for form in (_common.twin_q_batched, _common.twin_q_apart, _common.twin_q_values):
-        q = form(critic, params, obs, act)
-        assert q.shape == (2, 32)
-        np.testing.assert_allclose(q, np.stack(each), rtol=1e-5, atol=1e-6)
-    loss = lambda form: lambda p: jnp.sum(jnp.min(form(critic, p, obs, act), 0) ** 2)  # noqa: E731
-    for a, b in zip(jax.tree.leaves(jax.grad(loss(_common.twin_q_batched))(params)),
-                    jax.tree.leaves(jax.grad(loss(_common.twin_q_apart))(params)), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    q = _common.twin_q_values(critic, params, obs, act)
+    assert q.shape == (2, 32)
+    np.testing.assert_allclose(q, np.stack(each), rtol=1e-5, atol=1e-6)
+    grads = jax.grad(lambda p: jnp.sum(jnp.min(_common.twin_q_values(critic, p, obs, act), 0) ** 2))(params)
+    apart = jax.grad(lambda ps: jnp.sum(jnp.minimum(*(critic.apply(p, obs, act) for p in ps)) ** 2))(one)
+    for i in (0, 1):
+        for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x, i=i: x[i], grads)), jax.tree.leaves(apart[i]),
+                        strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -48,7 +48,7 @@ __all__ = [
     "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "choose_network",
     "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
-    "steps_in_rows", "twin_q_apart", "twin_q_batched", "twin_q_values",
+    "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
@@ -831,42 +831,23 @@ class ObsActionCritic(nn.Module):
         return nn.Dense(1, kernel_init=torch_linear_kernel_init())(x)[:, 0]
 
 
-def twin_q_batched(critic: nn.Module, critic_params: Any, obs: Any, action: jax.Array) -> jax.Array:
-    """`twin_q_values` as one product per layer for both critics, batched over the twin axis (off the CPU).
+def twin_q_values(critic: nn.Module, critic_params: Any, obs: Any, action: jax.Array) -> jax.Array:
+    """[2, N] Q-values of twin critics whose params are stacked on a leading axis of 2 (SAC's).
 
-    The inputs are broadcast to the twin axis too, so that the twin axis leads
-    each product: with the inputs shared, JAX folds the twin axis of the first
-    layer into its output features ([N, 2, H]) and XLA transposes it to
-    [2, N, H] for the second layer and back for its gradient (8 vmapped seeds
-    of SAC's 5,000-step Pendulum benchmark, when this was also the CPU's form:
-    22.1 s against 19.9 s in one profile on 2 CPU cores, BENCHMARKS.md section 11).
+    Both critics run as one product per layer, batched over the twin axis (as
+    rejax's). The inputs are broadcast to the twin axis too, so that the twin
+    axis leads each product: with the inputs shared, JAX folds the twin axis of
+    the first layer into its output features ([N, 2, H]) and XLA transposed it
+    to [2, N, H] for the second layer and back for its gradient (8 vmapped seeds
+    of SAC's 5,000-step Pendulum benchmark: 22.1 s against 19.9 s in one profile
+    on 2 CPU cores, BENCHMARKS.md section 11). Each critic computed on its own
+    slice of the params instead was 10% faster at 8 seeds on the CPU, 9% slower at
+    one, and drifted twice as far between a run in a vmapped sweep and the same
+    run alone (section 11, seventh pass), so it is not used.
     """
     twice = lambda x: jnp.broadcast_to(x, (2, *jnp.shape(x)))  # noqa: E731
     q = jax.vmap(critic.apply)(critic_params, jax.tree.map(twice, obs), twice(action))
     return jnp.reshape(q, (2, -1))
-
-
-def twin_q_apart(critic: nn.Module, critic_params: Any, obs: Any, action: jax.Array) -> jax.Array:
-    """`twin_q_values` as each critic applied to its own slice of the params (on the CPU)."""
-    return jnp.stack([jnp.reshape(critic.apply(jax.tree.map(lambda x: x[i], critic_params), obs, action), (-1,))
-                      for i in (0, 1)])
-
-
-def twin_q_values(critic: nn.Module, critic_params: Any, obs: Any, action: jax.Array) -> jax.Array:
-    """[2, N] Q-values of twin critics whose params are stacked on a leading axis of 2 (SAC's).
-
-    Off the CPU both critics run as one product per layer, batched over the
-    twin axis (`twin_q_batched`, as rejax's): half the kernels that a GPU,
-    bound by its launches at these sizes, would launch for two. On the CPU
-    each critic runs on its own slice of the params (`twin_q_apart`): with the
-    seeds vmapped, XLA's CPU products batched over the seed and twin axes ran
-    slower than two plain ones (SAC, 8 seeds of the 5,000-step Pendulum
-    benchmark: about 10% faster apart; at one seed about 9% slower, BENCHMARKS.md
-    section 11). The values are the same either way, to float rounding; the
-    layout of the params, and so of checkpoints, is the same on every platform.
-    """
-    return jax.lax.platform_dependent(cpu=lambda: twin_q_apart(critic, critic_params, obs, action),
-                                      default=lambda: twin_q_batched(critic, critic_params, obs, action))
 
 
 def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, normalize_observations: bool = False):
