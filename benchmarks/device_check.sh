@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of issue #27 item 6, prepared so that a session lent a device spends its minutes measuring.
 #
-# Here (any machine with pip and the network; the project's .venv for `rev=` sources):
+# Here (any machine with pip, patch and the network):
 #     bash benchmarks/device_check.sh prepare
 # fills .bench/ (git-ignored: add `/.bench/` to .git/info/exclude) with the wheels the device lacks, for its
 # Python 3.12 (gymnax, flashbax, gymnasium, tensorboardX; rejax 0.1.3 and its distrax / tfp-nightly), and with
@@ -18,7 +18,7 @@
 #   1. the rows against rejax in fresh processes (benchmarks.vs_rejax_offpolicy): td3, sac at 1 and 8 seeds,
 #      one round, as far as the time allows.
 # STEPS=1,2,3 (default all) picks steps; the device's $OUT receives the logs. DRY=1 tries the whole script on
-# this machine's CPU first, at a few thousand steps, with PY=.venv/bin/python and rejax importable
+# this machine's CPU first, at a few thousand steps, with PY (default .venv/bin/python) and rejax importable
 # (PYTHONPATH, e.g. a `pip install --target` of the wheels above for Python 3.11) and no wheel install.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +49,7 @@ mkdir -p "$OUT"
 STEPS="${STEPS:-1,2,3}"
 if [ "${DRY:-0}" = 1 ]; then
     PLATFORM=cpu
+    PY="${PY:-.venv/bin/python}"
     ROWS_STEPS=(--total-steps pqn=16384,sac=3000,td3=3000)
     VARIANT_STEPS=(--total-steps 3000)
     export PYTHONPATH="${PYTHONPATH:-}:$PWD" PYTHONUNBUFFERED=1

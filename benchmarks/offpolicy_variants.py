@@ -29,6 +29,7 @@ the twin critics' stacking train bit-identical states on the CPU).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import subprocess
@@ -59,7 +60,7 @@ def carried_merged_update(learner_step, steps, resolve):
         acc = {}
         for name, x in row._asdict().items():
             how = _common.ROW_MERGE.get(name, "nanmean")
-            if how == "per_episode" or how == "nanmean":
+            if how in ("per_episode", "nanmean"):
                 acc[name] = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
             else:
                 acc[name] = jnp.zeros_like(x)
@@ -75,9 +76,7 @@ def carried_merged_update(learner_step, steps, resolve):
                 out[name] = a + x
             elif how == "per_episode":
                 out[name] = (a[0] + jnp.where(n > 0, x * n, 0.0), a[1] + n)
-            elif how == "or":
-                out[name] = a | x
-            elif how == "any":
+            elif how in ("or", "any"):
                 out[name] = a | x
             elif how == "last":
                 out[name] = x
@@ -91,9 +90,7 @@ def carried_merged_update(learner_step, steps, resolve):
         for name, x in template._asdict().items():
             how = _common.ROW_MERGE.get(name, "nanmean")
             a = acc[name]
-            if how == "per_episode":
-                out[name] = jnp.where(a[1] > 0, a[0] / jnp.maximum(a[1], 1), jnp.nan).astype(x.dtype)
-            elif how == "nanmean":
+            if how in ("per_episode", "nanmean"):  # (weighted) sum / count, NaN where nothing was counted
                 out[name] = jnp.where(a[1] > 0, a[0] / jnp.maximum(a[1], 1), jnp.nan).astype(x.dtype)
             else:
                 out[name] = a.astype(x.dtype)
@@ -118,8 +115,6 @@ def carried_merged_update(learner_step, steps, resolve):
 
 def module_variant(algo: str, source: str, name: str):
     """The algorithm module executed from `source` under `name`, beside this checkout's package."""
-    import importlib
-
     real = importlib.import_module(f"jaxrl_rollout.algorithms.{algo}")
     module = types.ModuleType(name)
     module.__file__ = real.__file__
@@ -141,7 +136,7 @@ def make_variant(algo: str, variant: str, total_steps: int | None):
         learner = make_algo(algo, total_steps)
         return lambda key: learner.train(key)[0]
     module_name = f"jaxrl_rollout.algorithms.{algo}"
-    real = sys.modules.get(module_name) or __import__(module_name, fromlist=["x"])
+    real = importlib.import_module(module_name)
     saved_update = _common.merged_update
     try:
         if variant == "carried":
