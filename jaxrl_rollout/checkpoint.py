@@ -166,6 +166,9 @@ def _quiet_failures():
     A corrupt file fails several concurrent reads; the first error becomes a
     CheckpointError, and the rest would otherwise reach stderr as "Task exception
     was never retrieved" and "coroutine was never awaited" noise around it.
+    A call that succeeds leaves no such task, so only a failure pays for the
+    garbage collection that finalises them (a full collection took ~0.24 s of
+    each 0.5 s save of a small run's checkpoint, on every save).
     """
     asyncio_log = logging.getLogger("asyncio")
     level, hook = asyncio_log.level, sys.unraisablehook
@@ -175,8 +178,10 @@ def _quiet_failures():
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNAWAITED, category=RuntimeWarning)
             yield
-    finally:
+    except BaseException:
         _collect_quietly()  # finalise the failed tasks while the hooks are quiet
+        raise
+    finally:
         asyncio_log.setLevel(level)
         sys.unraisablehook = hook
 

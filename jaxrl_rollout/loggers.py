@@ -62,6 +62,30 @@ def _chunk_arrays(metrics: dict, runs: int) -> dict:
     return arrays
 
 
+def _import_tensorboardx():
+    """Imports tensorboardX without letting it import torch, unless torch is already imported.
+
+    tensorboardX's package imports its `SummaryWriter`, which imports torch when
+    it is installed, only to accept torch tensors: 1.9 s of every command that
+    writes TensorBoard logs, on the machines of the PyTorch users this library
+    is for (`python -X importtime`, 2 cores). Nothing here hands it a torch
+    tensor (it writes numpy values and protos), so while tensorboardX loads,
+    `import torch` fails as if torch were absent, a case tensorboardX handles.
+    """
+    import sys
+
+    if "tensorboardX" in sys.modules or "torch" in sys.modules:
+        import tensorboardX
+        return tensorboardX
+    sys.modules["torch"] = None  # an import of a module mapped to None raises ImportError
+    try:
+        import tensorboardX
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return tensorboardX
+
+
 class _EventFile:
     """One TensorBoard event file, written and flushed in the calling thread.
 
@@ -75,6 +99,7 @@ class _EventFile:
     """
 
     def __init__(self, folder: pathlib.Path, suffix: str, purge_step):
+        _import_tensorboardx()
         from tensorboardX.proto.event_pb2 import Event, SessionLog
         from tensorboardX.record_writer import masked_crc32c
 
@@ -140,6 +165,7 @@ class TensorBoardLogger:
 
     def __init__(self, folder, spec: Any, first_update: int = 0):
         try:
+            _import_tensorboardx()
             from tensorboardX import summary
         except ImportError as err:  # a base dependency; this only fires in a broken install
             raise ImportError(

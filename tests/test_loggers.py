@@ -64,6 +64,29 @@ def test_scalars_equal_the_metrics_csv_at_the_same_steps(logged_run):
     assert checked == 2 * 2 * 4  # two runs, two metrics, four updates of 512 steps
 
 
+def test_tensorboard_logs_do_not_import_torch(tmp_path):
+    """tensorboardX imports torch, where installed, for torch tensors it is never given here (1.9 s a command)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from jaxrl_rollout import loggers\n"
+        "loggers._import_tensorboardx()\n"
+        "from tensorboardX import summary\n"
+        "assert 'torch' not in sys.modules, 'tensorboardX imported torch'\n"
+        "assert summary.scalar('x', 1.0).value[0].simple_value == 1.0\n"
+        "import importlib.util\n"
+        "if importlib.util.find_spec('torch') is None:\n"
+        "    print('no torch installed')\n"
+        "else:\n"
+        "    import torch\n"  # still importable afterwards
+        "    print('torch', torch.__version__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_tensorboard_false_writes_none(tmp_path):
     folder = tmp_path / "quiet"
     assert cli.main(["train", *SWEEP, "--tensorboard", "false", "--out", str(folder)]) == 0
