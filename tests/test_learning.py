@@ -1,5 +1,9 @@
 """Learning checks, kept tight: each is one jitted, vmapped call over 8 seeds.
 
+PPO's default CartPole config is checked where a user runs it: the README's main
+job (8 vmapped seeds, the same criterion on its metrics.csv) in
+tests/test_user_paths.py, which trains that config anyway.
+
 Measured on the 2-core CI machine (2026-11-21, with the batched MLP init):
 PPO CartPole default config, 8 seeds x 5e5 steps, every seed ends at 500;
 A2C CartPole, 8 seeds x 2e5 steps: mean return 20 -> 243. PPO Pendulum, 8
@@ -31,12 +35,6 @@ def episode_weighted(metrics, updates: slice) -> np.ndarray:
 def run(make_train, config, seeds=8):
     keys = jax.random.split(jax.random.key(0), seeds)
     return jax.jit(jax.vmap(make_train(config)))(keys)[1]
-
-
-def test_ppo_solves_cartpole_over_8_vmapped_seeds():
-    metrics = run(ppo.make_train, ppo.PPOConfig())
-    final = episode_weighted(metrics, slice(-20, None))
-    assert final.mean() >= 470, final  # PureJaxRL's reference reaches about 490
 
 
 def test_a2c_clearly_learns_cartpole():

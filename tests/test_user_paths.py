@@ -9,6 +9,7 @@ can put it beside this one).
 """
 
 import contextlib
+import csv
 import os
 import pathlib
 import re
@@ -16,6 +17,8 @@ import shutil
 import signal
 import subprocess
 import sys
+
+import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -85,9 +88,30 @@ def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
     assert [p.name for p in (clone / folder / "checkpoints").iterdir()] == ["16"]  # all 16 chunks, committed
     ret = float(re.search(r"0  default\s+([\d.]+)", out).group(1))
     assert ret > 400, out  # CleanRL's config solves CartPole-v1 in 5e5 steps
+    # PPO's learning test on its default config (8 vmapped seeds, as tests/test_learning.py's others): per seed,
+    # the mean return of the episodes completed in the last 20 updates, from the run's metrics.csv
+    final = _last_updates_return(clone / folder / "metrics.csv", 20)
+    assert len(final) == 8 and final.mean() >= 470, final  # PureJaxRL's reference reaches about 490
     evaluated = run_as_user([str(clone / ".venv" / "bin" / "jaxrl-rollout"), "evaluate", folder], cwd=clone, timeout=600)
     assert evaluated.returncode == 0, explain(evaluated)
     assert "checkpoint final" in evaluated.stdout and len(re.findall(r"default\s+\d+\s", evaluated.stdout)) == 8
+
+
+def _last_updates_return(metrics_csv: pathlib.Path, updates: int) -> np.ndarray:
+    """Per seed: the mean return of the episodes completed in the run's last `updates` updates."""
+    rows = {}
+    with open(metrics_csv) as f:
+        for r in csv.DictReader(f):
+            if r["metric"] in ("episode_return", "num_episodes"):
+                rows.setdefault(int(r["seed"]), {}).setdefault(int(r["update"]), {})[r["metric"]] = float(r["value"])
+    finals = []
+    for seed in sorted(rows):
+        last = [rows[seed][u] for u in sorted(rows[seed])[-updates:]]
+        n = np.array([u["num_episodes"] for u in last])
+        r = np.nan_to_num(np.array([u["episode_return"] for u in last]))
+        assert n.sum() > 0, f"seed {seed}: no episode completed in the last {updates} updates"
+        finals.append(float((r * n).sum() / n.sum()))
+    return np.array(finals)
 
 
 @contextlib.contextmanager
