@@ -70,7 +70,9 @@ def _import_tensorboardx():
     writes TensorBoard logs, on the machines of the PyTorch users this library
     is for (`python -X importtime`, 2 cores). Nothing here hands it a torch
     tensor (it writes numpy values and protos), so while tensorboardX loads,
-    `import torch` fails as if torch were absent, a case tensorboardX handles.
+    `import torch` fails as if torch were absent, a case tensorboardX handles:
+    torch then only drops out of its type annotations, and its conversions
+    still import torch when a user's own code hands them a tensor.
     """
     import sys
 
