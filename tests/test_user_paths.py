@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import types
 
 import numpy as np
 
@@ -98,20 +99,21 @@ def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
 
 
 def _last_updates_return(metrics_csv: pathlib.Path, updates: int) -> np.ndarray:
-    """Per seed: the mean return of the episodes completed in the run's last `updates` updates."""
-    rows = {}
+    """Per seed: the mean return of the episodes completed in the run's last `updates` updates
+    (tests/test_learning.py's `episode_weighted`, on the [seeds, updates] arrays of a run's metrics.csv)."""
+    from tests.test_learning import episode_weighted
+
+    values = {"episode_return": {}, "num_episodes": {}}
     with open(metrics_csv) as f:
         for r in csv.DictReader(f):
-            if r["metric"] in ("episode_return", "num_episodes"):
-                rows.setdefault(int(r["seed"]), {}).setdefault(int(r["update"]), {})[r["metric"]] = float(r["value"])
-    finals = []
-    for seed in sorted(rows):
-        last = [rows[seed][u] for u in sorted(rows[seed])[-updates:]]
-        n = np.array([u["num_episodes"] for u in last])
-        r = np.nan_to_num(np.array([u["episode_return"] for u in last]))
-        assert n.sum() > 0, f"seed {seed}: no episode completed in the last {updates} updates"
-        finals.append(float((r * n).sum() / n.sum()))
-    return np.array(finals)
+            if r["metric"] in values:
+                values[r["metric"]][int(r["seed"]), int(r["update"])] = float(r["value"])
+    seeds, steps = (1 + max(k[i] for k in values["num_episodes"]) for i in (0, 1))
+    arrays = {name: np.full((seeds, steps), np.nan) for name in values}
+    for name, cells in values.items():
+        for at, value in cells.items():
+            arrays[name][at] = value
+    return episode_weighted(types.SimpleNamespace(**arrays), slice(-updates, None))
 
 
 @contextlib.contextmanager
