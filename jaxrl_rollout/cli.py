@@ -1115,7 +1115,14 @@ def entry() -> None:
     that runs, and at interpreter exit it would wait for it (minutes for an
     off-policy learner's default chunk on a CPU). By then the checkpoint is
     saved and closed, the loggers are closed and the folder's lock released.
+
+    The process is the command's own, so it first defers the plotting modules
+    that gymnax's package import loads for two envs' `render` alone
+    (`_deferred.defer`): every command starts about 1.4 s sooner.
     """
+    from jaxrl_rollout import _deferred
+
+    _deferred.defer()
     code = main()
     if code in (130, 143):
         sys.stdout.flush()

@@ -130,7 +130,8 @@ class GridSummary(NamedTuple):
 
 def summarize(spec: Any, metrics: dict) -> list[GridSummary]:
     """One `GridSummary` per grid point."""
-    from scipy import stats
+    # scipy.stats.t.ppf is this function; scipy.special imports in 0.27 s against scipy.stats' 0.68 s
+    from scipy.special import stdtrit
 
     rows = []
     updates = metrics["num_episodes"].shape[1]
@@ -140,7 +141,7 @@ def summarize(spec: Any, metrics: dict) -> list[GridSummary]:
         finite = values[np.isfinite(values)]
         n = finite.size
         mean = float(finite.mean()) if n else math.nan
-        half = float(stats.t.ppf(0.975, n - 1) * finite.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+        half = float(stdtrit(n - 1, 0.975) * finite.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
         bad = int(np.count_nonzero(ended[g] & ~np.isfinite(values)))
         rows.append(GridSummary(g, grid_label(spec, g), mean, mean - half, mean + half, n, values.size - n - bad,
                                 bad))
