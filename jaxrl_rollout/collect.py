@@ -44,30 +44,6 @@ __all__ = ["episode_limit", "evaluate", "rollout", "rollout_init"]
 BATCHED_FINAL_VALUE_ROWS = 2048
 
 
-def _reset(env: Any, keys: jax.Array, env_params: Any) -> tuple[PyTree, PyTree]:
-    """`stepping.env_reset`, as one compiled program when called outside a trace.
-
-    Run eagerly, a reset dispatches its operations one at a time, and each new
-    one compiles on its own: `rollout_init` on brax's inverted_pendulum took
-    12 s that way and 2 s jitted, on craftax 10-14 s against 3-5 s (2 cores).
-    Under an outer `jit` or `vmap` (where `make_train` calls it) the reset is
-    traced into the caller's program as before. The jitted program is cached
-    per env (held by JAX's cache while it lasts), so an env that cannot be
-    hashed resets eagerly. The results equal the eager ones up to float
-    rounding (at most 6e-8 on brax's and craftax's reset states).
-    """
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((keys, env_params))):
-        return stepping.env_reset(env, keys, env_params)
-    try:
-        hash(env)
-    except TypeError:
-        return stepping.env_reset(env, keys, env_params)
-    return _jitted_reset(env, keys, env_params)
-
-
-_jitted_reset = jax.jit(stepping.env_reset, static_argnums=0)
-
-
 def rollout_init(
     key: jax.Array,
     env: Any,
@@ -103,7 +79,7 @@ def rollout_init(
     fused_env_keys = stepping.check_env_and_fused_keys(env, env_params, reset_key, num_envs)
     if initial_carry is not None:
         _checks.check_carry(initial_carry, num_envs)
-    obs, env_state = _reset(env, stepping.reset_keys(reset_key, num_envs, fused_env_keys), env_params)
+    obs, env_state = stepping.env_reset(env, stepping.reset_keys(reset_key, num_envs, fused_env_keys), env_params)
     obs_rms = None
     if normalize_observations:
         if not isinstance(obs, jax.Array) or not jnp.issubdtype(obs.dtype, jnp.number):

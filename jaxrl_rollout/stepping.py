@@ -160,6 +160,15 @@ def is_vectorized(env: Any) -> bool:
 def env_reset(env: Any, keys: jax.Array, env_params: Any) -> tuple[PyTree, PyTree]:
     """Resets B envs, env i with `keys[i]`.
 
+    Under a trace (`jit`, `vmap`, `scan`: where every trainer calls it) the
+    reset is traced into the caller's program. Called eagerly, on concrete
+    keys and params, it runs as one compiled program cached per env: run op
+    by op, each operation of a vmapped reset compiled on its own, and
+    `rollout_init` took 12 s on brax's inverted_pendulum that way against 2 s
+    compiled, on craftax 10-14 s against 3-5 s (2 cores). An env that cannot
+    be hashed (the cache's key) resets op by op. The two paths agree up to
+    float rounding (at most 6e-8 on brax's and craftax's reset states).
+
     Args:
       env: the environment (static).
       keys: [B] PRNG keys.
@@ -168,9 +177,23 @@ def env_reset(env: Any, keys: jax.Array, env_params: Any) -> tuple[PyTree, PyTre
     Returns:
       `(obs, env_state)`, leaves [B, ...].
     """
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((keys, env_params))):
+        return _reset_batch(env, keys, env_params)
+    try:
+        hash(env)
+    except TypeError:
+        return _reset_batch(env, keys, env_params)
+    return _compiled_reset(env, keys, env_params)
+
+
+def _reset_batch(env: Any, keys: jax.Array, env_params: Any) -> tuple[PyTree, PyTree]:
+    """`env_reset`'s reset itself: B copies vmapped, or a vectorized env's own batched reset."""
     if is_vectorized(env):
         return env.reset(keys, env_params)
     return jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
+
+
+_compiled_reset = jax.jit(_reset_batch, static_argnums=0)
 
 
 def env_step(

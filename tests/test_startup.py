@@ -4,15 +4,15 @@
   modules that gymnax's package import loads for two envs' `render` alone;
   the modules still work the moment something uses them, and a caller of
   `cli.main` from Python keeps its own `sys.modules`.
-- `collect._reset`: `rollout_init` called outside a trace resets through one
-  compiled program cached per env, instead of dispatching the reset's
-  operations one by one; under a trace it is traced into the caller's program.
+- `stepping.env_reset`: called outside a trace (by an eager `rollout_init` or
+  rlplay's `context`) it resets through one compiled program cached per env,
+  instead of dispatching the reset's operations one by one; under a trace it
+  is traced into the caller's program.
 """
 
 import subprocess
 import sys
 import textwrap
-import types
 
 import jax
 import numpy as np
@@ -20,7 +20,8 @@ import pytest
 from gymnax.environments import environment
 
 import jaxrl_rollout as jr
-from jaxrl_rollout import collect, stepping
+from jaxrl_rollout import stepping
+from jaxrl_rollout.compat import rlplay
 from tests import toy_envs
 
 
@@ -80,45 +81,59 @@ def test_calling_main_from_python_defers_nothing():
 
 
 @pytest.fixture
-def traced_resets(monkeypatch):
-    """Records, for each call of `stepping.env_reset`, whether its keys were traced."""
+def resets(monkeypatch):
+    """Records each run of `stepping.env_reset`'s reset: ("compiled", traced) for a trace of its cached program,
+    ("in place", traced) for a reset traced into the caller's program (traced True) or run op by op (False)."""
     calls = []
-    real = stepping.env_reset
+    real = stepping._reset_batch
 
-    def recording(env, keys, env_params):
-        calls.append(isinstance(keys, jax.core.Tracer))
-        return real(env, keys, env_params)
+    def recorder(path):
+        def reset(env, keys, env_params):
+            calls.append((path, isinstance(keys, jax.core.Tracer)))
+            return real(env, keys, env_params)
+        reset.__name__ = "recorded_" + path.replace(" ", "_")  # the name a nested call of it has in a jaxpr
+        return reset
 
-    # collect's view of stepping only: the env checks' own traced resets are not counted
-    monkeypatch.setattr(collect, "stepping", types.SimpleNamespace(**{**vars(stepping), "env_reset": recording}))
-    monkeypatch.setattr(collect, "_jitted_reset", jax.jit(recording, static_argnums=0))  # a fresh cache
+    monkeypatch.setattr(stepping, "_reset_batch", recorder("in place"))
+    monkeypatch.setattr(stepping, "_compiled_reset", jax.jit(recorder("compiled"), static_argnums=0))  # a fresh cache
     return calls
 
 
-def test_an_eager_rollout_init_resets_through_one_cached_program(traced_resets):
+def _compiled(calls):
+    return [c for c in calls if c[0] == "compiled"]
+
+
+def test_an_eager_rollout_init_resets_through_one_cached_program(resets):
     env = toy_envs.CountingEnv()
     first = jr.rollout_init(jax.random.key(0), env, None, 4)
-    assert traced_resets == [True]  # traced once, into the compiled program
+    assert _compiled(resets) == [("compiled", True)]  # traced once, into the compiled program
     second = jr.rollout_init(jax.random.key(1), env, None, 4)
-    assert traced_resets == [True]  # the same env: the program is reused
+    assert _compiled(resets) == [("compiled", True)]  # the same env: the program is reused
     assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(first.obs), jax.tree.leaves(second.obs)))
     jr.rollout_init(jax.random.key(0), toy_envs.CountingEnv(), None, 4)
-    assert traced_resets == [True, True]  # another env object: its own program
+    assert _compiled(resets) == [("compiled", True)] * 2  # another env object: its own program
+    # rlplay's context, the other eager caller, resets through a cached program too (its own: its keys are
+    # jax.random.split's, not rollout_init's fused ones)
+    rlplay.context(jax.random.key(2), env, None, 4)
+    rlplay.context(jax.random.key(3), env, None, 4)
+    assert _compiled(resets) == [("compiled", True)] * 3
+    assert ("in place", False) not in resets  # nothing ran op by op
 
 
-def test_under_a_trace_and_for_an_unhashable_env_the_reset_runs_in_place(traced_resets):
+def test_under_a_trace_and_for_an_unhashable_env_the_reset_runs_in_place(resets):
     env = toy_envs.CountingEnv()
     jaxpr = jax.make_jaxpr(lambda key: jr.rollout_init(key, env, None, 4))(jax.random.key(0))
-    # traced once, into the caller's program as it was: no nested call of the cached program
-    assert traced_resets == [True] and "name=recording" not in str(jaxpr), jaxpr
+    # traced into the caller's program as it was: no nested call of the cached program
+    assert not _compiled(resets) and "name=recorded_compiled" not in str(jaxpr), jaxpr
 
     class Unhashable(toy_envs.CountingEnv):  # gymnax jits reset and step with the env static: undo that too
         __hash__ = None
         reset = environment.Environment.reset.__wrapped__
         step = environment.Environment.step.__wrapped__
 
+    resets.clear()
     state = jr.rollout_init(jax.random.key(0), Unhashable(), None, 4)
-    assert traced_resets == [True, False]  # eagerly, on concrete keys
+    assert ("in place", False) in resets and not _compiled(resets)  # op by op, on concrete keys
     reference = jr.rollout_init(jax.random.key(0), env, None, 4)
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(reference)):
         if not jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
