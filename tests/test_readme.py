@@ -22,7 +22,7 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert test_cmd in ci_lines
 
 
-def test_quickstart_runs():
+def test_quickstart_runs(tmp_path, monkeypatch):
     code = re.search(r"## Quickstart\n\n```python\n(.*?)```", README, flags=re.S).group(1)
     namespace: dict = {}
     exec(compile(code, "README-quickstart", "exec"), namespace)
@@ -39,3 +39,11 @@ def test_quickstart_runs():
     exec(compile(code, "README-training", "exec"), namespace)
     assert namespace["per_seed"].episode_return.shape == (4, 40)
     assert namespace["sweep"].episode_return.shape == (2, 40)
+    # The video section continues from the quickstart too, writing its files into the working directory.
+    monkeypatch.chdir(tmp_path)
+    code = re.search(r"Continuing the quickstart:\n\n```python\n(.*?)```", README, flags=re.S).group(1)
+    exec(compile(code, "README-video", "exec"), namespace)
+    assert namespace["frames"].dtype.name == "uint8" and namespace["frames"].ndim == 4
+    episode = namespace["video"].video_name("episode0", namespace["rec"].returns[0])
+    assert (tmp_path / episode).stat().st_size > 0 and episode.startswith("episode0_return")
+    assert len(list((tmp_path / "videos").iterdir())) == 2  # best and worst of the two runs
