@@ -111,16 +111,18 @@ def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
         "and observations for NaN or inf, or clip them.", update, r, what)
 
 
-def default_chunk_updates(num_updates: int) -> int:
-    """Updates per chunk: a divisor of num_updates giving 10 to 100 chunks if one exists, else ~20 chunks.
+def default_chunk_updates(num_updates: int, target: int = 20) -> int:
+    """Updates per chunk: a divisor of num_updates giving 10 to 100 chunks if one exists, else ~`target` chunks.
 
-    Of the chunk counts 10 to 100 that divide num_updates, the one nearest 20
-    (the larger on a tie); 91 candidates whatever the run's length.
+    Of the chunk counts 10 to 100 that divide num_updates, the one nearest
+    `target` (the larger on a tie); 91 candidates whatever the run's length.
+    `RunSpec` passes its config's `default_chunks` where it has one (SAC's and
+    TD3's 100: an update of theirs is a thousand gradient steps), else 20.
     """
     counts = [k for k in range(100, 9, -1) if num_updates % k == 0]
     if counts:
-        return num_updates // min(counts, key=lambda k: abs(k - 20))
-    return max(1, math.ceil(num_updates / 20))
+        return num_updates // min(counts, key=lambda k: abs(k - target))
+    return max(1, math.ceil(num_updates / target))
 
 
 def split_updates(num_updates: int, chunk_updates: int) -> list[int]:
@@ -203,7 +205,8 @@ class RunSpec:
                 raise ValueError(f"{name} must be a {'non-negative' if name == 'chunk_updates' else 'positive'} int, "
                                  f"got {value!r}.")
         if self.chunk_updates == 0:
-            object.__setattr__(self, "chunk_updates", default_chunk_updates(self.config.num_updates))
+            object.__setattr__(self, "chunk_updates", default_chunk_updates(
+                self.config.num_updates, getattr(self.config, "default_chunks", 20)))
         if self.chunk_updates > self.config.num_updates:
             raise ValueError(f"chunk_updates={self.chunk_updates} is more than the run's "
                              f"{self.config.num_updates} updates.")
