@@ -923,6 +923,9 @@ def _write_videos(args, spec, state, key, algorithm) -> None:
     print(f"  videos of one deterministic episode per run in {folder}:")
     for v in videos:
         print(f"    run {v.run}: return {v.episode_return:.1f}, {v.length} steps: {v.path.name}")
+    if {t.strip().lower() for t in args.runs.split(",")} == {"best", "worst"} and len(videos) == 1 < spec.num_runs:
+        # the highest and the lowest return are one run's (the first on a tie) only when all runs returned the same
+        print(f"    (best and worst are that one run: every run's episode returned {videos[0].episode_return:.1f})")
 
 
 def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int) -> dict:

@@ -284,3 +284,34 @@ def test_evaluate_compiles_each_column_apart_when_the_policies_outputs_differ(sw
     assert calls == [True, False]  # the fallback ran, one program per column
     np.testing.assert_array_equal(det, want[0])
     np.testing.assert_array_equal(sto, want[1])
+
+
+@pytest.mark.parametrize("returns, runs, note", [
+    ((500.0,), "best,worst", True),            # every run returned the same: argmax and argmin are run 0
+    ((500.0, 180.0), "best,worst", False),     # two runs, two videos
+    ((500.0,), "best", False),                 # one video because one was asked for
+])
+def test_evaluate_video_says_when_best_and_worst_are_one_run(returns, runs, note, tmp_path, monkeypatch, capsys):
+    """`evaluate --video --runs best,worst` over runs whose episodes all returned the same writes one video, and says
+    why (write_episode_videos is replaced: what is checked is the command's account of what it wrote)."""
+    import pathlib
+    import types
+
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl_rollout import runner, video
+
+    def written(folder, *args, **kwargs):
+        return [video.EpisodeVideo(run=r, path=pathlib.Path(folder, f"seed{r}.mp4"), episode_return=g, length=int(g))
+                for r, g in enumerate(returns)]
+
+    monkeypatch.setattr(video, "write_episode_videos", written)
+    spec = runner.RunSpec("ppo", ppo.PPOConfig(), (ppo.PPOHParams(),), 4)
+    algorithm = types.SimpleNamespace(recurrent=False, env=None, env_params=None, eval_policy_fn=None,
+                                      policy_params=lambda state: state)
+    cli._write_videos(types.SimpleNamespace(folder=str(tmp_path), runs=runs), spec, jnp.zeros(4), jax.random.key(0),
+                    algorithm)
+    out = capsys.readouterr().out
+    assert out.count("    run ") == len(returns)
+    assert ("(best and worst are that one run: every run's episode returned 500.0)" in out) == note, out
