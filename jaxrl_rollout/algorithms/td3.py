@@ -103,9 +103,7 @@ class TD3Config(_common.LearnerSizes):
         (a truncation ends the bootstrap too); see `replay`.
     """
 
-    # The runner's default chunk count (`runner.default_chunk_updates`): an update here is a thousand
-    # iterations, each with a gradient step of the (256, 256) networks, so CleanRL's million steps in the
-    # usual ~20 chunks kept a CPU user of 4 seeds waiting over 10 minutes for the first progress line.
+    # The runner's default chunk count, as SAC's (`sac.SACConfig.default_chunks` says why).
     default_chunks: ClassVar[int] = 100
 
     env_id: str = "Pendulum-v1"
