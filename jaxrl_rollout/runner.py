@@ -57,7 +57,7 @@ from jaxrl_rollout.run_metrics import chunk_return, returns_text, steps_at, tota
 from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.types import RolloutState
 
-__all__ = ["Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
+__all__ = ["DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
            "host_env", "returns_text",
            "make_algorithm", "map_runs", "reopen_host_envs", "train"]
 
@@ -111,13 +111,17 @@ def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
         "and observations for NaN or inf, or clip them.", update, r, what)
 
 
-def default_chunk_updates(num_updates: int, target: int = 20) -> int:
+DEFAULT_CHUNKS = 20
+"""The chunk count `default_chunk_updates` aims for unless a config's `default_chunks` says otherwise."""
+
+
+def default_chunk_updates(num_updates: int, target: int = DEFAULT_CHUNKS) -> int:
     """Updates per chunk: a divisor of num_updates giving 10 to 100 chunks if one exists, else ~`target` chunks.
 
     Of the chunk counts 10 to 100 that divide num_updates, the one nearest
     `target` (the larger on a tie); 91 candidates whatever the run's length.
     `RunSpec` passes its config's `default_chunks` where it has one (SAC's and
-    TD3's 100: an update of theirs is a thousand gradient steps), else 20.
+    TD3's 100: an update of theirs is a thousand gradient steps), else `DEFAULT_CHUNKS`.
     """
     counts = [k for k in range(100, 9, -1) if num_updates % k == 0]
     if counts:
@@ -206,7 +210,7 @@ class RunSpec:
                                  f"got {value!r}.")
         if self.chunk_updates == 0:
             object.__setattr__(self, "chunk_updates", default_chunk_updates(
-                self.config.num_updates, getattr(self.config, "default_chunks", 20)))
+                self.config.num_updates, getattr(self.config, "default_chunks", DEFAULT_CHUNKS)))
         if self.chunk_updates > self.config.num_updates:
             raise ValueError(f"chunk_updates={self.chunk_updates} is more than the run's "
                              f"{self.config.num_updates} updates.")

@@ -58,11 +58,12 @@ def test_sac_and_td3_default_to_finer_chunks_than_the_others():
     the first progress line and a Ctrl-C's stop come after 10,000 steps; PPO's default keeps its 16 chunks."""
     assert runner.default_chunk_updates(1000) == 50 and runner.default_chunk_updates(1000, 100) == 10
     assert runner.default_chunk_updates(7, 100) == 1 and runner.default_chunk_updates(10**12, 100) == 10**10
-    from jaxrl_rollout.algorithms import ppo, sac, td3
+    from jaxrl_rollout import algorithms
+    from jaxrl_rollout.algorithms import ppo
 
-    for algo, module in (("sac", sac), ("td3", td3)):
-        spec = runner.RunSpec(algo, module.__dict__[f"{algo.upper()}Config"](),
-                              (module.__dict__[f"{algo.upper()}HParams"](),), 4)
+    for algo in ("sac", "td3"):
+        config_cls, hparams_cls, _ = algorithms.get(algo)
+        spec = runner.RunSpec(algo, config_cls(), (hparams_cls(),), 4)
         assert spec.config.num_updates == 1000 and len(spec.chunk_lengths) == 100, (algo, spec.chunk_updates)
         assert "default_chunks" not in spec.to_json()["config"]  # a class attribute, not a saved field
     assert len(runner.RunSpec("ppo", ppo.PPOConfig(), (ppo.PPOHParams(),), 8).chunk_lengths) == 16
