@@ -726,7 +726,8 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     cfg = spec.config
     steps = total_steps(cfg)
     grid = f"{len(spec.grid)} grid points x " if len(spec.grid) > 1 else ""
-    print(f"jaxrl_rollout: {spec.algo.upper()} on {cfg.env_id}, {grid}{spec.num_seeds} seeds x {steps:,} steps "
+    seeds = f"{spec.num_seeds} seed" + ("s" if spec.num_seeds != 1 else "")
+    print(f"jaxrl_rollout: {spec.algo.upper()} on {cfg.env_id}, {grid}{seeds} x {steps:,} steps "
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
     if spec.eval_every is not None:

@@ -874,8 +874,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         updates_done = sum(lengths[:chunks_done])
         say(f"  compile {compile_s:.1f} s; network {network_name(algorithm.module)}"
             + (" (chosen by network=auto)" if getattr(spec.config, "network", None) == "auto" else "")
-            + f"; {spec.num_runs} runs in {len(groups)} group(s) over {mesh.size} "
-            f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunks of {spec.chunk_updates} updates"
+            + f"; {spec.num_runs} run{'s' if spec.num_runs != 1 else ''} in {len(groups)} group(s) over {mesh.size} "
+            f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunk{'s' if len(lengths) != 1 else ''} of "
+            f"{spec.chunk_updates} update{'s' if spec.chunk_updates != 1 else ''}"
             + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
         if resume and host is not None and chunks_done < len(lengths):
             say(f"  {spec.config.env_id} is a host env, whose state is not in the checkpoint: every env starts a new "

@@ -130,6 +130,10 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match=r"first comes after iteration 20, .* 0 to 19;"):
         dqn.DQNConfig(total_timesteps=20, num_envs=1, learning_starts=10, train_frequency=10, log_interval=10)
     dqn.DQNConfig(total_timesteps=30, num_envs=1, learning_starts=10, train_frequency=10, log_interval=10)  # g = 20
+    # a remainder of iterations short of a whole update is not taken, and the message says so
+    with pytest.raises(ValueError, match=r"0 to 999 \(whole updates of 1000 iterations, log_interval=1000; the last "
+                                         r"500 are not taken\)"):
+        dqn.DQNConfig(total_timesteps=1500, num_envs=1, learning_starts=1000)
     with pytest.raises(ValueError, match="learning_starts"):
         dqn.DQNConfig(learning_starts=-1)
     with pytest.raises(ValueError, match="total_timesteps"):

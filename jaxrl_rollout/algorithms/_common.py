@@ -388,10 +388,14 @@ class LearnerSizes:
         taken = self.num_updates * self.learner_steps_per_update * self.learner_period
         first = (self.learning_starts // due_every + 1) * due_every
         if first >= taken:
+            per_update = self.learner_steps_per_update * self.learner_period
+            left = self.num_iterations - taken
+            whole = (f" (whole updates of {per_update} iterations, log_interval={self.log_interval}; the last {left} "
+                     "are not taken)") if left else ""
             raise ValueError(
                 f"learning_starts={self.learning_starts} leaves no gradient step: the first comes after iteration "
                 f"{first}, and total_timesteps={self.total_timesteps} with num_envs={self.num_envs} takes iterations "
-                f"0 to {taken - 1}; lower learning_starts (in iterations of num_envs env steps) or raise "
+                f"0 to {taken - 1}{whole}; lower learning_starts (in iterations of num_envs env steps) or raise "
                 "total_timesteps.")
 
 
@@ -796,6 +800,23 @@ def check_normalization_config(cfg) -> None:
         value = getattr(cfg, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
+
+
+def check_single_array_obs(algo: str, module_name: str, observation_space: Any) -> None:
+    """Raises when an algorithm's built-in network meets an observation it cannot take.
+
+    DQN's, PQN's, SAC's and TD3's own networks flatten one array observation
+    (a Box or Discrete space); a pytree observation (Dict or Tuple, e.g.
+    jumanji's with an action mask) needs a network of the user's.
+
+    Raises:
+      ValueError: naming `network`, the algorithm and the space.
+    """
+    if not isinstance(observation_space, (spaces.Box, spaces.Discrete)):
+        raise ValueError(
+            f"network: {algo}'s {module_name} takes a single array observation (a Box or Discrete space), got a "
+            f"pytree ({_describe(space_leaves(observation_space))}); pass make_train a network of your own "
+            "(network=...) that takes it.")
 
 
 def zeros_for(space: Any) -> Any:

@@ -352,6 +352,10 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
       env_params: `env`'s params; None for `env.default_params`. Only with `env`.
       network: None for `QNetwork(hidden_sizes=config.hidden_sizes)`; or your
         own flax linen Module with `__call__(obs [B, ...]) -> Q [B, A]`.
+        The built-in network takes one array observation; a pytree one (a
+        Dict or Tuple space) needs yours. Exploration draws uniformly over
+        all A actions: an action mask in the observation is not read (mask
+        the greedy action in your network's Q-values if the env has one).
 
     Returns:
       The `DQN` functions.
@@ -375,6 +379,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     action_dim, continuous = _common.action_info(env, env_params)
     if continuous:
         raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")
+    if network is None:
+        _common.check_single_array_obs("DQN", "QNetwork", env.observation_space(env_params))
     module = QNetwork(action_dim, config.hidden_sizes) if network is None else network
     _check_q_network(module, env.observation_space(env_params), action_dim)
     apply_fn = module.apply

@@ -404,9 +404,7 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     action_dim = int(space.n)
     obs_space = env.observation_space(env_params)
     if network is None:
-        if not isinstance(obs_space, (spaces.Box, spaces.Discrete)):
-            raise ValueError(f"network='{config.network}': PQN's QNetwork needs a single array observation, got "
-                             f"{obs_space!r}; pass a network of your own.")
+        _common.check_single_array_obs("PQN", "QNetwork", obs_space)
         module = QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm)
     else:
         module = _check_network(network, obs_space, action_dim)
@@ -451,6 +449,10 @@ def make_pqn(config: PQNConfig, *, env: Any = None, env_params: Any = None, netw
       network: None for `QNetwork` from the config; or your own flax linen
         Module whose `__call__(obs [B, ...])` returns Q-values float [B, A],
         initialised with `module.init(key, obs [1, ...])`.
+        The built-in network takes one array observation; a pytree one (a
+        Dict or Tuple space) needs yours. Exploration draws uniformly over
+        all A actions: an action mask in the observation is not read (mask
+        the greedy action in your network's Q-values if the env has one).
 
     Returns:
       The `PQN` functions (`_common.Algorithm`). Its policies take
