@@ -141,12 +141,13 @@ def max_seeds(train, budget_bytes: float, start: int = 256, precision: float = 0
             "probes": probes}
 
 
-def timed(train, num_seeds: int) -> str:
+def timed(train, num_seeds: int, place=None) -> str:
     """`_common.anchor_protocol`'s measurement of `train`, as the anchor's line plus CPU seconds.
 
     The same steps (`jax.jit(train)`, or `jax.jit(jax.vmap(train))` on S keys
-    of `PRNGKey(30)`; lower + compile; two blocked calls), each also timed in
-    user + system CPU seconds of this process: the suffix
+    of `PRNGKey(30)`, laid out by `place` first if given, as
+    `jaxrl_rollout.devices.shard_runs`; lower + compile; two blocked calls),
+    each also timed in user + system CPU seconds of this process: the suffix
     ` cpu_compile=Xs cpu_run2=Ys`. On a host shared with other work, wall time
     mostly measures the others; CPU time much less so.
     """
@@ -162,6 +163,8 @@ def timed(train, num_seeds: int) -> str:
 
     fn = jax.jit(jax.vmap(train)) if num_seeds > 1 else jax.jit(train)
     arg = jax.random.split(jax.random.PRNGKey(30), num_seeds) if num_seeds > 1 else jax.random.PRNGKey(30)
+    if place is not None:
+        arg = place(arg)
     c0, t0 = cpu(), time.time()
     compiled = fn.lower(arg).compile()
     c1, t1 = cpu(), time.time()

@@ -75,13 +75,20 @@ What differs and stays (the semantics of each library, not options):
 - outputs: ours returns per-update metrics with the train state, rejax the
   train state only.
 
+At more than one seed our side is also measured with the host's CPU split
+into `--host-devices` JAX devices (default: one per usable core) and the S
+seed keys sharded over them ("ours-cores", `devices.shard_runs`): the layout
+the command line trains its runs in by default. rejax runs as its users run
+it, `jax.jit(jax.vmap(train))` on one device. `--host-devices 1` leaves the
+second layout out.
+
 `--memory` instead bisects, for each side, the most vmapped seeds whose
 compiled program fits `--budget-gib` (`rejax_offpolicy.max_seeds`: XLA's
 memory analysis of the whole train program plus the process's resident set,
 compile only), with the full configs, doubling from `--memory-start` seeds
 and bisecting to `--memory-precision`.
 
-Run: python -m benchmarks.vs_rejax_offpolicy [--algo dqn,pqn,sac,td3] [--seeds 1,8] [--rounds 3]
+Run: python -m benchmarks.vs_rejax_offpolicy [--algo dqn,pqn,sac,td3] [--seeds 1,8] [--rounds 3] [--host-devices N]
          [--total-steps sac=5000] [--json PATH]
      python -m benchmarks.vs_rejax_offpolicy --memory [--budget-gib 8] [--memory-start 256]
          [--memory-precision 0.02]
@@ -109,6 +116,7 @@ CPU = re.compile(r"cpu_compile=([\d.]+)s cpu_run2=([\d.]+)s")
 DEFAULT_REJAX_PYTHON = "/tmp/rejax_venv/bin/python"
 RUN_TARGET, COMPILE_TARGET = 0.8, 1.0  # issue #27 item 6
 ALGOS = tuple(SPECS)
+OURS = ("ours", "ours-cores")  # one CPU device; the host split into --host-devices devices, the seeds sharded
 
 
 def make_train(algo: str, total_steps: int | None = None):
@@ -155,9 +163,18 @@ def make_train(algo: str, total_steps: int | None = None):
     return lambda key: made(key, hparams)
 
 
-def child(algo: str, seeds: int, total_steps: int | None) -> None:
-    """Our side of one measurement, printed as rejax's side prints it (`rejax_offpolicy.timed`)."""
-    print(timed(make_train(algo, total_steps), seeds))
+def child(algo: str, seeds: int, total_steps: int | None, host_devices: int = 1) -> None:
+    """Our side of one measurement, printed as rejax's side prints it (`rejax_offpolicy.timed`).
+
+    With `host_devices` > 1 the host's CPU is first split into that many JAX
+    devices and the seed keys are sharded over them (`devices.shard_runs`),
+    as the command line lays out its runs by default.
+    """
+    from jaxrl_rollout import devices
+
+    if host_devices > 1:
+        devices.use_host_cores(host_devices)  # before anything below starts a backend
+    print(timed(make_train(algo, total_steps), seeds, devices.shard_runs if host_devices > 1 else None))
 
 
 def measure_cpu(cmd: list[str], timeout: float) -> dict:
@@ -246,6 +263,10 @@ def main(argv=None) -> dict:
     p.add_argument("--total-steps", type=steps_arg, default={}, metavar="ALGO=STEPS,...",
                    help="env steps in place of SPECS' for an algorithm (both sides)")
     p.add_argument("--rejax-python", default=DEFAULT_REJAX_PYTHON)
+    p.add_argument("--host-devices", type=int, default=None, metavar="N",
+                   help="CPU devices of our second side at more than one seed, the seeds sharded over them as the "
+                        "command line does (default: one per usable core with --platform cpu, else 1; 1: that "
+                        "side is left out)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per timing process before it fails")
     p.add_argument("--memory", action="store_true", help="bisect the seeds that fit --budget-gib instead of timing")
     p.add_argument("--budget-gib", type=float, default=8.0)
@@ -264,7 +285,7 @@ def main(argv=None) -> dict:
     if args.child is not None:
         if len(args.algo) != 1:
             p.error("--child times one algorithm")
-        child(args.algo[0], args.child, args.total_steps.get(args.algo[0]))
+        child(args.algo[0], args.child, args.total_steps.get(args.algo[0]), args.host_devices or 1)
         return {}
     if args.memory_child:
         from benchmarks.rejax_offpolicy import max_seeds
@@ -276,7 +297,13 @@ def main(argv=None) -> dict:
 
     import jax  # for the machine record only; the timing runs in fresh processes
 
+    from jaxrl_rollout import devices
+
     del jax
+    if args.host_devices is not None and args.host_devices < 1:
+        p.error(f"--host-devices must be >= 1, got {args.host_devices}")
+    # the host's cores as devices is a CPU layout: on an accelerator our second side would repeat the first
+    host_devices = args.host_devices or (devices.usable_cores() if args.platform == "cpu" else 1)
     problem = rejax_problem(args.rejax_python)
     if problem:
         print(f"rejax skipped: {problem}.", file=sys.stderr)
@@ -286,42 +313,49 @@ def main(argv=None) -> dict:
 
     def command(side: str, algo: str, seeds: int) -> list[str]:
         steps = args.total_steps.get(algo)
-        if side == "ours":
-            return [sys.executable, "-m", "benchmarks.vs_rejax_offpolicy", "--child", str(seeds), "--algo", algo] + (
+        if side in OURS:
+            return [sys.executable, "-m", "benchmarks.vs_rejax_offpolicy", "--child", str(seeds), "--algo", algo,
+                    "--host-devices", str(host_devices if side == "ours-cores" else 1)] + (
                 ["--total-steps", f"{algo}={steps}"] if steps else [])
         return [args.rejax_python, os.path.join(_common.REPO_ROOT, "benchmarks", "rejax_offpolicy.py"), algo,
                 str(seeds)] + ([str(steps)] if steps else [])
 
-    sides = ["ours"] + ([] if problem else ["rejax"])
+    layout = {"ours": "1 device", "ours-cores": f"{host_devices} host devices"}
     results, rows = [], []
     for algo in args.algo:
         for seeds in args.seeds:
+            ours = ["ours"] + (["ours-cores"] if seeds > 1 and host_devices > 1 else [])
+            sides = ours + ([] if problem else ["rejax"])
             samples = alternated_samples(lambda side: command(side, algo, seeds), sides, args.rounds, args.timeout,
                                          f"{algo} seeds={seeds}")
             steps = args.total_steps.get(algo) or SPECS[algo]["total_steps"]
-            result = {"algo": algo, "seeds": seeds, "total_steps": steps, "samples": samples}
+            result = {"algo": algo, "seeds": seeds, "total_steps": steps, "samples": samples,
+                      "layouts": {our: layout[our] for our in ours}}
             med = lambda side, k: statistics.median(x[k] for x in samples[side])  # noqa: E731
-            if "rejax" in samples:
-                run, comp, cpu_run, cpu_comp = (round_ratios(samples, "ours", "rejax", k)
+            for our in ours:
+                head = [algo, seeds, layout[our], f"{steps:,}", args.rounds, f"{med(our, 'run2_s'):.2f} s"]
+                if "rejax" not in samples:
+                    rows.append(head + ["n/a", "n/a", f"{med(our, 'compile_s'):.2f} s"] + ["n/a"] * 5)
+                    continue
+                run, comp, cpu_run, cpu_comp = (round_ratios(samples, our, "rejax", k)
                                                 for k in ("run2_s", "compile_s", "cpu_run2_s", "cpu_compile_s"))
-                result.update(run_ratio=statistics.median(run), run_ratios=run,
+                ratios = dict(run_ratio=statistics.median(run), run_ratios=run,
                               compile_ratio=statistics.median(comp), compile_ratios=comp,
                               cpu_run_ratio=statistics.median(cpu_run), cpu_run_ratios=cpu_run,
                               cpu_compile_ratio=statistics.median(cpu_comp), cpu_compile_ratios=cpu_comp)
-                met = result["run_ratio"] <= RUN_TARGET and result["compile_ratio"] <= COMPILE_TARGET
-                rows.append([algo, seeds, f"{steps:,}", args.rounds, f"{med('ours', 'run2_s'):.2f} s",
-                             f"{med('rejax', 'run2_s'):.2f} s",
-                             f"**{result['run_ratio']:.3f}** ({min(run):.2f}-{max(run):.2f})",
-                             f"{med('ours', 'compile_s'):.2f} s", f"{med('rejax', 'compile_s'):.2f} s",
-                             f"**{result['compile_ratio']:.3f}** ({min(comp):.2f}-{max(comp):.2f})",
-                             f"{result['cpu_run_ratio']:.3f}", f"{result['cpu_compile_ratio']:.3f}",
-                             "yes" if met else "no"])
-            else:
-                rows.append([algo, seeds, f"{steps:,}", args.rounds, f"{med('ours', 'run2_s'):.2f} s", "n/a", "n/a",
-                             f"{med('ours', 'compile_s'):.2f} s", "n/a", "n/a", "n/a", "n/a", "n/a"])
+                # one device's ratios at the top level, as the records before --host-devices; the layouts' under theirs
+                result.update(ratios) if our == "ours" else result.setdefault("by_layout", {}).update({our: ratios})
+                met = ratios["run_ratio"] <= RUN_TARGET and ratios["compile_ratio"] <= COMPILE_TARGET
+                rows.append(head + [f"{med('rejax', 'run2_s'):.2f} s",
+                                    f"**{ratios['run_ratio']:.3f}** ({min(run):.2f}-{max(run):.2f})",
+                                    f"{med(our, 'compile_s'):.2f} s", f"{med('rejax', 'compile_s'):.2f} s",
+                                    f"**{ratios['compile_ratio']:.3f}** ({min(comp):.2f}-{max(comp):.2f})",
+                                    f"{ratios['cpu_run_ratio']:.3f}", f"{ratios['cpu_compile_ratio']:.3f}",
+                                    "yes" if met else "no"])
             results.append(result)
     table = _common.markdown_table(
-        ["algorithm", "seeds", "env steps", "rounds", "run: ours", "run: rejax", "run ratio (range)", "compile: ours",
+        ["algorithm", "seeds", "ours on", "env steps", "rounds", "run: ours", "run: rejax", "run ratio (range)",
+         "compile: ours",
          "compile: rejax", "compile ratio (range)", "CPU-time run ratio", "CPU-time compile ratio",
          f"run <= {RUN_TARGET}, compile <= {COMPILE_TARGET}"], rows)
     if problem:
