@@ -95,6 +95,7 @@ def test_default_network_refuses_a_pytree_observation_in_one_line(algo):
     message = str(raised.value)
     assert message.startswith(f"network: {DEFAULT_NAMES[algo]} takes a single array observation"), message
     assert "pos float32[2], vel float32[" in message and "network=..." in message and "\n" not in message
+    assert "train with ppo or a2c, whose network='auto' encodes each leaf" in message
 
 
 @pytest.mark.parametrize("algo", sorted(SMALL))

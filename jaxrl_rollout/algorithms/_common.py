@@ -816,7 +816,8 @@ def check_single_array_obs(algo: str, module_name: str, observation_space: Any) 
         raise ValueError(
             f"network: {algo}'s {module_name} takes a single array observation (a Box or Discrete space), got a "
             f"pytree ({_describe(space_leaves(observation_space))}); pass make_train a network of your own "
-            "(network=...) that takes it.")
+            "(network=...) that takes it, or train with ppo or a2c, whose network='auto' encodes each leaf and "
+            "applies an action mask.")
 
 
 def zeros_for(space: Any) -> Any:
