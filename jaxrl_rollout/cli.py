@@ -665,7 +665,7 @@ def _coarse_curve(metrics: dict) -> str:
         if (metrics["num_episodes"][:, window].sum(1) > 0).sum() > finite.size:
             parts.append("nan")  # episodes that returned NaN or inf: never shown as a mean of the others
         else:
-            parts.append(f"{finite.mean():.0f}" if finite.size else "n/a")
+            parts.append(f"{finite.mean():z.0f}" if finite.size else "n/a")
     text = " ".join(parts)
     return text + (" (nan: a run's episodes returned NaN or inf)" if "nan" in parts else "")
 
@@ -778,8 +778,8 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     window = max(1, result.updates_done // 10)
     print(report.format_summary(report.summarize(spec, result.metrics), window))
     returns, rates = _closing_evaluation(args, spec, state, result.metrics)
-    print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():.1f} "
-          f"(std over runs {returns.std():.1f}); per run: " + " ".join(f"{r:.0f}" for r in returns))
+    print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():z.1f} "
+          f"(std over runs {returns.std():z.1f}); per run: " + " ".join(f"{r:z.0f}" for r in returns))
     if rates is not None:
         print(f"  against a uniform random legal-move opponent (seat drawn per game): win {rates[:, 0].mean():.0%}, "
               f"draw {rates[:, 1].mean():.0%}, loss {rates[:, 2].mean():.0%}; per run (W/D/L): "
@@ -848,8 +848,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     for r in range(spec.num_runs):
         g, s = divmod(r, spec.num_seeds)
         wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
-        stochastic = f"{sto[r].mean():9.2f} ({sto[r].std():5.1f})" if sto is not None else f"{'n/a':>17}"
-        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():9.2f} ({det[r].std():5.1f})  {stochastic}{wdl}")
+        stochastic = f"{sto[r].mean():z9.2f} ({sto[r].std():z5.1f})" if sto is not None else f"{'n/a':>17}"
+        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f})  {stochastic}{wdl}")
     if args.video:
         _write_videos(args, spec, state, jax.random.fold_in(key, 2), algorithm)
     return 0
@@ -923,10 +923,10 @@ def _write_videos(args, spec, state, key, algorithm) -> None:
         raise ValueError(f"--video: {error}") from None
     print(f"  videos of one deterministic episode per run in {folder}:")
     for v in videos:
-        print(f"    run {v.run}: return {v.episode_return:.1f}, {v.length} steps: {v.path.name}")
+        print(f"    run {v.run}: return {v.episode_return:z.1f}, {v.length} steps: {v.path.name}")
     if {t.strip().lower() for t in args.runs.split(",")} == {"best", "worst"} and len(videos) == 1 < spec.num_runs:
         # the highest and the lowest return are one run's (the first on a tie) only when all runs returned the same
-        print(f"    (best and worst are that one run: every run's episode returned {videos[0].episode_return:.1f})")
+        print(f"    (best and worst are that one run: every run's episode returned {videos[0].episode_return:z.1f})")
 
 
 def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int) -> dict:
@@ -962,13 +962,13 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
           f"({steps / run_s:,.0f} env steps/s)")
     n = int(metrics.num_episodes)
     if n:
-        print(f"  rollout: {n} completed episodes, mean return {float(metrics.mean_return):.2f}, "
+        print(f"  rollout: {n} completed episodes, mean return {float(metrics.mean_return):z.2f}, "
               f"mean length {float(metrics.mean_length):.1f}")
     else:
         print("  rollout: no episode completed (try more --num-steps)")
     returns = result.returns
-    print(f"  evaluate: {num_eval} episodes, return mean {float(returns.mean()):.2f} "
-          f"min {float(returns.min()):.1f} max {float(returns.max()):.1f}, "
+    print(f"  evaluate: {num_eval} episodes, return mean {float(returns.mean()):z.2f} "
+          f"min {float(returns.min()):z.1f} max {float(returns.max()):z.1f}, "
           f"{int(result.completed.sum())} completed")
     return {"metrics": metrics, "eval": result, "compile_s": compile_s, "run_s": run_s}
 

@@ -154,11 +154,11 @@ def format_summary(rows: list[GridSummary], window_updates: int) -> str:
     lines = [f"  final return (episode-weighted mean over the last {window_updates} updates; 95% t-interval "
              "across seeds)", f"  {'#':>3}  {'grid point':<{width}}  {'mean':>9}  {'95% interval':>21}  seeds"]
     for r in rows:
-        interval = f"[{r.low:9.2f}, {r.high:9.2f}]" if math.isfinite(r.low) else f"{'n/a':>21}"
+        interval = f"[{r.low:z9.2f}, {r.high:z9.2f}]" if math.isfinite(r.low) else f"{'n/a':>21}"
         notes = [f"{r.missing} without episodes"] * bool(r.missing) + [f"{r.nonfinite} with NaN or inf returns"] * bool(
             r.nonfinite)
         seeds = f"{r.num_seeds}" + (f" ({'; '.join(notes)})" if notes else "")
-        mean = f"{r.mean:9.2f}" if math.isfinite(r.mean) else f"{'n/a':>9}"
+        mean = f"{r.mean:z9.2f}" if math.isfinite(r.mean) else f"{'n/a':>9}"
         lines.append(f"  {r.grid_point:>3}  {r.label:<{width}}  {mean}  {interval}  {seeds}")
     return "\n".join(lines)
 

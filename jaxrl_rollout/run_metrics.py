@@ -50,7 +50,7 @@ def returns_text(returns: np.ndarray, ended: np.ndarray) -> str:
     bad = int(np.count_nonzero(ended & ~np.isfinite(returns)))
     note = f", {bad} run(s) with a non-finite return" if bad else ""
     if finite.size:
-        return (f"return {finite.mean():.1f} +- {finite.std():.1f} (min {finite.min():.1f}, max {finite.max():.1f}, "
+        return (f"return {finite.mean():z.1f} +- {finite.std():z.1f} (min {finite.min():z.1f}, max {finite.max():z.1f}, "
                 f"{finite.size}/{returns.size} runs{note})")
     if bad:
         return f"return n/a ({bad}/{returns.size} runs with a non-finite return)"

@@ -697,7 +697,7 @@ def _last_eval(metrics: dict, first_update: int) -> tuple[int, np.ndarray] | Non
 def _eval_text(spec: RunSpec, update: int, returns: np.ndarray) -> str:
     """The progress line's evaluation part, e.g. "  eval 480.2 +- 12.1 (step 40,960)"."""
     finite = returns[np.isfinite(returns)]
-    value = f"{finite.mean():.1f} +- {finite.std():.1f}" if finite.size else "n/a"
+    value = f"{finite.mean():z.1f} +- {finite.std():z.1f}" if finite.size else "n/a"
     return f"  eval {value} (step {steps_at(spec.config, update):,})"
 
 
@@ -739,7 +739,7 @@ class _ProgressBar:
 
     def update(self, updates_done: int, returns: np.ndarray) -> None:
         finite = returns[np.isfinite(returns)]
-        ret = f"return {finite.mean():.1f}" if finite.size else ""
+        ret = f"return {finite.mean():z.1f}" if finite.size else ""
         self._progress.update(self._task, completed=steps_at(self._config, updates_done), ret=ret)
         self._progress.refresh()
 

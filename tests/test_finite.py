@@ -97,3 +97,11 @@ def test_summary_names_non_finite_seeds():
     m = _metrics([[np.nan] * 4] * 3, [[1] * 4] * 3)
     (row,) = report.summarize(spec, m)
     assert row.nonfinite == 3 and "n/a" in report.format_summary([row], 1)
+
+
+def test_returns_that_round_to_zero_print_without_a_minus_sign():
+    # MountainCarContinuous's small action costs: -0.003 per run printed as "-0.0 +- 0.0 (min -0.0, max -0.0"
+    tiny = np.array([-0.003, -0.004])
+    assert runner.returns_text(tiny, np.array([True, True])) == "return 0.0 +- 0.0 (min 0.0, max 0.0, 2/2 runs)"
+    assert cli._coarse_curve(_metrics([[-0.2, -0.3]], [[1, 1]])) == "0 0"
+    assert runner.returns_text(np.array([-0.06]), np.array([True])).startswith("return -0.1 +- 0.0")  # not rounded away
