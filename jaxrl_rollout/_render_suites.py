@@ -51,6 +51,8 @@ def _rgb(frames: Any) -> np.ndarray:
     if np.issubdtype(frames.dtype, np.floating):
         scale = 255.0 if frames.size and frames.max() <= 1.0 else 1.0
         frames = np.clip(np.rint(frames * scale), 0, 255)
+    if frames.dtype == np.uint8 and frames.shape[-1:] == (3,) and frames.flags.writeable:
+        return frames  # already what is asked for (a stack of the hook's own frames): not copied again
     return frames[..., :3].astype(np.uint8)
 
 

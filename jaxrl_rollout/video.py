@@ -1,4 +1,4 @@
-"""Videos of evaluation episodes: record the env states in jit, draw them on the host, encode with imageio.
+"""Videos of evaluation episodes: record the env states in jit, draw them on the host, encode them as mp4 or GIF.
 
 Three steps, each usable on its own:
 
@@ -11,7 +11,9 @@ Three steps, each usable on its own:
    [T, ...] (`episode_states(recording, i)`) as uint8 frames [T, H, W, 3]
    with the env's render hook (below).
 3. `write_video(path, frames, fps)` encodes them as mp4 with imageio's
-   ffmpeg plugin, or as a gif where ffmpeg is unavailable.
+   ffmpeg plugin, or as a gif (Pillow) where ffmpeg is unavailable;
+   `gif_bytes(frames)` gives a gif's bytes (TensorBoard's Images tab plays
+   them). A gif keeps each frame's colours exactly when it has at most 256.
 
 `write_episode_videos(folder, env, env_params, policy_fn, params_per_run,
 keys, runs)` does all three for the runs a selector such as "best,worst,0,3"
@@ -64,9 +66,10 @@ imports neither them nor any suite.
 
 from __future__ import annotations
 
+import io
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -390,6 +393,9 @@ def find_renderer(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
             params = getattr(target, "default_params", None)
         return _check_frames(hook(target, params, states), _name(env), int(np.shape(jax.tree.leaves(states)[0])[0]))
 
+    # the built-in hooks and `render` methods (stacked here) give a new array at every call, which a video may draw
+    # its label on; a registered hook's array might be one its owner keeps
+    draw.new_frames = not any(hook is registered for registered in _REGISTERED.values())
     return draw
 
 
@@ -415,8 +421,12 @@ def render_frames(env: Any, env_params: Any, states: PyTree) -> np.ndarray:
     return find_renderer(env)(env_params, _to_host(states))
 
 
-def _check_frames(frames: Any, name: str, length: int | None = None) -> np.ndarray:
-    """Frames as uint8 [T, H, W, 3] (RGBA loses its alpha), or a ValueError naming what is wrong."""
+def _check_frames(frames: Any, name: str, length: int | None = None, contiguous: bool = True) -> np.ndarray:
+    """Frames as uint8 [T, H, W, 3] (RGBA loses its alpha), or a ValueError naming what is wrong.
+
+    With `contiguous=False` a strided view of uint8 frames (e.g. every other
+    pixel) is returned as it is, not copied whole.
+    """
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] not in (3, 4) or (length is not None and frames.shape[0] != length):
         want = f"[{length if length is not None else 'T'}, H, W, 3]"
@@ -425,7 +435,7 @@ def _check_frames(frames: Any, name: str, length: int | None = None) -> np.ndarr
         if np.issubdtype(frames.dtype, np.floating) and frames.size and frames.max() <= 1.0:
             frames = frames * 255.0
         frames = np.clip(np.rint(frames), 0, 255).astype(np.uint8)
-    return np.ascontiguousarray(frames[..., :3])
+    return np.ascontiguousarray(frames[..., :3]) if contiguous else frames[..., :3]
 
 
 # ---- encoding ----
@@ -467,11 +477,24 @@ def _ffmpeg() -> str | None:
     return None
 
 
-def _pad(frames: np.ndarray, multiple: int) -> np.ndarray:
-    """Frames extended at the bottom and right (edge pixels repeated) to sizes divisible by `multiple`, for H.264."""
+def _padded(frames: np.ndarray, multiple: int) -> Iterator[np.ndarray]:
+    """Each frame extended at the bottom and right (edge pixels repeated) to sizes divisible by `multiple`, for H.264.
+
+    One frame at a time, in one buffer reused for every frame (each is consumed
+    before the next is made): a padded copy of a whole episode, hundreds of
+    megabytes, would cost more in fresh memory than the encoder does.
+    """
     height, width = frames.shape[1:3]
     pad_h, pad_w = -height % multiple, -width % multiple
-    return np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge") if pad_h or pad_w else frames
+    if not (pad_h or pad_w):
+        yield from frames
+        return
+    buffer = np.empty((height + pad_h, width + pad_w, frames.shape[3]), frames.dtype)
+    for frame in frames:
+        buffer[:height, :width] = frame
+        buffer[:height, width:] = frame[:, -1:]
+        buffer[height:] = buffer[height - 1 : height]
+        yield buffer
 
 
 def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
@@ -507,20 +530,65 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
                 # JAX warns at every fork; ffmpeg's is a fork-exec, with no JAX code in the child
                 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
                 iio.imwrite(
-                    path, _pad(frames, 16), extension=".mp4", plugin="FFMPEG", fps=fps, codec="libx264",
-                    pixelformat="yuv420p", macro_block_size=1,
+                    path, _padded(frames, 16), is_batch=True, extension=".mp4", plugin="FFMPEG", fps=fps,
+                    codec="libx264", pixelformat="yuv420p", macro_block_size=1,
                 )
             return path
         warnings.warn(f"writing a gif instead of {path.name}: {missing}; {_EXTRA_HINT} installs ffmpeg.", stacklevel=2)
         path = path.with_suffix(".gif")
-    iio.imwrite(path, frames, extension=".gif", plugin="pillow", duration=1000.0 / fps, loop=0)
+    with path.open("wb") as file:
+        _write_gif(file, frames, fps)
     return path
 
 
 def gif_bytes(frames: Any, fps: float = 30) -> bytes:
-    """Frames [T, H, W, 3] uint8 as the bytes of an animated GIF that loops (Pillow through imageio)."""
-    frames = _check_frames(frames, "frames")
-    return _imageio().imwrite("<bytes>", frames, extension=".gif", plugin="pillow", duration=1000.0 / fps, loop=0)
+    """Frames [T, H, W, 3] uint8 as the bytes of an animated GIF that loops (see `_write_gif`).
+
+    The frames may be a strided view (e.g. `frames[:, ::2, ::2]`); they are
+    read one at a time, without a copy of the whole.
+    """
+    frames = _check_frames(frames, "frames", contiguous=False)
+    if frames.shape[0] == 0:
+        raise ValueError("gif_bytes needs at least one frame, got none.")
+    buffer = io.BytesIO()
+    _write_gif(buffer, frames, fps)
+    return buffer.getvalue()
+
+
+def _paletted(frame: np.ndarray, lut: np.ndarray) -> Any:
+    """One RGB frame [H, W, 3] as a Pillow "P" image: exact when it has at most 256 colours.
+
+    A frame of at most 256 colours gets those colours as its palette (GIF's
+    local colour table), its pixels mapped through `lut`, a scratch table
+    indexed by 24-bit colour (2**24 uint8, reused across frames); a frame of
+    more is reduced to 256 by Pillow's median cut, as Pillow's own GIF writer
+    would. The exact mapping is several times cheaper than the median cut,
+    which Pillow otherwise runs on every frame (BENCHMARKS.md section 10).
+    """
+    from PIL import Image
+
+    image = Image.fromarray(frame)
+    colours = image.getcolors(256)
+    if colours is None:
+        return image.quantize(256)
+    palette = np.asarray([colour for _, colour in colours], np.uint8).reshape(-1, 3)
+    lut[_colour_codes(palette)] = np.arange(len(palette), dtype=np.uint8)
+    paletted = Image.fromarray(lut[_colour_codes(frame)])  # mode "L", made "P" by its palette
+    paletted.putpalette(palette.tobytes())
+    return paletted
+
+
+def _colour_codes(rgb: np.ndarray) -> np.ndarray:
+    """24-bit codes r * 65536 + g * 256 + b of uint8 [..., 3] colours."""
+    rgb = rgb.astype(np.int32)
+    return (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
+
+
+def _write_gif(file: Any, frames: np.ndarray, fps: float) -> None:
+    """Frames [T, H, W, 3] uint8 (T >= 1) as a looping animated GIF written to an open binary file."""
+    lut = np.zeros(1 << 24, np.uint8)  # pages are touched only where a frame's colours fall
+    images = [_paletted(frame, lut) for frame in frames]
+    images[0].save(file, format="GIF", save_all=True, append_images=images[1:], duration=1000.0 / fps, loop=0)
 
 
 def html(paths: str | Path | Sequence[str | Path], captions: Sequence[str] | None = None, width: int = 320) -> str:
@@ -565,8 +633,12 @@ def video_name(name: str, episode_return: float, suffix: str = ".mp4") -> str:
     return f"{name}_return{float(episode_return):.1f}{suffix}"
 
 
-def _label(frames: np.ndarray, texts: Sequence[str]) -> np.ndarray:
-    """Frames with one line of text each, white on a black band at the top left."""
+def _label(frames: np.ndarray, texts: Sequence[str], *, in_place: bool = False) -> np.ndarray:
+    """Frames with one line of text each, white on a black band at the top left.
+
+    With `in_place`, `frames` itself is drawn on and returned: a copy of a
+    whole episode's frames costs more in fresh memory than the text does.
+    """
     from PIL import Image, ImageDraw, ImageFont
 
     size = max(10, frames.shape[1] // 20)
@@ -574,14 +646,17 @@ def _label(frames: np.ndarray, texts: Sequence[str]) -> np.ndarray:
         font = ImageFont.load_default(size=size)
     except TypeError:  # Pillow < 10.1 has one bitmap size
         font = ImageFont.load_default()
-    out = np.empty_like(frames)
-    for t, (frame, text) in enumerate(zip(frames, texts)):
-        image = Image.fromarray(frame)
+    out = frames if in_place else frames.copy()
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    for t, text in enumerate(texts):
+        left, top, right, bottom = measure.textbbox((2, 2), text, font=font)
+        # only the rows the band covers are drawn on (a strip of the frame, not the whole of it)
+        rows = min(frames.shape[1], int(math.ceil(bottom)) + 3)
+        image = Image.fromarray(out[t, :rows])
         draw = ImageDraw.Draw(image)
-        left, top, right, bottom = draw.textbbox((2, 2), text, font=font)
         draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
         draw.text((2, 2), text, fill=(255, 255, 255), font=font)
-        out[t] = np.asarray(image)
+        out[t, :rows] = np.asarray(image)
     return out
 
 
@@ -746,7 +821,8 @@ class _EpisodeWriter:
                 so_far = np.cumsum(np.asarray(recording.rewards)[:length, 0])
                 # the return before step t's reward: what the frame (the state acted on) has earned
                 before = np.concatenate([[0.0], so_far[:-1]])
-                frames = _label(frames, [f"{names[r]}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)])
+                frames = _label(frames, [f"{names[r]}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)],
+                                in_place=getattr(self._draw, "new_frames", False) and frames.flags.writeable)
             path = write_video(folder / video_name(prefix + names[r], episode_return), frames, fps=self._fps)
             videos.append((EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length), frames))
         return videos

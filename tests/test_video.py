@@ -113,6 +113,61 @@ def test_without_ffmpeg_a_gif_is_written_with_a_warning(tmp_path, monkeypatch):
         video.write_video(tmp_path / "bad.gif", np.zeros((3, 20, 30)), fps=10)
 
 
+def test_a_gif_keeps_every_frames_colours_exactly_and_reduces_a_frame_of_more_than_256():
+    imageio = pytest.importorskip("imageio.v3")
+    rng = np.random.default_rng(0)
+    # 3 frames of at most 200 colours each, 600 in all: more than one palette holds, each frame's exact
+    palettes = rng.integers(0, 256, (3, 200, 3), dtype=np.uint8)
+    frames = palettes[np.arange(3)[:, None, None], rng.integers(0, 200, (3, 24, 40))]
+    decoded = imageio.imread(video.gif_bytes(frames, fps=10), index=None, extension=".gif")[..., :3]
+    np.testing.assert_array_equal(decoded, frames)
+    # a frame of 4,096 colours, more than a GIF frame holds, is reduced to 256 (median cut): close, not exact
+    ramp = np.stack([*np.meshgrid(np.arange(64) * 4, np.arange(64) * 4, indexing="ij"), np.full((64, 64), 128)], -1)
+    frames = np.stack([ramp, ramp[::-1]]).astype(np.uint8)
+    decoded = imageio.imread(video.gif_bytes(frames, fps=10), index=None, extension=".gif")[..., :3]
+    assert decoded.shape == frames.shape
+    error = np.abs(decoded.astype(int) - frames)
+    assert 0 < error.mean() < 4 and error.max() <= 16
+    with pytest.raises(ValueError, match="at least one frame"):
+        video.gif_bytes(np.zeros((0, 8, 8, 3), np.uint8))
+    # a strided view (TensorBoard's thinned frames) gives the GIF of its copy
+    assert video.gif_bytes(frames[:, ::2, ::3]) == video.gif_bytes(np.ascontiguousarray(frames[:, ::2, ::3]))
+
+
+@pytest.mark.parametrize("shape", [(3, 20, 30, 3), (2, 16, 32, 3), (2, 17, 16, 3)])
+def test_frames_are_padded_to_the_encoders_block_size_one_at_a_time_with_edge_pixels(shape):
+    frames = np.random.default_rng(2).integers(0, 256, shape, dtype=np.uint8)
+    height, width = shape[1:3]
+    expected = np.pad(frames, ((0, 0), (0, -height % 16), (0, -width % 16), (0, 0)), mode="edge")
+    np.testing.assert_array_equal(np.stack([f.copy() for f in video._padded(frames, 16)]), expected)
+
+
+def test_a_label_is_a_band_at_the_top_and_leaves_the_rest_of_the_frame_as_it_was():
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = np.random.default_rng(1)
+    frames = rng.integers(0, 256, (3, 120, 160, 3), dtype=np.uint8)
+    given = frames.copy()
+    texts = ["run0  t=0  return=0.0", "a caption longer than the frame is wide  t=1  return=-12.5", "gjpqy"]
+    out = video._label(frames, texts)
+    np.testing.assert_array_equal(frames, given)  # the input is not drawn on
+    in_place = given.copy()
+    assert video._label(in_place, texts, in_place=True) is in_place
+    np.testing.assert_array_equal(in_place, out)
+    font = ImageFont.load_default(size=10)  # the size for 120 rows
+    for frame, text, labelled in zip(frames, texts, out):
+        # the whole frame drawn on, as the label's band and text are
+        image = Image.fromarray(frame)
+        draw = ImageDraw.Draw(image)
+        _, _, right, bottom = draw.textbbox((2, 2), text, font=font)
+        draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
+        draw.text((2, 2), text, fill=(255, 255, 255), font=font)
+        np.testing.assert_array_equal(labelled, np.asarray(image))
+        rows = int(np.ceil(bottom)) + 3
+        np.testing.assert_array_equal(labelled[rows:], frame[rows:])
+        assert (labelled[0, 0] == 0).all() and (labelled[:rows].min(axis=-1) > 128).any()  # light text on black
+
+
 def test_a_missing_extra_names_it_and_importing_the_package_imports_no_backend(tmp_path):
     # imageio made unimportable (a None entry in sys.modules), in a fresh interpreter
     code = textwrap.dedent(
@@ -276,6 +331,22 @@ def test_a_registered_renderer_takes_precedence_and_can_be_removed():
             video.render_frames(env, None, states)
     finally:
         video.register_renderer(CountingEnv, None)
+
+
+def test_a_videos_label_is_drawn_on_new_frames_never_on_a_registered_hooks_own_array(tmp_path):
+    pytest.importorskip("imageio.v3")
+    env = DrawnCountingEnv()
+    policy_fn = jr.uniform_random_policy(env.action_space(None))
+    assert video.find_renderer(env).new_frames  # its render method's frames are stacked anew at each call
+    kept = np.full((64, 32, 48, 3), 90, np.uint8)  # a canvas its hook keeps, handing out views of it
+    video.register_renderer(CountingEnv, lambda env, params, states: kept[: len(states.time)])
+    try:
+        assert not video.find_renderer(env).new_frames
+        (written,) = video.write_episode_videos(tmp_path, env, None, policy_fn, None, jax.random.split(
+            jax.random.key(0), 1), "0", max_steps=6)
+    finally:
+        video.register_renderer(CountingEnv, None)
+    assert written.path.is_file() and (kept == 90).all()
 
 
 def test_a_render_method_may_draw_a_matplotlib_figure():
