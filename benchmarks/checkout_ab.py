@@ -56,14 +56,21 @@ def sample_env() -> dict:
     return env
 
 
-def sample(source: str, seeds: int) -> dict:
-    env = sample_env()
-    out = subprocess.run([sys.executable, "-c", CHILD, source, str(seeds)], capture_output=True, text=True, env=env,
-                         check=True).stdout
+def run_child(source: str, child: str, *args: str) -> dict:
+    """Runs `child` (Python source; its sys.argv[1] is the checkout `source`, then `args`) in a fresh process.
+
+    Returns its last stdout line as JSON, whose "src" (the `jaxrl_rollout.__file__` it imported) must lie in `source`.
+    """
+    out = subprocess.run([sys.executable, "-c", child, source, *args], capture_output=True, text=True,
+                         env=sample_env(), check=True).stdout
     record = json.loads(out.strip().splitlines()[-1])
     if not record["src"].startswith(source):
         raise RuntimeError(f"side {source} imported jaxrl_rollout from {record['src']}")
     return record
+
+
+def sample(source: str, seeds: int) -> dict:
+    return run_child(source, CHILD, str(seeds))
 
 
 def main() -> None:

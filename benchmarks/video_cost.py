@@ -20,17 +20,15 @@ medians over rounds. Needs the `video` extra.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._common import command_line, machine_info, markdown_table, parser, report
-from benchmarks.checkout_ab import sample_env
+from benchmarks.checkout_ab import run_child
 
 STAGES = ("draw", "label", "mp4", "gif")
 
@@ -76,15 +74,6 @@ print(json.dumps({"src": jaxrl_rollout.__file__, "frames": len(frames), "shape":
 """
 
 
-def sample(source: str, env_name: str, steps: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, source, env_name, str(steps)], capture_output=True, text=True,
-                         env=sample_env(), check=True).stdout
-    record = json.loads(out.strip().splitlines()[-1])
-    if not record["src"].startswith(source):
-        raise RuntimeError(f"side {source} imported jaxrl_rollout from {record['src']}")
-    return record
-
-
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--side", action="append", required=True, metavar="NAME=PATH", help="a checkout (one or more)")
@@ -99,7 +88,7 @@ def main() -> None:
         samples = {name: [] for name, _ in sides}
         for r in range(args.rounds):
             for name, path in (sides if r % 2 == 0 else sides[::-1]):
-                samples[name].append(sample(path, env_name, args.steps))
+                samples[name].append(run_child(path, CHILD, env_name, str(args.steps)))
         results[env_name] = samples
         base_total = None
         for name, _ in sides:
