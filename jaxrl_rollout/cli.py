@@ -272,6 +272,20 @@ def _spec_options(spec) -> dict:
     return options
 
 
+def _led_by_options(message: str, given: dict) -> str:
+    """A config's error led by the options given that it names, as typed: "--batch-size 0: batch_size must ..."."""
+    import re
+
+    named = []
+    for field, option in [("total_timesteps", "total_steps"), *((name, name) for name in _config_fields())]:
+        if option in given and re.search(rf"\b{field}\b", message):
+            value = given[option]
+            shown = (",".join(map(str, value)) if isinstance(value, tuple)
+                     else str(value).lower() if isinstance(value, bool) else str(value))
+            named.append(f"--{option.replace('_', '-')} {shown}")
+    return f"{' '.join(named)}: {message}" if named else message
+
+
 def _build_spec(given: dict):
     """The RunSpec for the given options and the defaults; ValueError names a bad option."""
     from jaxrl_rollout.runner import RunSpec
@@ -301,7 +315,10 @@ def _build_spec(given: dict):
             if not hparam_in_range(name, value, ranges):
                 raise ValueError(f"--{name.replace('_', '-')} {value:g}: {name} must be "
                                  f"{hparam_range_text(name, ranges)}.")
-    config = config_cls(**fields)
+    try:
+        config = config_cls(**fields)
+    except ValueError as err:
+        raise ValueError(_led_by_options(str(err), given)) from None
     axes = {name: given[name] for name in hparams_cls._fields if name in given}
     grid = tuple(hparams_cls(**dict(zip(axes, point))) for point in itertools.product(*axes.values()))
     spec = RunSpec(algo, config, grid, given.get("seeds", DEFAULT_SEEDS), given.get("seed", 0),

@@ -148,8 +148,9 @@ def test_unknown_env_suggests_close_names(capsys, tmp_path):
 def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
     out = str(tmp_path / "x")
     cases = {
-        ("--num-minibatches", "3"): "does not divide into num_minibatches=3",
-        ("--network", "lstm"): "network must be one of 'auto', 'mlp', 'cnn', 'gru', got 'lstm'",
+        ("--num-minibatches", "3"): "error: --num-minibatches 3: the batch num_envs * num_steps = 512 does not "
+                                     "divide into num_minibatches=3",
+        ("--network", "lstm"): "error: --network lstm: network must be one of 'auto', 'mlp', 'cnn', 'gru', got 'lstm'",
         ("--algo", "a2c", "--clip-eps", "0.1"): "--clip-eps is not a hyperparameter of A2C",
         ("--algo", "a2c", "--update-epochs", "2"): "--update-epochs is not an option of A2C",
         ("--total-steps", "256"): "less than one batch",

@@ -209,12 +209,12 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     (["--algo", "td3", "--num-steps", "8"], "--num-steps is not an option of TD3"),
     (["--algo", "dqn", "--env", "Pendulum-v1"], "DQN needs Discrete actions"),
     (["--algo", "sac", "--env", "CartPole-v1"], "SAC needs continuous actions"),
-    (["--algo", "dqn", "--log-interval", "0"], "log_interval must be a positive int"),
+    (["--algo", "dqn", "--log-interval", "0"], "--log-interval 0: log_interval must be a positive int"),
     (["--algo", "sac", "--total-steps", "1", "--log-interval", "1"], "gives no update"),
-    (["--algo", "sac", "--buffer-size", "100"], "batch_size=256 is more than buffer_size=100"),
+    (["--algo", "sac", "--buffer-size", "100"], "--buffer-size 100: batch_size=256 is more than buffer_size=100"),
     (["--algo", "dqn", "--num-envs", "8", "--buffer-size", "4", "--batch-size", "4"],
      "num_envs=8 is more than buffer_size=4"),
-    (["--algo", "sac", "--total-steps", "4000"], "learning_starts=5000 leaves no gradient step"),
+    (["--algo", "sac", "--total-steps", "4000"], "--total-steps 4000: learning_starts=5000 leaves no gradient step"),
 ])
 def test_bad_off_policy_options_exit_2_in_one_line(argv, words, tmp_path, capsys):
     assert cli.main(["train", *argv, "--out", str(tmp_path / "run")]) == 2
