@@ -990,8 +990,19 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     return {"metrics": metrics, "eval": result, "compile_s": compile_s, "run_s": run_s}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a bad command line is told in one line, where to find the help included.
+
+    argparse prints the whole usage above its error; `train`'s usage alone is
+    some 60 lines, which buried the one line that says what is wrong.
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="jaxrl-rollout",
         description="JAX-native RL rollouts and training on gymnax environments. "
         "With no command, trains PPO on CartPole-v1 with the default config over 8 vmapped seeds.",
@@ -1071,7 +1082,15 @@ def _configure_jax_early(argv: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in {"train", "evaluate", "rollout", "-h", "--help"}:
+    commands = ("train", "evaluate", "rollout")
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:  # no command takes a first positional
+        import difflib
+
+        close = difflib.get_close_matches(argv[0], commands, n=1)
+        print(f"jaxrl-rollout: error: unknown command {argv[0]!r}: the commands are train, evaluate and rollout "
+              f"(with none, train){'; did you mean ' + close[0] + '?' if close else ''}", file=sys.stderr)
+        return 2
+    if not argv or argv[0] not in {*commands, "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
     # During `train`, SIGINT and SIGTERM (SLURM, Kubernetes) ask the run to stop at the next chunk
     # boundary with a checkpoint, from now on: a signal during the imports or the compile waits for it.

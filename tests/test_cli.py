@@ -181,7 +181,21 @@ def test_bad_values_exit_non_zero(capsys):
         with pytest.raises(SystemExit) as info:
             cli.main(list(argv))
         assert info.value.code == 2, argv
-        assert message in capsys.readouterr().err, argv
+        err = capsys.readouterr().err
+        # one line: the error and where the help is, not argparse's usage block above it
+        assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
+        # the command's own parser, or the top one for arguments no command takes
+        prog = "jaxrl-rollout" if "unrecognized" in message else f"jaxrl-rollout {argv[0]}"
+        assert err.startswith(f"{prog}: error: ") and err.endswith(f" (see {prog} --help)\n"), (argv, err)
+
+
+def test_an_unknown_command_is_one_line_with_the_closest_one(capsys):
+    assert cli.main(["trian", "--seeds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("jaxrl-rollout: error: unknown command 'trian': the commands are train, evaluate and rollout "
+                   "(with none, train); did you mean train?\n")
+    assert cli.main(["runs/ppo"]) == 2
+    assert "unknown command 'runs/ppo'" in capsys.readouterr().err
 
 
 def test_host_devices_too_late_is_a_clear_error(capsys, tmp_path):
