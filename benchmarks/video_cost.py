@@ -42,8 +42,7 @@ name, steps = sys.argv[2], int(sys.argv[3])
 env, params = gymnax.make(name)
 space = env.action_space(params)
 
-def step(carry, key):
-    state = carry
+def step(state, key):
     k_act, k_step = jax.random.split(key)
     _, state, *_ = env.step(k_step, state, space.sample(k_act), params)
     return state, state

@@ -277,7 +277,7 @@ def _led_by_options(message: str, given: dict) -> str:
     import re
 
     named = []
-    for field, option in [("total_timesteps", "total_steps"), *((name, name) for name in _config_fields())]:
+    for field, option in [*_RENAMED.items(), *((name, name) for name in _config_fields())]:
         if option in given and re.search(rf"\b{field}\b", message):
             value = given[option]
             shown = (",".join(map(str, value)) if isinstance(value, tuple)

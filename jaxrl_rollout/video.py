@@ -822,7 +822,7 @@ class _EpisodeWriter:
                 # the return before step t's reward: what the frame (the state acted on) has earned
                 before = np.concatenate([[0.0], so_far[:-1]])
                 frames = _label(frames, [f"{names[r]}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)],
-                                in_place=getattr(self._draw, "new_frames", False) and frames.flags.writeable)
+                                in_place=self._draw.new_frames and frames.flags.writeable)
             path = write_video(folder / video_name(prefix + names[r], episode_return), frames, fps=self._fps)
             videos.append((EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length), frames))
         return videos
