@@ -656,21 +656,25 @@ def _metric_arrays(metrics: Any) -> dict:
 
 
 def _progress_line(spec: RunSpec, updates: int, rate: float, returns: np.ndarray, ended: np.ndarray,
-                   pace: float | None = None) -> str:
+                   pace: float | None = None, between: float = 0.0) -> str:
     """One chunk's line: steps, the chunk's env steps per second over all runs, time left, returns.
 
-    The rate is the chunk's, not the average since the start, which in an
-    off-policy run would fall for many chunks after the fast ones before
-    `learning_starts`. `pace` is the seconds per update of the chunk just run; the time left is
-    the remaining updates at that pace (the last chunk's, not the average: an
-    off-policy run's chunks before `learning_starts` are much faster than the
-    ones after, so `train` gives no pace for a chunk that ended before
-    learning started). Without it, no time left is shown.
+    The rate is the chunk's own (its compiled program, from dispatch to its
+    metrics on the host; not the host work between chunks), not the average
+    since the start, which in an off-policy run would fall for many chunks
+    after the fast ones before `learning_starts`. `pace` is the seconds per
+    update of the chunk just run, and `between` the seconds of host work
+    (loggers, videos, checkpoints) expected before the run ends; the time left
+    is the remaining updates at that pace plus `between` (the last chunk's
+    pace, not the average: an off-policy run's chunks before
+    `learning_starts` are much faster than the ones after, so `train` gives
+    no pace for a chunk that ended before learning started). Without a pace,
+    no time left is shown.
     """
     total = total_steps(spec.config)
     ret = returns_text(returns, ended)
     remaining = spec.config.num_updates - updates
-    left = f"  ~{_duration(pace * remaining)} left" if remaining > 0 and pace is not None else ""
+    left = f"  ~{_duration(pace * remaining + between)} left" if remaining > 0 and pace is not None else ""
     return (f"  step {steps_at(spec.config, updates):>{len(f'{total:,}')},}/{total:,} "
             f"({100 * updates / spec.config.num_updates:5.1f}%)"
             f"  {rate:,.0f} steps/s{left}  {ret}")
@@ -898,7 +902,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
 
         run_start = time.perf_counter()
         host_start = host.stats() if host is not None else None
-        last_saved, ran, chunk_start = chunks_done, 0, run_start
+        last_saved, ran = chunks_done, 0
+        # Host work between chunks (TensorBoard and W&B writes, videos, checkpoints): timed apart from the chunks,
+        # so a chunk's steps/s is its own and the time left adds that work at its mean so far.
+        between_s, between_n, computed = 0.0, 0, None
         last_eval = _last_eval(metrics, 0) if "eval_return" in metrics else None  # a resumed run's last one
         if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
             bar = _ProgressBar(stream, spec, updates_done)
@@ -908,11 +915,15 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 if signals.requested:
                     raise Interrupted(signals.requested)
                 length = lengths[chunks_done]
+                dispatched = time.perf_counter()
+                if computed is not None:
+                    between_s, between_n = between_s + dispatched - computed, between_n + 1
                 outputs = [executables[b - a, length](s, h, *e, *at_update(updates_done))
                            for (a, b), s, h, e in zip(groups, states, group_hparams, group_eval)]
                 _wait_ready(outputs)  # signals are handled while the chunk runs, not only after it
                 chunk = [_metric_arrays(m) for _, m in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
+                computed = time.perf_counter()
                 try:
                     check_finite(spec, chunk, updates_done)
                 except Diverged as diverged:
@@ -931,9 +942,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 chunks_done, updates_done, ran = chunks_done + 1, updates_done + length, ran + 1
                 chunk_steps = length * spec.config.steps_per_update * spec.num_runs
                 returns = chunk_return(chunk)
-                now = time.perf_counter()
-                rate = chunk_steps / (now - chunk_start) if now > chunk_start else float("nan")
-                elapsed, pace, chunk_start = now - run_start, (now - chunk_start) / length, now
+                seconds = computed - dispatched
+                rate = chunk_steps / seconds if seconds > 0 else float("nan")
+                elapsed, pace = computed - run_start, seconds / length
                 if "eval_return" in chunk:
                     last_eval = _last_eval(chunk, updates_done - length) or last_eval
                 # An off-policy chunk with any update before learning started (`trained` False) ran faster than the
@@ -941,7 +952,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 # warm-up, ran at 549 steps/s and the second at 288 on 2 cores, ~2h00m left against ~3h46m.)
                 warming = "trained" in chunk and not np.all(chunk["trained"])
                 say(_progress_line(spec, updates_done, rate, returns, chunk["num_episodes"].sum(1) > 0,
-                                   None if warming else pace)
+                                   None if warming else pace,
+                                   (between_s / between_n if between_n else 0.0) * (len(lengths) - chunks_done))
                     + (_eval_text(spec, *last_eval) if last_eval else "")
                     + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
                 if bar is not None:

@@ -384,6 +384,30 @@ def test_the_progress_line_rate_is_the_last_chunks(monkeypatch):
                                                                           f"{runs:,.0f}"], lines
 
 
+def test_host_work_between_chunks_is_in_the_time_left_not_in_the_rate(monkeypatch):
+    """Videos, loggers and checkpoints between chunks: left out of a chunk's steps/s, added to the time left."""
+    clock, wait = [0.0], runner._wait_ready
+
+    def timed_wait(tree, *args, **kwargs):  # every chunk "takes" 1 s on a fake clock
+        wait(tree, *args, **kwargs)
+        clock[0] += 1.0
+
+    def on_chunk(chunk, first_update):  # a 4 s video after the first chunk only
+        clock[0] += 4.0 if first_update == 0 else 0.0
+
+    monkeypatch.setattr(runner, "_wait_ready", timed_wait)
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: clock[0])
+    pipe = io.StringIO()
+    runner.train(SPEC, progress=pipe, on_chunk=on_chunk)
+    lines = [line for line in pipe.getvalue().splitlines() if "steps/s" in line]
+    runs = SPEC.num_runs * SPEC.config.steps_per_update
+    # chunks of 3, 3 and 1 updates, 1 s each: the second chunk's rate is not dragged by the video before it
+    assert [line.split(" steps/s")[0].split()[-1] for line in lines] == [f"{3 * runs:,.0f}"] * 2 + [f"{runs:,.0f}"]
+    # after chunk 1: 4 updates at 1/3 s, nothing between chunks seen yet; after chunk 2: 1 update at 1/3 s and
+    # one more chunk's host work at its mean so far (4 s)
+    assert [line.split(" left")[0].split("~")[-1] for line in lines[:2]] == ["1s", "4s"], lines
+
+
 def test_the_progress_line_gives_the_time_left_at_the_last_chunk_pace():
     n = SPEC.config.num_updates
     ended = np.ones(2, bool)
