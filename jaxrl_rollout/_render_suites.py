@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_rollout import _extras
+
 __all__ = ["BUILTIN", "builtin_for", "render_mujoco"]
 
 
@@ -270,7 +272,7 @@ def render_pgx(env: Any, env_params: Any, states: Any) -> np.ndarray:
     try:
         import cairosvg
     except (ImportError, OSError) as err:  # OSError: the cairo library itself is missing
-        raise ImportError(
+        raise _extras.MissingExtra(
             f"rendering pgx games needs cairosvg and the cairo library ({err}); "
             "pip install 'jaxrl-rollout[video]' (and apt install libcairo2 where cairo is missing)"
         ) from err

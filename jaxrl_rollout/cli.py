@@ -706,6 +706,13 @@ def _run_train(args: argparse.Namespace) -> int:
                "process_id": args.process_id}
     if any(v is not None for v in cluster.values()) and not args.distributed:
         raise ValueError("--coordinator, --num-processes and --process-id need --distributed.")
+    if args.wandb != "off":  # before the run folder is written (W&B's own import comes with its first run)
+        import importlib.util
+
+        from jaxrl_rollout import _extras
+
+        if importlib.util.find_spec("wandb") is None:
+            raise _extras.missing(f"--wandb {args.wandb}", "wandb", "No module named 'wandb'")
     given = _given(args)
     with contextlib.ExitStack() as stack:  # holds the run folder's lock until the command ends
         return _train_in_folder(args, given, stack)
@@ -844,6 +851,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
     algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
+    if args.video:  # before every run is evaluated: an env that cannot be drawn, or no `video` extra
+        from jaxrl_rollout import video
+
+        try:
+            video.check_recordable(algorithm.env)
+        except ValueError as error:
+            raise ValueError(f"--video: {error}") from None
     det, sto = evaluate_both(spec, state, args.num_episodes, [jax.random.fold_in(key, i) for i in (0, 1)], algorithm)
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
@@ -1025,7 +1039,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="with --video: which runs, e.g. best,worst,0,3 (run r = grid point x seeds + seed; "
                                "best and worst by the recorded episode's return) (default: %(default)s)")
     roll = sub.add_parser("rollout", help="roll out a random policy and print episode statistics")
-    roll.add_argument("--env", default=DEFAULT_ENV, help="gymnax env id (default: %(default)s)")
+    roll.add_argument("--env", default=DEFAULT_ENV,
+                      help="gymnax env id, or SUITE/NAME for another suite, e.g. brax/ant (default: %(default)s)")
     roll.add_argument("--num-envs", type=_positive_int, default=8, help="parallel envs (default: %(default)s)")
     roll.add_argument("--num-steps", type=_positive_int, default=1000, help="steps per env (default: %(default)s)")
     roll.add_argument("--num-eval", type=_positive_int, default=16, help="evaluation episodes (default: %(default)s)")
@@ -1129,6 +1144,7 @@ def _main(argv: list) -> int:
             return 2
     parser = build_parser()
     args = parser.parse_args(argv)
+    from jaxrl_rollout._extras import MissingExtra
     from jaxrl_rollout.runner import Diverged  # after _configure_jax_early: it imports the algorithms
     try:
         if args.command == "train":
@@ -1139,6 +1155,9 @@ def _main(argv: list) -> int:
     except Diverged as error:  # the run trained to NaN or inf: its last finite checkpoint is kept
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 3
+    except MissingExtra as error:  # a suite, `video` or `wandb` not installed: the line names the pip install
+        print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
+        return 2
     except ValueError as error:  # bad configs, folders and checkpoints (CheckpointError is a ValueError)
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 2

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_rollout import _extras
 from jaxrl_rollout.run_metrics import steps_at
 
 __all__ = ["TensorBoardLogger", "WandbLogger", "chain", "metric_tag"]
@@ -263,10 +264,7 @@ class WandbLogger:
         try:
             import wandb
         except ImportError as err:
-            raise ImportError(
-                f"W&B logging needs the optional `wandb` extra ({err}). Install it with: "
-                "pip install 'jaxrl-rollout[wandb]'"
-            ) from err
+            raise _extras.missing("W&B logging", "wandb", err) from err
         self._wandb, self._folder, self._spec, self._mode, self._project = wandb, pathlib.Path(folder), spec, mode, project
         self._config = spec.config
         self._runs = None

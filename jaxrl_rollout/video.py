@@ -77,7 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_rollout import _checks, _render_suites, collect, prng, stepping
+from jaxrl_rollout import _checks, _extras, _render_suites, collect, prng, stepping
 from jaxrl_rollout.types import PyTree, RolloutState
 
 __all__ = [
@@ -446,10 +446,7 @@ def _imageio() -> Any:
     try:
         import imageio.v3 as iio
     except ImportError as err:
-        raise ImportError(
-            f"writing videos needs the optional `video` extra (imageio could not be imported: {err}). "
-            f"Install it with: {_EXTRA_HINT}"
-        ) from err
+        raise _extras.missing("writing videos", "video", f"imageio could not be imported: {err}") from err
     return iio
 
 

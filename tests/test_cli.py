@@ -261,6 +261,34 @@ def test_an_env_whose_data_cannot_be_downloaded_is_one_line_naming_it(tmp_path, 
     assert not folder.exists()
 
 
+def test_a_missing_extra_is_one_line_naming_it_before_anything_is_written(sweep_run, tmp_path, capsys, monkeypatch):
+    """A suite, `wandb` or `video` not installed: one line with the pip install, exit 2, no folder (it was a
+    60-line traceback, exit 1, for a suite; for --wandb a traceback after the run folder was written)."""
+    import sys
+
+    for module in ("brax", "brax.envs", "jumanji", "wandb", "imageio", "imageio.v3"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+
+    def one_line(extra):
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"pip install 'jaxrl-rollout[{extra}]'" in err, err
+
+    folder = tmp_path / "new"
+    assert cli.main(["train", "--env", "brax/inverted_pendulum", "--out", str(folder)]) == 2
+    one_line("brax")
+    assert cli.main(["train", "--total-steps", "2048", "--wandb", "offline", "--out", str(folder)]) == 2
+    one_line("wandb")
+    assert not folder.exists()
+    before = _tree(sweep_run)
+    assert cli.main(["train", "--resume", str(sweep_run), "--wandb", "offline"]) == 2
+    one_line("wandb")
+    assert cli.main(["rollout", "--env", "jumanji/Snake-v1"]) == 2
+    one_line("jumanji")
+    assert cli.main(["evaluate", str(sweep_run), "--video"]) == 2  # before every run is evaluated
+    one_line("video")
+    assert _tree(sweep_run) == before
+
+
 def test_evaluate_compiles_both_columns_once_and_each_equals_its_own_policy(sweep_run):
     """`evaluate`'s one program gives, bit for bit, the deterministic and stochastic columns of two separate calls."""
     import jax

@@ -21,12 +21,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import prng
+from jaxrl_rollout._extras import missing
 
 PyTree = Any
 
 
 def require(module: str, extra: str, what: str | None = None) -> Any:
-    """Imports `module`, or raises an ImportError naming the extra that installs it.
+    """Imports `module`, or raises a `MissingExtra` (an ImportError) naming the extra that installs it.
 
     Args:
       module: the module to import (e.g. "brax.envs").
@@ -36,11 +37,7 @@ def require(module: str, extra: str, what: str | None = None) -> Any:
     try:
         return _import_quietly(module)
     except ImportError as err:
-        needed_by = f"{what} needs" if what else "This needs"
-        raise ImportError(
-            f"{needed_by} the optional `{extra}` extra ({module!r} could not be imported: {err}). "
-            f"Install it with: pip install 'jaxrl-rollout[{extra}]'"
-        ) from err
+        raise missing(what or "This", extra, f"{module!r} could not be imported: {err}") from err
 
 
 # What a suite prints while it is imported about an optional backend of its own being absent, which is

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
+from jaxrl_rollout._extras import MissingExtra
 from jaxrl_rollout.envs import _base
 
 __all__ = ["NavixEnv", "make"]
@@ -54,7 +55,7 @@ def _interpreter() -> str:
 def _import_navix(what: str) -> Any:
     """Imports navix 4, or raises an ImportError naming Python >= 3.12 and the extra."""
     if sys.version_info < MIN_PYTHON:
-        raise ImportError(
+        raise MissingExtra(
             f"{what} needs navix 4, and navix 4 needs Python >= 3.12; this interpreter is {_interpreter()}. "
             "Use Python >= 3.12 and install the `navix` extra: pip install 'jaxrl-rollout[navix]' "
             "(on older Pythons that extra installs nothing)."
@@ -62,13 +63,13 @@ def _import_navix(what: str) -> Any:
     try:
         navix = _base.require("navix", "navix", what)
     except ImportError as err:
-        raise ImportError(f"{err} (navix 4 needs Python >= 3.12; this interpreter is {_interpreter()}.)") from err
+        raise MissingExtra(f"{err} (navix 4 needs Python >= 3.12; this interpreter is {_interpreter()}.)") from err
     try:
         version = metadata.version("navix")
     except metadata.PackageNotFoundError:  # a source checkout: trust it
         version = None
     if version is not None and not version.startswith("4."):
-        raise ImportError(
+        raise MissingExtra(
             f"{what} needs navix 4 (navix>=4,<5; navix 4 needs Python >= 3.12), found navix {version}. "
             "Install the `navix` extra: pip install 'jaxrl-rollout[navix]'"
         )
