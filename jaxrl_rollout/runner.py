@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import pathlib
 import sys
 import time
@@ -987,11 +988,27 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                          compile_s, run_s, mesh.size, len(lengths))
 
 
+def _runs_near(folder: pathlib.Path, most: int = 5) -> str:
+    """For a folder without a run: the run folder above it (its checkpoints/, say) or the run folders in it."""
+    above = next((p for p in list(folder.absolute().parents)[:3] if (p / "config.json").is_file()), None)
+    if above is not None:  # e.g. FOLDER/checkpoints/5, written as it was given (relative or absolute)
+        return f" It is inside the run {above if folder.is_absolute() else os.path.relpath(above)}."
+    try:
+        inside = sorted(p for p in folder.iterdir() if (p / "config.json").is_file())
+    except OSError:  # missing, not a folder, unreadable: the message says what is missing
+        return ""
+    if not inside:
+        return ""
+    names = ", ".join(str(p) for p in inside[:most]) + (f" and {len(inside) - most} more" if len(inside) > most else "")
+    return f" The runs in it: {names}."
+
+
 def read_spec(folder) -> RunSpec:
     """The `RunSpec` saved in `folder`/config.json; a ValueError says what is wrong."""
     path = pathlib.Path(folder) / "config.json"
     if not path.exists():
-        raise ValueError(f"{folder} holds no run: config.json is missing.")
+        what = "holds no run: config.json is missing" if pathlib.Path(folder).exists() else "does not exist"
+        raise ValueError(f"{folder} {what}.{_runs_near(pathlib.Path(folder))}")
     try:
         return RunSpec.from_json(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:

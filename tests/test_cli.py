@@ -129,6 +129,13 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert cli.main(["train", "--resume", str(stranger)]) == 2
     assert "holds no run: config.json is missing" in capsys.readouterr().err
     assert _files(stranger) == {"notes.txt": b"mine"}
+    # a folder without a run names the run it is inside, or the runs in it
+    assert cli.main(["evaluate", str(sweep_run / "checkpoints")]) == 2
+    assert f"holds no run: config.json is missing. It is inside the run {sweep_run}." in capsys.readouterr().err
+    assert cli.main(["evaluate", str(sweep_run.parent)]) == 2
+    assert f"holds no run: config.json is missing. The runs in it: {sweep_run}." in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(tmp_path / "typo")]) == 2
+    assert capsys.readouterr().err == f"jaxrl-rollout: error: {tmp_path / 'typo'} does not exist.\n"
 
 
 def test_rollout_command(capsys):
