@@ -53,3 +53,17 @@ def test_envpool_seed_i_of_a_sweep_equals_its_run_alone():
     from tests.test_envs_host import assert_seed_i_equals_its_run_alone
 
     assert_seed_i_equals_its_run_alone("envpool/CartPole-v1")
+
+
+def test_envpool_makes_and_steps_without_gymnasium_box_cast_warnings():
+    """envpool gives its float32 Boxes float64 bounds, and gymnasium warned of the cast (4 lines on every
+    command: when made, then when each pool first read its spaces); the adapter leaves that warning out."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        env, _ = envs.make("envpool/Pendulum-v1")
+        state = jr.rollout_init(jax.random.key(0), env, None, 2)
+        policy = jr.policies.uniform_random_policy(env.action_space(None))
+        jax.block_until_ready(jr.rollout(env, None, policy, None, state, 3))
+    assert not [w for w in seen if "precision lowered" in str(w.message)], [str(w.message) for w in seen]

@@ -28,12 +28,25 @@ same host call.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from jaxrl_rollout.envs import _base
 from jaxrl_rollout.envs._host import HostEnv
+
+
+@contextlib.contextmanager
+def _quiet_box_casts() -> Iterator[None]:
+    """Without gymnasium's warning that the float64 bounds envpool gives a float32 Box are cast to float32, which
+    its spaces print on every command for CartPole, Pendulum, ... (the observations are float32 either way)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*Box (low|high)'s precision lowered by casting to float32",
+                                category=UserWarning)
+        yield
 
 __all__ = ["EnvpoolEnv", "make"]
 
@@ -63,11 +76,13 @@ class EnvpoolEnv(HostEnv):
         fixed = sorted({"num_envs", "batch_size", "seed"} & set(make_kwargs))
         if fixed:
             raise ValueError(f"EnvpoolEnv sets {fixed} itself (num_envs from the keys given to reset); drop them.")
-        probe = envpool.make_gymnasium(name, num_envs=1, **make_kwargs)
-        try:
-            super().__init__(name, probe.action_space, probe.observation_space, probe.spec.config.max_episode_steps)
-        finally:
-            probe.close()
+        with _quiet_box_casts():  # the spaces are made when first read
+            probe = envpool.make_gymnasium(name, num_envs=1, **make_kwargs)
+            try:
+                super().__init__(name, probe.action_space, probe.observation_space,
+                                 probe.spec.config.max_episode_steps)
+            finally:
+                probe.close()
         self._make_kwargs = make_kwargs
         self._pools: list = []
 
@@ -76,9 +91,10 @@ class EnvpoolEnv(HostEnv):
 
         self._seeds = [int(s) for s in seeds[:, 0]]
         self._seed = self._seeds[0]
-        self._pools = [envpool.make_gymnasium(self._name, num_envs=seeds.shape[1], seed=seed, **self._make_kwargs)
-                       for seed in self._seeds]
-        return np.stack([self._by_env_id(*pool.reset()) for pool in self._pools])
+        with _quiet_box_casts():  # a pool makes its spaces when first read, in its first reset, and keeps them
+            self._pools = [envpool.make_gymnasium(self._name, num_envs=seeds.shape[1], seed=seed, **self._make_kwargs)
+                           for seed in self._seeds]
+            return np.stack([self._by_env_id(*pool.reset()) for pool in self._pools])
 
     def _host_step(self, action: np.ndarray) -> tuple:
         return tuple(np.stack(x) for x in zip(*(self._step_pool(p, a) for p, a in zip(self._pools, action))))
