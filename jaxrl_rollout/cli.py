@@ -960,15 +960,44 @@ def _write_videos(args, spec, state, key, algorithm) -> None:
         print(f"    (best and worst are that one run: every run's episode returned {videos[0].episode_return:z.1f})")
 
 
+def _random_policy(env, env_params):
+    """`rollout`'s policy: uniform over the action space, or over the allowed actions where the observation holds
+    an action mask (jumanji's `action_mask`, pgx's `legal_action_mask`), which a uniform draw would ignore (a pgx
+    game ends at an illegal move, with a loss)."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxrl_rollout as jr
+    from jaxrl_rollout import networks
+    from jaxrl_rollout.distributions import masked_logits
+
+    def mask_of(obs):  # by leaf name, as the networks read it (a space's dict can be the env's NamedTuple)
+        return next((x for path, x in jax.tree_util.tree_flatten_with_path(obs)[0]
+                     if networks.leaf_name(path) in networks.ACTION_MASK_KEYS), None)
+
+    if mask_of(jax.eval_shape(env.observation_space(env_params).sample, jax.random.key(0))) is None:
+        return jr.uniform_random_policy(env.action_space(env_params))
+
+    def uniform_over_allowed(params, obs):
+        mask = jnp.asarray(mask_of(obs), bool)
+        return masked_logits(jnp.zeros(mask.shape, jnp.float32), mask), jnp.zeros(mask.shape[:1], jnp.float32)
+
+    return jr.categorical_policy(uniform_over_allowed)
+
+
 def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int) -> dict:
-    """Rolls out a uniform random policy, then evaluates it; prints and returns the figures."""
+    """Rolls out a uniform random policy (over the legal moves where the env masks them), then evaluates it; prints
+    and returns the figures."""
     import jax
 
     import jaxrl_rollout as jr
     from jaxrl_rollout import envs
+    from jaxrl_rollout.algorithms import _common
 
     env, env_params = envs.make(env_id)
-    policy_fn = jr.uniform_random_policy(env.action_space(env_params))
+    if _common.is_self_play(env):  # a two-player pgx game: against its random opponent, as train evaluates it
+        env, env_params = envs.make(env_id, agent_seat="random", max_steps=_common.SELF_PLAY_EVAL_MAX_MOVES)
+    policy_fn = _random_policy(env, env_params)
 
     @jax.jit
     def collect(key):

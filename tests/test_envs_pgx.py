@@ -402,3 +402,20 @@ def test_ppo_trains_two_player_games_by_self_play_and_evaluates_against_random()
     np.testing.assert_allclose(rates.sum(), 1.0)
     np.testing.assert_allclose(rates, [np.mean(returns > 0), np.mean(returns == 0), np.mean(returns < 0)])
     np.testing.assert_allclose(pgx_envs.outcome_rates(np.array([[1.0, 0.0, -1.0, 1.0]])), [[0.5, 0.25, 0.25]])
+
+
+def test_the_rollout_command_plays_legal_moves_against_the_random_opponent(capsys):
+    """`jaxrl-rollout rollout --env pgx/...` stopped at evaluate's missing time limit, and its uniform policy
+    played illegal moves (each a lost game at once); it now plays uniformly over the legal moves, against the
+    random opponent from a random seat with the trainer's evaluation cap."""
+    from jaxrl_rollout import cli
+
+    result = cli.run_rollout("pgx/tic_tac_toe", 4, 20, 0, 8)
+    assert bool(result["eval"].completed.all()) and "evaluate: 8 episodes" in capsys.readouterr().out
+    env, env_params = envs.make("pgx/tic_tac_toe")
+    policy = cli._random_policy(env, env_params)
+    state = jr.rollout_init(jax.random.key(0), env, env_params, 8)
+    _, traj = jax.jit(lambda s: jr.rollout(env, env_params, policy, None, s, 30))(state)
+    legal = np.asarray(traj.obs["legal_action_mask"])
+    assert np.take_along_axis(legal, np.asarray(traj.action)[..., None], -1).all()
+    assert int(np.asarray(traj.terminated).sum()) > 8  # whole games were played
