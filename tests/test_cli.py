@@ -296,6 +296,13 @@ def test_a_missing_extra_is_one_line_naming_it_before_anything_is_written(sweep_
     assert _tree(sweep_run) == before
 
 
+def test_evaluate_checks_its_video_runs_before_evaluating(sweep_run, capsys):
+    for runs, message in (("99", "--runs: run '99' in selector '99' is not a run index"), ("bets", "unknown run 'bets'")):
+        assert cli.main(["evaluate", str(sweep_run), "--video", "--runs", runs]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and message in err and err.count("\n") == 1, (out, err)  # no evaluation table first
+
+
 def test_evaluate_compiles_both_columns_once_and_each_equals_its_own_policy(sweep_run):
     """`evaluate`'s one program gives, bit for bit, the deterministic and stochastic columns of two separate calls."""
     import jax
