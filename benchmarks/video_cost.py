@@ -16,6 +16,7 @@ each stage once. Sides alternate, the order flipping every round; figures are
 medians over rounds. Needs the `video` extra.
 
     python -m benchmarks.video_cost --side before=/tmp/base --side after=. --env CartPole-v1,Pendulum-v1 --rounds 3
+    python -m benchmarks.video_cost --side before=/tmp/base --side after=. --env brax/ant --steps 300 --rounds 2
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ STAGES = ("draw", "label", "mp4", "gif")
 CHILD = """
 import inspect, json, os, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
-import jax, numpy as np, gymnax
+import jax, numpy as np
 import jaxrl_rollout
-from jaxrl_rollout import video
+from jaxrl_rollout import envs, video
 name, steps = sys.argv[2], int(sys.argv[3])
-env, params = gymnax.make(name)
+env, params = envs.make(name)
 space = env.action_space(params)
 
 def step(state, key):
@@ -76,7 +77,8 @@ print(json.dumps({"src": jaxrl_rollout.__file__, "frames": len(frames), "shape":
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--side", action="append", required=True, metavar="NAME=PATH", help="a checkout (one or more)")
-    p.add_argument("--env", default="CartPole-v1", help="gymnax env ids, comma-separated (default: CartPole-v1)")
+    p.add_argument("--env", default="CartPole-v1",
+                   help="env ids (gymnax's, or SUITE/NAME), comma-separated (default: CartPole-v1)")
     p.add_argument("--steps", type=int, default=500, help="frames per video (default: 500)")
     p.add_argument("--rounds", type=int, default=3, help="rounds (default: 3)")
     args = p.parse_args()

@@ -394,6 +394,29 @@ def test_brax_renders_headless():
     assert_frames(frames, 3)
 
 
+def test_mujoco_draws_a_shadow_map_sized_to_the_frame(monkeypatch):
+    """MuJoCo's 4096 x 4096 shadow map, drawn for every frame by a software OpenGL, cost brax's ant half its
+    frame time at 320 x 240: the map is drawn at 4 texels per pixel of the frame's longer side, on a copy."""
+    mujoco = pytest.importorskip("mujoco")
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><visual><global offwidth='1280'/></visual><worldbody><light pos='0 0 3' castshadow='true'/>"
+        "<geom type='plane' size='2 2 .1'/><body pos='0 0 .5'><freejoint/><geom type='sphere' size='.1'/></body></worldbody></mujoco>")
+    assert model.vis.quality.shadowsize == 4096
+    made, renderer = [], mujoco.Renderer
+
+    def recording(mj_model, **kwargs):
+        made.append(int(mj_model.vis.quality.shadowsize))
+        return renderer(mj_model, **kwargs)
+
+    monkeypatch.setattr(mujoco, "Renderer", recording)
+    qpos = np.tile(np.array([0, 0, .5, 1, 0, 0, 0], np.float64), (2, 1))
+    frames = video.render_mujoco(model, qpos, height=48, width=64)
+    assert frames.shape == (2, 48, 64, 3) and frames.dtype == np.uint8 and frames.std() > 0
+    assert made == [4 * 64] and model.vis.quality.shadowsize == 4096  # the caller's model is not changed
+    video.render_mujoco(model, qpos, height=480, width=1280)  # a map finer than the model's: the model's
+    assert made[1:] == [4096]
+
+
 def test_mujoco_without_opengl_says_what_is_needed():
     pytest.importorskip("mujoco")
     code = textwrap.dedent(
