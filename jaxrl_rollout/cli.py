@@ -443,9 +443,15 @@ def _build_env(spec):
     # The algorithm is built once too, so that an env it cannot train (DQN on continuous actions,
     # SAC on discrete ones, a network that does not fit) is refused before anything is written.
     make = get(spec.algo).make
-    if _common.is_self_play(env):
-        return make(spec.config).env  # a self-play game is set up from its id
-    return make(spec.config, env=env, env_params=env_params).env
+    try:
+        if _common.is_self_play(env):
+            return make(spec.config).env  # a self-play game is set up from its id
+        return make(spec.config, env=env, env_params=env_params).env
+    except ValueError as error:  # "env CartPole: SAC needs ...": named as the option was typed
+        named = f"env {type(env).__name__}: "
+        if str(error).startswith(named):
+            raise ValueError(f"--env {spec.config.env_id}: {str(error)[len(named):]}") from None
+        raise
 
 
 def _write_config(folder: pathlib.Path, spec, option: str) -> None:
