@@ -260,6 +260,27 @@ def _given(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
+# `train`'s options that belong to the command, not to the run: not saved in the run folder, so a `--resume`
+# uses them only when given again.
+_SESSION_OPTIONS = ("video_every", "video_runs", "num_eval", "tensorboard", "wandb", "wandb_project",
+                    "checkpoint_every", "devices", "host_devices", "compile_cache")
+
+
+def _resume_command(args: argparse.Namespace, folder) -> str:
+    """The command that continues the run in `folder` with this command's own options that differ from their
+    defaults (videos, loggers, devices, ...), e.g. "jaxrl-rollout train --resume runs/x --video-every 10"."""
+    import shlex
+
+    defaults = build_parser().parse_args(["train"])
+    parts = ["jaxrl-rollout", "train", "--resume", shlex.quote(str(folder))]
+    for name in _SESSION_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None and value != getattr(defaults, name, None):
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            parts += [f"--{name.replace('_', '-')}", shlex.quote(shown)]
+    return " ".join(parts)
+
+
 def _spec_options(spec) -> dict:
     """A RunSpec as option name -> value, the inverse of `_build_spec`."""
     config = dataclasses.asdict(spec.config)
@@ -789,7 +810,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         for log in logs:
             log.close()
     except KeyboardInterrupt as stop:
-        print(f"interrupted; continue with: jaxrl-rollout train --resume {folder}", file=sys.stderr)
+        print(f"interrupted; continue with: {_resume_command(args, folder)}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
     print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s "
           f"({result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
@@ -797,7 +818,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
           + (", this session" if resume else "") + compile_cache.summary(hits_before) + ")")
     if not result.complete:
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
-              f"continue with: jaxrl-rollout train --resume {folder}")
+              f"continue with: {_resume_command(args, folder)}")
         return 0
     # Every process takes part in gathering the runs' states; process 0 alone then evaluates and writes.
     state = runner.gather_state([result.state]) if jax.process_count() > 1 else result.state

@@ -72,8 +72,11 @@ def test_sweep_outputs(sweep_run, capsys):
 
 def test_interrupted_and_resumed_cli_run_ends_identical(sweep_run, tmp_path, capsys):
     folder = tmp_path / "part"
-    assert cli.main(["train", *SWEEP, "--out", str(folder), "--stop-after-chunks", "1"]) == 0
-    assert f"stopped after chunk 1 of 3; continue with: jaxrl-rollout train --resume {folder}" in capsys.readouterr().out
+    assert cli.main(["train", *SWEEP, "--out", str(folder), "--stop-after-chunks", "1", "--tensorboard", "false",
+                     "--checkpoint-every", "2"]) == 0
+    # the command's own options (not saved with the run) are in the command that continues it
+    assert (f"stopped after chunk 1 of 3; continue with: jaxrl-rollout train --resume {folder} --num-eval 2 "
+            "--tensorboard false --checkpoint-every 2\n") in capsys.readouterr().out
     assert "metrics.csv" not in _files(folder)
     assert cli.main(["train", "--resume", str(folder), "--num-eval", "2"]) == 0
     out = capsys.readouterr().out
