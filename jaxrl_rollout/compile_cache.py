@@ -79,7 +79,8 @@ def enable(choice: str) -> tuple[str | None, str | None]:
         if not os.access(folder, os.W_OK | os.X_OK):
             raise PermissionError(13, "not writable", str(folder))
     except OSError as error:
-        reason = f"{folder}: {error.strerror or error}"
+        why = "a file, not a folder" if folder.is_file() else error.strerror or error
+        reason = f"{folder}: {why}"
         if choice == "auto":
             return None, f"compilation cache off ({reason}); --compile-cache FOLDER puts it elsewhere"
         raise ValueError(f"--compile-cache {choice}: cannot use {reason}") from None

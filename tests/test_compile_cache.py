@@ -77,6 +77,8 @@ def test_enable_leaves_the_users_own_folder_and_reports_an_unusable_default(tmp_
     assert folder is None and note.startswith("compilation cache off (") and "--compile-cache FOLDER" in note
     with pytest.raises(ValueError, match="--compile-cache .*cannot use"):
         compile_cache.enable(str(blocker / "sub"))
+    with pytest.raises(ValueError, match=f"--compile-cache {blocker}: cannot use {blocker}: a file, not a folder"):
+        compile_cache.enable(str(blocker))
     assert compile_cache.default_dir() == blocker / "jaxrl_rollout" / "xla"
 
 
