@@ -1007,7 +1007,9 @@ def read_spec(folder) -> RunSpec:
     """The `RunSpec` saved in `folder`/config.json; a ValueError says what is wrong."""
     path = pathlib.Path(folder) / "config.json"
     if not path.exists():
-        what = "holds no run: config.json is missing" if pathlib.Path(folder).exists() else "does not exist"
+        given = pathlib.Path(folder)
+        what = ("is a file, not a run folder" if given.is_file() else
+                "holds no run: config.json is missing" if given.exists() else "does not exist")
         raise ValueError(f"{folder} {what}.{_runs_near(pathlib.Path(folder))}")
     try:
         return RunSpec.from_json(json.loads(path.read_text()))

@@ -139,6 +139,8 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert f"holds no run: config.json is missing. The runs in it: {sweep_run}." in capsys.readouterr().err
     assert cli.main(["train", "--resume", str(tmp_path / "typo")]) == 2
     assert capsys.readouterr().err == f"jaxrl-rollout: error: {tmp_path / 'typo'} does not exist.\n"
+    assert cli.main(["evaluate", str(stranger / "notes.txt")]) == 2
+    assert capsys.readouterr().err == f"jaxrl-rollout: error: {stranger / 'notes.txt'} is a file, not a run folder.\n"
 
 
 def test_rollout_command(capsys):
