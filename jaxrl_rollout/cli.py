@@ -1083,6 +1083,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jaxrl-rollout",
         description="JAX-native RL rollouts and training on gymnax environments. "
         "With no command, trains PPO on CartPole-v1 with the default config over 8 vmapped seeds.",
+        epilog="examples:\n"
+               "  jaxrl-rollout train --algo sac --seeds 4 --total-steps 20000 --out runs/sac\n"
+               "  jaxrl-rollout train --lr 1e-3,3e-4 --seeds 4 --out runs/sweep   # 2 grid points x 4 seeds\n"
+               "  jaxrl-rollout train --resume runs/sweep                          # after a Ctrl-C\n"
+               "  jaxrl-rollout evaluate runs/sac --video --runs best,worst\n"
+               "  jaxrl-rollout rollout --env brax/ant                             # check an env id\n"
+               "every option of a command: jaxrl-rollout train --help (evaluate --help, rollout --help)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command")
     train = sub.add_parser("train", help="train PPO, A2C, DQN, PQN, SAC or TD3 over vmapped seeds and sweep grids "

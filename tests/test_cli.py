@@ -201,6 +201,17 @@ def test_bad_values_exit_non_zero(capsys):
         assert err.startswith(f"{prog}: error: ") and err.endswith(f" (see {prog} --help)\n"), (argv, err)
 
 
+def test_the_help_examples_parse():
+    import shlex
+
+    epilog = cli.build_parser().epilog
+    examples = [line.split("#")[0] for line in epilog.splitlines() if line.startswith("  jaxrl-rollout ")]
+    assert len(examples) == 5
+    for line in examples:
+        args = cli.build_parser().parse_args(shlex.split(line)[1:])
+        assert args.command in ("train", "evaluate", "rollout"), line
+
+
 def test_an_unknown_command_is_one_line_with_the_closest_one(capsys):
     assert cli.main(["trian", "--seeds", "2"]) == 2
     err = capsys.readouterr().err
