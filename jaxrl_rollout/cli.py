@@ -875,7 +875,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.runs != "all" and not args.video:  # before the checkpoint is read and every run evaluated
         raise ValueError("--runs selects the runs of --video; add --video.")
     spec, state, _, manifest = load_run(args.folder)
-    if args.video:  # the selector is checked before every run is evaluated
+    chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
+    key = jax.random.key(args.seed)
+    algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
+    if args.video:  # before every run is evaluated: a bad selector, an env that cannot be drawn, no `video` extra
         import numpy as np
 
         from jaxrl_rollout import video
@@ -884,10 +887,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
             video.select_runs(args.runs, spec.num_runs, np.zeros(spec.num_runs))
         except ValueError as error:
             raise ValueError(f"--runs: {error}") from None
-    chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
-    key = jax.random.key(args.seed)
-    algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
-    if args.video:  # before every run is evaluated: an env that cannot be drawn, or no `video` extra
         try:
             video.check_recordable(algorithm.env)
         except ValueError as error:

@@ -38,6 +38,8 @@ import numpy as np
 from jaxrl_rollout.envs import _base
 from jaxrl_rollout.envs._host import HostEnv
 
+__all__ = ["EnvpoolEnv", "make"]
+
 
 @contextlib.contextmanager
 def _quiet_box_casts() -> Iterator[None]:
@@ -47,8 +49,6 @@ def _quiet_box_casts() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r".*Box (low|high)'s precision lowered by casting to float32",
                                 category=UserWarning)
         yield
-
-__all__ = ["EnvpoolEnv", "make"]
 
 
 def make(name: str, **make_kwargs: Any) -> tuple[EnvpoolEnv, Any]:
