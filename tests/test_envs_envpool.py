@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
+import envpool  # the test extra installs it (1.2.5 on Python 3.11, 1.2.7 on 3.12+): a missing one must fail
 import jax
 import numpy as np
 import pytest
@@ -11,11 +10,6 @@ import pytest
 import jaxrl_rollout as jr
 from jaxrl_rollout import envs
 from tests.test_envs_host import _apply, _params, _value_np
-
-if sys.version_info < (3, 12):
-    import envpool  # the test extra installs envpool 1.2.5 here: a missing one must fail, not skip
-else:
-    envpool = pytest.importorskip("envpool", reason="envpool 1.2.5 (the release for jax 0.10.2) needs Python < 3.12")
 
 
 def test_envpool_next_step_reset_becomes_same_step():

@@ -16,9 +16,9 @@ import pytest
 from jaxrl_rollout.algorithms import ppo
 from tests.test_user_paths import CLI, explain, readme_suite_ids, run_as_user
 
-# Suites whose extra cannot install on this interpreter: their rows run where it can (.ci/run runs
+# Suites whose extra cannot install on this interpreter: their rows run where it can (.ci/side runs
 # navix under Python 3.12, in its own environment).
-_NEEDS = {"navix": ((3, 12), None), "envpool": (None, (3, 12))}
+_NEEDS = {"navix": ((3, 12), None)}
 
 
 def _suite_runs_here(env_id: str) -> bool:

@@ -5,8 +5,8 @@
 `jaxrl_rollout.envs.gymnasium` (same limits: no rewinding, no vmapped
 `evaluate`; see there).
 
-envpool (checked with 1.2.5, the release that installs beside jax 0.10.2 on
-Python 3.11; 1.2.7 needs a newer jax and Python 3.12) resets a finished env on
+envpool (checked with 1.2.5 on Python 3.11 and 1.2.7 on Python 3.12, the
+releases the `envpool` extra installs there) resets a finished env on
 the *next* `step`: that call ignores the env's action and returns the reset
 observation with reward 0. The adapter instead resets the finished envs at
 once, in the same host call, with envpool's partial `reset(env_ids)`, so the
