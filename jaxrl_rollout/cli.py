@@ -1050,17 +1050,17 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     )
 
     steps = num_envs * num_steps
-    print(f"jaxrl_rollout: uniform random policy on {env_id}, {num_envs} envs x {num_steps} steps")
+    print(f"jaxrl_rollout: uniform random policy on {env_id}, {num_envs} env{'s' * (num_envs != 1)} x {num_steps} steps")
     print(f"  backend {jax.default_backend()}, compile {compile_s:.2f} s, run {run_s:.3f} s "
           f"({steps / run_s:,.0f} env steps/s)")
     n = int(metrics.num_episodes)
     if n:
-        print(f"  rollout: {n} completed episodes, mean return {float(metrics.mean_return):z.2f}, "
+        print(f"  rollout: {n} completed episode{'s' * (n != 1)}, mean return {float(metrics.mean_return):z.2f}, "
               f"mean length {float(metrics.mean_length):.1f}")
     else:
         print("  rollout: no episode completed (try more --num-steps)")
     returns = result.returns
-    print(f"  evaluate: {num_eval} episodes, return mean {float(returns.mean()):z.2f} "
+    print(f"  evaluate: {num_eval} episode{'s' * (num_eval != 1)}, return mean {float(returns.mean()):z.2f} "
           f"min {float(returns.min()):z.1f} max {float(returns.max()):z.1f}, "
           f"{int(result.completed.sum())} completed")
     return {"metrics": metrics, "eval": result, "compile_s": compile_s, "run_s": run_s}

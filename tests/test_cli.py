@@ -148,6 +148,11 @@ def test_rollout_command(capsys):
     out = capsys.readouterr().out
     assert "CartPole-v1, 2 envs x 100 steps" in out
     assert "completed episodes, mean return" in out
+    # one of each, in the singular: one Pendulum episode (200 steps) in 300 steps, one evaluation episode
+    assert cli.main(["rollout", "--env", "Pendulum-v1", "--num-envs", "1", "--num-steps", "300", "--num-eval", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Pendulum-v1, 1 env x 300 steps" in out and "rollout: 1 completed episode, mean return" in out
+    assert "evaluate: 1 episode, return mean" in out
 
 
 def test_unknown_env_suggests_close_names(capsys, tmp_path):
