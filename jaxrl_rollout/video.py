@@ -553,26 +553,71 @@ def gif_bytes(frames: Any, fps: float = 30) -> bytes:
 
 
 def _paletted(frame: np.ndarray, lut: np.ndarray) -> Any:
-    """One RGB frame [H, W, 3] as a Pillow "P" image: exact when it has at most 256 colours.
+    """One RGB frame [H, W, 3] of at most 256 colours as a Pillow "P" image with exactly those colours; else None.
 
-    A frame of at most 256 colours gets those colours as its palette (GIF's
-    local colour table), its pixels mapped through `lut`, a scratch table
-    indexed by 24-bit colour (2**24 uint8, reused across frames); a frame of
-    more is reduced to 256 by Pillow's median cut, as Pillow's own GIF writer
-    would. The exact mapping is several times cheaper than the median cut,
-    which Pillow otherwise runs on every frame (BENCHMARKS.md section 10).
+    The frame's colours become its palette (GIF's local colour table), its
+    pixels mapped through `lut`, a scratch table indexed by 24-bit colour
+    (2**24 uint8, reused across frames). The exact mapping is several times
+    cheaper than Pillow's median cut (BENCHMARKS.md section 10).
     """
     from PIL import Image
 
     image = Image.fromarray(frame)
     colours = image.getcolors(256)
     if colours is None:
-        return image.quantize(256)
+        return None
     palette = np.asarray([colour for _, colour in colours], np.uint8).reshape(-1, 3)
     lut[_colour_codes(palette)] = np.arange(len(palette), dtype=np.uint8)
     paletted = Image.fromarray(lut[_colour_codes(frame)])  # mode "L", made "P" by its palette
     paletted.putpalette(palette.tobytes())
     return paletted
+
+
+class _EpisodePalette:
+    """256 colours for the frames of an episode that have more, and each pixel's nearest of them.
+
+    The palette is Pillow's median cut, run once on a mosaic of up to
+    `SAMPLED` frames spread over the episode (every other pixel of each),
+    instead of once per frame. Each frame's pixels then take their nearest
+    palette colour (squared RGB distance, no dithering), computed once per
+    distinct colour of the episode and kept in a table indexed by 24-bit
+    colour, so that a later frame looks its pixels up. Shaded 3-D frames
+    (MuJoCo's) repeat most of their colours from frame to frame.
+    """
+
+    SAMPLED = 16
+    CHUNK = 4096  # distinct colours per distance computation ([CHUNK, 256] int32)
+
+    def __init__(self, frames: np.ndarray):
+        from PIL import Image
+
+        count = frames.shape[0]
+        picks = np.unique(np.linspace(0, count - 1, min(count, self.SAMPLED)).round().astype(int))
+        mosaic = np.concatenate([np.asarray(frames[i, ::2, ::2]) for i in picks])
+        quantised = Image.fromarray(np.ascontiguousarray(mosaic)).quantize(256)
+        used = max(index for _, index in quantised.getcolors(256)) + 1
+        self.palette = np.asarray(quantised.getpalette()[:3 * used], np.uint8).reshape(-1, 3)
+        self._colours = self.palette.astype(np.int32)
+        self._index = np.zeros(1 << 24, np.uint8)
+        self._known = np.zeros(1 << 24, bool)
+
+    def image(self, frame: np.ndarray) -> Any:
+        """The frame [H, W, 3] as a Pillow "P" image on the episode's palette."""
+        from PIL import Image
+
+        codes = _colour_codes(frame)
+        new = codes[~self._known[codes]]
+        if new.size:
+            new = np.unique(new)
+            for start in range(0, new.size, self.CHUNK):
+                chunk = new[start:start + self.CHUNK]
+                rgb = np.stack([chunk >> 16, (chunk >> 8) & 255, chunk & 255], axis=-1)
+                distance = ((rgb[:, None, :] - self._colours[None, :, :]) ** 2).sum(-1)
+                self._index[chunk] = np.argmin(distance, axis=1).astype(np.uint8)
+            self._known[new] = True
+        paletted = Image.fromarray(self._index[codes])
+        paletted.putpalette(self.palette.tobytes())
+        return paletted
 
 
 def _colour_codes(rgb: np.ndarray) -> np.ndarray:
@@ -582,9 +627,20 @@ def _colour_codes(rgb: np.ndarray) -> np.ndarray:
 
 
 def _write_gif(file: Any, frames: np.ndarray, fps: float) -> None:
-    """Frames [T, H, W, 3] uint8 (T >= 1) as a looping animated GIF written to an open binary file."""
+    """Frames [T, H, W, 3] uint8 (T >= 1) as a looping animated GIF written to an open binary file.
+
+    A frame of at most 256 colours keeps them exactly (`_paletted`); the
+    episode's frames of more share one palette (`_EpisodePalette`).
+    """
     lut = np.zeros(1 << 24, np.uint8)  # pages are touched only where a frame's colours fall
-    images = [_paletted(frame, lut) for frame in frames]
+    shared = None
+    images = []
+    for frame in frames:
+        image = _paletted(frame, lut)
+        if image is None:
+            shared = _EpisodePalette(frames) if shared is None else shared
+            image = shared.image(frame)
+        images.append(image)
     images[0].save(file, format="GIF", save_all=True, append_images=images[1:], duration=1000.0 / fps, loop=0)
 
 

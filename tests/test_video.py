@@ -134,6 +134,32 @@ def test_a_gif_keeps_every_frames_colours_exactly_and_reduces_a_frame_of_more_th
     assert video.gif_bytes(frames[:, ::2, ::3]) == video.gif_bytes(np.ascontiguousarray(frames[:, ::2, ::3]))
 
 
+def test_frames_of_more_than_256_colours_share_one_palette_and_take_its_nearest_colours(monkeypatch):
+    """One median cut per episode, not per frame, and no dithering: each pixel its palette's nearest colour."""
+    imageio = pytest.importorskip("imageio.v3")
+    from PIL import Image
+
+    cuts = []
+    quantize = Image.Image.quantize
+    monkeypatch.setattr(Image.Image, "quantize", lambda self, *a, **k: cuts.append(1) or quantize(self, *a, **k))
+    y, x = np.meshgrid(np.arange(48), np.arange(40), indexing="ij")
+    # 6 shaded frames (a light moving over a gradient: 1,000+ colours each) and one of 3 colours among them
+    rich = [np.stack([(5 * x + 3 * t) % 256, (5 * y + 7 * t) % 256, (x * y // 8 + 11 * t) % 256], -1) for t in range(6)]
+    few = np.zeros((48, 40, 3), np.uint8)
+    few[:, 10:], few[:, 25:] = (200, 30, 30), (10, 10, 250)
+    frames = np.stack(rich[:3] + [few] + rich[3:]).astype(np.uint8)
+    decoded = imageio.imread(video.gif_bytes(frames, fps=10), index=None, extension=".gif")[..., :3].astype(int)
+    assert len(cuts) == 1
+    np.testing.assert_array_equal(decoded[3], few)  # the frame of 3 colours keeps them exactly
+    shaded = np.delete(frames, 3, axis=0).reshape(-1, 3).astype(int)
+    got = np.delete(decoded, 3, axis=0).reshape(-1, 3)
+    palette = np.unique(got, axis=0)
+    assert len(palette) <= 256
+    nearest = ((shaded[:, None, :] - palette[None, :, :]) ** 2).sum(-1).min(1)
+    np.testing.assert_array_equal(((got - shaded) ** 2).sum(-1), nearest)
+    assert np.abs(got - shaded).mean() < 6
+
+
 @pytest.mark.parametrize("shape", [(3, 20, 30, 3), (2, 16, 32, 3), (2, 17, 16, 3)])
 def test_frames_are_padded_to_the_encoders_block_size_one_at_a_time_with_edge_pixels(shape):
     frames = np.random.default_rng(2).integers(0, 256, shape, dtype=np.uint8)
