@@ -1010,7 +1010,7 @@ def read_spec(folder) -> RunSpec:
         given = pathlib.Path(folder)
         what = ("is a file, not a run folder" if given.is_file() else
                 "holds no run: config.json is missing" if given.exists() else "does not exist")
-        raise ValueError(f"{folder} {what}.{_runs_near(pathlib.Path(folder))}")
+        raise ValueError(f"{folder} {what}.{_runs_near(given)}")
     try:
         return RunSpec.from_json(json.loads(path.read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
