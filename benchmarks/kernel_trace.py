@@ -18,7 +18,7 @@ Tracing adds about a microsecond per thunk, so the traced run is slower than
 an untraced one (both are printed) and the shares of small kernels are
 inflated; the big kernels' times and the per-thread picture are what to read.
 
-Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [--algo ppo|ppo-pendulum]
+Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [--algo ppo|ppo-pendulum] [--loops 2]
 """
 
 from __future__ import annotations
@@ -158,6 +158,7 @@ def main(argv=None) -> dict:
                    help="PPO updates per traced run, one per seed count")
     p.add_argument("--algo", choices=("ppo", "ppo-pendulum"), default="ppo")
     p.add_argument("--top", type=int, default=12, help="kernels listed for the busiest loop")
+    p.add_argument("--loops", type=int, default=1, help="loops whose top kernels are listed, busiest first")
     args = p.parse_args(argv)
     if len(args.seeds) != len(args.updates):
         p.error(f"--seeds and --updates need one value each per run, got {args.seeds} and {args.updates}")
@@ -166,13 +167,13 @@ def main(argv=None) -> dict:
     machine = _common.machine_info()
     results, tables = [], []
     for seeds, updates in zip(args.seeds, args.updates):
-        result, table = analyse(args.algo, seeds, updates, args.top)
+        result, table = analyse(args.algo, seeds, updates, args.top, args.loops)
         results.append(result)
         tables.append(table)
     return _common.report("kernel_trace", args, machine, results, "\n\n".join(tables), _common.command_line())
 
 
-def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]:
+def analyse(algo: str, seeds: int, updates: int, top_n: int, n_loops: int = 1) -> tuple[dict, str]:
     """One traced run: the results record and its tables."""
     train, roles = make_train(algo, updates)
     fn = jax.jit(jax.vmap(train)) if seeds > 1 else jax.jit(train)
@@ -237,11 +238,17 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
     if not loops:
         raise RuntimeError("no loop holds 0.5% of the kernel time")
     busiest = loops[0]["loop"]
-    busy_iterations = max(loops[0]["iterations_per_update"] * updates, 1)
-    top = [{"kernel": name, "us_per_iteration": per_kernel[name] / busy_iterations / 1e3,
-            "shape": hlo.shape.get(name, ""), "opcode": hlo.opcode.get(name, ""),
-            "source": short_source(hlo.source.get(name, ""))}
-           for name, _ in collections.Counter({n: per_kernel[n] for n in kernels_by_loop[busiest]}).most_common(top_n)]
+
+    def top_kernels(entry: dict) -> list:
+        iterations = max(entry["iterations_per_update"] * updates, 1)
+        counts = collections.Counter({n: per_kernel[n] for n in kernels_by_loop[entry["loop"]]})
+        return [{"kernel": name, "us_per_iteration": per_kernel[name] / iterations / 1e3,
+                 "shape": hlo.shape.get(name, ""), "opcode": hlo.opcode.get(name, ""),
+                 "source": short_source(hlo.source.get(name, ""))}
+                for name, _ in counts.most_common(top_n)]
+
+    top = top_kernels(loops[0])
+    others = {x["loop"]: top_kernels(x) for x in loops[1:max(n_loops, 1)]}
     # One window per iteration of the busiest loop: between consecutive starts of a kernel of its body.
     found = once_per_iteration(hlo, kernels_by_loop[busiest], busiest)
     marker = found[0] if found else None
@@ -270,6 +277,7 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
         "kernel_s": kernel_ns / 1e9, "span_s": span_ns / 1e9, "parallel_factor": kernel_ns / span_ns,
         "threads": {t: ns / 1e9 for t, ns in threads.most_common()},
         "loops": loops, "busiest_loop_top_kernels": top, "busiest_loop_iterations": step,
+        "other_loops_top_kernels": others,
     }
     table = _common.markdown_table(
         ["loop", "role (by iterations)", "iterations / update", "kernels / iteration", "share of kernel time",
@@ -281,6 +289,11 @@ def analyse(algo: str, seeds: int, updates: int, top_n: int) -> tuple[dict, str]
         [f"top kernels of {busiest}", "us / iteration", "shape", "source"],
         [[x["kernel"], f"{x['us_per_iteration']:.1f}", x["shape"], x["source"]] for x in top],
     )
+    for loop, kernels in others.items():
+        table += "\n\n" + _common.markdown_table(
+            [f"top kernels of {loop}", "us / iteration", "shape", "source"],
+            [[x["kernel"], f"{x['us_per_iteration']:.1f}", x["shape"], x["source"]] for x in kernels],
+        )
     table += (
         f"\n\n{algo}, {seeds} seed(s), {updates} updates: untraced {untraced_s:.3f} s, traced "
         f"{traced_s:.3f} s; {len(leaves)} thunks, kernel time {kernel_ns / 1e9:.3f} s over a {span_ns / 1e9:.3f} s "
