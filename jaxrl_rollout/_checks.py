@@ -115,6 +115,17 @@ def check_policy_output(out: Any, batch_size: int, space: Any) -> PolicyOutput:
     return out
 
 
+def check_values(value: Any, batch_size: int, where: str) -> jax.Array:
+    """Checks values [B] (floating) that `where` returned; returns them as an array."""
+    shape, dtype = _shape_dtype(value)
+    if shape != (batch_size,):
+        raise ValueError(f"{where} must return values of shape [B]=({batch_size},), got {shape}. A critic head of "
+                         "shape [B, 1] needs `.squeeze(-1)`.")
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"{where} must return floating values, got {dtype}.")
+    return jnp.asarray(value)
+
+
 def check_recurrent_output(out: Any, batch_size: int, space: Any, carry: Any) -> tuple:
     """Checks a recurrent policy's `(PolicyOutput, new_carry)` result."""
     if not (isinstance(out, tuple) and not isinstance(out, PolicyOutput) and len(out) == 2):

@@ -111,6 +111,7 @@ def rollout(
     bootstrap_truncated: bool = True,
     obs_clip: float | None = 10.0,
     obs_epsilon: float = 1e-8,
+    value_fn: Any = None,
 ) -> tuple[RolloutState, Trajectory]:
     """Runs `num_steps` steps of the policy in every env with a `lax.scan`.
 
@@ -127,6 +128,19 @@ def rollout(
     step values them under a `lax.cond`, skipped when no env truncated, so the
     memory stays one step's worth. The values are those of `policy_fn`'s
     `value` output; the actions of these extra calls are discarded.
+
+    With `value_fn`, every value comes from it instead: the scan keeps no
+    per-step value (the policy's is left unused, and XLA drops its critic
+    from the step), and after the scan V(obs[t]) of all T steps is computed
+    in one call vmapped over them, as are the last observation's and the
+    final observations' values. For a network whose critic shares nothing
+    with the actor (`ActorCriticMLP`'s separate trunks, which PPO and A2C
+    pass this for) that moves a critic pass per step out of the scan into
+    one batched pass (BENCHMARKS.md section 9 measures it). The values
+    equal the policy's to float32 rounding (XLA may sum a batched product
+    in another order). A network whose critic shares a trunk or a
+    recurrent core with the actor would compute that trunk twice, so leave
+    it None there.
 
     Keys: each step splits `state.key` once; the env gets its keys as
     `prng.FUSED_THREEFRY` keys (the same bits as `jax.random.split` gives,
@@ -156,6 +170,11 @@ def rollout(
         `rollout_init`'s normalize_observations), the policy acts on
         `clip((obs - mean) / sqrt(var + obs_epsilon), -obs_clip, obs_clip)`
         (CleanRL's NormalizeObservation then clip at 10); None skips the clip.
+      value_fn: None, or `value_fn(params, obs [B, ...]) -> value [B]`
+        (static), the policy's value without acting: e.g.
+        `lambda params, obs: module.apply(params, obs)[1]`. It must give the
+        value `policy_fn` gives for the same params and (normalised)
+        observations; feedforward policies only.
 
     Returns:
       `(state, trajectory)`: the state to continue from and a time-major
@@ -163,10 +182,18 @@ def rollout(
 
     Raises:
       TypeError, ValueError: num_steps is not a positive int, state is not a
-        `RolloutState`, or the env's step or the policy's output breaks its
-        protocol (the message names which).
+        `RolloutState`, value_fn is not callable or is given with a recurrent
+        state, or the env's step, the policy's output or value_fn's breaks
+        its protocol (the message names which).
     """
     num_steps, env_params = _check_rollout_inputs(env, env_params, state, num_steps)
+    if value_fn is not None:
+        if not callable(value_fn):
+            raise TypeError(f"value_fn must be None or callable(params, obs) -> value [B], got "
+                            f"{type(value_fn).__name__}.")
+        if state.carry is not None:
+            raise ValueError("value_fn is for feedforward policies; this rollout state holds a recurrent carry, so "
+                             "leave value_fn None (the recurrent policy's own values are used).")
     batch_size = jnp.shape(state.first)[0]
     spec = _RolloutSpec(
         env=env,
@@ -179,8 +206,11 @@ def rollout(
         obs_clip=obs_clip,
         obs_epsilon=obs_epsilon,
         final_values=_final_values_path(bootstrap_truncated, num_steps, batch_size),
+        value_fn=value_fn,
     )
     state, (traj, final_obs) = _scan_steps(spec, state, num_steps)
+    if value_fn is not None:
+        traj = traj._replace(value=_values_after_scan(spec, traj.obs))
     return state, traj._replace(next_value=_next_values(spec, state, traj, final_obs))
 
 
@@ -203,6 +233,7 @@ class _RolloutSpec(NamedTuple):
       obs_clip, obs_epsilon: `rollout`'s normalisation arguments.
       final_values: `_AFTER_SCAN`, `_PER_STEP` or None (see
         `_final_values_path`).
+      value_fn: `rollout`'s value_fn, or None (values from the policy).
     """
 
     env: Any
@@ -215,6 +246,7 @@ class _RolloutSpec(NamedTuple):
     obs_clip: float | None
     obs_epsilon: float
     final_values: str | None
+    value_fn: Any = None
 
 
 def _check_rollout_inputs(env: Any, env_params: Any, state: Any, num_steps: Any) -> tuple[int, Any]:
@@ -264,9 +296,22 @@ def _observed(spec: _RolloutSpec, obs: PyTree, obs_rms: Any) -> PyTree:
 
 
 def _value(spec: _RolloutSpec, params: PyTree, obs: PyTree, key: jax.Array, carry: Any, first: Any) -> jax.Array:
-    """V(obs) [B] from a policy call whose action and carry are discarded (and so DCE'd)."""
+    """V(obs) [B]: `spec.value_fn`'s, else from a policy call whose action and carry are discarded (and so DCE'd)."""
+    if spec.value_fn is not None:
+        return _checks.check_values(spec.value_fn(params, obs), spec.batch_size, "value_fn(params, obs)")
     out, _ = stepping.act(spec.policy_fn, params, obs, key, carry, first, spec.batch_size, spec.space)
     return out.value
+
+
+def _values_after_scan(spec: _RolloutSpec, obs: PyTree) -> jax.Array:
+    """`value` [T, B] with `spec.value_fn`: V(obs[t]) for every step, in one call vmapped over the T steps.
+
+    A `jax.jit`, like `_final_values_after_scan`, so that an eager rollout
+    rounds these values as a jitted one does.
+    """
+    return jax.jit(lambda params, obs: jax.vmap(lambda o: _value(spec, params, o, None, None, None))(obs))(
+        spec.params, obs
+    )
 
 
 def _scan_steps(spec: _RolloutSpec, state: RolloutState, num_steps: int) -> tuple[RolloutState, tuple]:
@@ -332,7 +377,7 @@ def _step(spec: _RolloutSpec, fused_env_keys: bool, state: RolloutState, _: Any)
         done=done,
         first=state.first,
         log_prob=out.log_prob,
-        value=out.value,
+        value=out.value if spec.value_fn is None else None,  # with value_fn: valued after the scan
         next_value=step_final_value,  # V(final observation) where truncated; completed after the scan
         completed_return=jnp.where(done, ep_return, 0.0),
         completed_length=jnp.where(done, ep_length, 0),

@@ -301,6 +301,103 @@ def test_batched_and_per_step_final_values_agree(monkeypatch, recurrent):
     jax.tree.map(np.testing.assert_array_equal, batched, per_step)
 
 
+# --- value_fn: the critic valued after the scan ------------------------------------------
+
+def _cartpole_with_critic(max_steps=10):
+    from jaxrl_rollout import networks
+
+    env, params = gymnax.make("CartPole-v1")
+    params = params.replace(max_steps_in_episode=max_steps)  # time limits inside a short rollout
+    module = networks.ActorCriticMLP(action_dim=2)
+    net_params = module.init(jax.random.key(3), jnp.zeros((1, 4)))
+    return env, params, module, net_params
+
+
+def _critic_rollout(env, params, module, net_params, value_fn, num_steps=24, normalize=False):
+    state = jr.rollout_init(jax.random.key(4), env, params, 4, normalize_observations=normalize)
+    policy = jr.networks.feedforward_policy(module)
+    return jax.jit(lambda p, s: jr.rollout(env, params, policy, p, s, num_steps, value_fn=value_fn))(net_params, state)
+
+
+@pytest.mark.parametrize("final_values", ["after the scan", "per step"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_value_fn_gives_the_policys_values(monkeypatch, final_values, normalize):
+    """With value_fn every value (obs, last obs, truncated final obs) is the critic's, the rest unchanged."""
+    import importlib
+
+    if final_values == "per step":
+        monkeypatch.setattr(importlib.import_module("jaxrl_rollout.collect"), "BATCHED_FINAL_VALUE_ROWS", 0)
+    env, params, module, net_params = _cartpole_with_critic()
+    critic = lambda p, obs: module.apply(p, obs)[1]  # noqa: E731
+    _, plain = _critic_rollout(env, params, module, net_params, None, normalize=normalize)
+    state, traj = _critic_rollout(env, params, module, net_params, critic, normalize=normalize)
+    assert int(traj.truncated.sum()) >= 4  # every env hits the 10-step limit at least once
+    # What the policy saw (normalised when normalising), valued by the critic directly.
+    np.testing.assert_allclose(traj.value, jax.vmap(critic, (None, 0))(net_params, traj.obs), rtol=1e-6, atol=1e-7)
+    for field in ("value", "next_value"):
+        np.testing.assert_allclose(getattr(traj, field), getattr(plain, field), rtol=1e-6, atol=1e-7)
+    # Everything else is untouched: the same actions, rewards, flags and state.
+    others = traj._replace(value=None, next_value=None), state
+    plain_state, _ = _critic_rollout(env, params, module, net_params, None, normalize=normalize)
+    for a, b in zip(jax.tree.leaves(others), jax.tree.leaves((plain._replace(value=None, next_value=None), plain_state))):
+        np.testing.assert_array_equal(as_data(a), as_data(b))
+
+
+def _ops_in_loop_bodies(hlo_text):
+    """op_name metadata of every instruction inside a while loop's body (fusions' computations included)."""
+    import re
+
+    bodies, computations, current = set(), {}, None
+    for line in hlo_text.splitlines():
+        head = re.match(r"^(?:ENTRY )?%(\S+) .*\{$", line)
+        if head:
+            current = computations.setdefault(head.group(1), [])
+            continue
+        if current is not None and line.strip():
+            current.append(line)
+            bodies.update(re.findall(r"\bbody=%([\w.\-]+)", line))
+    seen, names, todo = set(), [], list(bodies)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in computations:
+            continue
+        seen.add(name)
+        for line in computations[name]:
+            names += re.findall(r'op_name="([^"]*)"', line)
+            todo += re.findall(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)", line)
+    return names
+
+
+def test_value_fn_takes_the_critic_out_of_the_scan():
+    """The compiled rollout step holds no critic layer with value_fn, and holds them without it."""
+    env, params, module, net_params = _cartpole_with_critic()
+    state = jr.rollout_init(jax.random.key(4), env, params, 4)
+    policy = jr.networks.feedforward_policy(module)
+    critic = lambda p, obs: module.apply(p, obs)[1]  # noqa: E731
+
+    def loop_ops(value_fn):
+        fn = jax.jit(lambda p, s: jr.rollout(env, params, policy, p, s, 24, value_fn=value_fn))
+        return _ops_in_loop_bodies(fn.lower(net_params, state).compile().as_text())
+
+    without, with_critic = loop_ops(None), loop_ops(critic)
+    assert any("actor_hidden" in n for n in with_critic)  # the parser found the step
+    assert any("critic_hidden" in n for n in without)
+    assert not any("critic" in n for n in with_critic), [n for n in with_critic if "critic" in n][:3]
+
+
+def test_value_fn_is_checked():
+    env, params, module, net_params = _cartpole_with_critic()
+    with pytest.raises(TypeError, match="value_fn must be None or callable"):
+        _critic_rollout(env, params, module, net_params, "critic")
+    with pytest.raises(ValueError, match=r"value_fn\(params, obs\) must return values of shape \[B\]=\(4,\)"):
+        _critic_rollout(env, params, module, net_params, lambda p, obs: module.apply(p, obs)[1][:, None])
+    with pytest.raises(ValueError, match="value_fn.*floating"):
+        _critic_rollout(env, params, module, net_params, lambda p, obs: obs[:, 0] > 0)
+    state = jr.rollout_init(jax.random.key(0), CountingEnv(), None, B, initial_carry=jnp.zeros((B, 1)))
+    with pytest.raises(ValueError, match="value_fn is for feedforward policies"):
+        jr.rollout(CountingEnv(), None, None, None, state, 2, value_fn=lambda p, obs: obs)
+
+
 # --- fused threefry keys (jaxrl_rollout.prng) ---------------------------------------------
 
 def _no_fusing(monkeypatch):

@@ -773,6 +773,30 @@ def rollout_env_params(s: Setup, params: Any) -> Any:
     return params if s.self_play else s.env_params
 
 
+def rollout_value_fn(s: Setup, num_envs: int, num_steps: int) -> Callable | None:
+    """The `value_fn` PPO and A2C give `rollout`: the critic alone, for separate trunks and small rollouts.
+
+    An `ActorCriticMLP` with separate actor and critic trunks (the default
+    network for vector observations) values observations without the
+    actor, so the rollout can value all T steps in one batched pass after
+    its scan instead of one critic pass per step (`rollout`'s value_fn). Up
+    to `collect.BATCHED_FINAL_VALUE_ROWS` rows per rollout (T * B), where
+    the per-step passes are small and their overhead counts; larger
+    rollouts keep the per-step values, as they keep per-step final values.
+    Any other network (a shared trunk, a CNN, a recurrent core, yours) gives
+    None: its critic shares work with the actor that a second pass would
+    repeat.
+    """
+    from jaxrl_rollout import collect, networks
+
+    module = s.module
+    if type(module) is not networks.ActorCriticMLP or module.shared_trunk or s.recurrent:
+        return None
+    if num_envs * num_steps > collect.BATCHED_FINAL_VALUE_ROWS:
+        return None
+    return lambda params, obs: module.apply(params, obs)[1]
+
+
 def acting_policies(s: Setup, cfg) -> dict:
     """`Algorithm`'s policy_fn, eval_policy_fn and policy_params, acting on raw observations.
 

@@ -187,6 +187,7 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
         raise TypeError(f"config must be an A2CConfig, got {type(config).__name__}.")
     built = _common.build(config, env=env, env_params=env_params, network=network)
     module, recurrent = built.module, built.recurrent
+    value_fn = _common.rollout_value_fn(built, config.num_envs, config.num_steps)
 
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
@@ -198,7 +199,7 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
         hp = _common.resolve_hparams(hparams, A2CHParams)
         rollout_state, traj = rollout(
             built.env, _common.rollout_env_params(built, state.params), built.policy_fn, state.params, state.rollout,
-            config.num_steps, bootstrap_truncated=config.bootstrap_on_truncation,
+            config.num_steps, bootstrap_truncated=config.bootstrap_on_truncation, value_fn=value_fn,
         )
         # lambda = 1 gives the runner's n-step returns: R_t = r_t + gamma (1 - d_t) R_{t+1},
         # R_T = V(last obs), never read when the last step ended the episode.

@@ -342,6 +342,7 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
     check_minibatches(config, built.recurrent)
     env, module, policy_fn, recurrent = built.env, built.module, built.policy_fn, built.recurrent
     acting = _common.acting_policies(built, config)
+    value_fn = _common.rollout_value_fn(built, config.num_envs, config.num_steps)
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
     def init(key: jax.Array, hparams: PPOHParams | None = None) -> PPOState:
@@ -357,7 +358,7 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
         rollout_state, traj = rollout(
             env, _common.rollout_env_params(built, state.params), policy_fn, state.params, state.rollout,
             config.num_steps,
-            bootstrap_truncated=config.bootstrap_on_truncation, obs_clip=config.obs_clip,
+            bootstrap_truncated=config.bootstrap_on_truncation, obs_clip=config.obs_clip, value_fn=value_fn,
         )
         reward_scale, learn_traj = state.reward_scale, traj
         if config.normalize_rewards:
