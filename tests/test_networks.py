@@ -248,6 +248,66 @@ def test_dense_layers_match_flax_dense_and_check_shapes_without_the_initializer(
         MLP.apply(INIT["mlp"], jnp.zeros((B, 5)))
 
 
+def _dot(x, w):
+    return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+@pytest.mark.parametrize("features", [1, 2, 4])
+def test_narrow_products_derivatives_are_the_dots_to_rounding(features):
+    """narrow_product: the dot's values, and its derivatives (reverse, forward, second order, vmapped)."""
+    from jaxrl_rollout.networks.init import narrow_product
+
+    kx, kw, kg = jax.random.split(jax.random.key(features), 3)
+    x, w = jax.random.normal(kx, (8, 128, 64)), jax.random.normal(kw, (8, 64, features))
+    g = jax.random.normal(kg, (8, 128, features))
+    y, vjp = jax.vjp(jax.vmap(narrow_product), x, w)
+    y_dot, vjp_dot = jax.vjp(jax.vmap(_dot), x, w)
+    np.testing.assert_array_equal(y, y_dot)  # the product itself is the dot
+    for ours, theirs in zip(vjp(g), vjp_dot(g)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+    # One argument differentiated, the other a symbolic zero; forward mode; a Hessian.
+    np.testing.assert_allclose(jax.grad(lambda w: jnp.sum(narrow_product(x[0], w) ** 2))(w[0]),
+                               jax.grad(lambda w: jnp.sum(_dot(x[0], w) ** 2))(w[0]), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(narrow_product(x, w[0]) ** 2))(x[0]),
+                               jax.grad(lambda x: jnp.sum(_dot(x, w[0]) ** 2))(x[0]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.jvp(narrow_product, (x[0], w[0]), (x[1], w[1]))[1],
+                               jax.jvp(_dot, (x[0], w[0]), (x[1], w[1]))[1], rtol=1e-5, atol=1e-4)
+    hess = jax.hessian(lambda w: jnp.sum(jnp.tanh(narrow_product(x[0, :5, :3], w))))(w[0, :3])
+    np.testing.assert_allclose(hess, jax.hessian(lambda w: jnp.sum(jnp.tanh(_dot(x[0, :5, :3], w))))(w[0, :3]),
+                               rtol=1e-5, atol=1e-6)
+
+
+def _dots_in(hlo_text):
+    """The result shapes of the dot instructions of a compiled CPU program."""
+    import re
+
+    return re.findall(r"= (f32\[[\d,]*\])(?:\{[\d,]*\})? dot\(", hlo_text)
+
+
+def test_heads_gradients_have_no_narrow_dot_on_the_cpu():
+    """The actor head's (64 x 2) gradients compile to no dot on the CPU (a reduce and an elementwise kernel)."""
+    from jaxrl_rollout.networks import init as init_module
+
+    params = INIT["mlp"]
+    obs = jax.random.normal(jax.random.key(0), (128, 4))
+
+    def loss(p):
+        dist, value = MLP.apply(p, obs)
+        return jnp.sum(dist.logits ** 2) + jnp.sum(value ** 2)
+
+    def compiled_dots_and_grads():
+        return _dots_in(jax.jit(jax.grad(loss)).lower(params).compile().as_text()), jax.jit(jax.grad(loss))(params)
+
+    dots, grads = compiled_dots_and_grads()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(init_module, "NARROW_FEATURES", 0)  # every layer a plain dot, autodiff's derivatives
+        plain_dots, plain_grads = compiled_dots_and_grads()
+    assert "f32[64,2]" in plain_dots and "f32[64,2]" not in dots  # the head's weight gradient
+    assert dots.count("f32[128,64]") < plain_dots.count("f32[128,64]")  # the head's input gradient
+    assert dots.count("f32[64,64]") == plain_dots.count("f32[64,64]") == 2  # the hidden layers keep theirs
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grads, plain_grads)
+
+
 def test_orthogonal_rejects_a_vector_shape():
     with pytest.raises(ValueError, match=r"rank >= 2, got shape \(5,\)"):
         networks.orthogonal()(jax.random.key(0), (5,))

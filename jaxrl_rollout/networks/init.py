@@ -5,7 +5,9 @@
   Householder QR in plain jnp ops (no LAPACK call, see its docstring).
 - `OrthogonalDense` / `orthogonal_dense`: `nn.Dense` with an `orthogonal(gain)` kernel and zero
   bias (CleanRL's `layer_init(nn.Linear(...), std=gain)`), which does not
-  re-run its initializer on every `apply`.
+  re-run its initializer on every `apply`. Its narrow layers (at most
+  `NARROW_FEATURES` outputs: the heads) multiply with `narrow_product`, the
+  same dot with derivatives in the forms a CPU runs fast.
 - `batched_init(module, key, obs)`: an `ActorCriticMLP`'s parameters with
   the same recipe as `module.init` (orthogonal kernels with each layer's
   gain, zero biases and `log_std`), drawn in one batch: one normal draw and
@@ -159,7 +161,7 @@ class OrthogonalDense(nn.Module):
             gains[tuple(self.path)] = float(self.gain)  # for `batched_init`, as `orthogonal` takes it
         dtype = jnp.result_type(inputs, kernel, bias)
         inputs, kernel, bias = (jnp.asarray(x, dtype) for x in (inputs, kernel, bias))
-        y = jax.lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())))
+        y = narrow_product(inputs, kernel) if self.features <= NARROW_FEATURES else _product(inputs, kernel)
         return y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
 
     def _param(self, name: str, init: Callable, shape: tuple[int, ...]) -> jax.Array:
@@ -173,6 +175,64 @@ class OrthogonalDense(nn.Module):
                 )
             return value
         return self.param(name, init, shape, jnp.float32)
+
+
+# Layers with at most this many output features (the actor and critic heads) use `narrow_product`.
+NARROW_FEATURES = 4
+
+
+def _product(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x [..., K] @ w [K, N]."""
+    return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+@jax.custom_jvp
+def narrow_product(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x [..., K] @ w [K, N] for a small N, with derivatives that transpose to a CPU's fast forms.
+
+    The product itself is the usual dot. On the CPU its derivatives are
+    written so that reverse mode gets, for w's gradient, a broadcast product
+    reduced over the batch (sum_b x[b, :, None] * g[b, None, :]) instead of
+    a dot contracting the batch into a [K, N] result, and for x's gradient a
+    sum of N scaled columns (sum_j g[..., j, None] * w[:, j]) instead of a
+    dot with contraction N. XLA's CPU dots run such narrow shapes far below
+    their speed on square ones: in PPO's gradient step (a 64 x 2 actor head,
+    8 seeds vmapped, 128-row minibatches, 2 cores) the head's two dots took
+    62 and 51 us of a 1,119 us step; these forms fuse into one reduce and one
+    elementwise kernel. They are the same sums in another order, so the
+    gradients agree with the dot's to float32 rounding. Other platforms
+    (`lax.platform_dependent`'s default) keep the dots: only the CPU was
+    measured.
+    """
+    return _product(x, w)
+
+
+def _narrow_tangent(x, w, dx, dw, narrow: bool) -> jax.Array:
+    """The product's tangent, dx @ w + x @ dw, skipping symbolic zeros; `narrow`: in the CPU's forms."""
+    terms = []
+    if type(dx) is not jax.custom_derivatives.SymbolicZero:
+        if narrow:  # transposes to sum_j g[..., j, None] * w[:, j]
+            terms.append(jnp.stack([jnp.sum(dx * w[:, j], -1) for j in range(w.shape[1])], -1))
+        else:
+            terms.append(_product(dx, w))
+    if type(dw) is not jax.custom_derivatives.SymbolicZero:
+        # transposes to a reduce over the batch of x[..., :, None] * g[..., None, :]
+        terms.append(jnp.sum(x[..., :, None] * dw, -2) if narrow else _product(x, dw))
+    return functools.reduce(jnp.add, terms)
+
+
+def _narrow_product_jvp(primals, tangents):
+    x, w = primals
+    dx, dw = tangents
+    out = _product(x, w)
+    if all(type(t) is jax.custom_derivatives.SymbolicZero for t in tangents):
+        return out, jnp.zeros_like(out)
+    return out, jax.lax.platform_dependent(
+        cpu=lambda: _narrow_tangent(x, w, dx, dw, True), default=lambda: _narrow_tangent(x, w, dx, dw, False)
+    )
+
+
+narrow_product.defjvp(_narrow_product_jvp, symbolic_zeros=True)
 
 
 def orthogonal_dense(features: int, gain: float, name: str) -> nn.Module:
