@@ -285,7 +285,11 @@ def _dots_in(hlo_text):
 
 
 def test_heads_gradients_have_no_narrow_dot_on_the_cpu():
-    """The actor head's (64 x 2) gradients compile to no dot on the CPU (a reduce and an elementwise kernel)."""
+    """With narrow_product the actor head's (64 x 2) gradients compile to no dot on the CPU.
+
+    `NARROW_FEATURES` is 4 on jax >= 0.11 and 0 below (where these forms are
+    slower); both settings are compiled here whatever the installed jax.
+    """
     from jaxrl_rollout.networks import init as init_module
 
     params = INIT["mlp"]
@@ -298,8 +302,9 @@ def test_heads_gradients_have_no_narrow_dot_on_the_cpu():
     def compiled_dots_and_grads():
         return _dots_in(jax.jit(jax.grad(loss)).lower(params).compile().as_text()), jax.jit(jax.grad(loss))(params)
 
-    dots, grads = compiled_dots_and_grads()
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(init_module, "NARROW_FEATURES", 4)
+        dots, grads = compiled_dots_and_grads()
         mp.setattr(init_module, "NARROW_FEATURES", 0)  # every layer a plain dot, autodiff's derivatives
         plain_dots, plain_grads = compiled_dots_and_grads()
     assert "f32[64,2]" in plain_dots and "f32[64,2]" not in dots  # the head's weight gradient

@@ -5,9 +5,10 @@
   Householder QR in plain jnp ops (no LAPACK call, see its docstring).
 - `OrthogonalDense` / `orthogonal_dense`: `nn.Dense` with an `orthogonal(gain)` kernel and zero
   bias (CleanRL's `layer_init(nn.Linear(...), std=gain)`), which does not
-  re-run its initializer on every `apply`. Its narrow layers (at most
-  `NARROW_FEATURES` outputs: the heads) multiply with `narrow_product`, the
-  same dot with derivatives in the forms a CPU runs fast.
+  re-run its initializer on every `apply`. On jax >= 0.11 its narrow layers
+  (at most `NARROW_FEATURES` outputs: the heads) multiply with
+  `narrow_product`, the same dot with derivatives in the forms a CPU runs
+  fast there.
 - `batched_init(module, key, obs)`: an `ActorCriticMLP`'s parameters with
   the same recipe as `module.init` (orthogonal kernels with each layer's
   gain, zero biases and `log_std`), drawn in one batch: one normal draw and
@@ -177,8 +178,11 @@ class OrthogonalDense(nn.Module):
         return self.param(name, init, shape, jnp.float32)
 
 
-# Layers with at most this many output features (the actor and critic heads) use `narrow_product`.
-NARROW_FEATURES = 4
+# Layers with at most this many output features (the actor and critic heads) use `narrow_product`, on
+# jax >= 0.11 only: there its CPU forms made PPO's 8-seed train 5% faster (0.814 against 0.858 of the time
+# before them, with the critic after the scan in both), while on jax 0.10.2, whose CPU backend runs the
+# reduce over the batch far slower, the same forms made it 1.22x slower (BENCHMARKS.md section 9).
+NARROW_FEATURES = 4 if jax.__version_info__ >= (0, 11) else 0
 
 
 def _product(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -202,7 +206,8 @@ def narrow_product(x: jax.Array, w: jax.Array) -> jax.Array:
     elementwise kernel. They are the same sums in another order, so the
     gradients agree with the dot's to float32 rounding. Other platforms
     (`lax.platform_dependent`'s default) keep the dots: only the CPU was
-    measured.
+    measured. `OrthogonalDense` uses it on jax >= 0.11 only
+    (`NARROW_FEATURES`).
     """
     return _product(x, w)
 
