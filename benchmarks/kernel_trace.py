@@ -18,7 +18,12 @@ Tracing adds about a microsecond per thunk, so the traced run is slower than
 an untraced one (both are printed) and the shares of small kernels are
 inflated; the big kernels' times and the per-thread picture are what to read.
 
-Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [--algo ppo|ppo-pendulum] [--loops 2]
+With --algo rejax-ppo or rejax-ppo-pendulum it traces rejax 0.1.3's PPO on the
+same config instead (`benchmarks.rejax_ppo`), for a kernel-by-kernel
+comparison; run it then in an interpreter that has rejax (the anchor's venv,
+with this repository on PYTHONPATH).
+
+Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [--algo ppo|ppo-pendulum|rejax-ppo|rejax-ppo-pendulum] [--loops 2]
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import jax
 
 from benchmarks import _common
 
+ALGOS = ("ppo", "ppo-pendulum", "rejax-ppo", "rejax-ppo-pendulum")
 CONTROL = ("while", "conditional", "call")  # thunks that run nested thunk sequences
 
 
@@ -99,6 +105,8 @@ def short_source(op_name: str) -> str:
 def make_train(algo: str, updates: int):
     """`train(key)` for `updates` PPO updates of the benchmark's config, and the
     loop roles by iterations per update (rollout step, gradient step, ...)."""
+    if algo.startswith("rejax-"):
+        return make_rejax_train(algo.removeprefix("rejax-ppo").removeprefix("-") or "cartpole", updates)
     from benchmarks.vs_purejaxrl import PENDULUM, PENDULUM_HPARAMS
     from jaxrl_rollout.algorithms import ppo
 
@@ -114,6 +122,20 @@ def make_train(algo: str, updates: int):
         hparams = ppo.PPOHParams(**PENDULUM_HPARAMS)
         return (lambda key: made(key, hparams)), roles
     return made, roles
+
+
+def make_rejax_train(config_name: str, updates: int):
+    """rejax 0.1.3's PPO on the same config (`benchmarks.rejax_ppo`; run this script in a venv that has rejax)."""
+    from benchmarks import rejax_ppo
+
+    train, _ = rejax_ppo.make_train(config_name, updates)
+    config = rejax_ppo.CONFIGS[config_name]
+    roles = collections.defaultdict(list)
+    for count, role in ((config["num_steps"], "rollout step"),
+                        (config["num_epochs"] * config["num_minibatches"], "gradient step"),
+                        (config["num_epochs"], "epoch"), (1, "update")):
+        roles[count].append(role)
+    return train, roles
 
 
 def trace_events(compiled, arg, directory: str) -> tuple[float, list[tuple[str, str, int, int]]]:
@@ -156,7 +178,8 @@ def main(argv=None) -> dict:
                    help="vmapped seeds, one traced run each (1: no vmap)")
     p.add_argument("--updates", type=_common.int_list, default=[100, 40, 10],
                    help="PPO updates per traced run, one per seed count")
-    p.add_argument("--algo", choices=("ppo", "ppo-pendulum"), default="ppo")
+    p.add_argument("--algo", choices=ALGOS, default="ppo",
+                   help="our PPO, or rejax 0.1.3's on the same config (rejax-*; run in a venv with rejax)")
     p.add_argument("--top", type=int, default=12, help="kernels listed for the busiest loop")
     p.add_argument("--loops", type=int, default=1, help="loops whose top kernels are listed, busiest first")
     args = p.parse_args(argv)

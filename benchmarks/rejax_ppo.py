@@ -74,8 +74,9 @@ class FiveValueStep(environment.Environment):
         return self._env.action_space(params)
 
 
-def make_train(config_name: str = "cartpole"):
-    """(train, algo): rejax's `PPO.train` on `config_name` as `train(key) -> train state`, and the PPO object."""
+def make_train(config_name: str = "cartpole", updates: int | None = None):
+    """(train, algo): rejax's `PPO.train` on `config_name` as `train(key) -> train state`, and the PPO object;
+    `updates` replaces the config's number of updates (kernel_trace runs a few)."""
     import gymnax
     from rejax import PPO
 
@@ -83,7 +84,8 @@ def make_train(config_name: str = "cartpole"):
         raise SystemExit(f"rejax_ppo.py: config must be one of {sorted(CONFIGS)}, got {config_name!r}")
     config = dict(CONFIGS[config_name])
     env, env_params = gymnax.make(config.pop("env"))
-    steps = config.pop("updates") * config["num_envs"] * config["num_steps"]
+    default_updates = config.pop("updates")
+    steps = (default_updates if updates is None else updates) * config["num_envs"] * config["num_steps"]
     algo = PPO.create(
         env=FiveValueStep(env), env_params=env_params, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, vf_coef=0.5,
         max_grad_norm=0.5, total_timesteps=steps, eval_freq=steps, skip_initial_evaluation=True,
