@@ -103,27 +103,25 @@ def check_policy_output(out: Any, batch_size: int, space: Any) -> PolicyOutput:
             f"(recurrent: a tuple (PolicyOutput, new_carry)), got {type(out).__name__}."
         )
     for name in ("log_prob", "value"):
-        shape, dtype = _shape_dtype(getattr(out, name))
-        if shape != (batch_size,):
-            raise ValueError(
-                f"policy_fn output {name} must have shape [B]=({batch_size},), got "
-                f"{shape}. A critic head of shape [B, 1] needs `.squeeze(-1)`."
-            )
-        if not jnp.issubdtype(dtype, jnp.floating):
-            raise ValueError(f"policy_fn output {name} must be floating, got {dtype}.")
+        _check_per_env_floats(getattr(out, name), batch_size, f"policy_fn output {name}")
     check_action(out.action, space, batch_size, "policy_fn output action")
     return out
 
 
 def check_values(value: Any, batch_size: int, where: str) -> jax.Array:
     """Checks values [B] (floating) that `where` returned; returns them as an array."""
+    _check_per_env_floats(value, batch_size, f"the values {where} returned")
+    return jnp.asarray(value)
+
+
+def _check_per_env_floats(value: Any, batch_size: int, subject: str) -> None:
+    """Checks that `value` (named `subject` in the errors) is floating with shape [B]: one number per env."""
     shape, dtype = _shape_dtype(value)
     if shape != (batch_size,):
-        raise ValueError(f"{where} must return values of shape [B]=({batch_size},), got {shape}. A critic head of "
-                         "shape [B, 1] needs `.squeeze(-1)`.")
+        raise ValueError(f"{subject} must have shape [B]=({batch_size},), got {shape}. A critic head of shape "
+                         "[B, 1] needs `.squeeze(-1)`.")
     if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"{where} must return floating values, got {dtype}.")
-    return jnp.asarray(value)
+        raise ValueError(f"{subject} must be floating, got {dtype}.")
 
 
 def check_recurrent_output(out: Any, batch_size: int, space: Any, carry: Any) -> tuple:

@@ -389,7 +389,7 @@ def test_value_fn_is_checked():
     env, params, module, net_params = _cartpole_with_critic()
     with pytest.raises(TypeError, match="value_fn must be None or callable"):
         _critic_rollout(env, params, module, net_params, "critic")
-    with pytest.raises(ValueError, match=r"value_fn\(params, obs\) must return values of shape \[B\]=\(4,\)"):
+    with pytest.raises(ValueError, match=r"the values value_fn\(params, obs\) returned must have shape \[B\]=\(4,\)"):
         _critic_rollout(env, params, module, net_params, lambda p, obs: module.apply(p, obs)[1][:, None])
     with pytest.raises(ValueError, match="value_fn.*floating"):
         _critic_rollout(env, params, module, net_params, lambda p, obs: obs[:, 0] > 0)
