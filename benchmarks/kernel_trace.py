@@ -23,7 +23,8 @@ same config instead (`benchmarks.rejax_ppo`), for a kernel-by-kernel
 comparison; run it then in an interpreter that has rejax (the anchor's venv,
 with this repository on PYTHONPATH).
 
-Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [--algo ppo|ppo-pendulum|rejax-ppo|rejax-ppo-pendulum] [--loops 2]
+Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [--loops 2]
+       [--algo ppo|ppo-pendulum|rejax-ppo|rejax-ppo-pendulum]
 """
 
 from __future__ import annotations
