@@ -1091,6 +1091,8 @@ def build_parser() -> argparse.ArgumentParser:
                "every option of a command: jaxrl-rollout train --help (evaluate --help, rollout --help)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("-V", "--version", action="version", version=version_line(),
+                        help="print the versions of jaxrl-rollout, Python, jax, jaxlib, flax and gymnax, and exit")
     sub = parser.add_subparsers(dest="command")
     train = sub.add_parser("train", help="train PPO, A2C, DQN, PQN, SAC or TD3 over vmapped seeds and sweep grids "
                                          "(the default command)")
@@ -1116,6 +1118,23 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--num-eval", type=_positive_int, default=16, help="evaluation episodes (default: %(default)s)")
     roll.add_argument("--seed", type=int, default=0, help="PRNG seed (default: %(default)s)")
     return parser
+
+
+def version_line() -> str:
+    """`jaxrl-rollout --version`: this package's version and those a bug report needs, read without importing them."""
+    import platform
+    from importlib import metadata
+
+    from jaxrl_rollout import __version__
+
+    def installed(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    found = ", ".join(f"{dist} {installed(dist)}" for dist in ("jax", "jaxlib", "flax", "gymnax"))
+    return f"jaxrl-rollout {__version__} (Python {platform.python_version()}, {found})"
 
 
 def _configure_jax_early(argv: Sequence[str]) -> None:
@@ -1175,6 +1194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jaxrl-rollout: error: unknown command {argv[0]!r}: the commands are train, evaluate and rollout "
               f"(with none, train){'; did you mean ' + close[0] + '?' if close else ''}", file=sys.stderr)
         return 2
+    if argv and argv[0] in ("-V", "--version"):
+        print(version_line())  # without building the parser, which imports gymnax
+        return 0
     if not argv or argv[0] not in {*commands, "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
     # During `train`, SIGINT and SIGTERM (SLURM, Kubernetes) ask the run to stop at the next chunk

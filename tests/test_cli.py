@@ -226,6 +226,25 @@ def test_an_unknown_command_is_one_line_with_the_closest_one(capsys):
     assert "unknown command 'runs/ppo'" in capsys.readouterr().err
 
 
+def test_version_prints_what_a_bug_report_needs(capsys):
+    import platform
+    from importlib import metadata
+
+    import jaxrl_rollout
+
+    for flag in ("--version", "-V"):
+        assert cli.main([flag]) == 0
+        out = capsys.readouterr().out
+        assert out == (f"jaxrl-rollout {jaxrl_rollout.__version__} (Python {platform.python_version()}, "
+                       f"jax {metadata.version('jax')}, jaxlib {metadata.version('jaxlib')}, "
+                       f"flax {metadata.version('flax')}, gymnax {metadata.version('gymnax')})\n")
+    assert jaxrl_rollout.__version__ == metadata.version("jaxrl-rollout")  # the package and pyproject agree
+    assert "-V, --version" in cli.build_parser().format_help()
+    with pytest.raises(SystemExit) as done:  # the parser's own flag says the same
+        cli.build_parser().parse_args(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == out
+
+
 def test_host_devices_too_late_is_a_clear_error(capsys, tmp_path):
     import jax
 
