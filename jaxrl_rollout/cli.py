@@ -1137,6 +1137,28 @@ def version_line() -> str:
     return f"jaxrl-rollout {__version__} (Python {platform.python_version()}, {found})"
 
 
+def backend_problem() -> str | None:
+    """None when JAX starts a backend; else one line saying why not and what to do.
+
+    The usual cause is `JAX_PLATFORMS` naming a platform this jax cannot
+    start: `cuda` or `gpu` where only the CPU build is installed (jax then
+    fails with a bare AssertionError), a misspelt name, or a GPU that is not
+    there. Called after `_configure_jax_early`, which must run first.
+    """
+    import jax
+
+    try:
+        jax.devices()
+    except (RuntimeError, AssertionError) as error:
+        asked = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or ""
+        reason = str(error).split(" (set JAX_PLATFORMS=")[0].rstrip(". ") or f"no backend of {asked!r} is installed"
+        where = f"JAX_PLATFORMS={asked}" if asked else "this machine"
+        gpu = ("; for an NVIDIA GPU install jax's CUDA build (pip install 'jaxrl-rollout[cuda12]', or -e '.[cuda12]' "
+               "in a clone)") if any(p in asked for p in ("cuda", "gpu")) else ""
+        return f"JAX cannot start a backend for {where}: {reason}{gpu}. To run on the CPU, unset JAX_PLATFORMS or set it to cpu."
+    return None
+
+
 def _configure_jax_early(argv: Sequence[str]) -> None:
     """`train`'s JAX set-up, before anything imports gymnax: host CPU devices, then `jax.distributed`.
 
@@ -1234,6 +1256,10 @@ def _main(argv: list) -> int:
         except ValueError as error:
             print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
             return 2
+    unavailable = backend_problem()  # before the parser: building it imports gymnax, which makes arrays
+    if unavailable:
+        print(f"jaxrl-rollout: error: {unavailable}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     from jaxrl_rollout._extras import MissingExtra

@@ -20,6 +20,7 @@ import sys
 import types
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -181,3 +182,28 @@ def test_ctrl_c_and_sigterm_then_resume_by_relative_paths(tmp_path):
     assert (b / "runs/cut/metrics.csv").read_bytes() == (b / "runs/early/metrics.csv").read_bytes()
     final = re.compile(r"final return.*?\n.*?\n(.*?)\n", re.S)
     assert final.search(resumed.stdout).group(1) == final.search(whole.stdout).group(1)
+
+
+def _cuda_installed() -> bool:
+    import importlib.util
+
+    return any(importlib.util.find_spec(f"jax_cuda{v}_plugin") is not None for v in (12, 13))
+
+
+@pytest.mark.parametrize("platforms", ["cuda", "nonsense"])
+def test_jax_platforms_naming_a_backend_jax_cannot_start_is_one_line(tmp_path, platforms):
+    """`JAX_PLATFORMS=cuda` with jax's CPU build (a Colab CPU runtime, a `pip install` without the cuda12 extra)
+    makes jax fail with a bare AssertionError at its first array; every command says it in one line instead,
+    with what to install or unset, before it builds anything."""
+    if platforms == "cuda" and _cuda_installed():
+        pytest.skip("jax's CUDA plugin is installed here, so JAX_PLATFORMS=cuda is a backend jax can try to start")
+    env = dict(_env(), JAX_PLATFORMS=platforms)
+    for command in (["train", "--seeds", "1", "--total-steps", "512", "--out", "runs/x"], ["evaluate", "runs/x"],
+                    ["rollout"], ["--help"]):
+        done = subprocess.run([str(CLI), *command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stdout == "", explain(done)
+        assert done.stderr.startswith(f"jaxrl-rollout: error: JAX cannot start a backend for JAX_PLATFORMS={platforms}: ")
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, explain(done)
+        assert "unset JAX_PLATFORMS or set it to cpu" in done.stderr
+        assert ("pip install 'jaxrl-rollout[cuda12]'" in done.stderr) == (platforms == "cuda")
+    assert not (tmp_path / "runs").exists()
