@@ -101,6 +101,39 @@ def test_bad_a2c_config_and_hparams():
         ppo.make_train(a2c.A2CConfig())
 
 
+def _small_train(name):
+    from jaxrl_rollout.algorithms import dqn, pqn, sac, td3
+
+    configs = {"ppo": SMALL, "a2c": a2c.A2CConfig(total_timesteps=1024),
+               "dqn": dqn.DQNConfig(total_timesteps=2000, learning_starts=500),
+               "pqn": pqn.PQNConfig(total_timesteps=2048),
+               "sac": sac.SACConfig(total_timesteps=2000, learning_starts=500),
+               "td3": td3.TD3Config(total_timesteps=2000, learning_starts=500)}
+    module = {"ppo": ppo, "a2c": a2c, "dqn": dqn, "pqn": pqn, "sac": sac, "td3": td3}[name]
+    return module.make_train(configs[name])
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c", "dqn", "pqn", "sac", "td3"])
+def test_train_names_a_key_that_is_not_one_prng_key(name):
+    """A seed in place of a key, or a batch of keys without vmap, is one error naming the key and the fix,
+    raised before anything is traced; one key, typed or raw, passes the check."""
+    train = _small_train(name)
+    for bad, got in ((0, "got int"), (np.zeros(2, np.float32), r"got float32 array of shape \(2,\)")):
+        with pytest.raises(TypeError, match=r"train's key must be a PRNG key, jax.random.key\(seed\) or "
+                                            r"jax.random.PRNGKey\(seed\), " + got):
+            train(bad)
+    hint = r"jax.vmap\(train\)\(jax.random.split\(key, n\)\)"
+    with pytest.raises(ValueError, match=r"must be one PRNG key, got a batch of shape \(3,\); .*" + hint):
+        train(jax.random.split(jax.random.key(0), 3))
+    with pytest.raises(ValueError, match=r"must be one raw PRNG key .* got uint32 of shape \(3, 2\); .*" + hint):
+        jax.jit(train)(jax.random.split(jax.random.PRNGKey(0), 3))
+    from jaxrl_rollout.algorithms import _common
+
+    for good in (jax.random.key(0), jax.random.PRNGKey(0), np.array([0, 1], np.uint32)):
+        assert _common.check_train_key(good) is None
+    jax.vmap(lambda k: _common.check_train_key(k) or k)(jax.random.split(jax.random.key(0), 3))  # one key per seed
+
+
 def test_configs_are_frozen_and_derive_sizes():
     cfg = ppo.PPOConfig()
     assert (cfg.batch_size, cfg.minibatch_size, cfg.num_updates) == (512, 128, 976)

@@ -45,7 +45,8 @@ from jaxrl_rollout import envs, prng
 
 __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
-    "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "choose_network",
+    "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "check_train_key",
+    "choose_network",
     "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
     "steps_in_rows", "twin_q_values",
@@ -473,10 +474,28 @@ def resolve_hparams(hparams: Any, cls: type) -> Any:
     return hparams
 
 
+def check_train_key(key: Any) -> None:
+    """Checks `train`'s key at trace time: one PRNG key, typed (`jax.random.key`) or raw uint32
+    (`jax.random.PRNGKey`), not a batch of them (seeds are vmapped) and not a plain seed."""
+    vmap_hint = "for several seeds, vmap train over split keys: jax.vmap(train)(jax.random.split(key, n))"
+    if prng.is_key(key):
+        if jnp.shape(key) != ():
+            raise ValueError(f"train's key must be one PRNG key, got a batch of shape {jnp.shape(key)}; {vmap_hint}.")
+        return
+    dtype = getattr(key, "dtype", None)
+    if dtype is None or jnp.dtype(dtype) != jnp.uint32:
+        got = f"{jnp.dtype(dtype)} array of shape {jnp.shape(key)}" if dtype is not None else type(key).__name__
+        raise TypeError(f"train's key must be a PRNG key, jax.random.key(seed) or jax.random.PRNGKey(seed), got {got}.")
+    if jnp.ndim(key) != 1:
+        raise ValueError(f"train's key must be one raw PRNG key (1-D: jax.random.PRNGKey's is (2,)), got uint32 of "
+                         f"shape {jnp.shape(key)}; {vmap_hint}.")
+
+
 def make_train_loop(init: Callable, update: Callable, num_updates: int, hparams_cls: type) -> Callable:
     """`train(key, hparams=None)`: init, then `num_updates` updates in one `lax.scan`; env_steps cumulative."""
 
     def train(key: jax.Array, hparams: Any = None):
+        check_train_key(key)
         hp = resolve_hparams(hparams, hparams_cls)
         state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=num_updates)
         return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
