@@ -26,6 +26,29 @@ def check_positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def check_key(key: Any, what: str, batch_hint: str) -> None:
+    """Checks that `key` is one PRNG key, typed (`jax.random.key`) or raw uint32 (`jax.random.PRNGKey`).
+
+    Raises TypeError for anything else (a seed int, a float array) and ValueError for a batch of keys,
+    naming `what` ("train's key") and adding `batch_hint` (how to get several) to the latter.
+    """
+    dtype = getattr(key, "dtype", None)
+    try:
+        typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    except TypeError:  # a dtype that is not a NumPy or JAX one (a torch tensor's)
+        typed = False
+    if typed:
+        if jnp.shape(key) != ():
+            raise ValueError(f"{what} must be one PRNG key, got a batch of shape {jnp.shape(key)}; {batch_hint}.")
+        return
+    if dtype is None or not isinstance(dtype, np.dtype) or dtype != np.uint32:
+        got = f"{dtype} array of shape {jnp.shape(key)}" if dtype is not None else type(key).__name__
+        raise TypeError(f"{what} must be a PRNG key, jax.random.key(seed) or jax.random.PRNGKey(seed), got {got}.")
+    if jnp.ndim(key) != 1:
+        raise ValueError(f"{what} must be one raw PRNG key (1-D: jax.random.PRNGKey's is (2,)), got uint32 of shape "
+                         f"{jnp.shape(key)}; {batch_hint}.")
+
+
 def _shape_dtype(x: Any) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(jnp.shape(x)), jnp.result_type(x)
 

@@ -74,6 +74,7 @@ def rollout_init(
       A `RolloutState` with every `first` flag set.
     """
     num_envs = _checks.check_positive_int("num_envs", num_envs)
+    _checks.check_key(key, "rollout_init's key", "it splits the one key over the num_envs envs itself")
     env_params = stepping.resolve_params(env, env_params)
     reset_key, key = prng.split(key)  # jax.random.split's keys, each split hashed in one kernel
     fused_env_keys = stepping.check_env_and_fused_keys(env, env_params, reset_key, num_envs)

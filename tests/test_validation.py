@@ -40,6 +40,21 @@ def test_num_steps_must_be_a_positive_int(bad):
         run(scripted_policy([0, 0]), num_steps=bad)
 
 
+def test_rollout_init_key_must_be_one_prng_key():
+    env = CountingEnv()
+    for bad, got in ((0, "got int"), (jnp.zeros(2), r"got float32 array of shape \(2,\)")):
+        with pytest.raises(TypeError, match=r"rollout_init's key must be a PRNG key, jax.random.key\(seed\) or "
+                                            r"jax.random.PRNGKey\(seed\), " + got):
+            jr.rollout_init(bad, env, env.default_params, 4)
+    with pytest.raises(ValueError, match=r"rollout_init's key must be one PRNG key, got a batch of shape \(4,\); "
+                                         "it splits the one key over the num_envs envs itself"):
+        jr.rollout_init(jax.random.split(jax.random.key(0), 4), env, env.default_params, 4)
+    with pytest.raises(ValueError, match=r"must be one raw PRNG key .*got uint32 of shape \(4, 2\)"):
+        jr.rollout_init(jax.random.split(jax.random.PRNGKey(0), 4), env, env.default_params, 4)
+    for good in (jax.random.key(0), jax.random.PRNGKey(0)):
+        assert jr.rollout_init(good, env, env.default_params, 4).obs.shape[0] == 4
+
+
 def test_num_steps_traced_under_jit_is_rejected_clearly():
     with pytest.raises(TypeError, match="num_steps must be a positive Python int"):
         jax.jit(lambda n: run(scripted_policy([0, 0]), num_steps=n))(3)

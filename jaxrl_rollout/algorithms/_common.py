@@ -41,7 +41,7 @@ import numpy as np
 import optax
 from gymnax.environments import spaces
 
-from jaxrl_rollout import envs, prng
+from jaxrl_rollout import _checks, envs, prng
 
 __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
@@ -477,18 +477,8 @@ def resolve_hparams(hparams: Any, cls: type) -> Any:
 def check_train_key(key: Any) -> None:
     """Checks `train`'s key at trace time: one PRNG key, typed (`jax.random.key`) or raw uint32
     (`jax.random.PRNGKey`), not a batch of them (seeds are vmapped) and not a plain seed."""
-    vmap_hint = "for several seeds, vmap train over split keys: jax.vmap(train)(jax.random.split(key, n))"
-    if prng.is_key(key):
-        if jnp.shape(key) != ():
-            raise ValueError(f"train's key must be one PRNG key, got a batch of shape {jnp.shape(key)}; {vmap_hint}.")
-        return
-    dtype = getattr(key, "dtype", None)
-    if dtype is None or jnp.dtype(dtype) != jnp.uint32:
-        got = f"{jnp.dtype(dtype)} array of shape {jnp.shape(key)}" if dtype is not None else type(key).__name__
-        raise TypeError(f"train's key must be a PRNG key, jax.random.key(seed) or jax.random.PRNGKey(seed), got {got}.")
-    if jnp.ndim(key) != 1:
-        raise ValueError(f"train's key must be one raw PRNG key (1-D: jax.random.PRNGKey's is (2,)), got uint32 of "
-                         f"shape {jnp.shape(key)}; {vmap_hint}.")
+    _checks.check_key(key, "train's key",
+                      "for several seeds, vmap train over split keys: jax.vmap(train)(jax.random.split(key, n))")
 
 
 def make_train_loop(init: Callable, update: Callable, num_updates: int, hparams_cls: type) -> Callable:
