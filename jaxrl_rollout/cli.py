@@ -587,14 +587,21 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
         done = manifest["meta"]["updates_done"]
     spec = saved
     if "total_steps" in given:
-        spec = _with_total_steps(saved, given["total_steps"])
-        if spec.config.num_updates < done:
-            from jaxrl_rollout.run_metrics import steps_at
+        from jaxrl_rollout.run_metrics import steps_at
 
-            batch = spec.config.steps_per_update
-            raise ValueError(f"--total-steps {given['total_steps']}: the run in {folder} has already trained "
-                             f"{steps_at(spec.config, done):,} steps ({done} updates of {batch}); a resumed run can "
-                             "only be extended, to at least that many steps.")
+        total = given["total_steps"]
+        too_few = ValueError(f"--total-steps {total}: the run in {folder} has already trained "
+                             f"{steps_at(saved.config, done):,} steps ({done} updates of "
+                             f"{saved.config.steps_per_update}); a resumed run can only be extended, to at least "
+                             "that many steps.")
+        if total < steps_at(saved.config, done):  # before the new spec, whose own checks would speak first
+            raise too_few
+        try:
+            spec = _with_total_steps(saved, total)
+        except ValueError as error:
+            raise ValueError(f"--total-steps {total}: {error}") from None
+        if spec.config.num_updates < done:
+            raise too_few
     _check_devices(spec, args.devices)
     if spec != saved and not has_checkpoint:
         _write_config(folder, spec, option)

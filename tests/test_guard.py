@@ -179,6 +179,11 @@ def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys)
     assert cli.main(["evaluate", str(folder)]) == 0 and "checkpoint final" in capsys.readouterr().out
     assert cli.main(["train", "--resume", str(folder), "--total-steps", "64"]) == 2
     assert "has already trained 128 steps (4 updates of 32)" in capsys.readouterr().err
+    # below one update too: the same line, not the new config's own complaint about its size
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxrl-rollout: error: --total-steps 16: the run in ") and err.count("\n") == 1, err
+    assert "has already trained 128 steps (4 updates of 32); a resumed run can only be extended" in err
 
 
 def test_an_extended_run_continues_in_whole_chunks_after_a_short_last_one():
