@@ -563,6 +563,7 @@ def evaluate(
       `completed` mask [N].
     """
     num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
+    _checks.check_key(key, "evaluate's key", "it splits the one key over the num_episodes episodes itself")
     env_params = stepping.resolve_params(env, env_params)
     max_steps = episode_limit(env, env_params, max_steps, "the evaluation")
     state = rollout_init(key, env, env_params, num_episodes, initial_carry)

@@ -40,7 +40,7 @@ def test_num_steps_must_be_a_positive_int(bad):
         run(scripted_policy([0, 0]), num_steps=bad)
 
 
-def test_rollout_init_key_must_be_one_prng_key():
+def test_rollout_init_and_evaluate_keys_must_be_one_prng_key():
     env = CountingEnv()
     for bad, got in ((0, "got int"), (jnp.zeros(2), r"got float32 array of shape \(2,\)")):
         with pytest.raises(TypeError, match=r"rollout_init's key must be a PRNG key, jax.random.key\(seed\) or "
@@ -53,6 +53,12 @@ def test_rollout_init_key_must_be_one_prng_key():
         jr.rollout_init(jax.random.split(jax.random.PRNGKey(0), 4), env, env.default_params, 4)
     for good in (jax.random.key(0), jax.random.PRNGKey(0)):
         assert jr.rollout_init(good, env, env.default_params, 4).obs.shape[0] == 4
+    policy = scripted_policy([0, 0])
+    with pytest.raises(TypeError, match=r"evaluate's key must be a PRNG key, .* got int"):
+        jr.evaluate(env, env.default_params, policy, None, 3, num_episodes=2)
+    with pytest.raises(ValueError, match=r"evaluate's key must be one PRNG key, got a batch of shape \(2,\); it splits "
+                                         "the one key over the num_episodes episodes itself"):
+        jr.evaluate(env, env.default_params, policy, None, jax.random.split(jax.random.key(0), 2), num_episodes=2)
 
 
 def test_num_steps_traced_under_jit_is_rejected_clearly():
