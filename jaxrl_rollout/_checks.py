@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
+from jaxrl_rollout import prng
 from jaxrl_rollout.types import PolicyOutput
 
 
@@ -32,15 +33,11 @@ def check_key(key: Any, what: str, batch_hint: str) -> None:
     Raises TypeError for anything else (a seed int, a float array) and ValueError for a batch of keys,
     naming `what` ("train's key") and adding `batch_hint` (how to get several) to the latter.
     """
-    dtype = getattr(key, "dtype", None)
-    try:
-        typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-    except TypeError:  # a dtype that is not a NumPy or JAX one (a torch tensor's)
-        typed = False
-    if typed:
+    if prng.is_key(key):
         if jnp.shape(key) != ():
             raise ValueError(f"{what} must be one PRNG key, got a batch of shape {jnp.shape(key)}; {batch_hint}.")
         return
+    dtype = getattr(key, "dtype", None)
     if dtype is None or not isinstance(dtype, np.dtype) or dtype != np.uint32:
         got = f"{dtype} array of shape {jnp.shape(key)}" if dtype is not None else type(key).__name__
         raise TypeError(f"{what} must be a PRNG key, jax.random.key(seed) or jax.random.PRNGKey(seed), got {got}.")

@@ -589,12 +589,11 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     if "total_steps" in given:
         from jaxrl_rollout.run_metrics import steps_at
 
-        total = given["total_steps"]
-        too_few = ValueError(f"--total-steps {total}: the run in {folder} has already trained "
-                             f"{steps_at(saved.config, done):,} steps ({done} updates of "
-                             f"{saved.config.steps_per_update}); a resumed run can only be extended, to at least "
-                             "that many steps.")
-        if total < steps_at(saved.config, done):  # before the new spec, whose own checks would speak first
+        total, trained = given["total_steps"], steps_at(saved.config, done)
+        too_few = ValueError(f"--total-steps {total}: the run in {folder} has already trained {trained:,} steps "
+                             f"({done} updates of {saved.config.steps_per_update}); a resumed run can only be "
+                             "extended, to at least that many steps.")
+        if total < trained:  # before the new spec, whose own checks would speak first
             raise too_few
         try:
             spec = _with_total_steps(saved, total)

@@ -481,12 +481,13 @@ def check_train_key(key: Any) -> None:
                       "for several seeds, vmap train over split keys: jax.vmap(train)(jax.random.split(key, n))")
 
 
-def make_train_loop(init: Callable, update: Callable, num_updates: int, hparams_cls: type) -> Callable:
-    """`train(key, hparams=None)`: init, then `num_updates` updates in one `lax.scan`; env_steps cumulative."""
+def make_train_loop(init: Callable, update: Callable, num_updates: int, resolve: Callable) -> Callable:
+    """`train(key, hparams=None)`: the key checked, `resolve(hparams)` (the algorithm's defaults for None, else
+    the record checked), init, then `num_updates` updates in one `lax.scan`; env_steps cumulative."""
 
     def train(key: jax.Array, hparams: Any = None):
         check_train_key(key)
-        hp = resolve_hparams(hparams, hparams_cls)
+        hp = resolve(hparams)
         state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=num_updates)
         return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
 

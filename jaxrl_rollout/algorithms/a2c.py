@@ -226,7 +226,7 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
         )
         return A2CState(params, opt_state, rollout_state), metrics
 
-    train = _common.make_train_loop(init, update, config.num_updates, A2CHParams)
+    train = _common.make_train_loop(init, update, config.num_updates, lambda h: _common.resolve_hparams(h, A2CHParams))
 
     return A2C(init=init, update=update, train=train, env=built.eval_env, env_params=built.eval_env_params,
                module=module, recurrent=recurrent, **_common.acting_policies(built, config))

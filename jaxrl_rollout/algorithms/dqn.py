@@ -470,11 +470,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
 
     update = _common.merged_update(learner_step, config.learner_steps_per_update, resolve_hparams)
 
-    def train(key: jax.Array, hparams: DQNHParams | None = None):
-        _common.check_train_key(key)
-        hp = resolve_hparams(hparams)
-        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=config.num_updates)
-        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
+    train = _common.make_train_loop(init, update, config.num_updates, resolve_hparams)
 
     def eval_policy_fn(params, obs, key):
         action = jnp.argmax(apply_fn(params, obs), axis=-1).astype(jnp.int32)

@@ -403,7 +403,7 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
         )
         return PPOState(params, opt_state, rollout_state, key, reward_scale), metrics
 
-    train = _common.make_train_loop(init, update, config.num_updates, PPOHParams)
+    train = _common.make_train_loop(init, update, config.num_updates, lambda h: _common.resolve_hparams(h, PPOHParams))
 
     return PPO(init=init, update=update, train=train, env=built.eval_env, env_params=built.eval_env_params,
                module=module, recurrent=recurrent, **acting)

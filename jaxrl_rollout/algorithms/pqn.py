@@ -530,11 +530,7 @@ def make_pqn(config: PQNConfig, *, env: Any = None, env_params: Any = None, netw
         )
         return PQNState(params, opt_state, rollout_state, key, state.update_count + 1, epsilon), metrics
 
-    def train(key: jax.Array, hparams: PQNHParams | None = None):
-        _common.check_train_key(key)
-        hp = _resolve(hparams)
-        state, metrics = jax.lax.scan(lambda s, _: update(s, hp), init(key, hp), None, length=num_updates)
-        return state, metrics._replace(env_steps=jnp.cumsum(metrics.env_steps))
+    train = _common.make_train_loop(init, update, num_updates, _resolve)
 
     return PQN(init=init, update=update, train=train, policy_fn=policy_fn, eval_policy_fn=eval_policy_fn,
                env=env, env_params=env_params, module=module,
