@@ -150,7 +150,16 @@ def timed(train, num_seeds: int, place=None) -> str:
     each also timed in user + system CPU seconds of this process: the suffix
     ` cpu_compile=Xs cpu_run2=Ys`. On a host shared with other work, wall time
     mostly measures the others; CPU time much less so.
+
+    Python's garbage collector is timed too (`gc.callbacks`): the suffix
+    ` gc_compile=Xs gc_full_compile=N` is the collector's seconds within the
+    lower + compile and how many of its collections there were full ones
+    (generation 2). A full collection walks every object the process holds
+    (~130 ms here after jax's imports) and fires when the allocation counters
+    say so, which depends on everything the process did before: one side of a
+    comparison can pay one inside its compile and the other not.
     """
+    import gc
     import time
 
     import jax
@@ -165,15 +174,27 @@ def timed(train, num_seeds: int, place=None) -> str:
     arg = jax.random.split(jax.random.PRNGKey(30), num_seeds) if num_seeds > 1 else jax.random.PRNGKey(30)
     if place is not None:
         arg = place(arg)
+    collector = {"s": 0.0, "full": 0, "start": 0.0}
+
+    def on_gc(phase, info):
+        if phase == "start":
+            collector["start"] = time.perf_counter()
+        else:
+            collector["s"] += time.perf_counter() - collector["start"]
+            collector["full"] += info["generation"] == 2
+
+    gc.callbacks.append(on_gc)
     c0, t0 = cpu(), time.time()
     compiled = fn.lower(arg).compile()
     c1, t1 = cpu(), time.time()
+    gc.callbacks.remove(on_gc)
     jax.block_until_ready(compiled(arg))
     c2, t2 = cpu(), time.time()
     jax.block_until_ready(compiled(arg))
     c3, t3 = cpu(), time.time()
     return (_common.anchor_line(t1 - t0, t2 - t1, t3 - t2, float("nan"))
-            + f" cpu_compile={c1 - c0:.2f}s cpu_run2={c3 - c2:.3f}s")
+            + f" cpu_compile={c1 - c0:.2f}s cpu_run2={c3 - c2:.3f}s"
+            + f" gc_compile={collector['s']:.3f}s gc_full_compile={collector['full']}")
 
 
 def main(argv: list[str]) -> None:

@@ -11,6 +11,11 @@ the median of the per-round ratios ours / rejax's (below 1: we are faster).
 Each process also reports the CPU seconds (user + system) of its compile and
 of run 2, and the table gives their ratios too: on a shared host these move
 far less with other work than wall time does. The targets are on wall time.
+Python's garbage collector is timed within each compile as well
+(`rejax_offpolicy.timed`): the table gives the compile ratio less the
+collector's seconds and how many full collections fell inside the compiles
+on each side, since one full collection (~130 ms on a 2-core host) lands in
+one side's compile or the other's by the allocation history of its process.
 rejax runs `benchmarks/rejax_offpolicy.py` with `--rejax-python` (default
 `/tmp/rejax_venv/bin/python`, a venv with `rejax==0.1.3`; its jax, flax,
 optax and gymnax are the versions ours has).
@@ -112,6 +117,7 @@ from benchmarks.rejax_offpolicy import SPECS, timed
 from benchmarks.vs_purejaxrl import LINE, rejax_problem
 
 CPU = re.compile(r"cpu_compile=([\d.]+)s cpu_run2=([\d.]+)s")
+GC = re.compile(r"gc_compile=([\d.]+)s gc_full_compile=(\d+)")
 
 DEFAULT_REJAX_PYTHON = "/tmp/rejax_venv/bin/python"
 RUN_TARGET, COMPILE_TARGET = 0.8, 1.0  # issue #27 item 6
@@ -185,8 +191,13 @@ def measure_cpu(cmd: list[str], timeout: float) -> dict:
     if proc.returncode != 0 or match is None or cpu is None:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
     compile_s, run1, run2, _ = match.groups()
-    return {"compile_s": float(compile_s), "run1_s": float(run1), "run2_s": float(run2),
-            "cpu_compile_s": float(cpu.group(1)), "cpu_run2_s": float(cpu.group(2)), "loadavg": _common.loadavg()}
+    record = {"compile_s": float(compile_s), "run1_s": float(run1), "run2_s": float(run2),
+              "cpu_compile_s": float(cpu.group(1)), "cpu_run2_s": float(cpu.group(2)), "loadavg": _common.loadavg()}
+    collector = GC.search(proc.stdout)  # absent from a side whose `timed` predates it
+    if collector is not None:
+        record.update(gc_compile_s=float(collector.group(1)), gc_full_compile=int(collector.group(2)),
+                      compile_less_gc_s=float(compile_s) - float(collector.group(1)))
+    return record
 
 
 def alternated_samples(command, sides: list[str], rounds: int, timeout: float, label: str) -> dict:
@@ -202,7 +213,10 @@ def alternated_samples(command, sides: list[str], rounds: int, timeout: float, l
             x = samples[side][-1]
             print(f"{label} round={r} {side}: compile {x['compile_s']:.2f} s, run1 "
                   f"{x['run1_s']:.3f} s, run2 {x['run2_s']:.3f} s (cpu: compile {x['cpu_compile_s']:.2f} s, run2 "
-                  f"{x['cpu_run2_s']:.2f} s), load {x['loadavg']}", file=sys.stderr)
+                  f"{x['cpu_run2_s']:.2f} s)"
+                  + (f", GC in compile {x['gc_compile_s']:.3f} s ({x['gc_full_compile']} full)"
+                     if "gc_compile_s" in x else "")
+                  + f", load {x['loadavg']}", file=sys.stderr)
     return samples
 
 
@@ -335,7 +349,7 @@ def main(argv=None) -> dict:
             for our in ours:
                 head = [algo, seeds, layout[our], f"{steps:,}", args.rounds, f"{med(our, 'run2_s'):.2f} s"]
                 if "rejax" not in samples:
-                    rows.append(head + ["n/a", "n/a", f"{med(our, 'compile_s'):.2f} s"] + ["n/a"] * 5)
+                    rows.append(head + ["n/a", "n/a", f"{med(our, 'compile_s'):.2f} s"] + ["n/a"] * 7)
                     continue
                 run, comp, cpu_run, cpu_comp = (round_ratios(samples, our, "rejax", k)
                                                 for k in ("run2_s", "compile_s", "cpu_run2_s", "cpu_compile_s"))
@@ -346,17 +360,26 @@ def main(argv=None) -> dict:
                 # one device's ratios at the top level, as the records before --host-devices; the layouts' under theirs
                 result.update(ratios) if our == "ours" else result.setdefault("by_layout", {}).update({our: ratios})
                 met = ratios["run_ratio"] <= RUN_TARGET and ratios["compile_ratio"] <= COMPILE_TARGET
+                if all("compile_less_gc_s" in x for side in (our, "rejax") for x in samples[side]):
+                    less_gc = round_ratios(samples, our, "rejax", "compile_less_gc_s")
+                    ratios.update(compile_less_gc_ratio=statistics.median(less_gc), compile_less_gc_ratios=less_gc)
+                    less_gc_cell = f"{ratios['compile_less_gc_ratio']:.3f} ({min(less_gc):.2f}-{max(less_gc):.2f})"
+                    full = lambda side: sum(x["gc_full_compile"] for x in samples[side])  # noqa: E731
+                    full_cell = f"{full(our)} / {full('rejax')}"
+                else:
+                    less_gc_cell = full_cell = "n/a"
                 rows.append(head + [f"{med('rejax', 'run2_s'):.2f} s",
                                     f"**{ratios['run_ratio']:.3f}** ({min(run):.2f}-{max(run):.2f})",
                                     f"{med(our, 'compile_s'):.2f} s", f"{med('rejax', 'compile_s'):.2f} s",
                                     f"**{ratios['compile_ratio']:.3f}** ({min(comp):.2f}-{max(comp):.2f})",
                                     f"{ratios['cpu_run_ratio']:.3f}", f"{ratios['cpu_compile_ratio']:.3f}",
-                                    "yes" if met else "no"])
+                                    less_gc_cell, full_cell, "yes" if met else "no"])
             results.append(result)
     table = _common.markdown_table(
         ["algorithm", "seeds", "ours on", "env steps", "rounds", "run: ours", "run: rejax", "run ratio (range)",
          "compile: ours",
          "compile: rejax", "compile ratio (range)", "CPU-time run ratio", "CPU-time compile ratio",
+         "compile less GC: ratio (range)", "full GCs in compile: ours / rejax",
          f"run <= {RUN_TARGET}, compile <= {COMPILE_TARGET}"], rows)
     if problem:
         table += f"\n\nrejax skipped: {problem}."
