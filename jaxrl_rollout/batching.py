@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import prng
+from jaxrl_rollout import _checks, prng
 
 __all__ = [
     "flatten_env_major",
@@ -78,15 +78,22 @@ def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int, num
     Returns:
       int32 [num_epochs, num_minibatches, batch_size // num_minibatches].
     """
+    _check_one_key(key, "minibatch_indices")
     size = _check_split(batch_size, "batch_size", num_minibatches)
     if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs <= 0:
         raise ValueError(f"num_epochs must be a positive Python int, got {num_epochs!r}.")
-    return permutations(key, num_epochs, batch_size).reshape(num_epochs, num_minibatches, size)
+    return _permutations(key, num_epochs, batch_size).reshape(num_epochs, num_minibatches, size)
+
+
+def _check_one_key(key: Any, function: str) -> None:
+    owner = f"{function}'" if function.endswith("s") else f"{function}'s"
+    _checks.check_key(key, f"{owner} key", f"for several draws, vmap {function} over jax.random.split(key, n)")
 
 
 def permutation(key: jax.Array, n: int) -> jax.Array:
     """A uniformly random permutation of `arange(n)` (int32 [n]); `permutations(key, 1, n)[0]`."""
-    return permutations(key, 1, n)[0]
+    _check_one_key(key, "permutation")
+    return _permutations(key, 1, n)[0]
 
 
 def permutations(key: jax.Array, num: int, n: int) -> jax.Array:
@@ -109,6 +116,11 @@ def permutations(key: jax.Array, num: int, n: int) -> jax.Array:
     kernel of ~170 operations that XLA compiles separately; BENCHMARKS.md,
     section 9).
     """
+    _check_one_key(key, "permutations")
+    return _permutations(key, num, n)
+
+
+def _permutations(key: jax.Array, num: int, n: int) -> jax.Array:
     for name, value in (("num", num), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive Python int, got {value!r}.")
@@ -136,6 +148,7 @@ def sequence_minibatch_indices(
       int32 [num_epochs, num_minibatches, num_envs // num_minibatches]; use with
       `take_sequences`.
     """
+    _check_one_key(key, "sequence_minibatch_indices")
     _check_split(num_envs, "num_envs", num_minibatches)
     return minibatch_indices(key, num_envs, num_minibatches, num_epochs)
 

@@ -200,6 +200,7 @@ def record_episodes(
       ValueError, TypeError: as `evaluate` (bad sizes, no time limit, an env
         or policy that breaks its protocol).
     """
+    _checks.check_key(key, "record_episodes' key", "it splits the one key over the num_episodes episodes itself")
     num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
     env_params = stepping.resolve_params(env, env_params)
     max_steps = _episode_bound(env, env_params, max_steps)
@@ -847,6 +848,9 @@ class _EpisodeWriter:
         The files are "<prefix><name>_return<R>.mp4"; the frames' label is
         "<name><caption>  t=<step>  return=<so far>".
         """
+        if not (prng.is_key(keys) or getattr(keys, "dtype", None) == np.uint32):
+            got = f"{keys.dtype} array" if hasattr(keys, "dtype") else type(keys).__name__
+            raise TypeError(f"keys must be PRNG keys [R], one per run (jax.random.split(key, R)), got {got}.")
         keys = jnp.asarray(keys)
         num_runs = int(keys.shape[0]) if keys.ndim else 0
         leaves = jax.tree.leaves(params_per_run)

@@ -61,6 +61,45 @@ def test_rollout_init_and_evaluate_keys_must_be_one_prng_key():
         jr.evaluate(env, env.default_params, policy, None, jax.random.split(jax.random.key(0), 2), num_episodes=2)
 
 
+def test_every_function_that_takes_one_key_names_itself_when_given_a_seed_or_a_batch():
+    """A seed int (AttributeError: 'int' object has no attribute 'dtype' before) or a batch of keys (jax's or flax's
+    own errors) is a TypeError / ValueError naming the function's key and how to get several."""
+    from flax import linen as nn
+
+    from jaxrl_rollout import batching, networks, video
+
+    env = CountingEnv()
+    policy = scripted_policy([0, 0])
+    net = networks.ActorCriticMLP(action_dim=2)
+    obs = jnp.zeros((1, 3))
+    calls = {
+        "minibatch_indices'": (lambda k: batching.minibatch_indices(k, 8, 2), "for several draws, vmap minibatch_indices"),
+        "permutation's": (lambda k: batching.permutation(k, 5), "for several draws, vmap permutation over"),
+        "permutations'": (lambda k: batching.permutations(k, 2, 5), "for several draws, vmap permutations over"),
+        "sequence_minibatch_indices'": (lambda k: batching.sequence_minibatch_indices(k, 4, 2),
+                                        "for several draws, vmap sequence_minibatch_indices over"),
+        "fused_init's": (lambda k: networks.fused_init(nn.Dense(2), k, obs), "for several initialisations, vmap "
+                                                                              "fused_init over"),
+        "batched_init's": (lambda k: networks.batched_init(net, k, obs), "for several initialisations, vmap batched_init over"),
+        "record_episodes'": (lambda k: video.record_episodes(env, env.default_params, policy, None, k, 2, max_steps=3),
+                             "it splits the one key over the num_episodes episodes itself"),
+    }
+    for owner, (call, hint) in calls.items():
+        with pytest.raises(TypeError, match=f"^{owner} key must be a PRNG key, .* got int"):
+            call(7)
+        with pytest.raises(ValueError, match=rf"^{owner} key must be one PRNG key, got a batch of shape \(3,\); {hint}"):
+            call(jax.random.split(jax.random.key(0), 3))
+        call(jax.random.key(0)), call(jax.random.PRNGKey(0))  # one key of either kind is taken
+        # under vmap each call sees one key
+        jax.vmap(call)(jax.random.split(jax.random.key(0), 2))
+    # a dict of keys per RNG stream is flax's own and goes to module.init as it is (fused_init crashed on it)
+    module = nn.Sequential([nn.Dropout(0.5, deterministic=False), nn.Dense(2)])
+    rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
+    want = module.init(rngs, obs)
+    for init in (networks.fused_init, networks.batched_init):
+        assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), init(module, rngs, obs), want))
+
+
 def test_num_steps_traced_under_jit_is_rejected_clearly():
     with pytest.raises(TypeError, match="num_steps must be a positive Python int"):
         jax.jit(lambda n: run(scripted_policy([0, 0]), num_steps=n))(3)

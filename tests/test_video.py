@@ -261,6 +261,13 @@ def test_write_episode_videos_picks_runs_by_return_and_names_the_files(tmp_path)
         assert v.episode_return == returns[v.run]
         assert v.path.name == f"seed{v.run}_return{returns[v.run]:.1f}.mp4" and v.path.is_file()
         assert v.path.parent == tmp_path / "videos" and v.length == int(round(v.episode_return))  # CartPole pays 1 a step
+    # keys one per run: a seed int, or one key for three runs, says so before anything runs
+    for bad, error, match in ((5, TypeError, r"keys must be PRNG keys \[R\], one per run \(jax.random.split\(key, R\)\), "
+                               "got int"),
+                              (jax.random.key(5), ValueError, r"keys must be \[R\] .* got keys of shape \(\)")):
+        with pytest.raises(error, match=match):
+            video.write_episode_videos(tmp_path / "bad", env, params, policy_fn, params_per_run, bad, "0")
+    assert not (tmp_path / "bad").exists()
 
 
 # ---- a user's env, wrappers, registration, envs that cannot render ----

@@ -26,14 +26,14 @@ from __future__ import annotations
 import contextvars
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_rollout import prng
+from jaxrl_rollout import _checks, prng
 from jaxrl_rollout.types import PyTree
 
 __all__ = ["OrthogonalDense", "batched_init", "fused_init", "householder_q", "orthogonal", "orthogonal_dense"]
@@ -250,6 +250,11 @@ def orthogonal_dense(features: int, gain: float, name: str) -> nn.Module:
 _BATCHED_INIT_MAX_SIZE = 256
 
 
+def _check_init_key(key, function: str) -> None:
+    _checks.check_key(key, f"{function}'s key",
+                      f"for several initialisations, vmap {function} over jax.random.split(key, n)")
+
+
 def fused_init(module: nn.Module, key: jax.Array, *args) -> PyTree:
     """`module.init(key, *args)`, the same variables, with every threefry hash fused (`prng.fused`).
 
@@ -260,8 +265,12 @@ def fused_init(module: nn.Module, key: jax.Array, *args) -> PyTree:
     with the learners' other draws fused too, SAC's compiled train program
     went from 350 to 261 kernels and its LLVM code from 4.9 to 2.7 MB
     (BENCHMARKS.md section 11). A module that cannot take such a key (one
-    that needs a raw uint32 key) is initialised with `key` as given.
+    that needs a raw uint32 key) is initialised with `key` as given, and so
+    is a dict of keys per RNG stream (`{"params": key, "dropout": key2}`).
     """
+    if isinstance(key, Mapping):
+        return module.init(key, *args)
+    _check_init_key(key, "fused_init")
     if prng.can_fuse(key):
         try:
             return module.init(prng.fused(key), *args)
@@ -305,6 +314,9 @@ def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
     # Imported here, not at the top: modules.py imports this file.
     from jaxrl_rollout.networks.modules import ActorCriticMLP
 
+    if isinstance(key, Mapping):  # keys per RNG stream: module.init's own business
+        return module.init(key, obs)
+    _check_init_key(key, "batched_init")
     if not isinstance(module, ActorCriticMLP):
         return fused_init(module, key, obs)
     gains: dict[tuple[str, ...], float] = {}
