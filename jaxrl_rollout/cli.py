@@ -433,6 +433,25 @@ def _with_total_steps(spec, total_steps: int):
     return dataclasses.replace(spec, config=dataclasses.replace(spec.config, total_timesteps=total_steps))
 
 
+def _rechunked(spec, total_steps: int):
+    """`spec` at `total_steps` with its chunk chosen again (`chunk_updates=0`), or None if that does not help.
+
+    Only for a run with no checkpoint: nothing has been trained in chunks of the
+    saved size, so a new total with fewer updates than one chunk is a fresh
+    start with the same options.
+    """
+    config = dataclasses.replace(spec.config, total_timesteps=total_steps)
+    if spec.chunk_updates <= config.num_updates:
+        return None  # the chunk fits: the error was another one
+    try:
+        rechunked = dataclasses.replace(spec, config=config, chunk_updates=0)
+    except ValueError:
+        return None
+    if spec.eval_every == spec.chunk_updates:  # evaluated after every chunk (`--eval-every chunk`, the default)
+        rechunked = dataclasses.replace(rechunked, eval_every=rechunked.chunk_updates)
+    return rechunked
+
+
 def _check_devices(spec, devices, env=None) -> None:
     """Refuses a `--devices` count the runs cannot shard over, before anything is written.
 
@@ -591,14 +610,21 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
 
         total, trained = given["total_steps"], steps_at(saved.config, done)
         too_few = ValueError(f"--total-steps {total}: the run in {folder} has already trained {trained:,} steps "
-                             f"({done} updates of {saved.config.steps_per_update}); a resumed run can only be "
+                             f"({done} update{'s' if done != 1 else ''} of {saved.config.steps_per_update}); a resumed run can only be "
                              "extended, to at least that many steps.")
         if total < trained:  # before the new spec, whose own checks would speak first
             raise too_few
         try:
             spec = _with_total_steps(saved, total)
         except ValueError as error:
-            raise ValueError(f"--total-steps {total}: {error}") from None
+            spec = _rechunked(saved, total) if not has_checkpoint else None
+            if spec is None:
+                raise ValueError(f"--total-steps {total}: {error}") from None
+            updates = spec.config.num_updates
+            print(f"  nothing trained in {folder} yet: --total-steps {total} has {updates} update"
+                  f"{'s' if updates != 1 else ''}, fewer than the saved chunk's {saved.chunk_updates}, so the chunk "
+                  f"is chosen again: {spec.chunk_updates} update{'s' if spec.chunk_updates != 1 else ''}"
+                  + (" (and the evaluation runs after each)" if spec.eval_every != saved.eval_every else ""))
         if spec.config.num_updates < done:
             raise too_few
     _check_devices(spec, args.devices)
@@ -788,7 +814,8 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
     if spec.eval_every is not None:
-        print(f"  deterministic evaluation every {spec.eval_every} updates ({spec.eval_every * cfg.steps_per_update:,} "
+        every = "every update" if spec.eval_every == 1 else f"every {spec.eval_every} updates"
+        print(f"  deterministic evaluation {every} ({spec.eval_every * cfg.steps_per_update:,} "
               f"steps), {spec.eval_episodes} episodes per run")
     try:
         from jaxrl_rollout import loggers

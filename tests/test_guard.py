@@ -186,6 +186,27 @@ def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys)
     assert "has already trained 128 steps (4 updates of 32); a resumed run can only be extended" in err
 
 
+def test_a_run_stopped_before_its_first_checkpoint_takes_a_total_under_its_chunk(small_run, tmp_path, capsys):
+    """Nothing trained yet (Ctrl-C during the first compile): a smaller --total-steps is a fresh start with the
+    same options, the chunk chosen again. It said "chunk_updates=2 is more than the run's 1 updates"."""
+    folder = tmp_path / "run"
+    shutil.copytree(small_run, folder)
+    shutil.rmtree(folder / "checkpoints")
+    data = json.loads((folder / "config.json").read_text())
+    data.update(chunk_updates=2, eval_every=2)  # as the default chunk and --eval-every chunk of a longer run
+    (folder / "config.json").write_text(json.dumps(data))
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "32"]) == 0
+    out = capsys.readouterr().out
+    assert (f"nothing trained in {folder} yet: --total-steps 32 has 1 update, fewer than the saved chunk's 2, so the "
+            "chunk is chosen again: 1 update (and the evaluation runs after each)") in out, out
+    spec = runner.read_spec(folder)
+    assert (spec.config.total_timesteps, spec.chunk_updates, spec.eval_every) == (32, 1, 1)
+    assert checkpoint.read_manifest(folder)["meta"]["updates_done"] == 1
+    # with a checkpoint the chunk is the checkpoint's: a total under what was trained is refused as before
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "16"]) == 2
+    assert "has already trained 32 steps (1 update of 32)" in capsys.readouterr().err
+
+
 def test_an_extended_run_continues_in_whole_chunks_after_a_short_last_one():
     config = a2c.A2CConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 10)
     spec = runner.RunSpec("a2c", config, (a2c.A2CHParams(),), num_seeds=1, chunk_updates=3)
