@@ -82,6 +82,10 @@ def render_gymnax_classic(env: Any, env_params: Any, states: Any) -> np.ndarray:
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    try:  # gymnasium's renderer draws with pygame; without it gymnasium would name its own extra, not ours
+        import pygame  # noqa: F401
+    except ImportError as err:
+        raise _extras.missing(f"drawing gymnax's {name}", "video", f"pygame could not be imported: {err}") from err
     gym_env = gymnasium.make(name, render_mode="rgb_array")
     try:
         gym_env.reset(seed=0)

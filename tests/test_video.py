@@ -218,6 +218,17 @@ def test_a_missing_extra_names_it_and_importing_the_package_imports_no_backend(t
     assert "ERROR" in out.stdout and "pip install 'jaxrl-rollout[video]'" in out.stdout, out.stdout
 
 
+def test_classic_control_without_pygame_names_the_video_extra(monkeypatch):
+    """gymnasium's own error asked for gymnasium[classic-control]; drawing CartPole needs our `video` extra."""
+    env, params = gymnax.make("CartPole-v1")
+    states = jax.tree.map(lambda x: jnp.stack([x, x]), env.reset(jax.random.key(0), params)[1])
+    monkeypatch.setitem(sys.modules, "pygame", None)  # unimportable
+    with pytest.raises(ImportError, match=r"^drawing gymnax's CartPole-v1 needs the optional `video` extra "
+                                          r"\(pygame could not be imported: .*\)\. Install it with: "
+                                          r"pip install 'jaxrl-rollout\[video\]'$"):
+        video.render_frames(env, params, states)
+
+
 # ---- selecting runs, writing their videos ----
 
 
