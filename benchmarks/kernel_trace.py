@@ -21,10 +21,13 @@ inflated; the big kernels' times and the per-thread picture are what to read.
 With --algo rejax-ppo or rejax-ppo-pendulum it traces rejax 0.1.3's PPO on the
 same config instead (`benchmarks.rejax_ppo`), for a kernel-by-kernel
 comparison; run it then in an interpreter that has rejax (the anchor's venv,
-with this repository on PYTHONPATH).
+with this repository on PYTHONPATH). --algo pqn and rejax-pqn trace the two
+PQNs of `vs_rejax_offpolicy` (CartPole-v1, 32 envs x 64 steps, 4 epochs x 16
+minibatches: 64 rollout steps and 64 gradient steps an update, so both loops
+get both role names; their sources tell them apart).
 
 Run: python -m benchmarks.kernel_trace [--seeds 1,8,64] [--updates 100,40,10] [--loops 2]
-       [--algo ppo|ppo-pendulum|rejax-ppo|rejax-ppo-pendulum]
+       [--algo ppo|ppo-pendulum|rejax-ppo|rejax-ppo-pendulum|pqn|rejax-pqn]
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import jax
 
 from benchmarks import _common
 
-ALGOS = ("ppo", "ppo-pendulum", "rejax-ppo", "rejax-ppo-pendulum")
+ALGOS = ("ppo", "ppo-pendulum", "rejax-ppo", "rejax-ppo-pendulum", "pqn", "rejax-pqn")
 CONTROL = ("while", "conditional", "call")  # thunks that run nested thunk sequences
 
 
@@ -106,6 +109,8 @@ def short_source(op_name: str) -> str:
 def make_train(algo: str, updates: int):
     """`train(key)` for `updates` PPO updates of the benchmark's config, and the
     loop roles by iterations per update (rollout step, gradient step, ...)."""
+    if algo in ("pqn", "rejax-pqn"):
+        return make_pqn_train(algo, updates)
     if algo.startswith("rejax-"):
         return make_rejax_train(algo.removeprefix("rejax-ppo").removeprefix("-") or "cartpole", updates)
     from benchmarks.vs_purejaxrl import PENDULUM, PENDULUM_HPARAMS
@@ -123,6 +128,30 @@ def make_train(algo: str, updates: int):
         hparams = ppo.PPOHParams(**PENDULUM_HPARAMS)
         return (lambda key: made(key, hparams)), roles
     return made, roles
+
+
+def make_pqn_train(algo: str, updates: int):
+    """PQN on `vs_rejax_offpolicy`'s CartPole config (`rejax_offpolicy.SPECS["pqn"]`), ours or rejax 0.1.3's,
+    for `updates` updates (rollouts of num_envs x num_steps); the loop roles by iterations per update."""
+    from benchmarks.rejax_offpolicy import SPECS
+
+    spec = SPECS["pqn"]
+    total = spec["num_envs"] * spec["num_steps"] * updates
+    if algo == "rejax-pqn":
+        from benchmarks.rejax_offpolicy import make_algo
+
+        learner = make_algo("pqn", total)
+        train = lambda key: learner.train(key)[0]  # noqa: E731
+    else:
+        from benchmarks.vs_rejax_offpolicy import make_train as make_ours
+
+        train = make_ours("pqn", total)
+    roles = collections.defaultdict(list)
+    for count, role in ((spec["num_steps"], "rollout step"), (spec["num_epochs"] * spec["num_minibatches"],
+                                                              "gradient step"),
+                        (spec["num_epochs"], "epoch"), (1, "update")):
+        roles[count].append(role)
+    return train, roles
 
 
 def make_rejax_train(config_name: str, updates: int):
@@ -180,7 +209,7 @@ def main(argv=None) -> dict:
     p.add_argument("--updates", type=_common.int_list, default=[100, 40, 10],
                    help="PPO updates per traced run, one per seed count")
     p.add_argument("--algo", choices=ALGOS, default="ppo",
-                   help="our PPO, or rejax 0.1.3's on the same config (rejax-*; run in a venv with rejax)")
+                   help="our PPO (or PQN), or rejax 0.1.3's on the same config (rejax-*; run in a venv with rejax)")
     p.add_argument("--top", type=int, default=12, help="kernels listed for the busiest loop")
     p.add_argument("--loops", type=int, default=1, help="loops whose top kernels are listed, busiest first")
     args = p.parse_args(argv)
