@@ -305,7 +305,7 @@ def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
 
     Args:
       module: a flax module.
-      key: PRNG key.
+      key: one PRNG key (a dict of keys per RNG stream goes to `module.init` as it is).
       obs: a sample observation batch, as for `module.init`.
 
     Returns:
