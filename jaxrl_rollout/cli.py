@@ -440,12 +440,12 @@ def _rechunked(spec, total_steps: int):
     saved size, so a new total with fewer updates than one chunk is a fresh
     start with the same options.
     """
-    config = dataclasses.replace(spec.config, total_timesteps=total_steps)
-    if spec.chunk_updates <= config.num_updates:
-        return None  # the chunk fits: the error was another one
     try:
+        config = dataclasses.replace(spec.config, total_timesteps=total_steps)
+        if spec.chunk_updates <= config.num_updates:
+            return None  # the chunk fits: the error was another one
         rechunked = dataclasses.replace(spec, config=config, chunk_updates=0)
-    except ValueError:
+    except ValueError:  # the new total's own error (under one batch, ...), which the caller reports
         return None
     if spec.eval_every == spec.chunk_updates:  # evaluated after every chunk (`--eval-every chunk`, the default)
         rechunked = dataclasses.replace(rechunked, eval_every=rechunked.chunk_updates)

@@ -195,6 +195,10 @@ def test_a_run_stopped_before_its_first_checkpoint_takes_a_total_under_its_chunk
     data = json.loads((folder / "config.json").read_text())
     data.update(chunk_updates=2, eval_every=2)  # as the default chunk and --eval-every chunk of a longer run
     (folder / "config.json").write_text(json.dumps(data))
+    # a total the config itself refuses is still that error, naming the option
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxrl-rollout: error: --total-steps 16: total_timesteps=16 is less than one batch"), err
     assert cli.main(["train", "--resume", str(folder), "--total-steps", "32"]) == 0
     out = capsys.readouterr().out
     assert (f"nothing trained in {folder} yet: --total-steps 32 has 1 update, fewer than the saved chunk's 2, so the "
