@@ -46,6 +46,14 @@ def check_key(key: Any, what: str, batch_hint: str) -> None:
                          f"{jnp.shape(key)}; {batch_hint}.")
 
 
+def check_function_key(key: Any, function: str, several: str) -> None:
+    """`check_key` for the one key of the public function `function`: the errors name "<function>'s key"
+    ("<function>' key" for a name ending in s) and suggest "for several <several>, vmap <function> over
+    jax.random.split(key, n)"."""
+    owner = f"{function}'" if function.endswith("s") else f"{function}'s"
+    check_key(key, f"{owner} key", f"for several {several}, vmap {function} over jax.random.split(key, n)")
+
+
 def _shape_dtype(x: Any) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(jnp.shape(x)), jnp.result_type(x)
 

@@ -78,21 +78,16 @@ def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int, num
     Returns:
       int32 [num_epochs, num_minibatches, batch_size // num_minibatches].
     """
-    _check_one_key(key, "minibatch_indices")
+    _checks.check_function_key(key, "minibatch_indices", "draws")
     size = _check_split(batch_size, "batch_size", num_minibatches)
     if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs <= 0:
         raise ValueError(f"num_epochs must be a positive Python int, got {num_epochs!r}.")
     return _permutations(key, num_epochs, batch_size).reshape(num_epochs, num_minibatches, size)
 
 
-def _check_one_key(key: Any, function: str) -> None:
-    owner = f"{function}'" if function.endswith("s") else f"{function}'s"
-    _checks.check_key(key, f"{owner} key", f"for several draws, vmap {function} over jax.random.split(key, n)")
-
-
 def permutation(key: jax.Array, n: int) -> jax.Array:
     """A uniformly random permutation of `arange(n)` (int32 [n]); `permutations(key, 1, n)[0]`."""
-    _check_one_key(key, "permutation")
+    _checks.check_function_key(key, "permutation", "draws")
     return _permutations(key, 1, n)[0]
 
 
@@ -116,7 +111,7 @@ def permutations(key: jax.Array, num: int, n: int) -> jax.Array:
     kernel of ~170 operations that XLA compiles separately; BENCHMARKS.md,
     section 9).
     """
-    _check_one_key(key, "permutations")
+    _checks.check_function_key(key, "permutations", "draws")
     return _permutations(key, num, n)
 
 
@@ -148,7 +143,7 @@ def sequence_minibatch_indices(
       int32 [num_epochs, num_minibatches, num_envs // num_minibatches]; use with
       `take_sequences`.
     """
-    _check_one_key(key, "sequence_minibatch_indices")
+    _checks.check_function_key(key, "sequence_minibatch_indices", "draws")
     _check_split(num_envs, "num_envs", num_minibatches)
     return minibatch_indices(key, num_envs, num_minibatches, num_epochs)
 

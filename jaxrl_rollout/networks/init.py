@@ -250,11 +250,6 @@ def orthogonal_dense(features: int, gain: float, name: str) -> nn.Module:
 _BATCHED_INIT_MAX_SIZE = 256
 
 
-def _check_init_key(key, function: str) -> None:
-    _checks.check_key(key, f"{function}'s key",
-                      f"for several initialisations, vmap {function} over jax.random.split(key, n)")
-
-
 def fused_init(module: nn.Module, key: jax.Array, *args) -> PyTree:
     """`module.init(key, *args)`, the same variables, with every threefry hash fused (`prng.fused`).
 
@@ -270,7 +265,7 @@ def fused_init(module: nn.Module, key: jax.Array, *args) -> PyTree:
     """
     if isinstance(key, Mapping):
         return module.init(key, *args)
-    _check_init_key(key, "fused_init")
+    _checks.check_function_key(key, "fused_init", "initialisations")
     if prng.can_fuse(key):
         try:
             return module.init(prng.fused(key), *args)
@@ -316,7 +311,7 @@ def batched_init(module: nn.Module, key: jax.Array, obs: jax.Array) -> PyTree:
 
     if isinstance(key, Mapping):  # keys per RNG stream: module.init's own business
         return module.init(key, obs)
-    _check_init_key(key, "batched_init")
+    _checks.check_function_key(key, "batched_init", "initialisations")
     if not isinstance(module, ActorCriticMLP):
         return fused_init(module, key, obs)
     gains: dict[tuple[str, ...], float] = {}
