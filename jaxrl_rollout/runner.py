@@ -883,6 +883,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunk{'s' if len(lengths) != 1 else ''} of "
             f"{spec.chunk_updates} update{'s' if spec.chunk_updates != 1 else ''}"
             + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
+        if chunks_done and chunks_done == len(lengths):
+            say(f"  the run is complete ({updates_done:,} update{'s' if updates_done != 1 else ''}): nothing left to "
+                f"train; its summary follows (to train it longer: jaxrl-rollout train --resume {folder} "
+                "--total-steps N)")
         if resume and host is not None and chunks_done < len(lengths):
             say(f"  {spec.config.env_id} is a host env, whose state is not in the checkpoint: every env starts a new "
                 "episode now (the episodes in progress at the checkpoint are dropped)")

@@ -177,6 +177,14 @@ def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys)
     assert spec.config.total_timesteps == 128 and meta["spec"] == spec.to_json()
     assert meta["updates_done"] == 4 and meta["chunks_done"] == 4
     assert cli.main(["evaluate", str(folder)]) == 0 and "checkpoint final" in capsys.readouterr().out
+    # resuming the complete run says so (it printed only "resuming after chunk 4" of 4 and "run 0.0 s")
+    saved = sorted(p.name for p in (folder / "checkpoints").iterdir())
+    assert cli.main(["train", "--resume", str(folder)]) == 0
+    err = capsys.readouterr().err
+    assert ("the run is complete (4 updates): nothing left to train; its summary follows (to train it longer: "
+            f"jaxrl-rollout train --resume {folder} --total-steps N)") in err, err
+    assert checkpoint.read_manifest(folder)["meta"]["updates_done"] == 4
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == saved
     assert cli.main(["train", "--resume", str(folder), "--total-steps", "64"]) == 2
     assert "has already trained 128 steps (4 updates of 32)" in capsys.readouterr().err
     # below one update too: the same line, not the new config's own complaint about its size
