@@ -777,6 +777,28 @@ def _run_train(args: argparse.Namespace) -> int:
         return _train_in_folder(args, given, stack)
 
 
+def _say_new_total(folder, saved_config, spec, updates_done: int) -> None:
+    """The lines of `train --resume F --total-steps N` that changes a run's total: the new length, and each
+    schedule of the whole run that it moves (PPO's, A2C's and PQN's learning rate, PQN's epsilon over its
+    updates, DQN's over its env-step iterations); a schedule the new total leaves as it was gets no line."""
+    new_config = spec.config
+    longer = new_config.total_timesteps > saved_config.total_timesteps
+    updates = new_config.num_updates
+    same = " (the same number of updates)" if updates == saved_config.num_updates else ""
+    print(f"jaxrl_rollout: {'extending' if longer else 'shortening'} the run in {folder} from "
+          f"{saved_config.total_timesteps:,} to {new_config.total_timesteps:,} steps per run{same}")
+    if getattr(new_config, "anneal_lr", False) and updates != saved_config.num_updates:
+        print(f"  anneal_lr: from update {updates_done} on, the learning rate follows the new total's linear schedule "
+              f"over {updates} update{'s' if updates != 1 else ''} "
+              + ("(it rises again after a finished run's decay)" if longer else "(it falls faster from here on)"))
+    # epsilon decays over a fraction of the run: PQN's of its updates, DQN's of its iterations (env steps / envs)
+    if ((spec.algo == "pqn" and updates != saved_config.num_updates)
+            or (spec.algo == "dqn" and new_config.num_iterations != saved_config.num_iterations)):
+        print(f"  epsilon: from update {updates_done} on, the exploration rate follows the new total's schedule "
+              "(its decay is a fraction of the whole run, so it "
+              + ("can rise again)" if longer else "falls faster from here on)"))
+
+
 def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.ExitStack) -> int:
     import jax
 
@@ -789,15 +811,8 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         before = checkpoint.read_manifest(folder)["meta"]
         saved_total = before.get("spec", {}).get("config", {}).get("total_timesteps", spec.config.total_timesteps)
         if saved_total != spec.config.total_timesteps:
-            print(f"jaxrl_rollout: extending the run in {folder} from {saved_total:,} to "
-                  f"{spec.config.total_timesteps:,} steps per run")
-            if getattr(spec.config, "anneal_lr", False):
-                print(f"  anneal_lr: from update {before['updates_done']} on, the learning rate follows the new "
-                      f"total's linear schedule over {spec.config.num_updates} updates (it rises again after "
-                      "a finished run's decay)")
-            if spec.algo in ("dqn", "pqn"):  # epsilon decays over a fraction of the run's total
-                print(f"  epsilon: from update {before['updates_done']} on, the exploration rate follows the new "
-                      "total's schedule (its decay is a fraction of the whole run, so it can rise again)")
+            _say_new_total(folder, dataclasses.replace(spec.config, total_timesteps=saved_total), spec,
+                           before["updates_done"])
             written = []
 
             def on_save(chunks_done):  # config.json follows the checkpoint, never leads it

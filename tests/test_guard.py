@@ -192,6 +192,21 @@ def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.startswith("jaxrl-rollout: error: --total-steps 16: the run in ") and err.count("\n") == 1, err
     assert "has already trained 128 steps (4 updates of 32); a resumed run can only be extended" in err
+    # a new total in either direction says which, and names only the schedules it moves
+    # (it said "extending ... from 256 to 192", and "anneal_lr ... rises again" when the updates stayed the same)
+    resume = ["train", "--resume", str(folder), "--stop-after-chunks", "1", "--total-steps"]
+    assert cli.main([*resume, "256"]) == 0  # 8 updates, 5 trained
+    assert cli.main([*resume, "192"]) == 0  # 6 updates, 6 trained
+    out = capsys.readouterr().out
+    assert f"shortening the run in {folder} from 256 to 192 steps per run\n" in out, out
+    assert ("anneal_lr: from update 5 on, the learning rate follows the new total's linear schedule over 6 updates "
+            "(it falls faster from here on)") in out, out
+    assert cli.main([*resume, "200"]) == 0  # 200 // 32: still 6 updates, all trained
+    captured = capsys.readouterr()
+    assert (f"extending the run in {folder} from 192 to 200 steps per run (the same number of updates)"
+            in captured.out), captured.out
+    assert "anneal_lr" not in captured.out and "the run is complete (6 updates)" in captured.err, captured
+    assert checkpoint.read_manifest(folder)["meta"]["updates_done"] == 6
 
 
 def test_a_run_stopped_before_its_first_checkpoint_takes_a_total_under_its_chunk(small_run, tmp_path, capsys):
