@@ -22,6 +22,28 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert test_cmd in ci_lines
 
 
+def test_every_command_line_example_parses_and_its_train_config_builds():
+    """The "Command line" section's example lines: each parses with the real parser, and each new `train`
+    gets its run spec built (option names, hyperparameters of that algorithm, ranges, config values) without
+    training, so an example cannot name an option or a value the command refuses."""
+    import shlex
+
+    from jaxrl_rollout import cli
+
+    block = re.search(r"## Command line\n.*?```text\n(.*?)```", README, flags=re.S).group(1)
+    lines = [line.split("#")[0].strip() for line in block.splitlines() if line.startswith("jaxrl-rollout ")]
+    assert len(lines) >= 10, lines
+    parser = cli.build_parser()
+    built = 0
+    for line in lines:
+        args = parser.parse_args(shlex.split(line)[1:])
+        if args.command == "train" and args.resume is None:
+            spec = cli._build_spec(cli._given(args))
+            assert spec.num_runs >= 1, line
+            built += 1
+    assert built >= 6, lines
+
+
 def test_quickstart_runs(tmp_path, monkeypatch):
     code = re.search(r"## Quickstart\n\n```python\n(.*?)```", README, flags=re.S).group(1)
     namespace: dict = {}
