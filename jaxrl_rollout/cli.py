@@ -860,10 +860,10 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     except KeyboardInterrupt as stop:
         print(f"interrupted; continue with: {_resume_command(args, folder)}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
-    print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s "
-          f"({result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
-          "over all runs"
-          + (", this session" if resume else "") + compile_cache.summary(hits_before) + ")")
+    speed = (f"{result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
+             "over all runs" + (", this session" if resume else "")) if result.updates_run else "nothing trained"
+    print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s ({speed}"
+          + compile_cache.summary(hits_before) + ")")
     if not result.complete:
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
               f"continue with: {_resume_command(args, folder)}")

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -180,9 +181,10 @@ def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys)
     # resuming the complete run says so (it printed only "resuming after chunk 4" of 4 and "run 0.0 s")
     saved = sorted(p.name for p in (folder / "checkpoints").iterdir())
     assert cli.main(["train", "--resume", str(folder)]) == 0
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert ("the run is complete (4 updates): nothing left to train; its summary follows (to train it longer: "
             f"jaxrl-rollout train --resume {folder} --total-steps N)") in err, err
+    assert re.search(r"compile \d+\.\d s, run \d+\.\d s \(nothing trained[,)]", out) and "env steps/s" not in out, out
     assert checkpoint.read_manifest(folder)["meta"]["updates_done"] == 4
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == saved
     assert cli.main(["train", "--resume", str(folder), "--total-steps", "64"]) == 2
