@@ -784,15 +784,16 @@ def _say_new_total(folder, saved_config, spec, updates_done: int) -> None:
     new_config = spec.config
     longer = new_config.total_timesteps > saved_config.total_timesteps
     updates = new_config.num_updates
-    same = " (the same number of updates)" if updates == saved_config.num_updates else ""
+    updates_move = updates != saved_config.num_updates
+    same = "" if updates_move else " (the same number of updates)"
     print(f"jaxrl_rollout: {'extending' if longer else 'shortening'} the run in {folder} from "
           f"{saved_config.total_timesteps:,} to {new_config.total_timesteps:,} steps per run{same}")
-    if getattr(new_config, "anneal_lr", False) and updates != saved_config.num_updates:
+    if getattr(new_config, "anneal_lr", False) and updates_move:
         print(f"  anneal_lr: from update {updates_done} on, the learning rate follows the new total's linear schedule "
               f"over {updates} update{'s' if updates != 1 else ''} "
               + ("(it rises again after a finished run's decay)" if longer else "(it falls faster from here on)"))
     # epsilon decays over a fraction of the run: PQN's of its updates, DQN's of its iterations (env steps / envs)
-    if ((spec.algo == "pqn" and updates != saved_config.num_updates)
+    if ((spec.algo == "pqn" and updates_move)
             or (spec.algo == "dqn" and new_config.num_iterations != saved_config.num_iterations)):
         print(f"  epsilon: from update {updates_done} on, the exploration rate follows the new total's schedule "
               "(its decay is a fraction of the whole run, so it "

@@ -210,6 +210,11 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     (["--algo", "dqn", "--env", "Pendulum-v1"], "--env Pendulum-v1: DQN needs Discrete actions"),
     (["--algo", "sac", "--env", "CartPole-v1"], "--env CartPole-v1: SAC needs continuous actions"),
     (["--algo", "pqn", "--env", "gymnasium/Pendulum-v1"], "--env gymnasium/Pendulum-v1: PQN needs Discrete"),
+    # a two-player game: neither learner has self-play, and neither points to the other
+    (["--algo", "pqn", "--env", "pgx/tic_tac_toe"],
+     "--env pgx/tic_tac_toe: a two-player game trains by self-play, which PQN does not do; train it with ppo or a2c."),
+    (["--algo", "dqn", "--env", "pgx/tic_tac_toe"],
+     "--env pgx/tic_tac_toe: a two-player game trains by self-play, which DQN does not do; train it with ppo or a2c."),
     (["--algo", "dqn", "--log-interval", "0"], "--log-interval 0: log_interval must be a positive int"),
     (["--algo", "sac", "--total-steps", "1", "--log-interval", "1"], "gives no update"),
     (["--algo", "sac", "--buffer-size", "100"], "--buffer-size 100: batch_size=256 is more than buffer_size=100"),

@@ -139,6 +139,21 @@ def test_continuous_actions_are_refused_naming_env():
         pqn.make_pqn(SMALL, env=Pendulum())
 
 
+def test_a_two_player_game_of_your_own_is_refused_naming_env_not_the_configs_id():
+    """PQN and DQN have no self-play: a pgx game passed as env is refused by its type (the config's env_id,
+    CartPole-v1 here, is not the env), and neither learner sends the user to the other."""
+    from jaxrl_rollout import envs
+    from jaxrl_rollout.algorithms import dqn
+
+    game, game_params = envs.make("pgx/tic_tac_toe")
+    for module, config in ((pqn.make_pqn, SMALL), (dqn.make_dqn, dqn.DQNConfig())):
+        name = module.__name__.removeprefix("make_").upper()
+        with pytest.raises(ValueError) as refused:
+            module(config, env=game, env_params=game_params)
+        assert str(refused.value) == (f"env {type(game).__name__}: a two-player game trains by self-play, which "
+                                      f"{name} does not do; train it with ppo or a2c."), refused.value
+
+
 class TinyQ(nn.Module):
     """A user's Q-network: obs [B, O] -> Q [B, A]."""
 

@@ -48,6 +48,7 @@ __all__ = [
     "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "check_train_key",
     "choose_network",
     "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
+    "refuse_self_play",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
@@ -528,6 +529,17 @@ def is_self_play(env: Any) -> bool:
     from jaxrl_rollout.envs import pgx
 
     return pgx.two_player(env)
+
+
+def refuse_self_play(algo_name: str, env: Any) -> None:
+    """Raises for a two-player game (`is_self_play`) given to a learner that has no self-play (DQN, PQN).
+
+    The message starts with "env TYPE: ", as the learners' other env refusals do, so that the command line
+    names the env as its option was typed.
+    """
+    if is_self_play(env):
+        raise ValueError(f"env {type(env).__name__}: a two-player game trains by self-play, which {algo_name} does "
+                         "not do; train it with ppo or a2c.")
 
 
 ENV_METHODS = ("reset", "step", "action_space", "observation_space")

@@ -373,9 +373,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         env, env_params = envs.make(config.env_id)
     else:
         env_params = _common.check_env(env, env_params)
-    if _common.is_self_play(env):
-        raise ValueError(f"env {type(env).__name__}: a two-player game trains by self-play, which DQN does not do; "
-                         "use ppo, a2c or pqn.")
+    _common.refuse_self_play("DQN", env)
     action_dim, continuous = _common.action_info(env, env_params)
     if continuous:
         raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")

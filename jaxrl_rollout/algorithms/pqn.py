@@ -396,8 +396,7 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
         env, env_params = envs.make(config.env_id)
     else:
         env_params = _common.check_env(env, env_params)
-    if _common.is_self_play(env):
-        raise ValueError(f"env: PQN does not train by self-play; {config.env_id!r} is a two-player game.")
+    _common.refuse_self_play("PQN", env)
     space = env.action_space(env_params)
     if not isinstance(space, spaces.Discrete):
         raise ValueError(f"env {type(env).__name__}: PQN needs Discrete actions, got {space!r}.")
