@@ -93,9 +93,10 @@ def test_default_network_refuses_a_pytree_observation_in_one_line(algo):
     with pytest.raises(ValueError) as raised:
         module.make_train(config, env=env_cls())
     message = str(raised.value)
-    assert message.startswith(f"network: {DEFAULT_NAMES[algo]} takes a single array observation"), message
-    assert "pos float32[2], vel float32[" in message and "network=..." in message and "\n" not in message
-    assert "train with ppo or a2c, whose network='auto' encodes each leaf" in message
+    assert message.startswith(f"env {env_cls.__name__}: {DEFAULT_NAMES[algo]} takes a single array observation"), message
+    assert "pos float32[2], vel float32[" in message and "\n" not in message
+    assert message.endswith("train it with ppo or a2c, whose network='auto' encodes each leaf and applies an action "
+                            "mask, or, from Python, pass make_train a network of your own (network=...) that takes it.")
 
 
 @pytest.mark.parametrize("algo", sorted(SMALL))

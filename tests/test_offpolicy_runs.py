@@ -215,6 +215,10 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
      "--env pgx/tic_tac_toe: a two-player game trains by self-play, which PQN does not do; train it with ppo or a2c."),
     (["--algo", "dqn", "--env", "pgx/tic_tac_toe"],
      "--env pgx/tic_tac_toe: a two-player game trains by self-play, which DQN does not do; train it with ppo or a2c."),
+    # a pytree observation that the built-in networks cannot take: no Python-only advice leads the line
+    (["--algo", "dqn", "--env", "jumanji/Snake-v1"],
+     "error: --env jumanji/Snake-v1: DQN's QNetwork takes a single array observation (a Box or Discrete space), "
+     "got a pytree"),
     (["--algo", "dqn", "--log-interval", "0"], "--log-interval 0: log_interval must be a positive int"),
     (["--algo", "sac", "--total-steps", "1", "--log-interval", "1"], "gives no update"),
     (["--algo", "sac", "--buffer-size", "100"], "--buffer-size 100: batch_size=256 is more than buffer_size=100"),

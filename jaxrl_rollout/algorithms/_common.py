@@ -848,7 +848,7 @@ def check_normalization_config(cfg) -> None:
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
 
 
-def check_single_array_obs(algo: str, module_name: str, observation_space: Any) -> None:
+def check_single_array_obs(algo: str, module_name: str, env: Any, observation_space: Any) -> None:
     """Raises when an algorithm's built-in network meets an observation it cannot take.
 
     DQN's, PQN's, SAC's and TD3's own networks flatten one array observation
@@ -856,14 +856,16 @@ def check_single_array_obs(algo: str, module_name: str, observation_space: Any) 
     jumanji's with an action mask) needs a network of the user's.
 
     Raises:
-      ValueError: naming `network`, the algorithm and the space.
+      ValueError: "env TYPE: ..." (the env is what the default network cannot take; the command line names it
+        as `--env ID`), naming the algorithm, its network and the space, and what to do from the command line
+        (ppo or a2c) and from Python (a network of one's own).
     """
     if not isinstance(observation_space, (spaces.Box, spaces.Discrete)):
         raise ValueError(
-            f"network: {algo}'s {module_name} takes a single array observation (a Box or Discrete space), got a "
-            f"pytree ({_describe(space_leaves(observation_space))}); pass make_train a network of your own "
-            "(network=...) that takes it, or train with ppo or a2c, whose network='auto' encodes each leaf and "
-            "applies an action mask.")
+            f"env {type(env).__name__}: {algo}'s {module_name} takes a single array observation (a Box or Discrete "
+            f"space), got a pytree ({_describe(space_leaves(observation_space))}); train it with ppo or a2c, whose "
+            "network='auto' encodes each leaf and applies an action mask, or, from Python, pass make_train a "
+            "network of your own (network=...) that takes it.")
 
 
 def zeros_for(space: Any) -> Any:

@@ -378,7 +378,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     if continuous:
         raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")
     if network is None:
-        _common.check_single_array_obs("DQN", "QNetwork", env.observation_space(env_params))
+        _common.check_single_array_obs("DQN", "QNetwork", env, env.observation_space(env_params))
     module = QNetwork(action_dim, config.hidden_sizes) if network is None else network
     _check_q_network(module, env.observation_space(env_params), action_dim)
     apply_fn = module.apply

@@ -403,7 +403,7 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     action_dim = int(space.n)
     obs_space = env.observation_space(env_params)
     if network is None:
-        _common.check_single_array_obs("PQN", "QNetwork", obs_space)
+        _common.check_single_array_obs("PQN", "QNetwork", env, obs_space)
         module = QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm)
     else:
         module = _check_network(network, obs_space, action_dim)

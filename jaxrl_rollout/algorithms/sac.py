@@ -409,7 +409,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
                          f"high > low, got low={low}, high={high}.")
     A = int(space.shape[0])
     if network is None:
-        _common.check_single_array_obs("SAC", "SACActor and SACCritic", env.observation_space(env_params))
+        _common.check_single_array_obs("SAC", "SACActor and SACCritic", env, env.observation_space(env_params))
         actor, critic = SACActor(A, config.hidden_sizes), SACCritic(config.hidden_sizes)
     else:
         actor, critic = _check_network(network, env.observation_space(env_params), A)

@@ -375,7 +375,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
         raise ValueError(f"env {type(env).__name__}: TD3 needs a bounded Box, got low={low}, high={high}.")
     action_scale, action_bias = acl.action_scale_and_bias(low, high)
     if network is None:
-        _common.check_single_array_obs("TD3", "TD3Actor and TD3Critic", env.observation_space(env_params))
+        _common.check_single_array_obs("TD3", "TD3Actor and TD3Critic", env, env.observation_space(env_params))
         network = (TD3Actor(action_dim, tuple(np.asarray(action_scale).tolist()),
                             tuple(np.asarray(action_bias).tolist()), config.hidden_sizes),
                    TD3Critic(config.hidden_sizes))
