@@ -104,6 +104,19 @@ def test_metrics_shapes_and_schedule():
     np.testing.assert_allclose(m.epsilon[-1], 0.05, rtol=1e-6)
 
 
+def test_epsilon_schedule_falls_as_cleanrls_and_a_rising_one_stops_at_end_e():
+    """A falling schedule is CleanRL's formula value for value; a rising one (end_e > start_e, which CleanRL's
+    formula would take past 1) ramps to end_e and stays, as PQN's does."""
+    ts = jnp.asarray([0, 25, 50, 100, 200, 999], jnp.int32)
+    at = jax.vmap(dqn.epsilon_schedule, in_axes=(None, None, None, 0))
+    falling = np.asarray(at(1.0, 0.05, 100.0, ts))
+    want = np.maximum(np.float32(0.05 - 1.0) / np.float32(100.0) * ts.astype(np.float32) + np.float32(1.0),
+                      np.float32(0.05))
+    np.testing.assert_array_equal(falling, want.astype(np.float32))
+    np.testing.assert_allclose(np.asarray(at(0.1, 0.5, 100.0, ts)), [0.1, 0.2, 0.3, 0.5, 0.5, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(at(0.3, 0.3, 100.0, ts)), 0.3, rtol=1e-7)
+
+
 def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="tau"):
         dqn.make_train(SMALL)(jax.random.key(0), dqn.DQNHParams(tau=0.0))  # checked before it traces

@@ -9,7 +9,7 @@ is 1 (the default):
 
 - iteration g acts epsilon-greedily with epsilon = `epsilon_schedule(start_e,
   end_e, exploration_fraction * num_iterations, g)` (CleanRL's
-  `linear_schedule`), each env drawing its own exploration coin, and adds the
+  `linear_schedule`, which a rising schedule does not pass), each env drawing its own exploration coin, and adds the
   B transitions to the replay buffer (`replay`), the true final observation
   kept as `next_obs` where an episode ended (docs/semantics.md §4);
 - after iteration g, when g > `learning_starts` and g % `train_frequency` == 0,
@@ -244,15 +244,19 @@ def resolve_hparams(hparams: DQNHParams | None) -> DQNHParams:
 
 
 def epsilon_schedule(start_e, end_e, duration, t) -> jax.Array:
-    """CleanRL's `linear_schedule(start_e, end_e, duration, t)`: max(slope * t + start_e, end_e), float32.
+    """The exploration rate at iteration t >= 0: linear from start_e to end_e over `duration`, then end_e; float32.
 
-    slope = (end_e - start_e) / duration. `optax.linear_schedule` is not used:
-    it needs a static integer `transition_steps`, while `duration` =
-    exploration_fraction * num_iterations is traced and fractional here.
+    With end_e <= start_e (every default) this is CleanRL's `linear_schedule(start_e, end_e, duration, t)`,
+    max(slope * t + start_e, end_e) with slope = (end_e - start_e) / duration, value for value. CleanRL's
+    formula has no upper clamp, so a rising schedule (end_e > start_e) would climb past end_e and past 1;
+    here it stops at end_e, as PQN's `epsilon_at` does: the value is clipped to [min, max] of the two ends,
+    which leaves a falling schedule unchanged. `optax.linear_schedule` is not used: it needs a static integer
+    `transition_steps`, while `duration` = exploration_fraction * num_iterations is traced and fractional here.
     """
     t = jnp.asarray(t, jnp.float32)
-    slope = (jnp.asarray(end_e, jnp.float32) - start_e) / duration
-    return jnp.maximum(slope * t + start_e, end_e).astype(jnp.float32)
+    start_e, end_e = jnp.asarray(start_e, jnp.float32), jnp.asarray(end_e, jnp.float32)
+    slope = (end_e - start_e) / duration
+    return jnp.clip(slope * t + start_e, jnp.minimum(start_e, end_e), jnp.maximum(start_e, end_e)).astype(jnp.float32)
 
 
 def td_targets(next_q_target: jax.Array, reward: jax.Array, mask: jax.Array, gamma) -> jax.Array:
