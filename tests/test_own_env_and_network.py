@@ -196,6 +196,36 @@ def test_bad_env_arguments_name_the_argument():
         ppo.make_train(ppo.PPOConfig(**TINY_PPO, network="mlp"), network=TinyActorCritic(action_dim=2))
 
 
+def _pendulum_with_box(low, high):
+    class OddBounds(MyPendulum):
+        def action_space(self, params=None):
+            return spaces.Box(low, high, (1,), jnp.float32)
+
+    return OddBounds()
+
+
+@pytest.mark.parametrize("low, high", [(2.0, -2.0), (1.0, 1.0), (-jnp.inf, jnp.inf)])
+def test_action_bounds_that_no_actor_can_scale_to_are_refused(low, high):
+    """SAC and TD3 squash their actions into the Box, so its bounds must be finite with high > low; a Box with
+    high < low is refused for every learner (PPO used to clip its actions to the reversed range)."""
+    from jaxrl_rollout.algorithms import sac, td3
+
+    env = _pendulum_with_box(low, high)
+    for module, config in ((sac, sac.SACConfig()), (td3, td3.TD3Config())):
+        with pytest.raises(ValueError) as refused:
+            module.make_train(config, env=env)
+        name = module.__name__.rpartition(".")[2].upper()
+        if high < low and name == "TD3":  # TD3 reads the space through the shared check first
+            assert str(refused.value).startswith("env OddBounds: its action Box has high < low"), refused.value
+        else:
+            assert str(refused.value).startswith(f"env OddBounds: {name} scales actions to the Box bounds, which "
+                                                 "must be finite with high > low, got low=["), refused.value
+    if high < low:
+        with pytest.raises(ValueError, match=r"env OddBounds: its action Box has high < low \(low=2.0, high=-2.0\); "
+                                             r"a Box's bounds must have low <= high"):
+            ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=env)
+
+
 @pytest.mark.parametrize("env_id", ["envpool/CartPole-v1", "gymnasium/CartPole-v1", "brax/ant", "pgx/tic_tac_toe"])
 def test_a_config_never_builds_its_env(env_id, monkeypatch):
     def refuse(*args, **kwargs):

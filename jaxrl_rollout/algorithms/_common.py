@@ -47,7 +47,7 @@ __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
     "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "check_train_key",
     "choose_network",
-    "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
+    "check_scaled_box", "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
     "refuse_self_play",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
     "steps_in_rows", "twin_q_values",
@@ -137,9 +137,27 @@ def action_info(env, env_params) -> tuple[int, bool]:
     if isinstance(space, spaces.Discrete):
         return int(space.n), False
     if isinstance(space, spaces.Box) and len(tuple(space.shape)) == 1:
+        try:
+            reversed_bounds = bool(np.any(np.asarray(space.high) < np.asarray(space.low)))
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            reversed_bounds = False  # bounds from traced env params: not known until it runs
+        if reversed_bounds:
+            raise ValueError(f"env {type(env).__name__}: its action Box has high < low (low={space.low}, "
+                             f"high={space.high}); a Box's bounds must have low <= high.")
         return int(space.shape[0]), True
     raise ValueError(f"env {type(env).__name__}: unsupported action space {space!r}: expected Discrete or a 1-D "
                      "Box.")
+
+
+def check_scaled_box(algo: str, env: Any, low: Any, high: Any) -> None:
+    """Raises unless the action Box's bounds are finite with high > low: SAC's and TD3's actors squash to them.
+
+    (scale = (high - low) / 2 would be 0 on a zero-width dimension, and infinite or NaN on an unbounded one.)
+    """
+    low, high = np.asarray(low), np.asarray(high)
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+        raise ValueError(f"env {type(env).__name__}: {algo} scales actions to the Box bounds, which must be finite "
+                         f"with high > low, got low={low}, high={high}.")
 
 
 def space_leaves(space: Any, path: tuple = ()) -> list:

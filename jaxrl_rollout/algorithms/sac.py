@@ -404,9 +404,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         raise ValueError(f"env {type(env).__name__}: SAC needs continuous actions, a 1-D Box, got {space!r}.")
     low = np.broadcast_to(np.asarray(space.low, np.float32), space.shape)
     high = np.broadcast_to(np.asarray(space.high, np.float32), space.shape)
-    if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
-        raise ValueError(f"env {type(env).__name__}: SAC scales actions to the Box bounds, which must be finite with "
-                         f"high > low, got low={low}, high={high}.")
+    _common.check_scaled_box("SAC", env, low, high)
     A = int(space.shape[0])
     if network is None:
         _common.check_single_array_obs("SAC", "SACActor and SACCritic", env, env.observation_space(env_params))

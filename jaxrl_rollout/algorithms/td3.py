@@ -371,8 +371,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     space = env.action_space(env_params)
     low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), (action_dim,))
     high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), (action_dim,))
-    if not (np.isfinite(np.asarray(low)).all() and np.isfinite(np.asarray(high)).all()):
-        raise ValueError(f"env {type(env).__name__}: TD3 needs a bounded Box, got low={low}, high={high}.")
+    _common.check_scaled_box("TD3", env, low, high)
     action_scale, action_bias = acl.action_scale_and_bias(low, high)
     if network is None:
         _common.check_single_array_obs("TD3", "TD3Actor and TD3Critic", env, env.observation_space(env_params))
