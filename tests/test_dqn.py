@@ -155,6 +155,21 @@ def test_errors_name_the_argument():
         dqn.make_dqn(dqn.DQNConfig(env_id="Pendulum-v1"))
     with pytest.raises(ValueError, match="network"):
         dqn.make_dqn(SMALL, network=nn.Dense(3))
+    # a module that cannot run on the observation: named as the network, its own error chained
+    with pytest.raises(ValueError, match=r"^network _WrongWidth: __call__\(obs\) failed on a sample observation "
+                                         r"\(float32\[1, 4\]\): TypeError: dot_general requires contracting .*"
+                                         r"network must be a flax linen Module with __call__\(obs \[B, \.\.\.\]\) "
+                                         r"-> Q \[B, A\]\.") as raised:
+        dqn.make_dqn(SMALL, network=_WrongWidth())
+    assert isinstance(raised.value.__cause__, TypeError)
+
+
+class _WrongWidth(nn.Module):
+    """Written for a 7-wide observation; CartPole's is 4 wide."""
+
+    @nn.compact
+    def __call__(self, obs, *rest):
+        return obs @ jnp.ones((7, 2))
 
 
 def test_own_network():

@@ -136,6 +136,22 @@ def test_errors_name_the_argument():
         sac.make_sac(SMALL, network=(nn.Dense(1), sac.SACCritic()))
     with pytest.raises(ValueError, match="network: critic"):
         sac.make_sac(SMALL, network=(sac.SACActor(1), _BadCritic()))
+    # modules that cannot run on the observation: named as the network's actor or critic, their own error chained
+    with pytest.raises(ValueError, match=r"^network: the actor _WrongWidth's __call__\(obs\) failed on a sample "
+                                         r"observation \(float32\[1, 3\]\): TypeError: dot_general .*network must "
+                                         r"be a pair \(actor, critic\)"):
+        sac.make_sac(SMALL, network=(_WrongWidth(), sac.SACCritic()))
+    with pytest.raises(ValueError, match=r"^network: the critic _WrongWidth's __call__\(obs, action \[1, A\]\) "
+                                         r"failed on a sample observation .*TypeError: dot_general"):
+        sac.make_sac(SMALL, network=(sac.SACActor(1), _WrongWidth()))
+
+
+class _WrongWidth(nn.Module):
+    """Written for a 7-wide observation; Pendulum's is 3 wide."""
+
+    @nn.compact
+    def __call__(self, obs, *rest):
+        return obs @ jnp.ones((7, 1))
 
 
 class _BadCritic(nn.Module):

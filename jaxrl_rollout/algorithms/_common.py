@@ -51,7 +51,7 @@ __all__ = [
     "refuse_self_play",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
     "steps_in_rows", "twin_q_values",
-    "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS",
+    "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -147,6 +147,23 @@ def action_info(env, env_params) -> tuple[int, bool]:
         return int(space.shape[0]), True
     raise ValueError(f"env {type(env).__name__}: unsupported action space {space!r}: expected Discrete or a 1-D "
                      "Box.")
+
+
+def probe_module(call: str, contract: str, module: Any, *args: Any) -> Any:
+    """`module.apply(module.init(key, *args), *args)` under `jax.eval_shape`: the output's shapes and dtypes.
+
+    An error of the module's own (a kernel that does not fit the observation, a bad reshape) is raised as a
+    ValueError "`call` failed on a sample observation (...): its error. network must be `contract`.", chained
+    to it, so a user's network that cannot run is named as the network, with what it must be.
+    """
+    def probe(key):
+        try:
+            return module.apply(module.init(key, *args), *args)
+        except Exception as error:  # noqa: BLE001 - the module's own error, chained, with the contract
+            raise ValueError(f"{call} failed on a sample observation ({_shape_text(args[0])}): "
+                             f"{type(error).__name__}: {str(error).rstrip('.')}. network must be {contract}.") from error
+
+    return jax.eval_shape(probe, jax.random.key(0))
 
 
 def check_scaled_box(algo: str, env: Any, low: Any, high: Any) -> None:

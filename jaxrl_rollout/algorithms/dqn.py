@@ -306,11 +306,8 @@ def _check_q_network(module: Any, obs_space: Any, action_dim: int) -> None:
         raise TypeError(f"network must be a flax linen Module with __call__(obs [B, ...]) -> Q [B, A], got "
                         f"{type(module).__name__}.")
     obs = _common.zeros_for(obs_space)
-
-    def probe(key):
-        return module.apply(module.init(key, obs), obs)
-
-    out = jax.eval_shape(probe, jax.random.key(0))
+    out = _common.probe_module(f"network {type(module).__name__}: __call__(obs)",
+                               "a flax linen Module with __call__(obs [B, ...]) -> Q [B, A]", module, obs)
     if not hasattr(out, "shape") or tuple(out.shape) != (1, action_dim) or not jnp.issubdtype(out.dtype, jnp.floating):
         raise ValueError(f"network: module.apply(params, obs [1, ...]) must return float Q-values [1, A={action_dim}] "
                          f"for the env's Discrete({action_dim}) actions, got {out!r}.")

@@ -315,12 +315,14 @@ def _check_network(network: Any, obs_space: Any, action_dim: int) -> tuple[Any, 
     obs = _common.zeros_for(obs_space)
     act = jnp.zeros((1, action_dim), jnp.float32)
     want = (1, action_dim)
-    out = jax.eval_shape(lambda k: actor.apply(actor.init(k, obs), obs), jax.random.key(0))
+    out = _common.probe_module(f"network: the actor {type(actor).__name__}'s __call__(obs)", NETWORK_CONTRACT,
+                               actor, obs)
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(
             hasattr(x, "shape") and tuple(x.shape) == want and jnp.issubdtype(x.dtype, jnp.floating) for x in out)):
         raise ValueError(f"network: actor.apply(params, obs [1, ...]) must return (mean, log_std), float [1, "
                          f"A={action_dim}] each, got {out!r}.")
-    q = jax.eval_shape(lambda k: critic.apply(critic.init(k, obs, act), obs, act), jax.random.key(0))
+    q = _common.probe_module(f"network: the critic {type(critic).__name__}'s __call__(obs, action [1, A])",
+                             NETWORK_CONTRACT, critic, obs, act)
     if not hasattr(q, "shape") or tuple(q.shape) not in ((1,), (1, 1)) or not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"network: critic.apply(params, obs [1, ...], action [1, A]) must return float Q [1] or "
                          f"[1, 1], got {q!r}.")
