@@ -117,6 +117,34 @@ def test_epsilon_schedule_falls_as_cleanrls_and_a_rising_one_stops_at_end_e():
     np.testing.assert_allclose(np.asarray(at(0.3, 0.3, 100.0, ts)), 0.3, rtol=1e-7)
 
 
+@pytest.mark.parametrize("train_frequency, target_frequency", [(3, 5), (2, 4)])
+def test_the_target_moves_on_cleanrls_schedule_with_or_without_a_gradient_step(train_frequency, target_frequency):
+    """CleanRL's loop: after iteration g > learning_starts, a gradient step when g % train_frequency == 0, then,
+    not nested in that test, a target update when g % target_network_frequency == 0 (tau = 1: a copy of Q as it
+    stands). With 3 and 5 the target moves at g = 10, 15, 20, ... although only g = 12, 15, 18, ... train; with
+    2 and 4 (a multiple, the defaults' case) the update goes inside the gradient step."""
+    cfg = dqn.DQNConfig(total_timesteps=90, num_envs=1, buffer_size=64, batch_size=8, learning_starts=6,
+                        train_frequency=train_frequency, target_network_frequency=target_frequency,
+                        hidden_sizes=(8,), log_interval=train_frequency)  # an update is one learner step
+    algo = dqn.make_dqn(cfg)
+    state = algo.init(jax.random.key(3))
+    update = jax.jit(algo.update)
+    q_after = [state.params]  # Q after each update's gradient step (update k trains after iteration k * tf)
+    targets = [state.target_params]
+    for _ in range(cfg.num_updates):
+        state, _ = update(state)
+        q_after.append(state.params)
+        targets.append(state.target_params)
+    for k in range(1, cfg.num_updates + 1):
+        last_g = k * train_frequency - 1  # update k took iterations (k - 1) * tf .. k * tf - 1
+        moved = [g for g in range(last_g + 1) if g > cfg.learning_starts and g % target_frequency == 0]
+        # the target is Q as it stood after the latest due g: Q after update g // tf + 1, whose gradient step
+        # (after its first iteration) is the last one at or before g
+        want = q_after[moved[-1] // train_frequency + 1] if moved else q_after[0]
+        jax.tree.map(np.testing.assert_array_equal, targets[k], want)
+    assert cfg.num_updates * train_frequency >= 80 and len(moved) >= 8
+
+
 def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="tau"):
         dqn.make_train(SMALL)(jax.random.key(0), dqn.DQNHParams(tau=0.0))  # checked before it traces
@@ -142,13 +170,20 @@ def test_errors_name_the_argument():
         dqn.DQNConfig(total_timesteps=10_000)
     with pytest.raises(ValueError, match=r"first comes after iteration 20, .* 0 to 19;"):
         dqn.DQNConfig(total_timesteps=20, num_envs=1, learning_starts=10, train_frequency=10, log_interval=10)
-    dqn.DQNConfig(total_timesteps=30, num_envs=1, learning_starts=10, train_frequency=10, log_interval=10)  # g = 20
+    dqn.DQNConfig(total_timesteps=30, num_envs=1, learning_starts=10, train_frequency=10, log_interval=10,
+                  target_network_frequency=20)  # g = 20: a gradient step and a target update
     # a remainder of iterations short of a whole update is not taken, and the message says so
     with pytest.raises(ValueError, match=r"0 to 999 \(whole updates of 1000 iterations, log_interval=1000; the last "
                                          r"500 are not taken\)"):
         dqn.DQNConfig(total_timesteps=1500, num_envs=1, learning_starts=1000)
     with pytest.raises(ValueError, match="learning_starts"):
         dqn.DQNConfig(learning_starts=-1)
+    # a run that ends before the target's first update would learn against the random initial target throughout
+    with pytest.raises(ValueError, match=r"^target_network_frequency=600 leaves the target network as initialised: "
+                                         r"its first update comes after iteration 600 .*takes iterations 0 to 399"):
+        dqn.DQNConfig(total_timesteps=400, num_envs=1, learning_starts=0, target_network_frequency=600,
+                      log_interval=10)
+    dqn.DQNConfig(total_timesteps=610, num_envs=1, learning_starts=0, target_network_frequency=600, log_interval=10)
     with pytest.raises(ValueError, match="total_timesteps"):
         dqn.DQNConfig(total_timesteps=5)
     with pytest.raises(ValueError, match="Discrete"):

@@ -75,7 +75,7 @@ class DictCritic(nn.Module):
 
 SMALL = {
     "dqn": (dqn, dqn.DQNConfig(total_timesteps=400, buffer_size=200, batch_size=16, learning_starts=50,
-                               train_frequency=1, log_interval=50), DictCartPole, DictQ()),
+                               train_frequency=1, target_network_frequency=100, log_interval=50), DictCartPole, DictQ()),
     "pqn": (pqn, pqn.PQNConfig(num_envs=4, num_steps=8, total_timesteps=64, update_epochs=1, num_minibatches=2),
             DictCartPole, DictQ()),
     "sac": (sac, sac.SACConfig(total_timesteps=200, buffer_size=200, batch_size=16, learning_starts=50,

@@ -225,6 +225,8 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     (["--algo", "dqn", "--num-envs", "8", "--buffer-size", "4", "--batch-size", "4"],
      "num_envs=8 is more than buffer_size=4"),
     (["--algo", "sac", "--total-steps", "4000"], "--total-steps 4000: learning_starts=5000 leaves no gradient step"),
+    (["--algo", "dqn", "--target-network-frequency", "600000"],
+     "--target-network-frequency 600000: target_network_frequency=600000 leaves the target network as initialised"),
 ])
 def test_bad_off_policy_options_exit_2_in_one_line(argv, words, tmp_path, capsys):
     assert cli.main(["train", *argv, "--out", str(tmp_path / "run")]) == 2

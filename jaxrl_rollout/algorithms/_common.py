@@ -435,6 +435,28 @@ class LearnerSizes:
                 f"0 to {taken - 1}{whole}; lower learning_starts (in iterations of num_envs env steps) or raise "
                 "total_timesteps.")
 
+    def check_target_updates(self) -> None:
+        """Raises when the run takes no target-network update (DQN's and SAC's `target_network_frequency`).
+
+        A target update follows iteration g when g > learning_starts and g %
+        target_network_frequency == 0 (CleanRL's DQN and SAC); a run that ends
+        before the first would learn against the initial random target to the
+        end, and say nothing.
+
+        Raises:
+          ValueError: naming target_network_frequency, learning_starts and total_timesteps.
+        """
+        taken = self.num_updates * self.learner_steps_per_update * self.learner_period
+        every = self.target_network_frequency
+        first = (self.learning_starts // every + 1) * every
+        if first >= taken:
+            raise ValueError(
+                f"target_network_frequency={every} leaves the target network as initialised: its first update comes "
+                f"after iteration {first} (the first multiple of {every} past learning_starts={self.learning_starts}), "
+                f"and total_timesteps={self.total_timesteps} with num_envs={self.num_envs} takes iterations 0 to "
+                f"{taken - 1}; lower target_network_frequency (in iterations of num_envs env steps) or raise "
+                "total_timesteps.")
+
 
 def due_row(rows: Any, due: jax.Array) -> Any:
     """Of a learner step's per-iteration outputs (leaves [period, ...]), the row of its one due iteration.

@@ -17,9 +17,13 @@ is 1 (the default):
   between Q(s, a) and the target r + gamma * mask * max_a' Q_target(s', a')
   over a uniform sample of `batch_size` transitions, where mask is
   `replay.discount_mask(terminated, truncated, config.bootstrap)`;
-- on those steps, when also g % `target_network_frequency` == 0, the target
-  network becomes tau * Q + (1 - tau) * Q_target (`optax.incremental_update`
-  gated by `optax.periodic_update`; tau = 1 is a hard copy).
+- after iteration g (and its gradient step, if one is due), when g >
+  `learning_starts` and g % `target_network_frequency` == 0, the target
+  network becomes tau * Q + (1 - tau) * Q_target (`optax.incremental_update`;
+  tau = 1 is a hard copy). As in CleanRL this test is not nested in the
+  `train_frequency` one: with a `target_network_frequency` that is not a
+  multiple of `train_frequency` the target also moves after iterations
+  without a gradient step (it then takes the last step's Q).
 
 A learner step is `train_frequency` iterations, each followed by the
 gradient step when it is due (the check is on g itself, so the iteration is
@@ -121,6 +125,7 @@ class DQNConfig(_common.LearnerSizes):
                              f"{self.num_envs * self.learner_steps_per_update * self.train_frequency} env steps (lower "
                              "log_interval for a shorter run).")
         self.check_learning_starts(self.train_frequency)
+        self.check_target_updates()
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
@@ -425,6 +430,11 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         return DQNState(params, params, optimizer(hp).init(params), buffer.init(example), env_state, obs,
                         jnp.zeros(B, jnp.float32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
 
+    # A target update is due after iteration g when g > learning_starts and g % target_network_frequency == 0
+    # (CleanRL). When target_network_frequency is a multiple of train_frequency (the defaults: 500 and 10),
+    # every such g also has a gradient step, so the update goes inside it; otherwise it has a branch of its own.
+    target_on_gradient_steps = config.target_network_frequency % config.train_frequency == 0
+
     def learn(state: DQNState, hp: DQNHParams):
         key, sample_key = prng.split(state.key)
         batch = buffer.sample(state.buffer, sample_key)
@@ -433,18 +443,26 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         updates, opt_state = optimizer(hp).update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         g = state.iteration - 1
-        target = update_target(params, state.target_params, hp.tau, g, config.target_network_frequency)
+        target = state.target_params
+        if target_on_gradient_steps:
+            target = update_target(params, target, hp.tau, g, config.target_network_frequency)
         flags = _common.nonfinite_flags(loss, optax.tree.norm(grads), params)
         return state._replace(params=params, target_params=target, opt_state=opt_state, key=key), (loss, q_mean, flags)
 
     nan = jnp.float32(jnp.nan)
 
     def iterate_and_learn(state: DQNState, hp: DQNHParams):
-        """Iteration g, then the gradient step when g > learning_starts and g % train_frequency == 0."""
+        """Iteration g, then the gradient step when g > learning_starts and g % train_frequency == 0, then the
+        target update when g > learning_starts and g % target_network_frequency == 0."""
         state, stats = iterate(state, hp)
         g = state.iteration - 1
         due = (g > config.learning_starts) & (g % config.train_frequency == 0)
         state, (loss, q_mean, flags) = jax.lax.cond(due, learn, lambda s, _: (s, (nan, nan, jnp.int32(0))), state, hp)
+        if not target_on_gradient_steps:
+            target_due = (g > config.learning_starts) & (g % config.target_network_frequency == 0)
+            target = jax.lax.cond(target_due, lambda p, t: optax.incremental_update(p, t, hp.tau),
+                                  lambda p, t: t, state.params, state.target_params)
+            state = state._replace(target_params=target)
         return state, (stats, due, loss, q_mean, flags)
 
     def learner_step(state: DQNState, hp: DQNHParams):

@@ -145,6 +145,7 @@ class SACConfig(_common.LearnerSizes):
                              f"{self.num_envs * self.learner_steps_per_update * self.policy_frequency} env steps (lower "
                              "log_interval for a shorter run).")
         self.check_learning_starts()
+        self.check_target_updates()
         if not isinstance(self.autotune, bool):
             raise ValueError(f"autotune must be a bool, got {self.autotune!r}.")
         if self.target_entropy is not None and (isinstance(self.target_entropy, bool) or not isinstance(
