@@ -85,6 +85,11 @@ def test_metrics_are_per_update_and_nan_without_episodes():
         (dict(network="transformer"), r"network must be one of 'auto', 'mlp', 'cnn', 'gru'"),
         (dict(activation="gelu"), r"activation must be one of 'tanh', 'relu'"),
         (dict(hidden_sizes=()), r"hidden_sizes must be a non-empty tuple"),
+        # a string is truthy: "no" would have left each of these on
+        (dict(anneal_lr="no"), r"anneal_lr must be a bool, got 'no'"),
+        (dict(clip_value_loss="false"), r"clip_value_loss must be a bool, got 'false'"),
+        (dict(normalize_advantages=0), r"normalize_advantages must be a bool, got 0"),
+        (dict(bootstrap_on_truncation=None), r"bootstrap_on_truncation must be a bool, got None"),
     ],
 )
 def test_bad_configs_are_rejected_at_construction(kwargs, message):
@@ -93,8 +98,13 @@ def test_bad_configs_are_rejected_at_construction(kwargs, message):
 
 
 def test_bad_a2c_config_and_hparams():
-    with pytest.raises(ValueError, match=r"rms_alpha must be in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"rms_alpha must be a number in \[0, 1\], got 1.5"):
         a2c.A2CConfig(rms_alpha=1.5)
+    for field, value in (("rms_alpha", "0.9"), ("rms_alpha", True), ("rms_eps", None)):
+        with pytest.raises(ValueError, match=rf"^{field} must be a number .*, got {value!r}\.$"):
+            a2c.A2CConfig(**{field: value})
+    with pytest.raises(ValueError, match=r"^bootstrap_on_truncation must be a bool, got 'no'\.$"):
+        a2c.A2CConfig(bootstrap_on_truncation="no")
     with pytest.raises(TypeError, match="hparams must be a PPOHParams"):
         ppo.make_train(SMALL)(jax.random.key(0), {"lr": 1e-3})
     with pytest.raises(TypeError, match="config must be a PPOConfig"):

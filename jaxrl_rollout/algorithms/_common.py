@@ -31,6 +31,7 @@ episode, and the algorithm's `env` is the game against `envs.pgx.random_opponent
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -1005,18 +1006,25 @@ def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, norma
     return params, state, key
 
 
-def check_common_config(cfg) -> None:
-    """Checks the fields PPO and A2C configs share; raises ValueError naming the field.
+def check_common_config(cfg, networks: Sequence[str] = NETWORKS) -> None:
+    """Checks the fields PPO's, A2C's and PQN's configs share; raises ValueError naming the field.
+
+    Every field declared `bool` must be a bool (a string such as "false" is
+    truthy, and would turn the option on). `networks` are the names the
+    algorithm takes for `network` (PQN: "auto" and "mlp").
 
     Nothing here builds an env (`envs.check_id`): what depends on the env
     itself is checked when the algorithm is built (`setup`).
     """
     for name in ("num_envs", "num_steps", "total_timesteps"):
         check_positive(name, getattr(cfg, name))
+    for field in dataclasses.fields(cfg):
+        if field.type in ("bool", bool) and not isinstance(getattr(cfg, field.name), bool):
+            raise ValueError(f"{field.name} must be a bool, got {getattr(cfg, field.name)!r}.")
     if cfg.total_timesteps > MAX_TOTAL_TIMESTEPS:
         raise ValueError(f"total_timesteps={cfg.total_timesteps} is more than {MAX_TOTAL_TIMESTEPS:,} (2**31 - 1), "
                          "the most env steps the int32 step counters of a run hold.")
-    check_choice("network", cfg.network, NETWORKS)
+    check_choice("network", cfg.network, networks)
     check_choice("activation", cfg.activation, ("tanh", "relu"))
     if not cfg.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in cfg.hidden_sizes):
         raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {cfg.hidden_sizes!r}.")

@@ -67,10 +67,11 @@ class A2CConfig(_common.ConfigSizes):
 
     def __post_init__(self):
         _common.check_common_config(self)
-        if not 0.0 <= self.rms_alpha <= 1.0:
-            raise ValueError(f"rms_alpha must be in [0, 1], got {self.rms_alpha!r}.")
-        if not self.rms_eps >= 0.0:
-            raise ValueError(f"rms_eps must be >= 0, got {self.rms_eps!r}.")
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        if not (number(self.rms_alpha) and 0.0 <= self.rms_alpha <= 1.0):
+            raise ValueError(f"rms_alpha must be a number in [0, 1], got {self.rms_alpha!r}.")
+        if not (number(self.rms_eps) and self.rms_eps >= 0.0):
+            raise ValueError(f"rms_eps must be a number >= 0, got {self.rms_eps!r}.")
 
 
 class A2CHParams(NamedTuple):

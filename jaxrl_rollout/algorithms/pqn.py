@@ -111,14 +111,10 @@ class PQNConfig(_common.ConfigSizes):
     optimizer: str = "radam"
 
     def __post_init__(self):
-        _common.check_common_config(self)
-        _common.check_choice("network", self.network, ("auto", "mlp"))
+        _common.check_common_config(self, networks=("auto", "mlp"))
         _common.check_choice("optimizer", self.optimizer, OPTIMIZERS)
         for name in ("update_epochs", "num_minibatches"):
             _common.check_positive(name, getattr(self, name))
-        for name in ("layer_norm", "bootstrap_on_truncation", "anneal_lr"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}.")
         if self.batch_size % self.num_minibatches:
             raise ValueError(
                 f"the batch num_envs * num_steps = {self.batch_size} does not divide into "
