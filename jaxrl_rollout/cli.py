@@ -145,8 +145,31 @@ def _config_fields() -> dict:
                 continue
             kind = type(f.default) if f.default is not None else _optional_kind(hints[f.name])
             parse = {bool: _bool, int: _int, float: _float, tuple: _int_tuple}.get(kind, str)
+            if type(None) in typing.get_args(hints[f.name]):  # `X | None`: "none" gives None
+                parse = _or_none(parse)
             fields.setdefault(f.name, ({}, parse))[0][algo] = f.default
     return fields
+
+
+class _NoneGiven:
+    """What an optional config field's option parses "none" to: `_given` turns it into None (a plain None
+    would read as the option not given)."""
+
+    def __repr__(self) -> str:
+        return "none"
+
+
+_NONE_GIVEN = _NoneGiven()
+
+
+def _or_none(parse):
+    """`parse`, and "none" (any case) for a config field that may be None (`--obs-clip none`)."""
+    def parse_or_none(text: str):
+        return _NONE_GIVEN if text.strip().lower() == "none" else parse(text)
+
+    parse_or_none.__name__ = getattr(parse, "__name__", "value")  # argparse names the type in its errors
+    parse_or_none.takes_none = True
+    return parse_or_none
 
 
 def _optional_kind(hint) -> type:
@@ -247,7 +270,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     config = train.add_argument_group("static config (one value each)")
     for name, (defaults, parse) in _config_fields().items():
         config.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse,
-                            help=f"default: {_defaults_text(defaults)}")
+                            help=f"default: {_defaults_text(defaults)}"
+                            + ("; 'none' sets None" if getattr(parse, "takes_none", False) else ""))
     sweep = train.add_argument_group("hyperparameters (comma lists; the grid is their cartesian product)")
     for name, defaults in _hparam_fields().items():
         sweep.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_float_list, metavar="X[,X...]",
@@ -257,7 +281,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
 def _given(args: argparse.Namespace) -> dict:
     """The run-defining options given on the command line (option name -> value)."""
     names = [*_RUN_OPTIONS, *_config_fields(), *_hparam_fields()]
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    return {name: None if value is _NONE_GIVEN else value for name, value in given.items()}
 
 
 # `train`'s options that belong to the command, not to the run: not saved in the run folder, so a `--resume`
@@ -298,11 +323,13 @@ def _led_by_options(message: str, given: dict) -> str:
     import re
 
     named = []
-    for field, option in [*_RENAMED.items(), *((name, name) for name in _config_fields())]:
+    run_fields = {"num_seeds": "seeds", "chunk_updates": "chunk_updates", "max_parallel": "max_parallel",
+                  "eval_episodes": "eval_episodes"}  # RunSpec's fields
+    for field, option in [*_RENAMED.items(), *((name, name) for name in _config_fields()), *run_fields.items()]:
         if option in given and re.search(rf"\b{field}\b", message):
             value = given[option]
             shown = (",".join(map(str, value)) if isinstance(value, tuple)
-                     else str(value).lower() if isinstance(value, bool) else str(value))
+                     else str(value).lower() if isinstance(value, bool) or value is None else str(value))
             named.append(f"--{option.replace('_', '-')} {shown}")
     return f"{' '.join(named)}: {message}" if named else message
 
@@ -342,8 +369,11 @@ def _build_spec(given: dict):
         raise ValueError(_led_by_options(str(err), given)) from None
     axes = {name: given[name] for name in hparams_cls._fields if name in given}
     grid = tuple(hparams_cls(**dict(zip(axes, point))) for point in itertools.product(*axes.values()))
-    spec = RunSpec(algo, config, grid, given.get("seeds", DEFAULT_SEEDS), given.get("seed", 0),
-                   given.get("chunk_updates", 0), given.get("max_parallel"))
+    try:
+        spec = RunSpec(algo, config, grid, given.get("seeds", DEFAULT_SEEDS), given.get("seed", 0),
+                       given.get("chunk_updates", 0), given.get("max_parallel"))
+    except ValueError as err:
+        raise ValueError(_led_by_options(str(err), given)) from None
     eval_every = given.get("eval_every", DEFAULT_EVAL_EVERY)
     if eval_every == "off":
         if "eval_episodes" in given:

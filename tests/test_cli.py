@@ -56,6 +56,23 @@ def test_an_optional_float_config_field_is_read_as_a_float(capsys):
     assert exit_info.value.code == 2 and "--target-entropy" in capsys.readouterr().err
 
 
+def test_none_sets_an_optional_config_field_to_none(capsys):
+    """`--obs-clip none` turns PPO's observation clip off (its docstring's None); the option counts as given,
+    so it is not the default 10.0, and a resume compares it as None."""
+    def spec_of(*argv):
+        return cli._build_spec(cli._given(cli.build_parser().parse_args(["train", *argv])))
+
+    spec = spec_of("--normalize-observations", "true", "--obs-clip", "none", "--reward-clip", "NONE")
+    assert spec.config.obs_clip is None and spec.config.reward_clip is None
+    assert spec_of("--algo", "sac", "--target-entropy", "-2", "--target-entropy", "none").config.target_entropy is None
+    assert cli._spec_options(spec)["obs_clip"] is None and cli._given(
+        cli.build_parser().parse_args(["train", "--obs-clip", "none"]))["obs_clip"] is None
+    assert "'none' sets None" in cli.build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    with pytest.raises(SystemExit):  # a field that cannot be None takes no "none"
+        cli.build_parser().parse_args(["train", "--num-envs", "none"])
+    assert "--num-envs: expected" in capsys.readouterr().err
+
+
 # The main job's outputs at a small size (lines, files, CSV rows): the CartPole-v1 row of tests/test_user_suites.py.
 
 
@@ -171,7 +188,8 @@ def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
         ("--algo", "a2c", "--clip-eps", "0.1"): "--clip-eps is not a hyperparameter of A2C",
         ("--algo", "a2c", "--update-epochs", "2"): "--update-epochs is not an option of A2C",
         ("--total-steps", "256"): "less than one batch",
-        ("--chunk-updates", "2000"): "chunk_updates=2000 is more than the run's 976 updates",
+        ("--chunk-updates", "2000"): "error: --chunk-updates 2000: chunk_updates=2000 is more than the run's 976 "
+                                     "updates",
         ("--out", out, "--resume", out): "--out and --resume both given",
     }
     for argv, message in cases.items():
