@@ -318,6 +318,54 @@ def _spec_options(spec) -> dict:
     return options
 
 
+def _typed(option: str, value) -> str:
+    """An option as it was typed: "--hidden-sizes 64,64", "--anneal-lr false", "--obs-clip none"."""
+    shown = (",".join(map(str, value)) if isinstance(value, (tuple, list))
+             else str(value).lower() if isinstance(value, bool) or value is None else str(value))
+    return f"--{option.replace('_', '-')} {shown}"
+
+
+def _check_options_are_read(given: dict, config, module=None) -> None:
+    """Refuses an option the run would not read, which would otherwise train as if it had not been given.
+
+    SAC's --alpha with its learned temperature (a sweep over it trains the same run under each label) and
+    --target-entropy / --temperature-loss with a fixed one; a clip of observations or rewards that are not
+    normalised; --hidden-sizes or --activation for the CNN encoder (which has fixed layers: --network cnn, or
+    `module`, what network=auto chose for the env, when it is given), and for the GRU (--network gru) its
+    --activation or more than one hidden size (it reads hidden_sizes[0], its state's size).
+
+    Raises:
+      ValueError: led by the option as typed, saying what would read it.
+    """
+    def refuse(option: str, why: str) -> None:
+        raise ValueError(f"{_typed(option, given[option])}: {why}")
+
+    if isinstance(getattr(config, "autotune", None), bool):  # SAC
+        if config.autotune and "alpha" in given:
+            refuse("alpha", "SAC learns its temperature (autotune, the default), so alpha is not read; add --autotune "
+                            "false to train with a fixed alpha.")
+        for option in ("target_entropy", "temperature_loss"):
+            if not config.autotune and option in given:
+                refuse(option, "read only when SAC learns its temperature, which --autotune false turns off.")
+    for option, switch in (("obs_clip", "normalize_observations"), ("reward_clip", "normalize_rewards")):
+        if given.get(option) is not None and not getattr(config, switch, False):
+            refuse(option, f"the clip applies to normalised values, and --{switch.replace('_', '-')} is false; add "
+                           f"--{switch.replace('_', '-')} true (or drop --{option.replace('_', '-')}).")
+    network = getattr(config, "network", None)
+    cnn = network == "cnn" or type(module).__name__ == "ActorCriticCNN"
+    for option in ("hidden_sizes", "activation"):
+        if cnn and option in given:
+            chosen = "--network cnn" if network == "cnn" else "network=auto, for this env's image observation"
+            refuse(option, f"the CNN encoder ({chosen}) has fixed layers and reads neither --hidden-sizes nor "
+                           "--activation.")
+    if network == "gru":
+        if "activation" in given:
+            refuse("activation", "the GRU network (--network gru) does not read --activation.")
+        if len(given.get("hidden_sizes", ())) > 1:
+            refuse("hidden_sizes", "the GRU network (--network gru) reads one size, its state's: give one, e.g. "
+                                   f"--hidden-sizes {given['hidden_sizes'][0]}.")
+
+
 def _led_by_options(message: str, given: dict) -> str:
     """A config's error led by the options given that it names, as typed: "--batch-size 0: batch_size must ..."."""
     import re
@@ -327,10 +375,7 @@ def _led_by_options(message: str, given: dict) -> str:
                   "eval_episodes": "eval_episodes"}  # RunSpec's fields
     for field, option in [*_RENAMED.items(), *((name, name) for name in _config_fields()), *run_fields.items()]:
         if option in given and re.search(rf"\b{field}\b", message):
-            value = given[option]
-            shown = (",".join(map(str, value)) if isinstance(value, tuple)
-                     else str(value).lower() if isinstance(value, bool) or value is None else str(value))
-            named.append(f"--{option.replace('_', '-')} {shown}")
+            named.append(_typed(option, given[option]))
     return f"{' '.join(named)}: {message}" if named else message
 
 
@@ -367,6 +412,7 @@ def _build_spec(given: dict):
         config = config_cls(**fields)
     except ValueError as err:
         raise ValueError(_led_by_options(str(err), given)) from None
+    _check_options_are_read(given, config)
     axes = {name: given[name] for name in hparams_cls._fields if name in given}
     grid = tuple(hparams_cls(**dict(zip(axes, point))) for point in itertools.product(*axes.values()))
     try:
@@ -488,7 +534,7 @@ def _check_devices(spec, devices, env=None) -> None:
     Args:
       spec: the run's spec.
       devices: the `--devices` count, or None.
-      env: the spec's env if already built (`_build_env`), else built here only if there is something to refuse.
+      env: the spec's env if already built (`_build_algorithm`), else built here only if there is something to refuse.
     """
     from jaxrl_rollout import runner
 
@@ -499,8 +545,8 @@ def _check_devices(spec, devices, env=None) -> None:
         raise ValueError(f"--devices {devices}: {error}") from None
 
 
-def _build_env(spec):
-    """The spec's env as its algorithm steps it, built once (with the algorithm) before a new run's folder is written.
+def _build_algorithm(spec, given: dict | None = None):
+    """The spec's algorithm (its `.env` as the algorithm steps it), built once before a new run's folder is written.
 
     A config never builds its env, so it checks only what needs none (a
     gymnax name); another suite's unknown name, or its missing extra, and an
@@ -515,12 +561,14 @@ def _build_env(spec):
     make = get(spec.algo).make
     try:
         if _common.is_self_play(env):
-            return make(spec.config).env  # a self-play game is set up from its id
-        return make(spec.config, env=env, env_params=env_params).env
+            return make(spec.config)  # a self-play game is set up from its id
+        return make(spec.config, env=env, env_params=env_params)
     except ValueError as error:  # "env CartPole: SAC needs ...": named as the option was typed
         named = f"env {type(env).__name__}: "
         if str(error).startswith(named):
             raise ValueError(f"--env {spec.config.env_id}: {str(error)[len(named):]}") from None
+        if given is not None:  # "network='mlp' needs ...": led by the options it names, as typed
+            raise ValueError(_led_by_options(str(error), given)) from None
         raise
 
 
@@ -555,7 +603,9 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         stack.callback(lock.release)
         return prepared
     spec = _build_spec(given)
-    env = _build_env(spec)
+    algorithm = _build_algorithm(spec, given)
+    env = algorithm.env
+    _check_options_are_read(given, spec.config, getattr(algorithm, "module", None))  # what network=auto chose
     if spec.eval_every is not None and "eval_every" not in given:
         from jaxrl_rollout.runner import host_env
 

@@ -191,6 +191,19 @@ def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
         ("--chunk-updates", "2000"): "error: --chunk-updates 2000: chunk_updates=2000 is more than the run's 976 "
                                      "updates",
         ("--out", out, "--resume", out): "--out and --resume both given",
+        # options the run would not read: each is refused, led by the option as typed
+        ("--obs-clip", "5"): "error: --obs-clip 5.0: the clip applies to normalised values, and "
+                             "--normalize-observations is false; add --normalize-observations true",
+        ("--reward-clip", "5"): "error: --reward-clip 5.0: the clip applies to normalised values",
+        ("--network", "gru", "--hidden-sizes", "32,32"): "error: --hidden-sizes 32,32: the GRU network (--network gru) "
+                                                        "reads one size, its state's: give one, e.g. --hidden-sizes 32.",
+        ("--network", "gru", "--activation", "relu"): "error: --activation relu: the GRU network (--network gru) does "
+                                                     "not read --activation.",
+        ("--env", "Breakout-MinAtar", "--activation", "relu"):
+            "error: --activation relu: the CNN encoder (network=auto, for this env's image observation) has fixed "
+            "layers and reads neither --hidden-sizes nor --activation.",
+        ("--env", "Breakout-MinAtar", "--network", "mlp"): "error: --network mlp: network='mlp' needs a flat vector "
+                                                          "observation [O], got obs float32[10, 10, 4]",
     }
     for argv, message in cases.items():
         assert cli.main(["train", *argv, "--out", out] if "--out" not in argv else ["train", *argv]) == 2, argv

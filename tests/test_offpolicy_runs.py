@@ -225,6 +225,13 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     (["--algo", "dqn", "--num-envs", "8", "--buffer-size", "4", "--batch-size", "4"],
      "num_envs=8 is more than buffer_size=4"),
     (["--algo", "sac", "--total-steps", "4000"], "--total-steps 4000: learning_starts=5000 leaves no gradient step"),
+    # options the run would not read: a sweep over alpha with the learned temperature trains one run per label
+    (["--algo", "sac", "--alpha", "0.05,0.2"], "--alpha 0.05,0.2: SAC learns its temperature (autotune, the "
+                                                "default), so alpha is not read; add --autotune false"),
+    (["--algo", "sac", "--autotune", "false", "--temperature-loss", "sb3"],
+     "--temperature-loss sb3: read only when SAC learns its temperature, which --autotune false turns off."),
+    (["--algo", "sac", "--autotune", "false", "--target-entropy", "-2"],  # SACConfig's own check, led by both
+     "--autotune false --target-entropy -2.0: target_entropy=-2.0 is read only when the temperature is learned"),
     (["--algo", "dqn", "--target-network-frequency", "600000"],
      "--target-network-frequency 600000: target_network_frequency=600000 leaves the target network as initialised"),
 ])

@@ -122,6 +122,8 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match=r"learning_starts=5000 leaves no gradient step"):
         sac.SACConfig(total_timesteps=5_000)
     sac.SACConfig(total_timesteps=5_002, log_interval=1)  # one critic step, after iteration 5,001
+    with pytest.raises(ValueError, match=r"target_entropy=-2.0 is read only when the temperature is learned"):
+        sac.SACConfig(autotune=False, target_entropy=-2.0)
     with pytest.raises(ValueError, match=r"target_network_frequency=10000000 leaves the target network as "
                                          r"initialised"):
         sac.SACConfig(target_network_frequency=10**7)

@@ -151,6 +151,9 @@ class SACConfig(_common.LearnerSizes):
         if self.target_entropy is not None and (isinstance(self.target_entropy, bool) or not isinstance(
                 self.target_entropy, (int, float)) or not np.isfinite(self.target_entropy)):
             raise ValueError(f"target_entropy must be a finite number or None, got {self.target_entropy!r}.")
+        if self.target_entropy is not None and not self.autotune:
+            raise ValueError(f"target_entropy={self.target_entropy!r} is read only when the temperature is learned "
+                             "(autotune=True); with autotune=False alpha is fixed (SACHParams.alpha).")
         _common.check_choice("temperature_loss", self.temperature_loss, TEMPERATURE_FORMS)
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
