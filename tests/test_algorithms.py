@@ -97,6 +97,19 @@ def test_bad_configs_are_rejected_at_construction(kwargs, message):
         ppo.PPOConfig(**kwargs)
 
 
+@pytest.mark.parametrize("value", ["3e-4", None, True, [1e-3, "x"]])
+def test_a_hyperparameter_that_is_not_a_number_is_named(value):
+    """A string converted silently to a float before (optax then named its own argument), None became NaN."""
+    from jaxrl_rollout.algorithms import dqn, sac
+
+    for record in (ppo.PPOHParams(lr=value), dqn.DQNHParams(lr=value), sac.SACHParams(q_lr=value)):
+        field = "q_lr" if isinstance(record, sac.SACHParams) else "lr"
+        with pytest.raises(TypeError, match=rf"^{field} must be a number or an array of numbers, got "):
+            stack_hparams([record])
+    with pytest.raises(TypeError, match=r"^lr must be a number or an array of numbers"):
+        ppo.make_train(SMALL)(jax.random.key(0), ppo.PPOHParams(lr=value))
+
+
 def test_bad_a2c_config_and_hparams():
     with pytest.raises(ValueError, match=r"rms_alpha must be a number in \[0, 1\], got 1.5"):
         a2c.A2CConfig(rms_alpha=1.5)

@@ -112,10 +112,15 @@ def check_hparams(hparams: Any, ranges: dict | None = None) -> None:
     for name in hparams._fields:
         if name not in (HPARAM_RANGES if ranges is None else ranges):
             continue
+        value = getattr(hparams, name)
         try:
-            values = np.asarray(getattr(hparams, name), dtype=np.float64).ravel()
+            array = np.asarray(value)
         except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
             continue  # traced: its value is not known until it runs
+        if isinstance(value, bool) or not jnp.issubdtype(array.dtype, jnp.number) or jnp.issubdtype(
+                array.dtype, jnp.complexfloating):  # "3e-4" would convert to a float, and None to NaN
+            raise TypeError(f"{name} must be a number or an array of numbers, got {value!r}.")
+        values = array.astype(np.float64).ravel()
         bad = [v for v in values if not hparam_in_range(name, v, ranges)]
         if bad:
             raise ValueError(f"{name} must be {hparam_range_text(name, ranges)}, got {bad[0]:g}.")

@@ -151,9 +151,8 @@ class PQNHParams(NamedTuple):
     max_grad_norm > 0, reward_scale > 0, epsilon_start and epsilon_finish in
     [0, 1], epsilon_decay > 0. `init`, `update` and `train` raise a
     ValueError naming a field out of range when its value is concrete;
-    traced values are not checked. `algorithms.stack_hparams` checks only the
-    fields PPO shares (lr, gamma, max_grad_norm): check a stacked grid with
-    `check_hparams` before you vmap over it.
+    traced values are not checked. `algorithms.stack_hparams` checks every
+    record of a grid against these ranges before it stacks them.
     """
 
     lr: float = 1e-4
