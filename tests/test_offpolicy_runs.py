@@ -292,7 +292,8 @@ def test_the_iteration_is_compiled_once(algo):
     from tests.toy_envs import BoxCountingEnv, CountingEnv
 
     config = {"dqn": dqn.DQNConfig(total_timesteps=400, buffer_size=100, batch_size=8, learning_starts=50,
-                                   train_frequency=4, hidden_sizes=(8,), log_interval=100),
+                                   train_frequency=4, target_network_frequency=100, hidden_sizes=(8,),
+                                   log_interval=100),
               "sac": sac.SACConfig(total_timesteps=400, buffer_size=100, batch_size=8, learning_starts=50,
                                    hidden_sizes=(8,), log_interval=100),  # policy_frequency 2
               "td3": td3.TD3Config(total_timesteps=400, buffer_size=100, batch_size=8, learning_starts=50,
