@@ -57,6 +57,14 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def _seed(text: str) -> int:
+    """A PRNG seed: an integer that `jax.random.key` takes, from -2**63 to 2**63 - 1."""
+    value = _int(text)
+    if not -2**63 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected an integer from -2**63 to 2**63 - 1, got {text!r}")
+    return value
+
+
 def _total_steps(text: str) -> int:
     from jaxrl_rollout.algorithms._common import MAX_TOTAL_TIMESTEPS
 
@@ -211,7 +219,7 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                      help="env steps per run, at most 2**31 - 1 (default: the algorithm's, e.g. 500000 for ppo, "
                           "1000000 for sac and td3); with --resume, "
                           "a larger count trains the run longer")
-    run.add_argument("--seed", type=_int, help="root PRNG seed (default: 0)")
+    run.add_argument("--seed", type=_seed, help="root PRNG seed (default: 0)")
     run.add_argument("--out", metavar="FOLDER", help="output folder for a new run (default: runs/ALGO-ENV-TIME)")
     run.add_argument("--resume", metavar="FOLDER",
                      help="continue the run saved in FOLDER (same config; --total-steps may extend it)")
@@ -592,7 +600,10 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         option = f"--resume {folder}"
         from jaxrl_rollout.runner import read_spec
 
-        read_spec(folder)  # a folder without a run is refused before a lock file is put in it
+        try:
+            read_spec(folder)  # a folder without a run is refused before a lock file is put in it
+        except ValueError as error:
+            raise ValueError(f"{option}: {error}") from None
         lock = FolderLock(folder).acquire(option)
         try:
             prepared = _prepare_resume(folder, given, args)
@@ -1230,7 +1241,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("folder", help="a run folder written by train")
     evaluate.add_argument("--num-episodes", type=_positive_int, default=10,
                           help="episodes per run and mode (default: %(default)s)")
-    evaluate.add_argument("--seed", type=_int, default=0, help="PRNG seed of the evaluation (default: %(default)s)")
+    evaluate.add_argument("--seed", type=_seed, default=0, help="PRNG seed of the evaluation (default: %(default)s)")
     evaluate.add_argument("--video", action="store_true",
                           help="also write a video of one deterministic episode per selected run to FOLDER/videos "
                                "(mp4, or gif without ffmpeg; the return in the file name and on the frames; the "
@@ -1245,7 +1256,7 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--num-envs", type=_positive_int, default=8, help="parallel envs (default: %(default)s)")
     roll.add_argument("--num-steps", type=_positive_int, default=1000, help="steps per env (default: %(default)s)")
     roll.add_argument("--num-eval", type=_positive_int, default=16, help="evaluation episodes (default: %(default)s)")
-    roll.add_argument("--seed", type=int, default=0, help="PRNG seed (default: %(default)s)")
+    roll.add_argument("--seed", type=_seed, default=0, help="PRNG seed (default: %(default)s)")
     return parser
 
 

@@ -203,6 +203,8 @@ class RunSpec:
             check_hparams(h, algorithms.hparam_ranges(self.algo))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int, got {self.seed!r}.")
+        if not -2**63 <= self.seed < 2**63:
+            raise ValueError(f"seed must be from -2**63 to 2**63 - 1 (what jax.random.key takes), got {self.seed}.")
         optional = tuple(n for n in ("max_parallel", "eval_every") if getattr(self, n) is not None)
         for name in ("num_seeds", "chunk_updates", "eval_episodes") + optional:
             value = getattr(self, name)
@@ -267,6 +269,8 @@ class RunSpec:
         if algo not in algorithms.NAMES:
             raise ValueError(f"unknown algo {algo!r} in the saved config.")
         config_cls, hparams_cls, _ = algorithms.get(algo)
+        if not isinstance(data.get("config"), dict):
+            raise ValueError(f"config must be an object of {config_cls.__name__}'s fields, got {data.get('config')!r}.")
         defaults = {f.name: f.default for f in dataclasses.fields(config_cls)}
         unknown = set(data["config"]) - set(defaults)
         if unknown:

@@ -155,7 +155,18 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert cli.main(["evaluate", str(sweep_run.parent)]) == 2
     assert f"holds no run: config.json is missing. The runs in it: {sweep_run}." in capsys.readouterr().err
     assert cli.main(["train", "--resume", str(tmp_path / "typo")]) == 2
-    assert capsys.readouterr().err == f"jaxrl-rollout: error: {tmp_path / 'typo'} does not exist.\n"
+    typo = tmp_path / "typo"
+    assert capsys.readouterr().err == f"jaxrl-rollout: error: --resume {typo}: {typo} does not exist.\n"
+    # a hand-edited config.json whose config is not an object: one line, not an AttributeError
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    saved = json.loads((sweep_run / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps({**saved, "config": []}))
+    for argv in (["evaluate", str(edited)], ["train", "--resume", str(edited)]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "config.json is not a valid run config: config must be an object of A2CConfig's fields, got []." in err
+        assert len(err.strip().splitlines()) == 1, err
     assert cli.main(["evaluate", str(stranger / "notes.txt")]) == 2
     assert capsys.readouterr().err == f"jaxrl-rollout: error: {stranger / 'notes.txt'} is a file, not a run folder.\n"
 
@@ -224,6 +235,10 @@ def test_bad_values_exit_non_zero(capsys):
         ("train", "--no-such-option", "1"): "unrecognized arguments: --no-such-option",
         ("train", "--host-devices", "0"): "--host-devices: expected a positive int or 'auto', got '0'",
         ("train", "--host-devices", "two"): "--host-devices: expected a positive int or 'auto', got 'two'",
+        # a seed jax.random.key cannot take was an OverflowError traceback in all three commands
+        ("train", "--seed", str(2**63)): f"--seed: expected an integer from -2**63 to 2**63 - 1, got '{2**63}'",
+        ("evaluate", "runs/x", "--seed", "99999999999999999999"): "--seed: expected an integer from -2**63",
+        ("rollout", "--seed", str(-2**63 - 1)): "--seed: expected an integer from -2**63 to 2**63 - 1",
     }
     for argv, message in cases.items():
         with pytest.raises(SystemExit) as info:
