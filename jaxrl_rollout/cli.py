@@ -299,13 +299,17 @@ _SESSION_OPTIONS = ("video_every", "video_runs", "num_eval", "tensorboard", "wan
                     "checkpoint_every", "devices", "host_devices", "compile_cache")
 
 
-def _resume_command(args: argparse.Namespace, folder) -> str:
+def _resume_command(args: argparse.Namespace, folder, total_steps: int | None = None) -> str:
     """The command that continues the run in `folder` with this command's own options that differ from their
-    defaults (videos, loggers, devices, ...), e.g. "jaxrl-rollout train --resume runs/x --video-every 10"."""
+    defaults (videos, loggers, devices, ...), e.g. "jaxrl-rollout train --resume runs/x --video-every 10", and
+    `--total-steps` when given: a new total that the folder does not hold yet (an extension stopped before its
+    first save)."""
     import shlex
 
     defaults = build_parser().parse_args(["train"])
     parts = ["jaxrl-rollout", "train", "--resume", shlex.quote(str(folder))]
+    if total_steps is not None:
+        parts += ["--total-steps", str(total_steps)]
     for name in _SESSION_OPTIONS:
         value = getattr(args, name, None)
         if value is not None and value != getattr(defaults, name, None):
@@ -672,6 +676,14 @@ def _check_new_folder(folder: pathlib.Path, spec) -> None:
         raise ValueError(f"--out {folder} is not empty and holds no jaxrl-rollout run; choose another --out.")
 
 
+def _total_moves_schedules(spec, saved) -> bool:
+    """Whether a new total trains differently: a number of updates of its own (PPO's, A2C's and PQN's learning
+    rate and PQN's epsilon follow the updates), or for DQN a number of iterations (its epsilon follows them)."""
+    new, old = spec.config, saved.config
+    return new.num_updates != old.num_updates or (
+        spec.algo == "dqn" and new.num_iterations != old.num_iterations)
+
+
 def _prepare_resume(folder: pathlib.Path, given: dict, args):
     """(spec, folder, resume) for `--resume FOLDER`, under the folder's lock.
 
@@ -686,6 +698,8 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
 
     option = f"--resume {folder}"
     saved = runner.read_spec(folder)
+    if given.get("eval_every") == "chunk":  # as a new run reads it: after each chunk of the run's (or the given) size
+        given = {**given, "eval_every": given.get("chunk_updates", saved.chunk_updates)}
     diff = _differences(_spec_options(saved), given, [n for n in given if n != "total_steps"])
     if diff:
         raise ValueError(f"{option}: the run there has a different config:\n  " + "\n  ".join(diff))
@@ -718,6 +732,16 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
                   + (" (and the evaluation runs after each)" if spec.eval_every != saved.eval_every else ""))
         if spec.config.num_updates < done:
             raise too_few
+        if spec.eval_every is not None and spec.eval_every > spec.config.num_updates:
+            raise ValueError(f"--total-steps {total}: the run in {folder} evaluates every {spec.eval_every} updates "
+                             f"(--eval-every), and {total:,} steps give it only {spec.config.num_updates}, so it would "
+                             "never evaluate.")
+        if spec.chunk_updates == saved.chunk_updates and not _total_moves_schedules(spec, saved):
+            steps = spec.config.num_updates * spec.config.steps_per_update
+            print(f"jaxrl_rollout: --total-steps {total} gives the run in {folder} the same "
+                  f"{spec.config.num_updates} updates ({steps:,} steps per run) as its saved "
+                  f"{saved.config.total_timesteps:,}: nothing changes")
+            spec = saved  # config.json keeps its total, which trains the same
     _check_devices(spec, args.devices)
     if spec != saved and not has_checkpoint:
         _write_config(folder, spec, option)
@@ -899,18 +923,19 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     hits_before = compile_cache.hits()  # main() may run more than once in a process
     spec, folder, resume = _prepare_folder(args, given, stack)
     on_save = None
+    unsaved_total = []  # a new --total-steps that config.json and the checkpoint do not hold yet
     if resume and jax.process_index() == 0:
         before = checkpoint.read_manifest(folder)["meta"]
         saved_total = before.get("spec", {}).get("config", {}).get("total_timesteps", spec.config.total_timesteps)
         if saved_total != spec.config.total_timesteps:
             _say_new_total(folder, dataclasses.replace(spec.config, total_timesteps=saved_total), spec,
                            before["updates_done"])
-            written = []
+            unsaved_total.append(spec.config.total_timesteps)
 
             def on_save(chunks_done):  # config.json follows the checkpoint, never leads it
-                if not written:
+                if unsaved_total:
                     _write_config(folder, spec, f"--resume {folder}")
-                    written.append(chunks_done)
+                    unsaved_total.clear()
     from jaxrl_rollout.run_metrics import total_steps
 
     cfg = spec.config
@@ -950,7 +975,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         for log in logs:
             log.close()
     except KeyboardInterrupt as stop:
-        print(f"interrupted; continue with: {_resume_command(args, folder)}", file=sys.stderr)
+        print(f"interrupted; continue with: {_resume_command(args, folder, *unsaved_total)}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
     speed = (f"{result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
              "over all runs" + (", this session" if resume else "")) if result.updates_run else "nothing trained"
@@ -958,7 +983,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
           + compile_cache.summary(hits_before) + ")")
     if not result.complete:
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
-              f"continue with: {_resume_command(args, folder)}")
+              f"continue with: {_resume_command(args, folder, *unsaved_total)}")
         return 0
     # Every process takes part in gathering the runs' states; process 0 alone then evaluates and writes.
     state = runner.gather_state([result.state]) if jax.process_count() > 1 else result.state

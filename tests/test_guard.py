@@ -167,7 +167,7 @@ def test_edited_config_json_is_refused_naming_the_fields(edit, words, small_run,
     assert not any(p.name.startswith(".config.json") for p in folder.iterdir())
 
 
-def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys):
+def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys, monkeypatch):
     folder = tmp_path / "run"
     shutil.copytree(small_run, folder)
     assert cli.main(["train", "--resume", str(folder), "--total-steps", "128"]) == 0
@@ -205,10 +205,45 @@ def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys)
             "(it falls faster from here on)") in out, out
     assert cli.main([*resume, "200"]) == 0  # 200 // 32: still 6 updates, all trained
     captured = capsys.readouterr()
-    assert (f"extending the run in {folder} from 192 to 200 steps per run (the same number of updates)"
-            in captured.out), captured.out
-    assert "anneal_lr" not in captured.out and "the run is complete (6 updates)" in captured.err, captured
+    # it said "extending ... from 192 to 200 (the same number of updates)", and config.json stayed at 192
+    assert (f"--total-steps 200 gives the run in {folder} the same 6 updates (192 steps per run) as its saved 192: "
+            "nothing changes" in captured.out), captured.out
+    assert "extending" not in captured.out and "anneal_lr" not in captured.out, captured.out
+    assert "the run is complete (6 updates)" in captured.err, captured
     assert checkpoint.read_manifest(folder)["meta"]["updates_done"] == 6
+    assert runner.read_spec(folder).config.total_timesteps == 192
+    # an extension stopped before its first save: the printed command carries the new total, which the folder
+    # does not hold yet (it printed "--resume F" alone, and that resumed the complete run with nothing to train)
+    def stopped_at_once(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "train", stopped_at_once)
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "320"]) == 130
+    assert (f"interrupted; continue with: jaxrl-rollout train --resume {folder} --total-steps 320\n"
+            in capsys.readouterr().err)
+    assert runner.read_spec(folder).config.total_timesteps == 192
+
+
+def test_resume_reads_eval_every_as_a_new_run_does(small_run, tmp_path, capsys):
+    """`--eval-every chunk` given again on --resume is the run's chunk (it was refused: "1 there, chunk here"), and
+    a --total-steps that leaves the run fewer updates than its --eval-every is refused, as a new run is (it trained
+    with every eval_return NaN and said it would evaluate)."""
+    folder = tmp_path / "run"
+    shutil.copytree(small_run, folder)
+    assert runner.read_spec(folder).eval_every == runner.read_spec(folder).chunk_updates == 1
+    assert cli.main(["train", "--resume", str(folder), "--eval-every", "chunk"]) == 0
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(folder), "--eval-every", "2"]) == 2
+    assert "--eval-every: 1 there, 2 here" in capsys.readouterr().err
+    shutil.rmtree(folder / "checkpoints")  # nothing trained yet, so any total above zero updates is allowed
+    data = json.loads((folder / "config.json").read_text())
+    data.update(eval_every=3)
+    data["config"].update(total_timesteps=128)
+    (folder / "config.json").write_text(json.dumps(data))
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"jaxrl-rollout: error: --total-steps 64: the run in {folder} evaluates every 3 updates "
+                   "(--eval-every), and 64 steps give it only 2, so it would never evaluate.\n"), err
 
 
 def test_a_run_stopped_before_its_first_checkpoint_takes_a_total_under_its_chunk(small_run, tmp_path, capsys):
