@@ -1448,7 +1448,25 @@ def _main(argv: list) -> int:
         where = f"{error.filename}: " if error.filename else ""
         print(f"jaxrl-rollout: error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
+    except RuntimeError as error:  # jax's JaxRuntimeError (XlaRuntimeError before it): XLA's out of memory
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        print(f"jaxrl-rollout: error: {_out_of_memory_text(args, error)}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
+    """One line for XLA's RESOURCE_EXHAUSTED: what ran out, and the command's options that size the memory."""
+    import jax
+
+    what = str(error).strip().splitlines()[0]
+    what = what.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().rstrip(".")
+    lower = {"train": "lower --num-envs or --buffer-size, or train fewer runs at once (--max-parallel N; grid points "
+                      "x --seeds are trained together by default)",
+             "evaluate": "lower --num-episodes (every episode of every run is played at once)",
+             "rollout": "lower --num-envs or --num-steps (rollout keeps every step of every env)"}[args.command]
+    return f"out of memory on the {jax.default_backend()} device ({what}): {lower}."
 
 def entry() -> None:
     """The console script (and `python -m jaxrl_rollout`): `main()`, then exit with its status.

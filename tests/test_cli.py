@@ -183,6 +183,27 @@ def test_rollout_command(capsys):
     assert "evaluate: 1 episode, return mean" in out
 
 
+def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monkeypatch):
+    """XLA's RESOURCE_EXHAUSTED (a JaxRuntimeError) was a traceback; another runtime error still is one."""
+    import jax
+
+    def out_of_memory(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1700000000288 bytes.")
+
+    monkeypatch.setattr(cli, "run_rollout", out_of_memory)
+    assert cli.main(["rollout", "--num-envs", "100000", "--num-steps", "1000000"]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxrl-rollout: error: out of memory on the {jax.default_backend()} device (Out of memory allocating "
+        "1700000000288 bytes): lower --num-envs or --num-steps (rollout keeps every step of every env).\n")
+
+    def other(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError("INTERNAL: something else")
+
+    monkeypatch.setattr(cli, "run_rollout", other)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        cli.main(["rollout"])
+
+
 def test_unknown_env_suggests_close_names(capsys, tmp_path):
     assert cli.main(["train", "--env", "CartPol-v1", "--out", str(tmp_path / "x")]) == 2
     assert "Did you mean CartPole-v1" in capsys.readouterr().err
