@@ -484,10 +484,11 @@ def _prepare_folder(args, given: dict, stack: contextlib.ExitStack):
     return spec, folder, bool(args.resume) and checkpoint.exists(folder)
 
 
-def _check_video(args, spec, env=None) -> None:
+def _check_video(args, spec, env=None, updates_done: int = 0) -> None:
     """Refuses `--video-every` / `--video-runs` that cannot work, before anything is written or trained.
 
-    `env` is the run's env where the caller has built it already (else it is built from `spec`).
+    `env` is the run's env where the caller has built it already (else it is built from `spec`);
+    `updates_done`, a resumed run's: a multiple of N must be left among the updates still to train.
     """
     if args.video_every is None:
         if args.video_runs is not None:
@@ -499,6 +500,10 @@ def _check_video(args, spec, env=None) -> None:
     if args.video_every > spec.config.num_updates:
         raise ValueError(f"--video-every {args.video_every}: the run has only {spec.config.num_updates} updates, so "
                          "it would never record.")
+    if updates_done // args.video_every == spec.config.num_updates // args.video_every:
+        raise ValueError(f"--video-every {args.video_every}: the run has trained {updates_done} of its "
+                         f"{spec.config.num_updates} updates, and no multiple of {args.video_every} is left, so it "
+                         f"would never record; record its policy with: jaxrl-rollout evaluate {args.resume} --video")
     import numpy as np
 
     from jaxrl_rollout import video
@@ -611,7 +616,10 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         lock = FolderLock(folder).acquire(option)
         try:
             prepared = _prepare_resume(folder, given, args)
-            _check_video(args, prepared[0])
+            from jaxrl_rollout import checkpoint
+
+            done = checkpoint.read_manifest(folder)["meta"]["updates_done"] if prepared[2] else 0
+            _check_video(args, prepared[0], updates_done=done)
         except BaseException:
             lock.release(remove=lock.created)
             raise

@@ -246,6 +246,16 @@ def test_resume_reads_eval_every_as_a_new_run_does(small_run, tmp_path, capsys):
                    "(--eval-every), and 64 steps give it only 2, so it would never evaluate.\n"), err
 
 
+def test_video_every_on_resume_needs_a_multiple_left_to_train(small_run, capsys):
+    """A complete run (2 of 2 updates) resumed with --video-every 1 trained nothing and recorded nothing, exit 0."""
+    before = sorted(p.name for p in small_run.iterdir())
+    assert cli.main(["train", "--resume", str(small_run), "--video-every", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxrl-rollout: error: --video-every 1: the run has trained 2 of its 2 updates, and no multiple of 1 is "
+        f"left, so it would never record; record its policy with: jaxrl-rollout evaluate {small_run} --video\n")
+    assert sorted(p.name for p in small_run.iterdir()) == before
+
+
 def test_a_run_stopped_before_its_first_checkpoint_takes_a_total_under_its_chunk(small_run, tmp_path, capsys):
     """Nothing trained yet (Ctrl-C during the first compile): a smaller --total-steps is a fresh start with the
     same options, the chunk chosen again. It said "chunk_updates=2 is more than the run's 1 updates"."""
