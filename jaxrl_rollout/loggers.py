@@ -277,6 +277,7 @@ class WandbLogger:
         import dataclasses
 
         wandb, folder, spec, mode, project = self._wandb, self._folder, self._spec, self._mode, self._project
+        name = folder.resolve().name  # the folder's own name however it was given ("." or "../runs/x/")
         self._runs = []
         if mode == "offline":
             # W&B's process-wide set-up (made at the first init) reads these: without them it runs git and
@@ -288,8 +289,8 @@ class WandbLogger:
             config = {"algo": spec.algo, "grid_point": g, "seed": s, "root_seed": spec.seed,
                       **dataclasses.asdict(spec.config), **spec.grid[g]._asdict()}
             self._runs.append(wandb.init(
-                mode=mode, dir=str(folder), project=project, group=folder.name, name=f"g{g}_s{s}",
-                id=f"{folder.name}-g{g}-s{s}".replace("/", "-"), resume="allow", config=config,
+                mode=mode, dir=str(folder), project=project, group=name, name=f"g{g}_s{s}",
+                id=f"{name}-g{g}-s{s}".replace("/", "-"), resume="allow", config=config,
                 reinit="create_new", settings=self._settings(),
             ))
         return self._runs

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -144,6 +145,27 @@ def test_wandb_offline_runs_hold_the_metrics(tmp_path, monkeypatch):
     assert sorted(logged) == sorted(expected) == [512, 1024, 1536, 2048]
     for step, value in expected.items():
         np.testing.assert_allclose(logged[step], value, rtol=1e-6)
+
+
+def test_wandb_runs_are_named_by_the_folder_however_it_is_given(tmp_path, monkeypatch):
+    """`train --resume .` from inside the run folder gave the W&B runs an empty group and ids "-g0-s0", so they
+    did not continue the runs that `--out exp` had started."""
+    import types
+
+    from jaxrl_rollout import runner
+    from jaxrl_rollout.algorithms import a2c
+    from jaxrl_rollout.loggers import WandbLogger
+
+    started = []
+    fake = types.SimpleNamespace(init=lambda **kwargs: started.append(kwargs), Settings=lambda **kwargs: None)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    spec = runner.RunSpec("a2c", a2c.A2CConfig(total_timesteps=1024), (a2c.A2CHParams(),), 2)
+    (tmp_path / "exp").mkdir()
+    monkeypatch.chdir(tmp_path / "exp")
+    for given in (tmp_path / "exp", ".", "../exp/"):
+        started.clear()
+        WandbLogger(given, spec, mode="offline")._start()
+        assert [(run["group"], run["id"]) for run in started] == [("exp", "exp-g0-s0"), ("exp", "exp-g0-s1")], given
 
 
 def test_wandb_missing_extra_names_it(tmp_path, monkeypatch):
