@@ -278,8 +278,13 @@ def _latest_step(folder: pathlib.Path) -> int | None:
     import orbax.checkpoint as ocp
 
     folder = _absolute(folder)
-    steps = ocp.path.step.checkpoint_steps(folder / SUBFOLDER) if (folder / SUBFOLDER).is_dir() else []
-    return max(steps, default=None)
+    for attempt in range(3):
+        try:
+            steps = ocp.path.step.checkpoint_steps(folder / SUBFOLDER) if (folder / SUBFOLDER).is_dir() else []
+            return max(steps, default=None)
+        except FileNotFoundError:  # a step removed while the folder was listed (a train writing it): list again
+            if attempt == 2:
+                raise
 
 
 def _refuse_links(folder: pathlib.Path) -> None:
@@ -390,14 +395,18 @@ def read_manifest(folder) -> dict:
 
     folder = _absolute(folder)
     _refuse_links(folder)
-    step = _latest_step(folder)
-    if step is None:
-        return _read_legacy_manifest(folder)
-    try:  # the item's handler alone: no barrier, so process 0 can read it while the others wait
-        manifest = ocp.JsonCheckpointHandler().restore(folder / SUBFOLDER / str(step) / "manifest")
-    except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
-        raise CheckpointError(
-            f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {_one_line(error)}") from None
+    for attempt in range(3):
+        step = _latest_step(folder)
+        if step is None:
+            return _read_legacy_manifest(folder)
+        try:  # the item's handler alone: no barrier, so process 0 can read it while the others wait
+            manifest = ocp.JsonCheckpointHandler().restore(folder / SUBFOLDER / str(step) / "manifest")
+            break
+        except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
+            if attempt < 2 and _latest_step(folder) != step:
+                continue  # a train writing the folder saved a newer step and removed this one: read that
+            raise CheckpointError(
+                f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {_one_line(error)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{folder / SUBFOLDER / str(step)} holds no {FORMAT} manifest.")
     return manifest
@@ -405,6 +414,10 @@ def read_manifest(folder) -> dict:
 
 def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -> tuple[Any, dict, dict]:
     """Loads the latest checkpoint in `folder` and checks it against `template`.
+
+    A read that fails because the run moved on while it was read (a `train` still writing the folder saved a
+    newer step, and Orbax removed the one being read: `evaluate` takes no lock) is made again on the newer
+    step, five reads in all; a failure with the latest step unchanged is the checkpoint's own.
 
     Args:
       folder: the run folder.
@@ -422,6 +435,23 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -
         that does not match), or a structure, shape or dtype that differs from
         the template's (a checkpoint of another config or library version).
     """
+    attempts = 5
+    for attempt in range(attempts):
+        step = _latest_step(_absolute(folder))
+        try:
+            return _load_latest(folder, template, sharding)
+        except (CheckpointError, OSError) as error:
+            if step is None or _latest_step(_absolute(folder)) == step:
+                raise  # the latest step is the one that failed: the checkpoint's own error
+            if attempt == attempts - 1:
+                raise CheckpointError(
+                    f"the run in {_absolute(folder)} saved a newer checkpoint during each of {attempts} reads (a train "
+                    f"is writing it; the last read: {_one_line(error)}); read it again, or once the train stops."
+                ) from None
+
+
+def _load_latest(folder, template: Any, sharding: jax.sharding.Sharding | None) -> tuple[Any, dict, dict]:
+    """`load`'s one reading of the latest step."""
     import orbax.checkpoint as ocp
 
     folder = _absolute(folder)

@@ -132,6 +132,38 @@ def test_mismatched_checkpoint_is_a_clear_error(uninterrupted, tmp_path):
         checkpoint.load(folder, _template())
 
 
+def test_a_load_that_loses_a_race_with_the_writer_reads_the_newer_step(tmp_path, monkeypatch):
+    """`evaluate` takes no lock: a train still writing the folder can save step 5 and remove step 4 while step 4
+    is read. That read failed as "corrupt checkpoint .../4: NOT_FOUND"; it is made again on the newer step. With
+    the latest step unchanged the failure is the checkpoint's own and is raised."""
+    reads = []
+
+    def read(folder, template, sharding):
+        reads.append(len(reads))
+        if len(reads) == 1:
+            raise checkpoint.CheckpointError("corrupt checkpoint run/checkpoints/4: NOT_FOUND")
+        return "step 5"
+
+    monkeypatch.setattr(checkpoint, "_load_latest", read)
+    latest = iter([4, 5, 5])  # before the first read, after its failure, before the second
+    monkeypatch.setattr(checkpoint, "_latest_step", lambda folder: next(latest))
+    assert checkpoint.load(tmp_path, None) == "step 5" and reads == [0, 1]
+    reads.clear()
+    latest = iter([4, 4])
+    with pytest.raises(checkpoint.CheckpointError, match="NOT_FOUND"):
+        checkpoint.load(tmp_path, None)
+    assert reads == [0]
+    # a writer that saves faster than the folder is read: five reads, then one line that says so
+    def always_gone(folder, template, sharding):
+        raise FileNotFoundError(2, "No such file or directory", "run/checkpoints/4")
+
+    monkeypatch.setattr(checkpoint, "_load_latest", always_gone)
+    latest = iter(range(100))
+    with pytest.raises(checkpoint.CheckpointError, match=r"saved a newer checkpoint during each of 5 reads \(a train "
+                                                         r"is writing it; the last read: .*No such file"):
+        checkpoint.load(tmp_path, None)
+
+
 def test_corrupt_checkpoint_files_are_a_clear_error(uninterrupted, tmp_path):
     # Flip bytes across the largest array file (the network weights): every load must fail with a
     # CheckpointError or return the saved state, never a different one. Orbax reads some flips as
