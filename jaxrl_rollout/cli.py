@@ -1047,6 +1047,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     if args.runs != "all" and not args.video:  # before the checkpoint is read and every run evaluated
         raise ValueError("--runs selects the runs of --video; add --video.")
+    from jaxrl_rollout import checkpoint
+    from jaxrl_rollout.runner import read_spec
+
+    read_spec(args.folder)  # a folder without a run says so first
+    if not checkpoint.exists(args.folder):
+        raise ValueError(f"{args.folder} holds a run with nothing trained yet (no checkpoint: its train stopped "
+                         "before the first chunk ended, or is still compiling or running it); continue it with: "
+                         f"jaxrl-rollout train --resume {args.folder}")
     spec, state, _, manifest = load_run(args.folder)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)

@@ -157,6 +157,15 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert cli.main(["train", "--resume", str(tmp_path / "typo")]) == 2
     typo = tmp_path / "typo"
     assert capsys.readouterr().err == f"jaxrl-rollout: error: --resume {typo}: {typo} does not exist.\n"
+    # a run with nothing trained yet (Ctrl-C during the first compile): evaluate says so and how to go on
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    shutil.copy(sweep_run / "config.json", fresh / "config.json")
+    assert cli.main(["evaluate", str(fresh)]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxrl-rollout: error: {fresh} holds a run with nothing trained yet (no checkpoint: its train stopped before "
+        "the first chunk ended, or is still compiling or running it); continue it with: jaxrl-rollout train "
+        f"--resume {fresh}\n")
     # a hand-edited config.json whose config is not an object: one line, not an AttributeError
     edited = tmp_path / "edited"
     edited.mkdir()
