@@ -9,9 +9,10 @@ is 1 (the default):
 
 - iteration g acts epsilon-greedily with epsilon = `epsilon_schedule(start_e,
   end_e, exploration_fraction * num_iterations, g)` (CleanRL's
-  `linear_schedule`, which a rising schedule does not pass), each env drawing its own exploration coin, and adds the
-  B transitions to the replay buffer (`replay`), the true final observation
-  kept as `next_obs` where an episode ended (docs/semantics.md §4);
+  `linear_schedule`; a rising schedule stops at end_e), each env drawing its
+  own exploration coin, and adds the B transitions to the replay buffer
+  (`replay`), the true final observation kept as `next_obs` where an episode
+  ended (docs/semantics.md §4);
 - after iteration g, when g > `learning_starts` and g % `train_frequency` == 0,
   one Adam step (torch's Adam, `optim.torch_adam`) on the mean squared error
   between Q(s, a) and the target r + gamma * mask * max_a' Q_target(s', a')
