@@ -520,10 +520,13 @@ def _check_video(args, spec, env=None, updates_done: int = 0) -> None:
 
 
 def _with_total_steps(spec, total_steps: int):
-    """`spec` with config.total_timesteps = total_steps (the same spec if it already is)."""
+    """`spec` with config.total_timesteps = total_steps; `spec` itself when that trains the same run (the same
+    updates, and for DQN the same iterations: `_total_moves_schedules`). Every process of a multi-process
+    resume calls it, so they agree on the spec."""
     if total_steps == spec.config.total_timesteps:
         return spec
-    return dataclasses.replace(spec, config=dataclasses.replace(spec.config, total_timesteps=total_steps))
+    new = dataclasses.replace(spec, config=dataclasses.replace(spec.config, total_timesteps=total_steps))
+    return new if _total_moves_schedules(new, spec) else spec
 
 
 def _rechunked(spec, total_steps: int):
@@ -616,10 +619,6 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         lock = FolderLock(folder).acquire(option)
         try:
             prepared = _prepare_resume(folder, given, args)
-            from jaxrl_rollout import checkpoint
-
-            done = checkpoint.read_manifest(folder)["meta"]["updates_done"] if prepared[2] else 0
-            _check_video(args, prepared[0], updates_done=done)
         except BaseException:
             lock.release(remove=lock.created)
             raise
@@ -744,13 +743,13 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
             raise ValueError(f"--total-steps {total}: the run in {folder} evaluates every {spec.eval_every} updates "
                              f"(--eval-every), and {total:,} steps give it only {spec.config.num_updates}, so it would "
                              "never evaluate.")
-        if spec.chunk_updates == saved.chunk_updates and not _total_moves_schedules(spec, saved):
+        if spec is saved and total != saved.config.total_timesteps:  # config.json keeps its total
             steps = spec.config.num_updates * spec.config.steps_per_update
             print(f"jaxrl_rollout: --total-steps {total} gives the run in {folder} the same "
                   f"{spec.config.num_updates} updates ({steps:,} steps per run) as its saved "
                   f"{saved.config.total_timesteps:,}: nothing changes")
-            spec = saved  # config.json keeps its total, which trains the same
     _check_devices(spec, args.devices)
+    _check_video(args, spec, updates_done=done)
     if spec != saved and not has_checkpoint:
         _write_config(folder, spec, option)
     return spec, folder, has_checkpoint
