@@ -417,6 +417,11 @@ class LearnerSizes:
         """Env steps in one update."""
         return self.learner_steps_per_update * self.learner_period * self.num_envs
 
+    @property
+    def iterations_taken(self) -> int:
+        """Iterations the run takes, g = 0 .. iterations_taken - 1: its whole updates' (at most `num_iterations`)."""
+        return self.num_updates * self.learner_steps_per_update * self.learner_period
+
     def check_learning_starts(self, due_every: int = 1) -> None:
         """Raises when `learning_starts` leaves the run without a gradient step.
 
@@ -428,7 +433,7 @@ class LearnerSizes:
         Raises:
           ValueError: naming learning_starts and total_timesteps.
         """
-        taken = self.num_updates * self.learner_steps_per_update * self.learner_period
+        taken = self.iterations_taken
         first = (self.learning_starts // due_every + 1) * due_every
         if first >= taken:
             per_update = self.learner_steps_per_update * self.learner_period
@@ -452,7 +457,7 @@ class LearnerSizes:
         Raises:
           ValueError: naming target_network_frequency, learning_starts and total_timesteps.
         """
-        taken = self.num_updates * self.learner_steps_per_update * self.learner_period
+        taken = self.iterations_taken
         every = self.target_network_frequency
         first = (self.learning_starts // every + 1) * every
         if first >= taken:
