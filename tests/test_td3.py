@@ -102,6 +102,17 @@ def test_errors_name_the_argument():
         td3.make_td3(SMALL, network=nn.Dense(3))
     with pytest.raises(ValueError, match="network.*actor"):
         td3.make_td3(SMALL, network=(nn.Dense(3), td3.TD3Critic((8,))))
+
+    class JoinsOnTheBatchAxis(nn.Module):
+        @nn.compact
+        def __call__(self, obs, action):
+            return nn.Dense(1)(jnp.concatenate([obs, action], axis=0))
+
+    # the critic's own error is named as the critic, with the observation it was given and the contract
+    with pytest.raises(ValueError, match=r"^network: the critic JoinsOnTheBatchAxis's __call__\(obs, action \[1, A\]\) "
+                                         r"failed on a sample observation \(float32\[1, 3\]\): TypeError: .*"
+                                         r"network must be a pair \(actor, critic\)"):
+        td3.make_td3(SMALL, network=(td3.TD3Actor(1, (2.0,), (0.0,), (8,)), JoinsOnTheBatchAxis()))
     with pytest.raises(TypeError, match="config"):
         td3.make_td3(dataclasses.asdict(SMALL))
 

@@ -417,15 +417,7 @@ def _check_network(module: Any, obs_space: Any, action_dim: int) -> Any:
         raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(module).__name__}.")
     obs = _common.zeros_for(obs_space)
     name = type(module).__name__
-
-    def probe(key):
-        try:
-            return module.apply(module.init(key, obs), obs)
-        except Exception as error:  # noqa: BLE001 - the module's own error, chained
-            raise ValueError(f"network {name}: __call__(obs) failed on a sample observation: "
-                             f"{type(error).__name__}: {error}. network must be {NETWORK_CONTRACT}.") from error
-
-    out = jax.eval_shape(probe, jax.random.key(0))
+    out = _common.probe_module(f"network {name}: __call__(obs)", NETWORK_CONTRACT, module, obs)
     if not (hasattr(out, "shape") and tuple(out.shape) == (1, action_dim) and jnp.issubdtype(out.dtype, jnp.floating)):
         raise ValueError(f"network {name}: __call__(obs) must return Q-values float [B, A] = [1, {action_dim}] "
                          f"for the env's Discrete({action_dim}) actions on a batch of 1, got {out!r}.")

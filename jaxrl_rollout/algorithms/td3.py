@@ -273,6 +273,11 @@ def resolve_hparams(hparams: TD3HParams | None) -> TD3HParams:
     return hparams
 
 
+NETWORK_CONTRACT = ("a pair (actor, critic) of flax linen Modules: actor.apply(params, obs [B, ...]) -> actions "
+                    "float [B, A] in the Box's bounds (e.g. tanh scaled by action_scale_and_bias), and critic.apply(params, obs [B, ...], "
+                    "action [B, A]) -> Q [B] or [B, 1]; the critic is initialised twice (twin critics)")
+
+
 def _check_networks(network: Any, obs_space: Any, action_dim: int):
     """(actor, critic) from `network`; a TypeError/ValueError naming `network` when they do not fit."""
     if not isinstance(network, (tuple, list)) or len(network) != 2:
@@ -284,12 +289,10 @@ def _check_networks(network: Any, obs_space: Any, action_dim: int):
             raise TypeError(f"network: {what} must be a flax linen Module, got {type(m).__name__}.")
     obs = _common.zeros_for(obs_space)
     act = jnp.zeros((1, action_dim), jnp.float32)
-    try:
-        a = jax.eval_shape(lambda k: actor.apply(actor.init(k, obs), obs), jax.random.key(0))
-        q = jax.eval_shape(lambda k: critic.apply(critic.init(k, obs, act), obs, act), jax.random.key(0))
-    except Exception as e:  # noqa: BLE001  a module that cannot run on these shapes
-        raise ValueError(f"network: the modules must be actor(obs [B, ...]) -> action [B, {action_dim}] and "
-                         f"critic(obs [B, ...], action [B, {action_dim}]) -> Q [B]; applying them failed: {e}") from e
+    a = _common.probe_module(f"network: the actor {type(actor).__name__}'s __call__(obs)", NETWORK_CONTRACT,
+                             actor, obs)
+    q = _common.probe_module(f"network: the critic {type(critic).__name__}'s __call__(obs, action [1, A])",
+                             NETWORK_CONTRACT, critic, obs, act)
     if not hasattr(a, "shape") or tuple(a.shape) != (1, action_dim) or not jnp.issubdtype(a.dtype, jnp.floating):
         raise ValueError(f"network: actor_module.apply(params, obs [1, ...]) must return float actions "
                          f"[1, A={action_dim}], got {a!r}.")
