@@ -46,6 +46,7 @@ import pathlib
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -252,6 +253,28 @@ class _LateOrbaxFutures(logging.Filter):
         return not ("tensorstore" in text or "ocdbt" in text)
 
 
+class _StepsRemovedWhileListed(logging.Filter):
+    """Drops Orbax's "Metadata file does not exist" warning while a reader's manager lists the steps.
+
+    A `train` writing the folder removes its older steps as it saves; a reader (`evaluate`, no lock) whose
+    manager lists the steps' metadata as one is removed got an absl warning for it, for every such step,
+    although the read then goes to the latest step (and a missing one fails as the checkpoint's own error).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Metadata file does not exist")
+
+    @classmethod
+    @contextlib.contextmanager
+    def installed(cls):
+        log, quiet = logging.getLogger("absl"), cls()
+        log.addFilter(quiet)
+        try:
+            yield
+        finally:
+            log.removeFilter(quiet)
+
+
 def _raise_after_failure(message: str) -> None:
     """Raises CheckpointError(message) once Orbax's error is gone, its abandoned coroutines finalised quietly.
 
@@ -275,13 +298,17 @@ def _one_line(error: BaseException) -> str:
 
 def _latest_step(folder: pathlib.Path) -> int | None:
     """The latest committed step, read without the manager's cross-process barriers (any process may call it)."""
+    return max(_committed_steps(_absolute(folder)), default=None)
+
+
+def _committed_steps(folder: pathlib.Path) -> tuple[int, ...]:
+    """The committed steps in `folder`'s checkpoints, sorted (none: empty), listed without barriers."""
     import orbax.checkpoint as ocp
 
-    folder = _absolute(folder)
     for attempt in range(3):
         try:
-            steps = ocp.path.step.checkpoint_steps(folder / SUBFOLDER) if (folder / SUBFOLDER).is_dir() else []
-            return max(steps, default=None)
+            root = folder / SUBFOLDER
+            return tuple(sorted(ocp.path.step.checkpoint_steps(root))) if root.is_dir() else ()
         except FileNotFoundError:  # a step removed while the folder was listed (a train writing it): list again
             if attempt == 2:
                 raise
@@ -389,24 +416,48 @@ def exists(folder) -> bool:
     return _latest_step(folder) is not None or (folder / LEGACY_MANIFEST).exists()
 
 
+READS = 5  # how many times a read is made while a train writing the folder keeps replacing the latest step
+
+
+def _on_latest_step(folder: pathlib.Path, read: Callable[[int | None], Any]) -> Any:
+    """`read(step)` of the latest committed step (None: none), made again while the run moves on under it.
+
+    `evaluate` takes no lock: a `train` still writing the folder saves newer steps and removes older ones
+    while it is read (Orbax's manager, opened to read, lists every step, the ones being removed too). A read
+    that fails while the committed steps change is made again on the latest step, `READS` reads in all; a
+    failure with the steps unchanged is the checkpoint's own and is raised as it is.
+    """
+    for attempt in range(READS):
+        steps = _committed_steps(folder)
+        try:
+            return read(steps[-1] if steps else None)
+        except (CheckpointError, OSError) as error:
+            if not steps or _committed_steps(folder) == steps:
+                raise
+            if attempt == READS - 1:
+                raise CheckpointError(
+                    f"the run in {folder} saved a newer checkpoint during each of {READS} reads (a train is writing "
+                    f"it; the last read: {_one_line(error)}); read it again, or once the train stops.") from None
+
+
 def read_manifest(folder) -> dict:
     """The manifest of the latest checkpoint in `folder` (or of a 0.1 checkpoint), or a CheckpointError."""
-    import orbax.checkpoint as ocp
-
     folder = _absolute(folder)
     _refuse_links(folder)
-    for attempt in range(3):
-        step = _latest_step(folder)
-        if step is None:
-            return _read_legacy_manifest(folder)
-        try:  # the item's handler alone: no barrier, so process 0 can read it while the others wait
-            manifest = ocp.JsonCheckpointHandler().restore(folder / SUBFOLDER / str(step) / "manifest")
-            break
-        except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
-            if attempt < 2 and _latest_step(folder) != step:
-                continue  # a train writing the folder saved a newer step and removed this one: read that
-            raise CheckpointError(
-                f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {_one_line(error)}") from None
+    return _on_latest_step(folder, lambda step: _manifest_at(folder, step))
+
+
+def _manifest_at(folder: pathlib.Path, step: int | None) -> dict:
+    """The manifest of committed step `step` (None: of a 0.1 checkpoint), or a CheckpointError."""
+    import orbax.checkpoint as ocp
+
+    if step is None:
+        return _read_legacy_manifest(folder)
+    try:  # the item's handler alone: no barrier, so process 0 can read it while the others wait
+        manifest = ocp.JsonCheckpointHandler().restore(folder / SUBFOLDER / str(step) / "manifest")
+    except Exception as error:  # noqa: BLE001 - Orbax and TensorStore raise many types; all mean unreadable
+        raise CheckpointError(
+            f"corrupt checkpoint manifest in {folder / SUBFOLDER / str(step)}: {_one_line(error)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{folder / SUBFOLDER / str(step)} holds no {FORMAT} manifest.")
     return manifest
@@ -417,7 +468,7 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -
 
     A read that fails because the run moved on while it was read (a `train` still writing the folder saved a
     newer step, and Orbax removed the one being read: `evaluate` takes no lock) is made again on the newer
-    step, five reads in all; a failure with the latest step unchanged is the checkpoint's own.
+    step, `READS` reads in all; a failure with the latest step unchanged is the checkpoint's own.
 
     Args:
       folder: the run folder.
@@ -435,27 +486,17 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -
         that does not match), or a structure, shape or dtype that differs from
         the template's (a checkpoint of another config or library version).
     """
-    attempts = 5
-    for attempt in range(attempts):
-        step = _latest_step(_absolute(folder))
-        try:
-            return _load_latest(folder, template, sharding)
-        except (CheckpointError, OSError) as error:
-            if step is None or _latest_step(_absolute(folder)) == step:
-                raise  # the latest step is the one that failed: the checkpoint's own error
-            if attempt == attempts - 1:
-                raise CheckpointError(
-                    f"the run in {_absolute(folder)} saved a newer checkpoint during each of {attempts} reads (a train "
-                    f"is writing it; the last read: {_one_line(error)}); read it again, or once the train stops."
-                ) from None
+    folder = _absolute(folder)
+    _refuse_links(folder)
+    return _on_latest_step(folder, lambda step: _load_step(folder, step, template, sharding))
 
 
-def _load_latest(folder, template: Any, sharding: jax.sharding.Sharding | None) -> tuple[Any, dict, dict]:
-    """`load`'s one reading of the latest step."""
+def _load_step(folder: pathlib.Path, step: int | None, template: Any,
+               sharding: jax.sharding.Sharding | None) -> tuple[Any, dict, dict]:
+    """`load`'s one reading, of committed step `step` (None: a 0.1 checkpoint)."""
     import orbax.checkpoint as ocp
 
-    folder = _absolute(folder)
-    manifest = read_manifest(folder)
+    manifest = _manifest_at(folder, step)
     if manifest["format"] == LEGACY_FORMAT:
         return _load_legacy(folder, manifest, template, sharding)
     _check_structure(folder, manifest, template)
@@ -467,7 +508,8 @@ def _load_latest(folder, template: Any, sharding: jax.sharding.Sharding | None) 
     if manifest["extras"]:
         items["extras"] = ocp.args.StandardRestore(
             {k: np.zeros(s["shape"], s["dtype"]) for k, s in manifest["extras"].items()})
-    manager = _manager(folder, create=False)
+    with _StepsRemovedWhileListed.installed():  # the manager lists every step's metadata as it opens
+        manager = _manager(folder, create=False)
     failure = None
     try:
         with _quiet_failures():

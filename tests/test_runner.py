@@ -138,30 +138,58 @@ def test_a_load_that_loses_a_race_with_the_writer_reads_the_newer_step(tmp_path,
     the latest step unchanged the failure is the checkpoint's own and is raised."""
     reads = []
 
-    def read(folder, template, sharding):
-        reads.append(len(reads))
+    def read(folder, step, template, sharding):
+        reads.append(step)
         if len(reads) == 1:
             raise checkpoint.CheckpointError("corrupt checkpoint run/checkpoints/4: NOT_FOUND")
         return "step 5"
 
-    monkeypatch.setattr(checkpoint, "_load_latest", read)
-    latest = iter([4, 5, 5])  # before the first read, after its failure, before the second
-    monkeypatch.setattr(checkpoint, "_latest_step", lambda folder: next(latest))
-    assert checkpoint.load(tmp_path, None) == "step 5" and reads == [0, 1]
+    monkeypatch.setattr(checkpoint, "_load_step", read)
+    listed = iter([(3, 4), (4, 5), (4, 5)])  # before the first read, after its failure, before the second
+    monkeypatch.setattr(checkpoint, "_committed_steps", lambda folder: next(listed))
+    assert checkpoint.load(tmp_path, None) == "step 5" and reads == [4, 5]
     reads.clear()
-    latest = iter([4, 4])
+    listed = iter([(3, 4), (3, 4)])
     with pytest.raises(checkpoint.CheckpointError, match="NOT_FOUND"):
         checkpoint.load(tmp_path, None)
-    assert reads == [0]
-    # a writer that saves faster than the folder is read: five reads, then one line that says so
-    def always_gone(folder, template, sharding):
-        raise FileNotFoundError(2, "No such file or directory", "run/checkpoints/4")
+    assert reads == [4]
+    # An older step removed during the read, the latest the same (Orbax's manager lists every step as it opens,
+    # and stat-ed step 3 as it went): read again. Found walking an evaluate beside a train saving every update.
+    reads.clear()
+    listed = iter([(3, 4), (4,), (4,), (4,)])
 
-    monkeypatch.setattr(checkpoint, "_load_latest", always_gone)
-    latest = iter(range(100))
+    def older_gone(folder, step, template, sharding):
+        reads.append(step)
+        if len(reads) == 1:
+            raise FileNotFoundError(2, "No such file or directory", "run/checkpoints/3")
+        return "step 4"
+
+    monkeypatch.setattr(checkpoint, "_load_step", older_gone)
+    assert checkpoint.load(tmp_path, None) == "step 4" and reads == [4, 4]
+    # a writer that saves faster than the folder is read: five reads, then one line that says so
+    def always_gone(folder, step, template, sharding):
+        raise FileNotFoundError(2, "No such file or directory", f"run/checkpoints/{step}")
+
+    monkeypatch.setattr(checkpoint, "_load_step", always_gone)
+    listed = iter([(n,) for n in range(100)])
     with pytest.raises(checkpoint.CheckpointError, match=r"saved a newer checkpoint during each of 5 reads \(a train "
                                                          r"is writing it; the last read: .*No such file"):
         checkpoint.load(tmp_path, None)
+    # read_manifest (the command line's first read of a run) moves on the same way
+    manifests = []
+
+    def manifest_at(folder, step):
+        manifests.append(step)
+        if step == 4:
+            raise checkpoint.CheckpointError("corrupt checkpoint manifest in run/checkpoints/4: NOT_FOUND")
+        return {"step": step}
+
+    monkeypatch.setattr(checkpoint, "_manifest_at", manifest_at)
+    listed = iter([(4,), (5,), (5,)])
+    assert checkpoint.read_manifest(tmp_path) == {"step": 5} and manifests == [4, 5]
+    listed = iter([(4,), (4,)])
+    with pytest.raises(checkpoint.CheckpointError, match="manifest in run/checkpoints/4: NOT_FOUND"):
+        checkpoint.read_manifest(tmp_path)
 
 
 def test_corrupt_checkpoint_files_are_a_clear_error(uninterrupted, tmp_path):
