@@ -14,8 +14,10 @@ twice.
 
 `WandbLogger` (the `wandb` extra) logs the same scalars to one W&B run per
 grid point and seed, grouped by the run folder's name, online or offline
-(`wandb sync` uploads an offline run later). Its run ids derive from the
-folder, so a resumed run continues the same W&B runs.
+(`wandb sync` uploads an offline run later). Its run ids are the folder's
+name and a random token saved in the folder (`wandb/jaxrl_rollout.id`), so a
+resumed run continues the same W&B runs, and two folders of the same name in
+different places (`a/exp`, `b/exp`) never share a W&B run.
 """
 
 from __future__ import annotations
@@ -248,6 +250,30 @@ class TensorBoardLogger:
             raise first_error
 
 
+WANDB_TOKEN_FILE = "jaxrl_rollout.id"  # in FOLDER/wandb: the token of the folder's W&B run ids
+
+
+def _wandb_token(folder: pathlib.Path) -> str:
+    """The random token of `folder`'s W&B run ids, made and saved at its first W&B run, read after.
+
+    A folder whose W&B runs were started before the token (a `wandb` folder and no token file) keeps its
+    ids without one (""), so a resumed run continues them.
+    """
+    import secrets
+
+    from . import checkpoint
+
+    path = folder / "wandb" / WANDB_TOKEN_FILE
+    if path.is_file():
+        return path.read_text().strip()
+    if (folder / "wandb").exists():
+        return ""
+    (folder / "wandb").mkdir(parents=True)
+    token = secrets.token_hex(4)
+    checkpoint.write_atomic(path.parent, path.name, lambda f: f.write(token.encode() + b"\n"))
+    return token
+
+
 class WandbLogger:
     """Weights & Biases scalars for every run of a `RunSpec` (the `wandb` extra).
 
@@ -278,6 +304,8 @@ class WandbLogger:
 
         wandb, folder, spec, mode, project = self._wandb, self._folder, self._spec, self._mode, self._project
         name = folder.resolve().name  # the folder's own name however it was given ("." or "../runs/x/")
+        token = _wandb_token(folder)
+        prefix = f"{name}-{token}" if token else name
         self._runs = []
         if mode == "offline":
             # W&B's process-wide set-up (made at the first init) reads these: without them it runs git and
@@ -290,7 +318,7 @@ class WandbLogger:
                       **dataclasses.asdict(spec.config), **spec.grid[g]._asdict()}
             self._runs.append(wandb.init(
                 mode=mode, dir=str(folder), project=project, group=name, name=f"g{g}_s{s}",
-                id=f"{name}-g{g}-s{s}".replace("/", "-"), resume="allow", config=config,
+                id=f"{prefix}-g{g}-s{s}".replace("/", "-"), resume="allow", config=config,
                 reinit="create_new", settings=self._settings(),
             ))
         return self._runs

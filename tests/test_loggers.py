@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import struct
 import sys
 
@@ -162,10 +163,28 @@ def test_wandb_runs_are_named_by_the_folder_however_it_is_given(tmp_path, monkey
     spec = runner.RunSpec("a2c", a2c.A2CConfig(total_timesteps=1024), (a2c.A2CHParams(),), 2)
     (tmp_path / "exp").mkdir()
     monkeypatch.chdir(tmp_path / "exp")
+    ids = []
     for given in (tmp_path / "exp", ".", "../exp/"):
         started.clear()
         WandbLogger(given, spec, mode="offline")._start()
-        assert [(run["group"], run["id"]) for run in started] == [("exp", "exp-g0-s0"), ("exp", "exp-g0-s1")], given
+        assert [run["group"] for run in started] == ["exp", "exp"], given
+        ids.append([run["id"] for run in started])
+    token = (tmp_path / "exp" / "wandb" / "jaxrl_rollout.id").read_text().strip()
+    assert re.fullmatch("[0-9a-f]{8}", token)
+    assert ids == [[f"exp-{token}-g0-s0", f"exp-{token}-g0-s1"]] * 3
+    # Two folders of one name in different places never share a W&B run (resume="allow" would have continued
+    # one's runs in the other): each has its own token.
+    (tmp_path / "b" / "exp").mkdir(parents=True)
+    started.clear()
+    WandbLogger(tmp_path / "b" / "exp", spec, mode="offline")._start()
+    other = (tmp_path / "b" / "exp" / "wandb" / "jaxrl_rollout.id").read_text().strip()
+    assert other != token and [run["id"] for run in started] == [f"exp-{other}-g0-s0", f"exp-{other}-g0-s1"]
+    # A folder whose W&B runs began before the token keeps their ids, so a resume continues them.
+    (tmp_path / "old" / "wandb").mkdir(parents=True)
+    started.clear()
+    WandbLogger(tmp_path / "old", spec, mode="offline")._start()
+    assert [run["id"] for run in started] == ["old-g0-s0", "old-g0-s1"]
+    assert not (tmp_path / "old" / "wandb" / "jaxrl_rollout.id").exists()
 
 
 def test_wandb_missing_extra_names_it(tmp_path, monkeypatch):
