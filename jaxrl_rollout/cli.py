@@ -1198,10 +1198,14 @@ def _random_policy(env, env_params):
     return jr.categorical_policy(uniform_over_allowed)
 
 
+ROLLOUT_CHUNK_STEPS = 1024  # `rollout`'s steps per inner rollout (its memory: one chunk's trajectory)
+
+
 def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int) -> dict:
     """Rolls out a uniform random policy (over the legal moves where the env masks them), then evaluates it; prints
     and returns the figures."""
     import jax
+    import jax.numpy as jnp
 
     import jaxrl_rollout as jr
     from jaxrl_rollout import envs
@@ -1212,11 +1216,38 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
         env, env_params = envs.make(env_id, agent_seat="random", max_steps=_common.SELF_PLAY_EVAL_MAX_MOVES)
     policy_fn = _random_policy(env, env_params)
 
+    # In rollouts of ROLLOUT_CHUNK_STEPS steps, the finished episodes summed between them, so memory stays one
+    # chunk's worth however many steps are asked for (one trajectory kept ~17 bytes a step and env: 7 GB for
+    # 4,096 envs x 100,000 steps). Each step splits the state's key, so the steps are those of one rollout.
+    chunk = min(num_steps, ROLLOUT_CHUNK_STEPS)
+    full, rest = divmod(num_steps, chunk)
+
+    def sums(traj):
+        done = jnp.asarray(traj.done, bool)
+        return (jnp.sum(done, dtype=jnp.int32), jnp.sum(jnp.where(done, traj.completed_return, 0.0), dtype=jnp.float32),
+                jnp.sum(jnp.where(done, traj.completed_length, 0), dtype=jnp.float32))
+
+    def add(totals, traj):
+        return jax.tree.map(jnp.add, totals, sums(traj))
+
     @jax.jit
     def collect(key):
         state = jr.rollout_init(key, env, env_params, num_envs)
-        _, traj = jr.rollout(env, env_params, policy_fn, None, state, num_steps)
-        return jr.episode_metrics(traj)
+
+        def one_chunk(carry, _):
+            state, totals = carry
+            state, traj = jr.rollout(env, env_params, policy_fn, None, state, chunk)
+            return (state, add(totals, traj)), None
+
+        zeros = (jnp.int32(0), jnp.float32(0), jnp.float32(0))
+        (state, totals), _ = jax.lax.scan(one_chunk, (state, zeros), None, length=full)
+        if rest:
+            _, traj = jr.rollout(env, env_params, policy_fn, None, state, rest)
+            totals = add(totals, traj)
+        count, total_return, total_length = totals
+        nan, denom = jnp.float32(jnp.nan), jnp.maximum(count, 1).astype(jnp.float32)
+        return jr.EpisodeMetrics(mean_return=jnp.where(count > 0, total_return / denom, nan),
+                                 mean_length=jnp.where(count > 0, total_length / denom, nan), num_episodes=count)
 
     key = jax.random.key(seed)
     start = time.perf_counter()
@@ -1480,7 +1511,7 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
     lower = {"train": "lower --num-envs or --buffer-size, or train fewer runs at once (--max-parallel N; grid points "
                       "x --seeds are trained together by default)",
              "evaluate": "lower --num-episodes (every episode of every run is played at once)",
-             "rollout": "lower --num-envs or --num-steps (rollout keeps every step of every env)"}[args.command]
+             "rollout": "lower --num-envs (rollout keeps up to 1,024 steps of every env)"}[args.command]
     return f"out of memory on the {jax.default_backend()} device ({what}): {lower}."
 
 def entry() -> None:
