@@ -96,8 +96,9 @@ class Trajectory(NamedTuple):
         ended at transition t; 0 where `done` is False.
       completed_length: [T, B] int32, length of that episode; 0 where `done`
         is False.
-      carry: recurrent state handed to the policy at step t, before the reset
-        for `first[t]` (torch-ac stores memories this way); `carry[0]` is the
+      carry: recurrent state handed to the policy at step t (each leaf
+        [T, B, ...]), before the reset for `first[t]` (torch-ac stores
+        memories this way); `jax.tree.map(lambda c: c[0], carry)` is the
         carry at the start of the rollout. None for feedforward policies.
     """
 

@@ -105,6 +105,44 @@ def test_a_recurrent_network_of_your_own_trains_and_its_sequences_divide():
     assert a2c.make_a2c(a2c.A2CConfig(**TINY_A2C), network=net).recurrent
 
 
+class LSTMPair(nn.Module):
+    """A user's LSTM whose carry is flax's (c, h) pair: a pytree carry, not one array."""
+
+    action_dim: int
+    hidden: int = 8
+
+    def initial_carry(self, batch_size):
+        return (jnp.zeros((batch_size, self.hidden), jnp.float32),) * 2
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        carry, h = nn.OptimizedLSTMCell(self.hidden, name="cell")(carry, nn.Dense(self.hidden)(obs))
+        return carry, (categorical_from_logits(nn.Dense(self.action_dim)(h)), nn.Dense(1)(h)[:, 0])
+
+
+class LSTMPacked(LSTMPair):
+    """The same LSTM and params, its carry packed into one [B, 2H] array."""
+
+    def initial_carry(self, batch_size):
+        return jnp.zeros((batch_size, 2 * self.hidden), jnp.float32)
+
+    def __call__(self, carry, obs):
+        pair, out = super().__call__(tuple(jnp.split(carry, 2, axis=-1)), obs)
+        return jnp.concatenate(pair, axis=-1), out
+
+
+@pytest.mark.parametrize("algo, config", [(ppo, ppo.PPOConfig(**TINY_PPO)), (a2c, a2c.A2CConfig(**TINY_A2C))])
+def test_a_recurrent_network_with_a_pytree_carry_trains_as_its_one_array_form(algo, config):
+    """A carry that is a pair (flax's LSTM) passed the network check, then PPO's and A2C's updates took
+    `traj.carry[0]`: the pair's first member over all steps, not step 0 of each. It trains as the same network
+    with the pair packed into one array."""
+    pair = jax.jit(algo.make_train(config, env=MyCartPole(), network=LSTMPair(2)))(jax.random.key(3))
+    packed = jax.jit(algo.make_train(config, env=MyCartPole(), network=LSTMPacked(2)))(jax.random.key(3))
+    np.testing.assert_allclose(pair[1].value_loss, packed[1].value_loss, rtol=1e-5, atol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), pair[0].params,
+                 packed[0].params)
+
+
 class ReturnsLogits(nn.Module):
     @nn.compact
     def __call__(self, obs):

@@ -209,7 +209,7 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
 
         if recurrent:
             batch = {"obs": traj.obs, "action": traj.action, "returns": returns, "first": traj.first,
-                     "carry0": traj.carry[0]}
+                     "carry0": jax.tree.map(lambda c: c[0], traj.carry)}
         else:
             batch = batching.flatten_env_major({"obs": traj.obs, "action": traj.action, "returns": returns})
         params, opt_state, parts = learn_batch(module, optimizer(hp), state.params, state.opt_state, batch, hp)

@@ -376,7 +376,7 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
                 "advantage": advantages, "returns": returns}
         key, perm_key = prng.split(state.key)
         if recurrent:
-            data.update(first=traj.first, carry0=traj.carry[0])
+            data.update(first=traj.first, carry0=jax.tree.map(lambda c: c[0], traj.carry))
             indices = batching.sequence_minibatch_indices(
                 perm_key, config.num_envs, config.num_minibatches, config.update_epochs
             )

@@ -151,8 +151,9 @@ def unroll(
     """Replays a recurrent module over a time-major sequence, as the rollout ran it.
 
     Before step t the carry is `reset_carry(carry, first[t])`, exactly the
-    rollout's rule, so with `initial_carry = traj.carry[0]` (the raw carry at
-    the start of the rollout), `obs = traj.obs` and `first = traj.first`,
+    rollout's rule, so with `initial_carry = jax.tree.map(lambda c: c[0],
+    traj.carry)` (the raw carry at the start of the rollout), `obs =
+    traj.obs` and `first = traj.first`,
     `dist.log_prob(traj.action)` and `value` reproduce `traj.log_prob` and
     `traj.value` (torch-ac's recurrent `evaluate` with `memory * mask`).
 
