@@ -173,6 +173,21 @@ class Breaks(nn.Module):
         return jnp.dot(obs, jnp.ones((7, 2)))
 
 
+class FrozenStats(nn.Module):
+    """BatchNorm with its statistics frozen: a 'batch_stats' collection, which the optimiser would have trained."""
+
+    @nn.compact
+    def __call__(self, obs):
+        x = nn.BatchNorm(use_running_average=True)(nn.Dense(8)(obs))
+        return categorical_from_logits(nn.Dense(2)(x)), nn.Dense(1)(x)[:, 0]
+
+
+class FrozenStatsQ(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return nn.Dense(2)(nn.BatchNorm(use_running_average=True)(obs))
+
+
 class ForgetsCarryShape(TinyRecurrent):
     @nn.compact
     def __call__(self, carry, obs):
@@ -196,11 +211,25 @@ class ForgetsCarryShape(TinyRecurrent):
                                           r"returns \(dist, value \[B\]\).*got function"),
     ("mlp", TypeError, r"network must be a flax linen Module, got the string 'mlp'; a network name goes in "
                        r"config.network"),
+    (FrozenStats(), ValueError, r"network FrozenStats: its init made the variable collections \['batch_stats'\] "
+                                r"besides 'params'; the learners optimise every variable"),
 ])
 def test_a_network_that_breaks_the_contract_is_refused_when_built(module, error, message):
     for make, config in ((ppo.make_ppo, ppo.PPOConfig(**TINY_PPO)), (a2c.make_a2c, a2c.A2CConfig(**TINY_A2C))):
         with pytest.raises(error, match=message):
             make(config, network=module)
+
+
+def test_an_off_policy_network_with_other_collections_is_refused():
+    """Adam moved a Q-network's frozen BatchNorm statistics as if they were weights (DQN, PQN)."""
+    from jaxrl_rollout.algorithms import dqn, pqn
+
+    message = r"network FrozenStatsQ: its init made the variable collections \['batch_stats'\] besides 'params'"
+    with pytest.raises(ValueError, match=message):
+        dqn.make_dqn(dqn.DQNConfig(total_timesteps=2000, learning_starts=500, buffer_size=1000), network=FrozenStatsQ())
+    with pytest.raises(ValueError, match=message):
+        pqn.make_pqn(pqn.PQNConfig(num_envs=4, num_steps=8, total_timesteps=96, num_minibatches=2),
+                     network=FrozenStatsQ())
 
 
 def test_bad_env_arguments_name_the_argument():

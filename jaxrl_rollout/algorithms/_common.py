@@ -52,7 +52,7 @@ __all__ = [
     "refuse_self_play",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
     "steps_in_rows", "twin_q_values",
-    "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module",
+    "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -164,12 +164,30 @@ def probe_module(call: str, contract: str, module: Any, *args: Any) -> Any:
     """
     def probe(key):
         try:
-            return module.apply(module.init(key, *args), *args)
+            variables = module.init(key, *args)
+            out = module.apply(variables, *args)
         except Exception as error:  # noqa: BLE001 - the module's own error, chained, with the contract
             raise ValueError(f"{call} failed on a sample observation ({_shape_text(args[0])}): "
                              f"{type(error).__name__}: {str(error).rstrip('.')}. network must be {contract}.") from error
+        check_only_params(f"network {type(module).__name__}", variables)
+        return out
 
     return jax.eval_shape(probe, jax.random.key(0))
+
+
+def check_only_params(who: str, variables: Any) -> None:
+    """Raises unless a module's `init` made the 'params' collection alone.
+
+    The learners differentiate and optimise every variable a network holds, so
+    another collection (BatchNorm's running statistics, a constant kept with
+    `self.variable`) would be moved by the optimiser as if it were a weight.
+    """
+    other = sorted(k for k in getattr(variables, "keys", lambda: ())() if k != "params")
+    if other:
+        raise ValueError(f"{who}: its init made the variable collections {other} besides 'params'; the learners "
+                         "optimise every variable a network holds, so these would be trained as weights. A network "
+                         "holds 'params' only: keep constants as module attributes or arrays made in __call__, and "
+                         "normalise with nn.LayerNorm rather than nn.BatchNorm.")
 
 
 def check_scaled_box(algo: str, env: Any, low: Any, high: Any) -> None:
@@ -730,6 +748,7 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
         except Exception as error:  # noqa: BLE001 - the module's own error, chained, with the contract
             raise ValueError(f"{call} failed on a sample observation ({obs_text}): {type(error).__name__}: "
                              f"{str(error).rstrip('.')}. network must be {NETWORK_CONTRACT}.") from error
+        check_only_params(f"network {name}", params)
         if recurrent:
             if not (isinstance(out, tuple) and len(out) == 2):
                 raise TypeError(f"{call} must return (new_carry, (dist, value)), got {_kind_text(out)}.")
