@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout.algorithms._common import Algorithm, is_self_play
+from jaxrl_rollout.algorithms._common import Algorithm, check_train_key, is_self_play
 from jaxrl_rollout.collect import evaluate
 
 __all__ = ["EVAL_FIELDS", "EVAL_KEY_TAG", "eval_key", "eval_metric_names", "make_train", "make_update"]
@@ -127,8 +127,12 @@ def make_train(algorithm: Algorithm, num_updates: int, every: int, num_episodes:
     """
     num_updates = _checks.check_positive_int("num_updates", num_updates)
     update = make_update(algorithm, every, num_episodes)
+    if every > num_updates:
+        raise ValueError(f"every={every} is more than num_updates={num_updates}: no update would be evaluated "
+                         "(every eval metric NaN); evaluate every num_updates or fewer.")
 
     def train(key: jax.Array, hparams: Any = None):
+        check_train_key(key)
         root = eval_key(key)
         state, metrics = jax.lax.scan(lambda s, u: update(s, hparams, u, root), algorithm.init(key, hparams),
                                       jnp.arange(num_updates, dtype=jnp.int32))

@@ -124,16 +124,45 @@ def test_bad_a2c_config_and_hparams():
         ppo.make_train(a2c.A2CConfig())
 
 
-def _small_train(name):
+def _small_config(name):
     from jaxrl_rollout.algorithms import dqn, pqn, sac, td3
 
-    configs = {"ppo": SMALL, "a2c": a2c.A2CConfig(total_timesteps=1024),
-               "dqn": dqn.DQNConfig(total_timesteps=2000, learning_starts=500),
-               "pqn": pqn.PQNConfig(total_timesteps=2048),
-               "sac": sac.SACConfig(total_timesteps=2000, learning_starts=500),
-               "td3": td3.TD3Config(total_timesteps=2000, learning_starts=500)}
-    module = {"ppo": ppo, "a2c": a2c, "dqn": dqn, "pqn": pqn, "sac": sac, "td3": td3}[name]
-    return module.make_train(configs[name])
+    return {"ppo": SMALL, "a2c": a2c.A2CConfig(total_timesteps=1024),
+            "dqn": dqn.DQNConfig(total_timesteps=2000, learning_starts=500),
+            "pqn": pqn.PQNConfig(total_timesteps=2048),
+            "sac": sac.SACConfig(total_timesteps=2000, learning_starts=500),
+            "td3": td3.TD3Config(total_timesteps=2000, learning_starts=500)}[name]
+
+
+def _small_train(name):
+    from jaxrl_rollout import algorithms
+
+    return algorithms.get(name).make(_small_config(name)).train
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c", "dqn", "pqn", "sac", "td3"])
+def test_init_names_its_key_and_train_a_field_that_is_not_one_number(name):
+    """init(0) was an AttributeError ('int' object has no attribute 'dtype'); a stacked grid passed to train
+    without vmap, or a field of shape [1] or [T], failed deep inside the update (PPO: "Gradient only defined for
+    scalar-output functions") or broadcast silently (PPO's gamma of shape [num_steps], DQN's of [batch_size])."""
+    from jaxrl_rollout import algorithms
+
+    entry = algorithms.get(name)
+    algo = entry.make(_small_config(name))
+    with pytest.raises(TypeError, match=r"^init's key must be a PRNG key, .*got int"):
+        algo.init(0)
+    with pytest.raises(ValueError, match=r"^init's key must be one PRNG key, got a batch of shape \(2,\); for several "
+                                         r"seeds, vmap init over jax.random.split\(key, n\)"):
+        algo.init(jax.random.split(jax.random.key(0), 2))
+    default = entry.hparams()
+    field = "gamma"
+    for shape in ((2,), (1,), (7,)):
+        bad = default._replace(**{field: np.full(shape, getattr(default, field), np.float32)})
+        message = rf"^hparams\.gamma must be a scalar \(shape \(\)\), got shape \({shape[0]},\); .*jax\.vmap\(train"
+        with pytest.raises(ValueError, match=message):
+            jax.eval_shape(algo.train, jax.random.key(0), bad)
+        with pytest.raises(ValueError, match=message):
+            algo.update(algo.init(jax.random.key(0)), bad)
 
 
 @pytest.mark.parametrize("name", ["ppo", "a2c", "dqn", "pqn", "sac", "td3"])

@@ -184,3 +184,14 @@ def test_eval_options_that_cannot_work_exit_2_in_one_line(argv, message, capsys,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
     assert not (tmp_path / "run").exists()
+
+
+def test_make_train_refuses_an_every_past_the_run_and_names_its_key():
+    """every > num_updates gave a run whose every eval metric was NaN (the command line refuses the same
+    --eval-every); a seed in place of the key was JAX's 'invalid PRNG key data'."""
+    algorithm = ppo.make_ppo(PPO_CONFIG)
+    with pytest.raises(ValueError, match=r"^every=7 is more than num_updates=6: no update would be evaluated"):
+        periodic_eval.make_train(algorithm, PPO_CONFIG.num_updates, every=7)
+    train = periodic_eval.make_train(algorithm, PPO_CONFIG.num_updates, every=6)
+    with pytest.raises(TypeError, match=r"^train's key must be a PRNG key"):
+        train(0)

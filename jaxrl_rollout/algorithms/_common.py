@@ -53,6 +53,7 @@ __all__ = [
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
+    "check_hparam_shapes", "check_init_key",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -124,6 +125,21 @@ def check_hparams(hparams: Any, ranges: dict | None = None) -> None:
         bad = [v for v in values if not hparam_in_range(name, v, ranges)]
         if bad:
             raise ValueError(f"{name} must be {hparam_range_text(name, ranges)}, got {bad[0]:g}.")
+
+
+def check_hparam_shapes(hparams: Any) -> None:
+    """Raises unless every field of the record `train` or `update` runs with is one number (shape ()).
+
+    Shapes are known at trace time, values often are not: a stacked grid passed without `jax.vmap`, or a
+    field of shape [1] or [T], otherwise broadcast silently against the update's arrays or failed deep inside
+    it. (A vmapped grid's fields are scalars inside the vmap.)
+    """
+    for name in hparams._fields:
+        shape = jnp.shape(getattr(hparams, name))
+        if shape != ():
+            raise ValueError(
+                f"hparams.{name} must be a scalar (shape ()), got shape {shape}; to train a grid of values, vmap "
+                "train over the stacked record: jax.vmap(train, in_axes=(None, 0))(key, stack_hparams([...])).")
 
 
 def check_positive(name: str, value: Any) -> None:
@@ -558,6 +574,7 @@ def resolve_hparams(hparams: Any, cls: type) -> Any:
     if not isinstance(hparams, cls):
         raise TypeError(f"hparams must be a {cls.__name__}, got {type(hparams).__name__}.")
     check_hparams(hparams)
+    check_hparam_shapes(hparams)
     return hparams
 
 
@@ -566,6 +583,11 @@ def check_train_key(key: Any) -> None:
     (`jax.random.PRNGKey`), not a batch of them (seeds are vmapped) and not a plain seed."""
     _checks.check_key(key, "train's key",
                       "for several seeds, vmap train over split keys: jax.vmap(train)(jax.random.split(key, n))")
+
+
+def check_init_key(key: Any) -> None:
+    """`check_train_key` for a learner's `init(key, hparams)`: one PRNG key, the errors naming init's key."""
+    _checks.check_function_key(key, "init", "seeds")
 
 
 def make_train_loop(init: Callable, update: Callable, num_updates: int, resolve: Callable) -> Callable:

@@ -193,6 +193,7 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
     def init(key: jax.Array, hparams: A2CHParams | None = None) -> A2CState:
+        _common.check_init_key(key)
         params, state, _ = _common.init_params_and_rollout(key, built, config.num_envs, recurrent)
         return A2CState(params, optimizer(_common.resolve_hparams(hparams, A2CHParams)).init(params), state)
 

@@ -246,6 +246,7 @@ def resolve_hparams(hparams: DQNHParams | None) -> DQNHParams:
     if not isinstance(hparams, DQNHParams):
         raise TypeError(f"hparams must be a DQNHParams, got {type(hparams).__name__}.")
     check_hparams(hparams)
+    _common.check_hparam_shapes(hparams)
     return hparams
 
 
@@ -421,6 +422,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         return state, stats
 
     def init(key: jax.Array, hparams: DQNHParams | None = None) -> DQNState:
+        _common.check_init_key(key)
         hp = resolve_hparams(hparams)
         net_key, env_key, key = prng.split(key, 3)
         obs, env_state = env_reset(env, reset_keys(env_key, B, fused_reset_keys), env_params)

@@ -346,6 +346,7 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
     optimizer = lambda hp: make_optimizer(config, hp)  # noqa: E731
 
     def init(key: jax.Array, hparams: PPOHParams | None = None) -> PPOState:
+        _common.check_init_key(key)
         hp = _common.resolve_hparams(hparams, PPOHParams)
         params, state, key = _common.init_params_and_rollout(
             key, built, config.num_envs, recurrent, config.normalize_observations

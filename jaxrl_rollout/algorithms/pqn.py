@@ -197,6 +197,7 @@ def _resolve(hparams: PQNHParams | None) -> PQNHParams:
     if hparams is None:
         return PQNHParams()
     check_hparams(hparams)
+    _common.check_hparam_shapes(hparams)
     return hparams
 
 
@@ -458,6 +459,7 @@ def make_pqn(config: PQNConfig, *, env: Any = None, env_params: Any = None, netw
     num_updates = config.num_updates
 
     def init(key: jax.Array, hparams: PQNHParams | None = None) -> PQNState:
+        _common.check_init_key(key)
         hp = _resolve(hparams)
         net_key, env_key, key = prng.split(key, 3)
         rollout_state = rollout_init(env_key, env, env_params, config.num_envs)

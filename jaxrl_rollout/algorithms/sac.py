@@ -298,6 +298,7 @@ def resolve_hparams(hparams: SACHParams | None) -> SACHParams:
     if not isinstance(hparams, SACHParams):
         raise TypeError(f"hparams must be a SACHParams, got {type(hparams).__name__}.")
     check_hparams(hparams)
+    _common.check_hparam_shapes(hparams)
     return hparams
 
 
@@ -459,6 +460,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         return state, stats
 
     def init(key: jax.Array, hparams: SACHParams | None = None) -> SACState:
+        _common.check_init_key(key)
         hp = resolve_hparams(hparams)
         actor_key, critic_key, env_key, key = prng.split(key, 4)
         obs, env_state = env_reset(env, reset_keys(env_key, B, fused_env_keys), env_params)

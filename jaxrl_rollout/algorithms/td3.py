@@ -270,6 +270,7 @@ def resolve_hparams(hparams: TD3HParams | None) -> TD3HParams:
     if not isinstance(hparams, TD3HParams):
         raise TypeError(f"hparams must be a TD3HParams, got {type(hparams).__name__}.")
     check_hparams(hparams)
+    _common.check_hparam_shapes(hparams)
     return hparams
 
 
@@ -414,6 +415,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
         return state, stats
 
     def init(key: jax.Array, hparams: TD3HParams | None = None) -> TD3State:
+        _common.check_init_key(key)
         hp = resolve_hparams(hparams)
         actor_key, q1_key, q2_key, env_key, key = prng.split(key, 5)
         obs, env_state = env_reset(env, reset_keys(env_key, B, fused_env_keys), env_params)
