@@ -237,6 +237,15 @@ def test_bad_env_arguments_name_the_argument():
     with pytest.raises(TypeError, match=r"env must be an env object \(the gymnax protocol\), got the string "
                                         r"'CartPole-v1'; an env id goes in config.env_id"):
         ppo.make_train(config, env="CartPole-v1")
+    # the class for the env (its methods are callable, unbound): was gymnax's "missing 1 required positional
+    # argument: 'params'", or for SAC "'property' object has no attribute 'default_params'"
+    from jaxrl_rollout.algorithms import sac
+
+    with pytest.raises(TypeError, match=r"^env must be an env object, got the class CartPole; pass an instance: "
+                                        r"env=CartPole\(\)\.$"):
+        ppo.make_train(config, env=CartPole)
+    with pytest.raises(TypeError, match=r"^env must be an env object, got the class Pendulum"):
+        sac.make_train(sac.SACConfig(), env=Pendulum)
 
     class NoSpaces:
         default_params = None

@@ -678,12 +678,15 @@ def check_env(env: Any, env_params: Any) -> Any:
 
     Raises:
       TypeError: naming `env` when it is a string (an id goes in
-        `config.env_id`) or lacks a method of `ENV_METHODS`; naming
+        `config.env_id`) or a class, or lacks a method of `ENV_METHODS`; naming
         `env_params` when it is None and the env has no `default_params`.
     """
     if isinstance(env, str):
         raise TypeError(f"env must be an env object (the gymnax protocol), got the string {env!r}; an env id goes "
                         "in config.env_id.")
+    if isinstance(env, type):  # its methods are callable, unbound: the first call would fail inside gymnax
+        raise TypeError(f"env must be an env object, got the class {env.__name__}; pass an instance: "
+                        f"env={env.__name__}().")
     missing = [name for name in ENV_METHODS if not callable(getattr(env, name, None))]
     if missing:
         raise TypeError(
