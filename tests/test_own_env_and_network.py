@@ -173,6 +173,12 @@ class Breaks(nn.Module):
         return jnp.dot(obs, jnp.ones((7, 2)))
 
 
+class IntValue(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return categorical_from_logits(nn.Dense(2)(obs)), jnp.zeros(obs.shape[0], jnp.int32)
+
+
 class FrozenStats(nn.Module):
     """BatchNorm with its statistics frozen: a 'batch_stats' collection, which the optimiser would have trained."""
 
@@ -211,6 +217,7 @@ class ForgetsCarryShape(TinyRecurrent):
                                           r"returns \(dist, value \[B\]\).*got function"),
     ("mlp", TypeError, r"network must be a flax linen Module, got the string 'mlp'; a network name goes in "
                        r"config.network"),
+    (IntValue(), ValueError, r"^network IntValue: __call__\(obs\): value must be floating, got int32\[1\]\.$"),
     (FrozenStats(), ValueError, r"network FrozenStats: its init made the variable collections \['batch_stats'\] "
                                 r"besides 'params'; the learners optimise every variable"),
 ])

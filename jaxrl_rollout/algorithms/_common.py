@@ -812,6 +812,8 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
             if jnp.shape(x) != (1,):
                 raise ValueError(f"{call}: {what} must have the batch shape [B], [1] here, got {_shape_text(x)}"
                                  + ("; squeeze a critic output [B, 1]." if what == "value" else "."))
+            if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
+                raise ValueError(f"{call}: {what} must be floating, got {_shape_text(x)}.")
 
     jax.eval_shape(probe, jax.random.key(0))
     return recurrent
