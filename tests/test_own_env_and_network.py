@@ -217,7 +217,7 @@ class ForgetsCarryShape(TinyRecurrent):
                                           r"returns \(dist, value \[B\]\).*got function"),
     ("mlp", TypeError, r"network must be a flax linen Module, got the string 'mlp'; a network name goes in "
                        r"config.network"),
-    (IntValue(), ValueError, r"^network IntValue: __call__\(obs\): value must be floating, got int32\[1\]\.$"),
+    (IntValue(), ValueError, r"^network IntValue: __call__\(obs\): value must be floating, got int32\[1\]\."),
     (FrozenStats(), ValueError, r"network FrozenStats: its init made the variable collections \['batch_stats'\] "
                                 r"besides 'params'; the learners optimise every variable"),
 ])
