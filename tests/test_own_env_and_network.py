@@ -272,6 +272,14 @@ def test_bad_env_arguments_name_the_argument():
 
     with pytest.raises(ValueError, match=r"env GridActions: unsupported action space .*expected Discrete or a 1-D Box"):
         ppo.make_train(config, env=GridActions())
+
+    class IntShapedObs(MyCartPole):  # gymnax samples Box(.., 4) as (4,); the learners read shapes as tuples
+        def observation_space(self, params=None):
+            return spaces.Dict({"x": spaces.Box(-1.0, 1.0, 4)})
+
+    with pytest.raises(TypeError, match=r"^env IntShapedObs: observation_space\(params\)\['x'\] is a Box whose shape "
+                                        r"is 4; a Box's shape is a tuple of ints, e.g. spaces.Box\(low, high, \(4,\)\)"):
+        ppo.make_train(config, env=IntShapedObs())
     with pytest.raises(ValueError, match=r"env_params is given without env"):
         ppo.make_train(config, env_params=MyCartPole().default_params)
     with pytest.raises(ValueError, match=r"network: a module of your own is given, and config.network='mlp' names "

@@ -699,8 +699,30 @@ def check_env(env: Any, env_params: Any) -> Any:
         if not hasattr(env, "default_params"):
             raise TypeError(f"env_params is None and env {type(env).__name__} has no default_params; pass "
                             "env_params.")
-        return env.default_params
+        env_params = env.default_params
+    for which in ("observation_space", "action_space"):
+        _check_box_shapes(env, which, getattr(env, which)(env_params))
     return env_params
+
+
+def _check_box_shapes(env: Any, which: str, space: Any, path: str = "") -> None:
+    """A TypeError naming `env` for a Box (inside Dict and Tuple spaces too) whose shape is not a tuple of ints.
+
+    gymnax's Box takes `shape` as a tuple; an int (`Box(0, 1, 8)`) samples as (8,), but the learners read the
+    space's shape as a tuple to size their networks and actions.
+    """
+    if isinstance(space, spaces.Box):
+        shape = space.shape
+        if not (isinstance(shape, tuple | list) and all(isinstance(d, int | np.integer) for d in shape)):
+            example = f"({shape},)" if isinstance(shape, int | np.integer) else "(n, ...)"
+            raise TypeError(f"env {type(env).__name__}: {which}(params){path} is a Box whose shape is {shape!r}; a "
+                            f"Box's shape is a tuple of ints, e.g. spaces.Box(low, high, {example}).")
+    elif isinstance(space, spaces.Dict):
+        for k, sub in space.spaces.items():
+            _check_box_shapes(env, which, sub, f"{path}[{k!r}]")
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            _check_box_shapes(env, which, sub, f"{path}[{i}]")
 
 
 def _shape_text(tree: Any) -> str:
