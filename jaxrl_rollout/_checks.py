@@ -192,8 +192,11 @@ def check_carry(carry: Any, batch_size: int) -> None:
             )
 
 
-def unpack_step(result: Any, env: Any) -> tuple:
-    """Unpacks a gymnax 1.0 step result, rejecting the old 5-value API."""
+def unpack_step(result: Any, env: Any, batched: bool = False) -> tuple:
+    """Unpacks a gymnax 1.0 step result, rejecting the old 5-value API and a final observation unlike the obs.
+
+    `batched`: the result is every env's (leaves [B, ...]); errors then give shapes per env.
+    """
     if not isinstance(result, tuple) or len(result) != 6:
         n = len(result) if isinstance(result, tuple) else type(result).__name__
         hint = ""
@@ -214,4 +217,18 @@ def unpack_step(result: Any, env: Any) -> tuple:
             f"env.step of {type(env).__name__} must return an info dict holding "
             "'final_observation' (the gymnax>=1.0.1 protocol)."
         )
+    final = info["final_observation"]
+    if jax.tree.structure(final) != jax.tree.structure(obs) or any(
+            _shape_dtype(a)[0] != _shape_dtype(b)[0] for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(obs))):
+        per_env = " per env" if batched else ""
+        raise ValueError(
+            f"env.step of {type(env).__name__}: info['final_observation'] must be an observation like the obs it "
+            f"returns (the one before any reset), {_tree_text(obs, batched)}{per_env}, got "
+            f"{_tree_text(final, batched)}.")
     return obs, state, reward, terminated, truncated, info
+
+
+def _tree_text(tree: Any, batched: bool = False) -> str:
+    """A pytree's leaves as "float32[4]" (without their leading axis when `batched`), joined, or "nothing"."""
+    return ", ".join(f"{jnp.result_type(x).name}{list(jnp.shape(x)[1 if batched else 0:])}"
+                     for x in jax.tree.leaves(tree)) or "nothing"

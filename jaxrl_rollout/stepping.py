@@ -217,13 +217,13 @@ def env_step(
       TypeError: the step's result is not the 6-tuple of the protocol, or its
         info has no "final_observation".
       ValueError: its reward, terminated or truncated is not one scalar per
-        env.
+        env, or its final observation is not shaped like its obs.
     """
     if is_vectorized(env):
         result = env.step(keys, env_state, action, env_params)
     else:
         result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
-    obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env)
+    obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env, batched=True)
     for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
         if jnp.shape(x) != (batch_size,):
             raise ValueError(
@@ -268,7 +268,7 @@ def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
         result = jax.eval_shape(all_steps, jax.random.split(key, num_envs), env_params)
     else:
         result = jax.eval_shape(one_step, key, env_params)
-    _checks.unpack_step(result, env)
+    _checks.unpack_step(result, env, batched=is_vectorized(env))
 
 
 def takes_fused_keys(env: Any, env_params: Any, num_envs: int) -> bool:

@@ -110,6 +110,21 @@ def test_five_value_step_env_is_rejected_with_the_reason():
         init(env=OldApiEnv())
 
 
+def test_a_final_observation_unlike_the_observation_is_rejected_naming_the_env():
+    """An env whose info['final_observation'] had another shape than its obs trained until the value call on
+    it failed inside the network (flax's ScopeParamShapeError), which did not name the env."""
+
+    class ShortFinal(CountingEnv):
+        def step(self, key, state, action, params=None):
+            obs, state, reward, terminated, truncated, info = super().step(key, state, action, params)
+            return obs, state, reward, terminated, truncated, {**info, "final_observation": obs[:1]}
+
+    with pytest.raises(ValueError, match=r"^env.step of ShortFinal: info\['final_observation'\] must be an observation "
+                                         r"like the obs it returns \(the one before any reset\), float32\[2\] per env, got "
+                                         r"float32\[1\]\."):
+        run(scripted_policy([0, 0]), env=ShortFinal())
+
+
 def test_action_with_a_trailing_axis_is_not_broadcast():
     bad = policy_returning(action=jnp.zeros((2, 1), jnp.int32))
     with pytest.raises(ValueError, match=r"action must have shape \[B\]=\(2,\).*\(2, 1\)"):
