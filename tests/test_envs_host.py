@@ -197,6 +197,21 @@ def test_unknown_ids_and_a_missing_extra(monkeypatch):
         envs.make("gymnasium/CartPole-v1")
 
 
+def test_an_env_missing_a_package_of_gymnasium_s_is_one_line(monkeypatch, capsys):
+    """LunarLander without Box2D: gymnasium's DependencyNotInstalled was two chained tracebacks and exit 1."""
+    from jaxrl_rollout import cli
+
+    def make(name, **kwargs):
+        raise gymnasium.error.DependencyNotInstalled('Box2D is not installed, run `pip install "gymnasium[box2d]"`')
+
+    monkeypatch.setattr(gymnasium, "make", make)
+    with pytest.raises(ImportError, match=r"^gymnasium/LunarLander-v3 needs a package gymnasium did not find: Box2D"):
+        envs.make("gymnasium/LunarLander-v3")
+    assert cli.main(["rollout", "--env", "gymnasium/LunarLander-v3", "--num-steps", "4"]) == 2
+    assert capsys.readouterr().err == ("jaxrl-rollout: error: gymnasium/LunarLander-v3 needs a package gymnasium did "
+                                       'not find: Box2D is not installed, run `pip install "gymnasium[box2d]"`\n')
+
+
 def test_importing_the_package_imports_no_suite():
     # gymnasium is left out: gymnax itself imports it.
     code = ("import sys, jaxrl_rollout, jaxrl_rollout.envs; "

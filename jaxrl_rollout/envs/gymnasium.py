@@ -60,7 +60,12 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
     gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
     if name not in gymnasium.registry:
         raise _base.unknown_name("gymnasium env id", name, gymnasium.registry, list_known=False)
-    env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name)
+    try:
+        env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name)
+    except gymnasium.error.DependencyNotInstalled as error:  # LunarLander without Box2D, ...: gymnasium's own extra
+        from jaxrl_rollout._extras import MissingExtra
+
+        raise MissingExtra(f"gymnasium/{name} needs a package gymnasium did not find: {error}") from None
     return env, env.default_params
 
 
