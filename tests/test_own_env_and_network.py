@@ -2,6 +2,7 @@
 
 import pathlib
 import re
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -237,6 +238,64 @@ def test_an_off_policy_network_with_other_collections_is_refused():
     with pytest.raises(ValueError, match=message):
         pqn.make_pqn(pqn.PQNConfig(num_envs=4, num_steps=8, total_timesteps=96, num_minibatches=2),
                      network=FrozenStatsQ())
+
+
+class PoleObs(NamedTuple):
+    cart: jax.Array  # position and velocity
+    pole: jax.Array  # angle and angular velocity
+
+
+class NamedCartPole(CartPole):
+    """CartPole whose observation is a NamedTuple, described by a Tuple space of its fields."""
+
+    def get_obs(self, state, params=None, key=None):
+        obs = super().get_obs(state, params, key)
+        return PoleObs(obs[:2], obs[2:])
+
+    def observation_space(self, params=None):
+        return spaces.Tuple([spaces.Box(-jnp.inf, jnp.inf, (2,), jnp.float32)] * 2)
+
+
+class ReadsFields(nn.Module):
+    """A network that reads the observation's fields by name."""
+
+    q_values: bool = False
+
+    @nn.compact
+    def __call__(self, obs):
+        x = nn.tanh(nn.Dense(16)(jnp.concatenate([obs.cart, obs.pole], axis=-1)))
+        if self.q_values:
+            return nn.Dense(2)(x)
+        return categorical_from_logits(nn.Dense(2)(x)), nn.Dense(1)(x)[:, 0]
+
+
+def test_a_namedtuple_observation_reaches_the_network_as_one():
+    """The networks' probes ran on zeros of the observation space, a plain tuple for a Tuple space, so a network
+    reading obs.cart was refused ('tuple' object has no attribute 'cart') although the rollout gives it the
+    NamedTuple. They now run on what the env's reset gives."""
+    from jaxrl_rollout.algorithms import dqn
+
+    _, metrics = jax.jit(ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=NamedCartPole(), network=ReadsFields()))(
+        jax.random.key(0))
+    assert np.all(np.isfinite(metrics.value_loss))
+    config = dqn.DQNConfig(total_timesteps=400, learning_starts=200, buffer_size=400, batch_size=16,
+                           target_network_frequency=100, log_interval=100)
+    _, metrics = jax.jit(dqn.make_train(config, env=NamedCartPole(), network=ReadsFields(q_values=True)))(
+        jax.random.key(0))
+    assert np.all(np.isfinite(metrics.loss[-2:])) and not np.any(metrics.nonfinite)  # NaN before learning starts
+
+
+def test_an_observation_space_that_does_not_describe_the_observation_is_refused():
+    """An env whose space said (5,) and whose reset gave (8,) trained silently (the networks are sized from the
+    space)."""
+
+    class SaysFive(MyCartPole):
+        def observation_space(self, params=None):
+            return spaces.Box(-1.0, 1.0, (5,), jnp.float32)
+
+    with pytest.raises(ValueError, match=r"^env SaysFive: reset returns observations of shape \[4\], but its "
+                                         r"observation_space\(params\) says \[5\]; the networks are sized"):
+        ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=SaysFive())
 
 
 def test_bad_env_arguments_name_the_argument():

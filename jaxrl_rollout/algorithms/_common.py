@@ -54,6 +54,7 @@ __all__ = [
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
     "check_hparam_shapes", "check_init_key",
+    "sample_observation", "check_observation_space",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -702,6 +703,7 @@ def check_env(env: Any, env_params: Any) -> Any:
         env_params = env.default_params
     for which in ("observation_space", "action_space"):
         _check_box_shapes(env, which, getattr(env, which)(env_params))
+    check_observation_space(env, env_params)
     return env_params
 
 
@@ -738,7 +740,8 @@ def _kind_text(x: Any) -> str:
     return type(x).__name__
 
 
-def check_network(module: Any, observation_space: Any, action_dim: int, continuous: bool) -> bool:
+def check_network(module: Any, observation_space: Any, action_dim: int, continuous: bool, *,
+                  sample: Any = None) -> bool:
     """Checks a user's flax module against `NETWORK_CONTRACT` on one zero observation; returns whether it is recurrent.
 
     The module is initialised and applied under `jax.eval_shape` (traced, not
@@ -754,6 +757,8 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
       observation_space: the env's observation space (Box, Discrete, Dict or Tuple).
       action_dim: A, the env's number of discrete actions or its Box's size.
       continuous: the actions are a Box.
+      sample: the observation [1, ...] to probe with (`sample_observation`);
+        None for zeros of `observation_space`.
 
     Returns:
       Whether the module is recurrent.
@@ -773,10 +778,12 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
                         "apply (wrap a plain function or an nnx model in a linen Module).")
     name = type(module).__name__
     recurrent = callable(getattr(module, "initial_carry", None))
-    try:
-        obs = zeros_for(observation_space)
-    except ValueError as error:
-        raise ValueError(f"network: cannot make a sample observation to check {name} with: {error}") from None
+    obs = sample
+    if obs is None:
+        try:
+            obs = zeros_for(observation_space)
+        except ValueError as error:
+            raise ValueError(f"network: cannot make a sample observation to check {name} with: {error}") from None
     call = f"network {name}: __call__(carry, obs)" if recurrent else f"network {name}: __call__(obs)"
     obs_text = _shape_text(obs)
 
@@ -889,7 +896,8 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
                                 activation)
         recurrent = network == "gru"
     else:
-        recurrent = check_network(module, env.observation_space(env_params), action_dim, continuous)
+        recurrent = check_network(module, env.observation_space(env_params), action_dim, continuous,
+                                  sample=sample_observation(env, env_params))
     make = networks.recurrent_policy if recurrent else networks.feedforward_policy
     policy_fn, eval_policy_fn = make(module), make(module, deterministic=True)
     if own_env or not is_self_play(env):
@@ -1002,6 +1010,48 @@ def check_single_array_obs(algo: str, module_name: str, env: Any, observation_sp
             f"space), got a pytree ({_describe(space_leaves(observation_space))}); train it with ppo or a2c, whose "
             "network='auto' encodes each leaf and applies an action mask, or, from Python, pass make_train a "
             "network of your own (network=...) that takes it.")
+
+
+def sample_observation(env: Any, env_params: Any) -> Any:
+    """One observation of zeros [1, ...] with the pytree, shapes and dtypes `env.reset` gives, or None.
+
+    The networks' probes run on it, so a network sees what it will be given (a NamedTuple observation stays a
+    NamedTuple; `zeros_for` of a Tuple space would give a tuple). Traced, not run (`jax.eval_shape`). None
+    where reset cannot be traced on its own (a self-play game's reset needs the policy's params): the
+    space's zeros (`zeros_for`) serve there.
+    """
+    from jaxrl_rollout import stepping
+
+    vectorized = stepping.is_vectorized(env)  # reset takes [B] keys and gives [B, ...] observations
+    try:
+        key = jax.random.split(jax.random.key(0), 1) if vectorized else jax.random.key(0)
+        obs = jax.eval_shape(lambda k: env.reset(k, env_params)[0], key)
+    except Exception:  # noqa: BLE001 - not traceable alone; the rollout traces it with what it needs
+        return None
+    return jax.tree.map(lambda x: jnp.zeros(tuple(x.shape) if vectorized else (1, *x.shape), x.dtype), obs)
+
+
+def check_observation_space(env: Any, env_params: Any) -> None:
+    """A ValueError naming `env` when what its reset returns does not fit its `observation_space(params)`.
+
+    Leaf by leaf in jax's order, shapes only; the networks and buffers are sized from the space, so an
+    observation of another shape would fail inside them, or be sliced or broadcast silently.
+    """
+    sample = sample_observation(env, env_params)
+    if sample is None:
+        return
+    try:
+        want = [shape for _, shape, _ in space_leaves(env.observation_space(env_params))]
+    except ValueError:
+        return  # a space the learners cannot read: refused where it is read, with its own message
+    got = [tuple(jnp.shape(x))[1:] for x in jax.tree.leaves(sample)]
+    if got != want:
+        def text(shapes):
+            return ", ".join(str(list(s)) for s in shapes) or "nothing"
+
+        raise ValueError(f"env {type(env).__name__}: reset returns observations of shape {text(got)}, but its "
+                         f"observation_space(params) says {text(want)}; the networks are sized from the space, so "
+                         "make it describe the observation.")
 
 
 def zeros_for(space: Any) -> Any:

@@ -307,12 +307,12 @@ def update_target(params: Any, target_params: Any, tau, iteration, period: int) 
                                  period)
 
 
-def _check_q_network(module: Any, obs_space: Any, action_dim: int) -> None:
+def _check_q_network(module: Any, obs_space: Any, action_dim: int, sample: Any = None) -> None:
     """The module maps obs [1, ...] to Q [1, A]; else a TypeError/ValueError naming `network`."""
     if not callable(getattr(module, "init", None)) or not callable(getattr(module, "apply", None)):
         raise TypeError(f"network must be a flax linen Module with __call__(obs [B, ...]) -> Q [B, A], got "
                         f"{type(module).__name__}.")
-    obs = _common.zeros_for(obs_space)
+    obs = _common.zeros_for(obs_space) if sample is None else sample  # sample: as the env's reset gives it
     out = _common.probe_module(f"network {type(module).__name__}: __call__(obs)",
                                "a flax linen Module with __call__(obs [B, ...]) -> Q [B, A]", module, obs)
     if not hasattr(out, "shape") or tuple(out.shape) != (1, action_dim) or not jnp.issubdtype(out.dtype, jnp.floating):
@@ -388,7 +388,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     if network is None:
         _common.check_single_array_obs("DQN", "QNetwork", env, env.observation_space(env_params))
     module = QNetwork(action_dim, config.hidden_sizes) if network is None else network
-    _check_q_network(module, env.observation_space(env_params), action_dim)
+    _check_q_network(module, env.observation_space(env_params), action_dim, _common.sample_observation(env, env_params))
     apply_fn = module.apply
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
     B, A = config.num_envs, action_dim

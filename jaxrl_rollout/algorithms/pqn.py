@@ -402,11 +402,11 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
         _common.check_single_array_obs("PQN", "QNetwork", env, obs_space)
         module = QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm)
     else:
-        module = _check_network(network, obs_space, action_dim)
+        module = _check_network(network, obs_space, action_dim, _common.sample_observation(env, env_params))
     return env, env_params, module, action_dim
 
 
-def _check_network(module: Any, obs_space: Any, action_dim: int) -> Any:
+def _check_network(module: Any, obs_space: Any, action_dim: int, sample: Any = None) -> Any:
     """Checks a user's Q-network on one zero observation (traced, not run); returns it.
 
     Raises:
@@ -416,7 +416,7 @@ def _check_network(module: Any, obs_space: Any, action_dim: int) -> Any:
     if isinstance(module, str) or not (callable(getattr(module, "init", None))
                                        and callable(getattr(module, "apply", None))):
         raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(module).__name__}.")
-    obs = _common.zeros_for(obs_space)
+    obs = _common.zeros_for(obs_space) if sample is None else sample  # sample: as the env's reset gives it
     name = type(module).__name__
     out = _common.probe_module(f"network {name}: __call__(obs)", NETWORK_CONTRACT, module, obs)
     if not (hasattr(out, "shape") and tuple(out.shape) == (1, action_dim) and jnp.issubdtype(out.dtype, jnp.floating)):

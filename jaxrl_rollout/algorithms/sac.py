@@ -308,7 +308,7 @@ NETWORK_CONTRACT = ("a pair (actor, critic) of flax linen Modules: actor.apply(p
                     "[B, A]) -> Q [B] or [B, 1]; the critic is initialised twice (twin critics)")
 
 
-def _check_network(network: Any, obs_space: Any, action_dim: int) -> tuple[Any, Any]:
+def _check_network(network: Any, obs_space: Any, action_dim: int, sample: Any = None) -> tuple[Any, Any]:
     """The (actor, critic) pair, checked on one zero observation; else a TypeError/ValueError naming `network`."""
     if not isinstance(network, (tuple, list)) or len(network) != 2:
         raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(network).__name__}.")
@@ -317,7 +317,7 @@ def _check_network(network: Any, obs_space: Any, action_dim: int) -> tuple[Any, 
         if not callable(getattr(m, "init", None)) or not callable(getattr(m, "apply", None)):
             raise TypeError(f"network: the {what} must be a flax linen Module, got {type(m).__name__}. network must "
                             f"be {NETWORK_CONTRACT}.")
-    obs = _common.zeros_for(obs_space)
+    obs = _common.zeros_for(obs_space) if sample is None else sample  # sample: as the env's reset gives it
     act = jnp.zeros((1, action_dim), jnp.float32)
     want = (1, action_dim)
     out = _common.probe_module(f"network: the actor {type(actor).__name__}'s __call__(obs)", NETWORK_CONTRACT,
@@ -417,7 +417,8 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         _common.check_single_array_obs("SAC", "SACActor and SACCritic", env, env.observation_space(env_params))
         actor, critic = SACActor(A, config.hidden_sizes), SACCritic(config.hidden_sizes)
     else:
-        actor, critic = _check_network(network, env.observation_space(env_params), A)
+        actor, critic = _check_network(network, env.observation_space(env_params), A,
+                                       _common.sample_observation(env, env_params))
     action_scale, action_bias = acl.action_scale_and_bias(low, high)
     low_j, high_j = jnp.asarray(low), jnp.asarray(high)
     target_entropy = float(-A if config.target_entropy is None else config.target_entropy)

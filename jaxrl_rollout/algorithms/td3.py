@@ -279,7 +279,7 @@ NETWORK_CONTRACT = ("a pair (actor, critic) of flax linen Modules: actor.apply(p
                     "action [B, A]) -> Q [B] or [B, 1]; the critic is initialised twice (twin critics)")
 
 
-def _check_networks(network: Any, obs_space: Any, action_dim: int):
+def _check_networks(network: Any, obs_space: Any, action_dim: int, sample: Any = None):
     """(actor, critic) from `network`; a TypeError/ValueError naming `network` when they do not fit."""
     if not isinstance(network, (tuple, list)) or len(network) != 2:
         raise TypeError(f"network must be a pair (actor_module, critic_module) of flax linen Modules, got "
@@ -288,7 +288,7 @@ def _check_networks(network: Any, obs_space: Any, action_dim: int):
     for what, m in (("actor_module", actor), ("critic_module", critic)):
         if not callable(getattr(m, "init", None)) or not callable(getattr(m, "apply", None)):
             raise TypeError(f"network: {what} must be a flax linen Module, got {type(m).__name__}.")
-    obs = _common.zeros_for(obs_space)
+    obs = _common.zeros_for(obs_space) if sample is None else sample  # sample: as the env's reset gives it
     act = jnp.zeros((1, action_dim), jnp.float32)
     a = _common.probe_module(f"network: the actor {type(actor).__name__}'s __call__(obs)", NETWORK_CONTRACT,
                              actor, obs)
@@ -382,7 +382,8 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
         network = (TD3Actor(action_dim, tuple(np.asarray(action_scale).tolist()),
                             tuple(np.asarray(action_bias).tolist()), config.hidden_sizes),
                    TD3Critic(config.hidden_sizes))
-    actor, critic = _check_networks(network, env.observation_space(env_params), action_dim)
+    actor, critic = _check_networks(network, env.observation_space(env_params), action_dim,
+                                    _common.sample_observation(env, env_params))
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
     B, A = config.num_envs, action_dim
     fused_env_keys = takes_fused_keys(env, env_params, B)
