@@ -776,6 +776,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
     Args:
       spec: the sweep.
       folder: where checkpoints go (must exist); None trains without saving.
+        A new run also writes the spec there as config.json when the folder
+        has none (the command line writes it first), so `load_run`,
+        `jaxrl-rollout evaluate` and `--resume` open a folder trained here.
       resume: continue from the checkpoint in `folder`, which must be of the
         same spec (checked against the spec saved with the checkpoint, and its
         structure, shapes and dtypes), except that `spec.config.total_timesteps`
@@ -868,6 +871,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 states = [reopen(state) for state in states]
         else:
             chunks_done, metrics = 0, {}
+            if folder is not None and jax.process_index() == 0 and not (pathlib.Path(folder) / "config.json").exists():
+                # the spec, as the command line writes it first: load_run, evaluate and --resume read it
+                text = json.dumps(spec.to_json(), indent=1) + "\n"
+                checkpoint.write_atomic(pathlib.Path(folder), "config.json", lambda f: f.write(text.encode()))
         if states is None:
             states = [
                 _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
@@ -884,8 +891,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         say(f"  compile {compile_s:.1f} s; network {network_name(algorithm.module)}"
             + (" (chosen by network=auto)" if getattr(spec.config, "network", None) == "auto" else "")
             + f"; {spec.num_runs} run{'s' if spec.num_runs != 1 else ''} in {len(groups)} group(s) over {mesh.size} "
-            f"{mesh.devices.flat[0].platform} device(s); {len(lengths)} chunk{'s' if len(lengths) != 1 else ''} of "
-            f"{spec.chunk_updates} update{'s' if spec.chunk_updates != 1 else ''}"
+            f"{mesh.devices.flat[0].platform} device(s); {_chunks_text(lengths)}"
             + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
         if chunks_done and chunks_done == len(lengths):
             say(f"  the run is complete ({updates_done:,} update{'s' if updates_done != 1 else ''}): nothing left to "
@@ -1009,6 +1015,20 @@ def _runs_near(folder: pathlib.Path, most: int = 5) -> str:
         return ""
     names = ", ".join(str(p) for p in inside[:most]) + (f" and {len(inside) - most} more" if len(inside) > most else "")
     return f" The runs in it: {names}."
+
+
+def _chunks_text(lengths: list) -> str:
+    """The chunks in words: "4 chunks of 2 updates", or "6 chunks of 2 updates (the last of 1)"."""
+    def updates(n):
+        return f"{n} update{'s' if n != 1 else ''}"
+
+    n = len(lengths)
+    if len(set(lengths)) == 1:
+        return f"{n} chunk{'s' if n != 1 else ''} of {updates(lengths[0])}"
+    if len(set(lengths[:-1])) == 1:
+        return f"{n} chunks of {updates(lengths[0])} (the last of {updates(lengths[-1])})"
+    counts = {length: lengths.count(length) for length in lengths}  # an extended run's short chunk mid-way
+    return f"{n} chunks (" + ", ".join(f"{k} of {updates(length)}" for length, k in counts.items()) + ")"
 
 
 def read_spec(folder) -> RunSpec:

@@ -53,6 +53,28 @@ def test_spec_layout_and_chunks():
     assert runner.default_chunk_updates(976) == 61 and runner.default_chunk_updates(7) == 1
 
 
+def test_the_chunk_line_says_an_uneven_split():
+    """`--total-steps 5632 --chunk-updates 2` (11 updates) printed "6 chunks of 2 updates"."""
+    assert runner._chunks_text(SPEC.chunk_lengths) == "3 chunks of 3 updates (the last of 1 update)"
+    assert runner._chunks_text([2, 2]) == "2 chunks of 2 updates" and runner._chunks_text([1]) == "1 chunk of 1 update"
+    # an extended run continues in whole chunks after a short one it had done
+    assert runner._chunks_text([3, 1, 3, 2]) == "4 chunks (2 of 3 updates, 1 of 1 update, 1 of 2 updates)"
+
+
+def test_a_folder_trained_from_python_opens_as_a_run(uninterrupted, capsys):
+    """runner.train(spec, folder) left checkpoints/ and no config.json: load_run, evaluate and --resume said
+    "holds no run: config.json is missing". The run writes its spec there, as the command line does."""
+    from jaxrl_rollout import cli
+
+    folder, whole = uninterrupted
+    assert runner.read_spec(folder) == SPEC
+    spec, state, _, manifest = runner.load_run(folder)
+    assert spec == SPEC and manifest["meta"]["updates_done"] == 7
+    _assert_identical(state, whole.state)
+    assert cli.main(["train", "--resume", str(folder)]) == 0
+    assert "the run is complete (7 updates): nothing left to train" in capsys.readouterr().err
+
+
 def test_sac_and_td3_default_to_finer_chunks_than_the_others():
     """CleanRL's SAC and TD3 (a million steps, 1,000 updates of a thousand gradient steps each) run in 100 chunks, so
     the first progress line and a Ctrl-C's stop come after 10,000 steps; PPO's default keeps its 16 chunks."""
