@@ -348,7 +348,8 @@ def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
     except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(error, OSError) and not error.filename:  # a failed write() names no file: name it
+        # a failed write() names no file, a failed rename the temporary one (gone now): name the file written
+        if isinstance(error, OSError) and (not error.filename or str(error.filename) == tmp):
             raise OSError(error.errno, error.strerror or str(error), str(folder / name)) from error
         raise
     return folder / name

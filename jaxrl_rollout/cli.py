@@ -232,7 +232,7 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--wandb", choices=("off", "online", "offline"), default="off",
                      help="also log to Weights & Biases, one run per grid point and seed (the wandb extra; "
                           "offline runs go to FOLDER/wandb for `wandb sync`) (default: off)")
-    run.add_argument("--wandb-project", default="jaxrl_rollout", help="W&B project (default: %(default)s)")
+    run.add_argument("--wandb-project", metavar="PROJECT", help="with --wandb: the W&B project (default: jaxrl_rollout)")
     run.add_argument("--checkpoint-every", type=_positive_int, default=5,
                      help="save a checkpoint every N chunks and at the end (default: %(default)s)")
     run.add_argument("--max-parallel", type=_positive_int,
@@ -274,7 +274,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--video-runs", metavar="SELECTOR",
                      help="with --video-every: which runs, e.g. 0 or best,worst,3 (run r = grid point x seeds + "
                           "seed; best/worst by that episode's return) (default: 0)")
-    run.add_argument("--stop-after-chunks", type=_positive_int, help=argparse.SUPPRESS)
+    run.add_argument("--stop-after-chunks", type=_positive_int, metavar="N",
+                     help="stop after N chunks of this call, saved, as if interrupted, and exit 0 with the command "
+                          "that continues the run (to split a long run across jobs) (default: run to the end)")
     config = train.add_argument_group("static config (one value each)")
     for name, (defaults, parse) in _config_fields().items():
         config.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse,
@@ -632,6 +634,10 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         from jaxrl_rollout.runner import host_env
 
         if host_env(env) is not None:  # a host env's pool cannot be evaluated inside the chunk: at the end only
+            if "eval_episodes" in given:
+                raise ValueError(f"{_typed('eval_episodes', given['eval_episodes'])}: {spec.config.env_id} is a host "
+                                 "env, evaluated only after training (its pool of envs cannot be evaluated inside "
+                                 f"a chunk), with --num-eval episodes: use --num-eval {given['eval_episodes']}.")
             spec = dataclasses.replace(spec, eval_every=None, eval_episodes=10)
     _check_devices(spec, args.devices, env=env)  # before the folder is written
     _check_video(args, spec, env)
@@ -850,20 +856,34 @@ def _curve_label(metrics: dict) -> str:
     return "by tenth of training" if updates >= 10 else f"by update ({updates} update{'s' * (updates != 1)})"
 
 
+def _figures(values) -> list:
+    """Returns as short text, with as many decimals as their size needs to be told apart (none from 10 up, 1
+    from 1, else 2), so a game's 0.7 or a MinAtar 0.2 is not printed as 1 or 0; never "-0"."""
+    import numpy as np
+
+    finite = np.abs(np.asarray(values, np.float64))
+    finite = finite[np.isfinite(finite)]
+    top = finite.max() if finite.size else 0.0
+    decimals = 0 if top >= 9.95 else 1 if top >= 0.995 else 2
+    return [f"{v:z.{decimals}f}" for v in np.asarray(values, np.float64)]
+
+
 def _coarse_curve(metrics: dict) -> str:
     import numpy as np
 
     from jaxrl_rollout.run_metrics import chunk_return
 
     updates = metrics["episode_return"].shape[1]
-    parts = []
+    means = []  # a window's mean, or its word
     for window in np.array_split(np.arange(updates), min(10, updates)):  # ten parts, the first ones a step longer
         per_run = chunk_return({k: metrics[k][:, window] for k in ("episode_return", "num_episodes")})
         finite = per_run[np.isfinite(per_run)]
         if (metrics["num_episodes"][:, window].sum(1) > 0).sum() > finite.size:
-            parts.append("nan")  # episodes that returned NaN or inf: never shown as a mean of the others
+            means.append("nan")  # episodes that returned NaN or inf: never shown as a mean of the others
         else:
-            parts.append(f"{finite.mean():z.0f}" if finite.size else "n/a")
+            means.append(float(finite.mean()) if finite.size else "n/a")
+    numbers = iter(_figures([m for m in means if not isinstance(m, str)]))
+    parts = [m if isinstance(m, str) else next(numbers) for m in means]
     text = " ".join(parts)
     return text + (" (nan: a run's episodes returned NaN or inf)" if "nan" in parts else "")
 
@@ -887,6 +907,9 @@ def _run_train(args: argparse.Namespace) -> int:
                "process_id": args.process_id}
     if any(v is not None for v in cluster.values()) and not args.distributed:
         raise ValueError("--coordinator, --num-processes and --process-id need --distributed.")
+    if args.wandb_project is not None and args.wandb == "off":
+        raise ValueError(f"--wandb-project {args.wandb_project}: names the W&B project of --wandb offline|online, "
+                         "which is off; add --wandb offline (or online), or drop --wandb-project.")
     if args.wandb != "off":  # before the run folder is written (W&B's own import comes with its first run)
         import importlib.util
 
@@ -902,7 +925,9 @@ def _run_train(args: argparse.Namespace) -> int:
 def _say_new_total(folder, saved_config, spec, updates_done: int) -> None:
     """The lines of `train --resume F --total-steps N` that changes a run's total: the new length, and each
     schedule of the whole run that it moves (PPO's, A2C's and PQN's learning rate, PQN's epsilon over its
-    updates, DQN's over its env-step iterations); a schedule the new total leaves as it was gets no line."""
+    updates, DQN's over its env-step iterations); a schedule the new total leaves as it was gets no line.
+    Updates are counted from 1, as in the progress lines: the first that the new schedule moves is
+    `updates_done + 1`."""
     new_config = spec.config
     longer = new_config.total_timesteps > saved_config.total_timesteps
     updates = new_config.num_updates
@@ -911,13 +936,13 @@ def _say_new_total(folder, saved_config, spec, updates_done: int) -> None:
     print(f"jaxrl_rollout: {'extending' if longer else 'shortening'} the run in {folder} from "
           f"{saved_config.total_timesteps:,} to {new_config.total_timesteps:,} steps per run{same}")
     if getattr(new_config, "anneal_lr", False) and updates_move:
-        print(f"  anneal_lr: from update {updates_done} on, the learning rate follows the new total's linear schedule "
+        print(f"  anneal_lr: from update {updates_done + 1} on, the learning rate follows the new total's linear schedule "
               f"over {updates} update{'s' if updates != 1 else ''} "
               + ("(it rises again after a finished run's decay)" if longer else "(it falls faster from here on)"))
     # epsilon decays over a fraction of the run: PQN's of its updates, DQN's of its iterations (env steps / envs)
     if ((spec.algo == "pqn" and updates_move)
             or (spec.algo == "dqn" and new_config.num_iterations != saved_config.num_iterations)):
-        print(f"  epsilon: from update {updates_done} on, the exploration rate follows the new total's schedule "
+        print(f"  epsilon: from update {updates_done + 1} on, the exploration rate follows the new total's schedule "
               "(its decay is a fraction of the whole run, so it "
               + ("can rise again)" if longer else "falls faster from here on)"))
 
@@ -965,7 +990,8 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
             if args.tensorboard:
                 logs.append(loggers.TensorBoardLogger(folder, spec, first_update=done))
             if args.wandb != "off":
-                logs.append(loggers.WandbLogger(folder, spec, mode=args.wandb, project=args.wandb_project))
+                logs.append(loggers.WandbLogger(folder, spec, mode=args.wandb,
+                                                      project=args.wandb_project or "jaxrl_rollout"))
         videos = _training_videos(args, spec, folder, logs, done) if args.video_every is not None else None
         try:
             result = runner.train(spec, folder, resume=resume, devices=args.devices,
@@ -1002,7 +1028,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     print(report.format_summary(report.summarize(spec, result.metrics), window))
     returns, rates = _closing_evaluation(args, spec, state, result.metrics)
     print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():z.1f} "
-          f"(std over runs {returns.std():z.1f}); per run: " + " ".join(f"{r:z.0f}" for r in returns))
+          f"(std over runs {returns.std():z.1f}); per run: " + " ".join(_figures(returns)))
     if rates is not None:
         print(f"  against a uniform random legal-move opponent (seat drawn per game): win {rates[:, 0].mean():.0%}, "
               f"draw {rates[:, 1].mean():.0%}, loss {rates[:, 2].mean():.0%}; per run (W/D/L): "

@@ -313,6 +313,15 @@ def test_the_help_examples_parse():
         assert args.command in ("train", "evaluate", "rollout"), line
 
 
+def test_a_wandb_project_without_wandb_is_refused(tmp_path, capsys):
+    """--wandb-project without --wandb trained the default job and logged nowhere."""
+    assert cli.main(["train", "--wandb-project", "x", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == ("jaxrl-rollout: error: --wandb-project x: names the W&B project of --wandb "
+                                       "offline|online, which is off; add --wandb offline (or online), or drop "
+                                       "--wandb-project.\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_unknown_command_is_one_line_with_the_closest_one(capsys):
     assert cli.main(["trian", "--seeds", "2"]) == 2
     err = capsys.readouterr().err

@@ -304,3 +304,10 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
                      "--out", str(tmp_path / "groups")]) == 2
     assert "max_parallel=4 (--max-parallel)" in capsys.readouterr().err
     assert not (tmp_path / "groups").exists()
+    # --eval-episodes of the periodic evaluation, which a host env does not run, was dropped silently
+    assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--eval-episodes", "5",
+                     "--out", str(tmp_path / "episodes")]) == 2
+    assert capsys.readouterr().err == (
+        "jaxrl-rollout: error: --eval-episodes 5: gymnasium/CartPole-v1 is a host env, evaluated only after training "
+        "(its pool of envs cannot be evaluated inside a chunk), with --num-eval episodes: use --num-eval 5.\n")
+    assert not (tmp_path / "episodes").exists()

@@ -47,6 +47,15 @@ def test_a_failed_metrics_write_leaves_the_old_file_whole(tmp_path, monkeypatch)
     assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["metrics.csv"]
 
 
+def test_a_write_that_cannot_replace_its_file_names_the_file(tmp_path):
+    """A rename onto a directory named the temporary file (gone by then), not metrics.csv."""
+    (tmp_path / "metrics.csv").mkdir()
+    with pytest.raises(OSError) as caught:
+        checkpoint.write_atomic(tmp_path, "metrics.csv", lambda f: f.write(b"x"))
+    assert caught.value.filename == str(tmp_path / "metrics.csv")
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]  # no temporary file left
+
+
 def test_symlinked_outputs_are_replaced_not_written_through(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()

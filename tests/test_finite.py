@@ -103,5 +103,8 @@ def test_returns_that_round_to_zero_print_without_a_minus_sign():
     # MountainCarContinuous's small action costs: -0.003 per run printed as "-0.0 +- 0.0 (min -0.0, max -0.0"
     tiny = np.array([-0.003, -0.004])
     assert runner.returns_text(tiny, np.array([True, True])) == "return 0.0 +- 0.0 (min 0.0, max 0.0, 2/2 runs)"
-    assert cli._coarse_curve(_metrics([[-0.2, -0.3]], [[1, 1]])) == "0 0"
+    assert cli._coarse_curve(_metrics([[-0.002, -0.003]], [[1, 1]])) == "0.00 0.00"
+    # small returns keep the decimals that tell them apart (a MinAtar 0.2 or a game's 0.7 read 0 and 1)
+    assert cli._coarse_curve(_metrics([[-0.2, 0.7]], [[1, 1]])) == "-0.20 0.70"
+    assert cli._figures([500.0, 21.5]) == ["500", "22"] and cli._figures([2.54, 0.5]) == ["2.5", "0.5"]
     assert runner.returns_text(np.array([-0.06]), np.array([True])).startswith("return -0.1 +- 0.0")  # not rounded away

@@ -201,7 +201,7 @@ def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys,
     assert cli.main([*resume, "192"]) == 0  # 6 updates, 6 trained
     out = capsys.readouterr().out
     assert f"shortening the run in {folder} from 256 to 192 steps per run\n" in out, out
-    assert ("anneal_lr: from update 5 on, the learning rate follows the new total's linear schedule over 6 updates "
+    assert ("anneal_lr: from update 6 on, the learning rate follows the new total's linear schedule over 6 updates "
             "(it falls faster from here on)") in out, out
     assert cli.main([*resume, "200"]) == 0  # 200 // 32: still 6 updates, all trained
     captured = capsys.readouterr()

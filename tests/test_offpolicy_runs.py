@@ -199,7 +199,7 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
         assert cli.main(["train", "--resume", "run", "--total-steps", "1500", "--stop-after-chunks", "1"]) == 0
         out = capsys.readouterr().out
         assert "extending the run in run from 1,200 to 1,500 steps per run" in out
-        assert "epsilon: from update 12 on, the exploration rate follows the new total's schedule" in out
+        assert "epsilon: from update 13 on, the exploration rate follows the new total's schedule" in out
 
 
 @pytest.mark.parametrize("argv, words", [

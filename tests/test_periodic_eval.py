@@ -140,7 +140,7 @@ def test_cli_writes_eval_returns_to_csv_and_progress_and_resumes_identically(run
     out, err = capsys.readouterr()
     last = runs[1].metrics["eval_return"][:, -1]
     assert (f"deterministic evaluation, 3 episodes per run: mean {last.mean():.1f} (std over runs {last.std():.1f}); "
-            "per run: " + " ".join(f"{r:.0f}" for r in last)) in out
+            "per run: " + " ".join(cli._figures(last))) in out
     chunk_lines = [line for line in err.splitlines() if line.lstrip().startswith("step ")]
     assert [line.split("  eval ")[1].split(" (")[-1] for line in chunk_lines] == ["step 128)", "step 384)"]
     rows = _rows(whole, "eval_return")

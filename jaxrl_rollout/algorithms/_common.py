@@ -1034,8 +1034,9 @@ def sample_observation(env: Any, env_params: Any) -> Any:
 def check_observation_space(env: Any, env_params: Any) -> None:
     """A ValueError naming `env` when what its reset returns does not fit its `observation_space(params)`.
 
-    Leaf by leaf in jax's order, shapes only; the networks and buffers are sized from the space, so an
-    observation of another shape would fail inside them, or be sliced or broadcast silently.
+    The leaves' shapes, in any order (a NamedTuple observation described by a Dict space flattens in another
+    order); the networks and buffers are sized from the space, so an observation of another shape would fail
+    inside them, or be sliced or broadcast silently.
     """
     sample = sample_observation(env, env_params)
     if sample is None:
@@ -1045,7 +1046,8 @@ def check_observation_space(env: Any, env_params: Any) -> None:
     except ValueError:
         return  # a space the learners cannot read: refused where it is read, with its own message
     got = [tuple(jnp.shape(x))[1:] for x in jax.tree.leaves(sample)]
-    if got != want:
+    if sorted(got) != sorted(want):  # as sets of shapes: a NamedTuple observation's fields keep their order, a
+        # Dict space's leaves come sorted by key (jumanji's Snake: grid, step_count, action_mask)
         def text(shapes):
             return ", ".join(str(list(s)) for s in shapes) or "nothing"
 
