@@ -46,6 +46,21 @@ def check_key(key: Any, what: str, batch_hint: str) -> None:
                          f"{jnp.shape(key)}; {batch_hint}.")
 
 
+def check_same_shapes(function: str, **arrays: Any) -> None:
+    """A ValueError unless every array has the first one's shape: the per-sample inputs of a loss or target.
+
+    Checked at trace time: a critic head left at [N, 1] beside [N] returns would broadcast to [N, N] and give a
+    wrong mean, silently.
+    """
+    shapes = {name: tuple(jnp.shape(x)) for name, x in arrays.items()}
+    counts = [list(shapes.values()).count(shape) for shape in shapes.values()]
+    common_name, common = list(shapes.items())[counts.index(max(counts))]  # the shape most of them have
+    for name, shape in shapes.items():
+        if shape != common:
+            raise ValueError(f"{function}: {name} has shape {shape}, but {common_name} has shape {common}; these are "
+                             "per-sample arrays of one shape (squeeze a critic or log-prob output [N, 1] to [N]).")
+
+
 def check_function_key(key: Any, function: str, several: str) -> None:
     """`check_key` for the one key of the public function `function`: the errors name "<function>'s key"
     ("<function>' key" for a name ending in s) and suggest "for several <several>, vmap <function> over

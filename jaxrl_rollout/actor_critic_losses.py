@@ -3,7 +3,8 @@
 Everything here is jittable and vmappable and takes network outputs, not
 networks: the learner evaluates its actor and critics and passes the arrays
 in. Shapes: B is the batch, A the action dimension. Critic values are [B]
-(squeeze a [B, 1] head before calling). Losses return `(loss, parts)` like
+(squeeze a [B, 1] head before calling: the per-sample inputs of each function
+must share one shape, else a ValueError names them). Losses return `(loss, parts)` like
 `jaxrl_rollout.losses`.
 
 Public references reproduced (docs/semantics.md §20, §21):
@@ -29,6 +30,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+
+from jaxrl_rollout import _checks
 
 __all__ = [
     "LOG_STD_MAX",
@@ -219,6 +222,8 @@ def sac_critic_target(
     Returns:
       [B] float32 targets.
     """
+    _checks.check_same_shapes("sac_critic_target", next_q1=next_q1, next_q2=next_q2, next_log_prob=next_log_prob,
+                              rewards=rewards, terminated=terminated, truncated=truncated)
     done = bootstrap_done(terminated, truncated, bootstrap_on_truncation=bootstrap_on_truncation)
     soft_next = jnp.minimum(next_q1, next_q2) - alpha * next_log_prob
     return jax.lax.stop_gradient(_one_step_target(rewards, done, gamma, soft_next))
@@ -238,6 +243,7 @@ def twin_critic_loss(q1: jax.Array, q2: jax.Array, target: jax.Array, *, scale: 
     Returns:
       (loss, parts) with qf1_loss, qf2_loss, qf1_values, qf2_values (means).
     """
+    _checks.check_same_shapes("twin_critic_loss", q1=q1, q2=q2, target=target)
     target = jax.lax.stop_gradient(target)
     qf1_loss = jnp.mean((q1 - target) ** 2)
     qf2_loss = jnp.mean((q2 - target) ** 2)
@@ -259,6 +265,7 @@ def sac_actor_loss(log_prob: jax.Array, q1_pi: jax.Array, q2_pi: jax.Array, alph
     Returns:
       (loss, parts) with actor_loss and entropy (-mean log_prob).
     """
+    _checks.check_same_shapes("sac_actor_loss", log_prob=log_prob, q1_pi=q1_pi, q2_pi=q2_pi)
     alpha = jax.lax.stop_gradient(alpha)
     loss = jnp.mean(alpha * log_prob - jnp.minimum(q1_pi, q2_pi))
     return loss, {"actor_loss": loss, "entropy": -jnp.mean(jax.lax.stop_gradient(log_prob))}
@@ -350,6 +357,8 @@ def td3_critic_target(
     Returns:
       [B] float32 targets (no gradient).
     """
+    _checks.check_same_shapes("td3_critic_target", next_q1=next_q1, next_q2=next_q2, rewards=rewards,
+                              terminated=terminated, truncated=truncated)
     done = bootstrap_done(terminated, truncated, bootstrap_on_truncation=bootstrap_on_truncation)
     return jax.lax.stop_gradient(_one_step_target(rewards, done, gamma, jnp.minimum(next_q1, next_q2)))
 

@@ -1,8 +1,10 @@
 """Policy-gradient losses with CleanRL's and the A2C agent's exact semantics (docs/semantics.md §9).
 
 Each loss returns `(loss, parts)`: the scalar to differentiate and a dict of
-named float32 scalars for logging. Inputs are flat minibatches [N] (any shape
-works: every mean is over all elements).
+named float32 scalars for logging. Inputs are per-sample arrays of one shape,
+flat minibatches [N] or [T, B] (every mean is over all elements); arrays of
+different shapes (a critic's [N, 1] beside [N] returns) are a ValueError, never
+broadcast.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.advantages import normalize_advantages
 
 __all__ = ["a2c_loss", "ppo_loss"]
@@ -56,6 +59,8 @@ def ppo_loss(
       (loss, parts) with parts policy_loss, value_loss, entropy, approx_kl
       (CleanRL's mean((r - 1) - log r)), clip_fraction (mean |r - 1| > eps).
     """
+    _checks.check_same_shapes("ppo_loss", log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
+                              value=value, old_value=old_value, returns=returns, entropy=entropy)
     log_ratio = log_prob - old_log_prob
     ratio = jnp.exp(log_ratio)
     if normalize:
@@ -102,6 +107,7 @@ def a2c_loss(
     Returns:
       (loss, parts) with parts policy_loss, value_loss, entropy.
     """
+    _checks.check_same_shapes("a2c_loss", log_prob=log_prob, value=value, returns=returns, entropy=entropy)
     advantages = returns - value
     value_loss = jnp.mean(advantages**2)
     policy_loss = -jnp.mean(jax.lax.stop_gradient(advantages) * log_prob)

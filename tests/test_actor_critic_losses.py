@@ -186,3 +186,27 @@ def test_state_independent_log_std_broadcasts():
     np.testing.assert_array_equal(a.log_prob, b.log_prob)
     with pytest.raises(ValueError, match="log_std"):
         acl.tanh_gaussian_sample(mean, jnp.zeros(3), noise)
+
+
+def test_per_sample_inputs_of_different_shapes_are_refused_not_broadcast():
+    """A critic head left at [N, 1] beside [N] returns broadcast to [N, N]: ppo_loss's value_loss read 1.056 for
+    0.548, a2c_loss 2.11 for 1.09, and sac_critic_target returned [4, 4] targets, with no error."""
+    from jaxrl_rollout import losses
+
+    n = jnp.arange(8, dtype=jnp.float32) / 8
+    col = n[:, None]
+    with pytest.raises(ValueError, match=r"^ppo_loss: value has shape \(8, 1\), but log_prob has shape \(8,\); "
+                                         r"these are per-sample arrays of one shape \(squeeze"):
+        losses.ppo_loss(n, n, n, col, n, n, n, 0.2, 0.5, 0.01)
+    with pytest.raises(ValueError, match=r"^a2c_loss: log_prob has shape \(8, 1\), but"):
+        losses.a2c_loss(col, n, n, n, 0.5, 0.01)
+    with pytest.raises(ValueError, match=r"^sac_critic_target: next_q2 has shape \(8, 1\)"):
+        acl.sac_critic_target(n, col, n, n, n > 2, n > 3, 0.99, 0.2)
+    with pytest.raises(ValueError, match=r"^twin_critic_loss: target has shape \(8, 1\)"):
+        acl.twin_critic_loss(n, n, col)
+    with pytest.raises(ValueError, match=r"^sac_actor_loss: q1_pi has shape \(8, 1\)"):
+        acl.sac_actor_loss(n, col, n, 0.2)
+    with pytest.raises(ValueError, match=r"^td3_critic_target: rewards has shape \(8, 1\)"):
+        acl.td3_critic_target(n, n, col, n > 2, n > 3, 0.99)
+    # one shape throughout, [T, B] as well as [N], is what they take
+    losses.ppo_loss(*(jnp.ones((4, 2)),) * 7, 0.2, 0.5, 0.01)
