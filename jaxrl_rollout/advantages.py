@@ -152,6 +152,13 @@ def gae(
 def trajectory_gae(traj: Trajectory, gamma: Scalar, gae_lambda: Scalar) -> tuple[jax.Array, jax.Array]:
     """`gae` on a `Trajectory`: truncated episodes bootstrap from V(final observation).
 
+    The trajectory must come from `rollout(..., bootstrap_truncated=True)`
+    (the default). With False its `next_value` at a time limit is V of the
+    next episode's first observation, which this would bootstrap from (ARENA's
+    quirk, `compat.arena`); for the convention such a rollout is for, a time
+    limit as termination, use `gae(traj.reward, traj.value, traj.next_value,
+    traj.done, traj.done, gamma, gae_lambda)`.
+
     Returns:
       (advantages, returns), each [T, B].
     """

@@ -166,7 +166,9 @@ def rollout(
       bootstrap_truncated: if False, skip the extra value call on final
         observations: `next_value` is then V(obs[t + 1]) everywhere, the
         convention of code that treats a time limit as termination (CleanRL,
-        PureJaxRL).
+        PureJaxRL): estimate with `gae(..., traj.done, traj.done, ...)`, not
+        `trajectory_gae`, which would bootstrap a time limit from the next
+        episode's first observation.
       obs_clip, obs_epsilon: when `state.obs_rms` is set (see
         `rollout_init`'s normalize_observations), the policy acts on
         `clip((obs - mean) / sqrt(var + obs_epsilon), -obs_clip, obs_clip)`

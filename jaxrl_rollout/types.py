@@ -91,7 +91,11 @@ class Trajectory(NamedTuple):
       next_value: [T, B] value of the true next state: V(final observation)
         where truncated, otherwise V(obs[t + 1]) (V of the observation left in
         the rollout state at t = T - 1). Where terminated it is V of the reset
-        observation, which estimators multiply by zero.
+        observation, which estimators multiply by zero. From
+        `rollout(..., bootstrap_truncated=False)` it is V(obs[t + 1])
+        everywhere, where truncated too: V of the next episode's first
+        observation, which only an estimator that ends episodes at `done`
+        (a time limit as termination) leaves unread.
       completed_return: [T, B] float32, undiscounted return of the episode that
         ended at transition t; 0 where `done` is False.
       completed_length: [T, B] int32, length of that episode; 0 where `done`
