@@ -339,6 +339,25 @@ def _typed(option: str, value) -> str:
     return f"--{option.replace('_', '-')} {shown}"
 
 
+# An exploration schedule's length, and the two ends it runs between (DQN's, PQN's).
+_DECAYS = (("exploration_fraction", "start_e", "end_e"), ("epsilon_decay", "epsilon_start", "epsilon_finish"))
+
+
+def _check_decay_is_read(given: dict, hparams_cls) -> None:
+    """Refuses a decay length given with one start and one end that are equal: epsilon is then constant, so a
+    sweep over the length would train the same run under each label (as SAC's --alpha with autotune)."""
+    defaults = hparams_cls()
+    for length, start, end in _DECAYS:
+        if length not in given or start not in hparams_cls._fields:
+            continue
+        starts = given.get(start, (getattr(defaults, start),))
+        ends = given.get(end, (getattr(defaults, end),))
+        if len(starts) == len(ends) == 1 and starts[0] == ends[0]:
+            raise ValueError(f"{_typed(length, given[length])}: epsilon stays at {starts[0]:g} ({start} = {end}), so "
+                             f"the decay's length is not read; drop --{length.replace('_', '-')}, or give "
+                             f"--{start.replace('_', '-')} and --{end.replace('_', '-')} that differ.")
+
+
 def _check_options_are_read(given: dict, config, module=None) -> None:
     """Refuses an option the run would not read, which would otherwise train as if it had not been given.
 
@@ -427,6 +446,7 @@ def _build_spec(given: dict):
     except ValueError as err:
         raise ValueError(_led_by_options(str(err), given)) from None
     _check_options_are_read(given, config)
+    _check_decay_is_read(given, hparams_cls)
     axes = {name: given[name] for name in hparams_cls._fields if name in given}
     grid = tuple(hparams_cls(**dict(zip(axes, point))) for point in itertools.product(*axes.values()))
     try:
@@ -1103,7 +1123,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "
           f"{status}), {args.num_episodes} episodes per run; return mean (std)")
     if sto is None:
-        print(f"  {spec.algo.upper()}'s policy is deterministic (its exploration noise belongs to training): "
+        explores = "epsilon-greedy exploration" if spec.algo == "dqn" else "exploration noise"
+        print(f"  {spec.algo.upper()}'s policy is deterministic (its {explores} belongs to training): "
               "no stochastic column")
     labels = [report.grid_label(spec, g) for g in range(len(spec.grid))]
     width = max(len("grid point"), *map(len, labels))

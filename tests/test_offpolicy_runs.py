@@ -234,6 +234,13 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
      "--autotune false --target-entropy -2.0: target_entropy=-2.0 is read only when the temperature is learned"),
     (["--algo", "dqn", "--target-network-frequency", "600000"],
      "--target-network-frequency 600000: target_network_frequency=600000 leaves the target network as initialised"),
+    # a decay length with a constant epsilon: a sweep over it trained identical runs under different labels
+    (["--algo", "dqn", "--start-e", "0.05", "--end-e", "0.05", "--exploration-fraction", "0.1,0.5"],
+     "--exploration-fraction 0.1,0.5: epsilon stays at 0.05 (start_e = end_e), so the decay's length is not read"),
+    (["--algo", "pqn", "--epsilon-start", "0.2", "--epsilon-decay", "0.3"],
+     "--epsilon-decay 0.3: epsilon stays at 0.2 (epsilon_start = epsilon_finish)"),
+    (["--algo", "td3", "--total-steps", "30000", "--policy-frequency", "100000"],
+     "--total-steps 30000 --policy-frequency 100000: policy_frequency=100000 leaves the actor as initialised"),
 ])
 def test_bad_off_policy_options_exit_2_in_one_line(argv, words, tmp_path, capsys):
     assert cli.main(["train", *argv, "--out", str(tmp_path / "run")]) == 2

@@ -100,6 +100,10 @@ def test_vmapped_seeds_and_hparams_equal_single_runs():
 
 
 def test_errors_name_the_argument():
+    # a run whose delayed actor step never comes kept its initial actor and alpha (actor_loss NaN throughout)
+    with pytest.raises(ValueError, match=r"^policy_frequency=20 leaves the actor as initialised"):
+        sac.SACConfig(total_timesteps=60, learning_starts=45, policy_frequency=20, target_network_frequency=1,
+                      log_interval=20, buffer_size=60, batch_size=8, hidden_sizes=(8,))
     with pytest.raises(ValueError, match="tau"):
         sac.make_train(SMALL)(jax.random.key(0), sac.SACHParams(tau=0.0))  # checked before it traces
     with pytest.raises(ValueError, match="q_lr"):
@@ -121,7 +125,9 @@ def test_errors_name_the_argument():
         sac.SACConfig(buffer_size=3, batch_size=2, num_envs=4)
     with pytest.raises(ValueError, match=r"learning_starts=5000 leaves no gradient step"):
         sac.SACConfig(total_timesteps=5_000)
-    sac.SACConfig(total_timesteps=5_002, log_interval=1)  # one critic step, after iteration 5,001
+    with pytest.raises(ValueError, match=r"^policy_frequency=2 leaves the actor as initialised"):
+        sac.SACConfig(total_timesteps=5_002, log_interval=1)  # one critic step, after iteration 5,001, no actor step
+    sac.SACConfig(total_timesteps=5_004, log_interval=1)  # critic steps after 5,001 to 5,003, an actor step after 5,002
     with pytest.raises(ValueError, match=r"target_entropy=-2.0 is read only when the temperature is learned"):
         sac.SACConfig(autotune=False, target_entropy=-2.0)
     with pytest.raises(ValueError, match=r"target_network_frequency=10000000 leaves the target network as "

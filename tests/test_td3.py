@@ -92,6 +92,11 @@ def test_errors_name_the_argument():
         td3.TD3Config(buffer_size=100)
     with pytest.raises(ValueError, match=r"learning_starts=25000 leaves no gradient step"):
         td3.TD3Config(total_timesteps=20_000)
+    # a delayed actor step that never comes: the actor and the targets stayed as initialised, and nothing said so
+    with pytest.raises(ValueError, match=r"^policy_frequency=5000 leaves the actor as initialised: its first update "
+                                         r"comes after iteration 5000 .*takes iterations 0 to 2999"):
+        td3.TD3Config(total_timesteps=3000, learning_starts=100, policy_frequency=5000, log_interval=100)
+    td3.TD3Config(total_timesteps=3000, learning_starts=100, policy_frequency=2000, log_interval=100)
     with pytest.raises(ValueError, match="learning_starts"):
         td3.TD3Config(learning_starts=-1)
     with pytest.raises(ValueError, match="total_timesteps"):

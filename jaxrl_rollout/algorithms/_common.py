@@ -492,16 +492,32 @@ class LearnerSizes:
         Raises:
           ValueError: naming target_network_frequency, learning_starts and total_timesteps.
         """
+        self.check_first_due("target_network_frequency", self.target_network_frequency,
+                             "the target network as initialised")
+
+    def check_policy_updates(self) -> None:
+        """Raises when the run takes no actor update (SAC's and TD3's `policy_frequency`).
+
+        The delayed actor step (TD3's with its target updates, SAC's with its
+        temperature's) follows iteration g when g > learning_starts and g %
+        policy_frequency == 0 (CleanRL's SAC and TD3); a run that ends before
+        the first would keep the initial actor to the end, and say nothing.
+
+        Raises:
+          ValueError: naming policy_frequency, learning_starts and total_timesteps.
+        """
+        self.check_first_due("policy_frequency", self.policy_frequency, "the actor as initialised")
+
+    def check_first_due(self, field: str, every: int, what: str) -> None:
+        """Raises unless some iteration g > learning_starts with g % every == 0 is taken (`field`'s first step)."""
         taken = self.iterations_taken
-        every = self.target_network_frequency
         first = (self.learning_starts // every + 1) * every
         if first >= taken:
             raise ValueError(
-                f"target_network_frequency={every} leaves the target network as initialised: its first update comes "
-                f"after iteration {first} (the first multiple of {every} past learning_starts={self.learning_starts}), "
-                f"and total_timesteps={self.total_timesteps} with num_envs={self.num_envs} takes iterations 0 to "
-                f"{taken - 1}; lower target_network_frequency (in iterations of num_envs env steps) or raise "
-                "total_timesteps.")
+                f"{field}={every} leaves {what}: its first update comes after iteration {first} (the first multiple "
+                f"of {every} past learning_starts={self.learning_starts}), and total_timesteps={self.total_timesteps} "
+                f"with num_envs={self.num_envs} takes iterations 0 to {taken - 1}; lower {field} (in iterations of "
+                "num_envs env steps) or raise total_timesteps.")
 
 
 def due_row(rows: Any, due: jax.Array) -> Any:

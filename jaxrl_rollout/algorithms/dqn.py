@@ -84,16 +84,21 @@ class DQNConfig(_common.LearnerSizes):
       batch_size: transitions per gradient step.
       learning_starts: iterations before the first gradient step (CleanRL:
         a step needs g > learning_starts).
-      train_frequency: iterations per gradient step (and per update).
+      train_frequency: iterations per gradient step (DQN's learner step;
+        an update is `log_interval` iterations of them).
       target_network_frequency: iterations between target updates.
       log_interval: iterations per update, the metrics' row: rounded down to
         whole learner steps of `train_frequency` iterations, at least one.
-        It changes only how the metrics are grouped, never what is trained.
+        It changes only how the metrics are grouped, not what is trained,
+        except that the run takes whole updates: total_timesteps is rounded
+        down to them (docs/semantics.md §22.5).
       hidden_sizes: the Q-network's hidden layers (ReLU), CleanRL's 120-84.
       adam_eps: Adam's epsilon (torch's default).
-      bootstrap: "time_limits" (bootstrap through truncations, SB3's
-        `handle_timeout_termination`) or "done" (CleanRL: a truncation ends
-        the bootstrap too); see `replay`.
+      bootstrap: "time_limits" (bootstrap through truncations from the true
+        final observation: SB3's `handle_timeout_termination`, and CleanRL's
+        scripts since their gymnasium port, which store terminations) or
+        "done" (a truncation ends the bootstrap too: CleanRL's older gym
+        scripts and most JAX ports); see `replay`.
     """
 
     env_id: str = "CartPole-v1"

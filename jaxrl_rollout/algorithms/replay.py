@@ -22,10 +22,11 @@ where a target bootstraps:
 
 - `"time_limits"` (the default): bootstrap through a truncation and stop only
   at a termination, as SB3's `handle_timeout_termination=True`
-  (https://github.com/DLR-RM/stable-baselines3, `ReplayBuffer`);
-- `"done"`: stop at `terminated | truncated`, as CleanRL's `dqn.py`
-  (https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/dqn.py), whose
-  targets use `dones`.
+  (https://github.com/DLR-RM/stable-baselines3, `ReplayBuffer`) and CleanRL's
+  `dqn.py` since its gymnasium port, which stores `terminations` and the final
+  observation (https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/dqn.py);
+- `"done"`: stop at `terminated | truncated`, as CleanRL's older gym scripts,
+  whose targets used `dones`, and most JAX ports.
 """
 
 from __future__ import annotations

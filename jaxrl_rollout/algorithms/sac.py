@@ -99,7 +99,9 @@ class SACConfig(_common.LearnerSizes):
       temperature_loss: "cleanrl" or "sb3" (`sac_temperature_loss`, §21.5).
       log_interval: iterations per update, the metrics' row: rounded down to
         whole learner steps of `policy_frequency` iterations, at least one.
-        It changes only how the metrics are grouped, never what is trained.
+        It changes only how the metrics are grouped, not what is trained,
+        except that the run takes whole updates: total_timesteps is rounded
+        down to them (docs/semantics.md §22.5).
       hidden_sizes: the actor's and each critic's hidden layers (ReLU).
       adam_eps: Adam's epsilon (torch's default).
       bootstrap: "time_limits" (bootstrap through truncations, SB3's
@@ -146,6 +148,7 @@ class SACConfig(_common.LearnerSizes):
                              "log_interval for a shorter run).")
         self.check_learning_starts()
         self.check_target_updates()
+        self.check_policy_updates()
         if not isinstance(self.autotune, bool):
             raise ValueError(f"autotune must be a bool, got {self.autotune!r}.")
         if self.target_entropy is not None and (isinstance(self.target_entropy, bool) or not isinstance(
@@ -234,15 +237,18 @@ class SACMetrics(NamedTuple):
       episode_return, episode_length: means over the episodes that ended in
         the update; NaN when none did.
       num_episodes: int32, episodes that ended in the update.
-      trained: bool, the update's last iteration took a critic step and the
-        actor steps (g > learning_starts).
-      critic_loss, q_values: the last critic step's loss (CleanRL's
-        `qf_loss`, Q1 + Q2 losses) and its mean of Q1 and Q2 at the batch's
-        actions; NaN without a step.
+      trained: bool, some iteration of the update took a critic step
+        (g > learning_starts).
+      critic_loss, q_values: the mean over the update's critic steps of the
+        loss (CleanRL's `qf_loss`, Q1 + Q2 losses) and of the mean of Q1 and
+        Q2 at the batch's actions; NaN without a step.
       actor_loss, alpha_loss: the means over the update's actor and
         temperature steps; NaN without them (alpha_loss also without autotune).
       alpha: the temperature at the end of the update.
-      entropy: -mean log pi of the last actor step's samples; NaN without one.
+      entropy: -mean log pi of the actor steps' samples, averaged over the
+        update's actor steps; NaN without one.
+      (An update is `log_interval` iterations; its rows are merged by
+      `_common.merge_rows`.)
       nonfinite: int32 bitmask of what was not finite in the update's steps
         (1 loss, 2 gradients, 4 params; `_common.nonfinite_flags`); 0 without
         a step.

@@ -94,7 +94,9 @@ class TD3Config(_common.LearnerSizes):
         target update.
       log_interval: iterations per update, the metrics' row (a learner step
         is one iteration), at least one. It changes only how the metrics are
-        grouped, never what is trained.
+        grouped, not what is trained, except that the run takes whole
+        updates: total_timesteps is rounded down to them (docs/semantics.md
+        §22.5).
       hidden_sizes: the actor's and each critic's hidden layers (ReLU),
         CleanRL's 256-256.
       adam_eps: Adam's epsilon (torch's default).
@@ -133,6 +135,7 @@ class TD3Config(_common.LearnerSizes):
                              f"learner_steps_per_update = {self.num_envs * self.learner_steps_per_update} "
                              "env steps (lower log_interval for a shorter run).")
         self.check_learning_starts()
+        self.check_policy_updates()
         if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
                                         for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
