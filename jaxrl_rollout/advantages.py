@@ -14,8 +14,11 @@ shape [T] or [T, ...].
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_rollout.types import Trajectory
 
@@ -45,6 +48,8 @@ def _check_same_shape(**arrays) -> tuple[int, ...]:
     shape = jnp.shape(arrays[names[0]])
     if len(shape) < 1:
         raise ValueError(f"{names[0]} must be time-major [T, ...] with rank >= 1, got a scalar.")
+    if shape[0] == 0:
+        raise ValueError(f"{names[0]} has no steps (T = 0, shape {tuple(shape)}); the estimators need T >= 1.")
     for name in names[1:]:
         if jnp.shape(arrays[name]) != shape:
             raise ValueError(
@@ -60,8 +65,54 @@ def _check_batch_shape(name: str, x, of: str, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name} must have the batch shape of {of} {tuple(shape)}, got {tuple(jnp.shape(x))}.")
 
 
+def _concrete(x: Any) -> np.ndarray | None:
+    """`x` as a numpy array, or None while it is traced (its values are not known until it runs)."""
+    try:
+        return np.asarray(x)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+
+
+def _check_coefficient(x: Any, name: str, low: float = 0.0, high: float | None = 1.0) -> None:
+    """A discount, lambda or clip threshold: a number (or numbers) in [low, high]; checked where concrete.
+
+    A TypeError names `name` for a string, None or a bool ("0.99" converted silently); a ValueError for a
+    value outside the range or NaN. Traced values are not checked.
+    """
+    if x is None or isinstance(x, (str, bytes, bool)):
+        raise TypeError(f"{name} must be a number or an array of numbers, got {x!r}.")
+    values = _concrete(x)
+    if values is None:
+        return
+    if not (np.issubdtype(values.dtype, np.number) and not np.issubdtype(values.dtype, np.complexfloating)):
+        raise TypeError(f"{name} must be a number or an array of numbers, got {values.dtype} values.")
+    values = values.astype(np.float64)
+    bad = ~((values >= low) & ((values <= high) if high is not None else True))
+    if bad.any():
+        where = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+        raise ValueError(f"{name} must be {where}, got {values[bad].ravel()[0]:g}.")
+
+
+def _check_flags(**flags: Any) -> None:
+    """Episode flags are bool or {0, 1} and `terminated` implies `done`; checked where concrete.
+
+    `done` given as the truncations alone (the slip `gae(..., terminated, truncated, ...)`) lets the trace
+    run through a terminal state; a 2 would flip a mask's sign.
+    """
+    values = {name: _concrete(x) for name, x in flags.items()}
+    for name, v in values.items():
+        if v is not None and v.dtype != bool and not np.isin(v, (0, 1)).all():
+            raise ValueError(f"{name} must be bool or {{0, 1}}, got the value {v[~np.isin(v, (0, 1))].ravel()[0]}.")
+    terminated, done = values.get("terminated"), values.get("done")
+    if terminated is not None and done is not None and (terminated.astype(bool) & ~done.astype(bool)).any():
+        t = tuple(int(i) for i in np.argwhere(terminated.astype(bool) & ~done.astype(bool))[0])
+        raise ValueError(f"terminated is set where done is not (at index {t}): done is every episode end, "
+                         "terminated | truncated.")
+
+
 def _per_step(x: Scalar, name: str, shape: tuple[int, ...], dtype) -> jax.Array:
-    """Broadcasts a scalar, [T] or [T, ...] coefficient to `shape`, or raises naming it."""
+    """Broadcasts a scalar, [T] or [T, ...] coefficient in [0, 1] to `shape`, or raises naming it."""
+    _check_coefficient(x, name)
     x = jnp.asarray(x, dtype=dtype)
     if x.ndim == 0 or x.shape == shape:
         return jnp.broadcast_to(x, shape)
@@ -139,6 +190,7 @@ def gae(
     shape = _check_same_shape(
         rewards=rewards, values=values, next_values=next_values, terminated=terminated, done=done
     )
+    _check_flags(terminated=terminated, done=done)
     dtype = _float_dtype(rewards, values, next_values)
     gamma = _per_step(gamma, "gamma", shape, dtype)
     gae_lambda = _per_step(gae_lambda, "gae_lambda", shape, dtype)
@@ -186,6 +238,7 @@ def discounted_returns(
       [T, ...] returns.
     """
     shape = _check_same_shape(rewards=rewards, done=done)
+    _check_flags(done=done)
     _check_batch_shape("bootstrap_value", bootstrap_value, "rewards", shape[1:])
     dtype = _float_dtype(rewards, bootstrap_value)
     coefs = _per_step(gamma, "gamma", shape, dtype) * _mask(done, dtype)
@@ -222,6 +275,7 @@ def lambda_returns(
       [T, ...] lambda-returns.
     """
     shape = _check_same_shape(rewards=rewards, next_values=next_values, terminated=terminated, done=done)
+    _check_flags(terminated=terminated, done=done)
     dtype = _float_dtype(rewards, next_values)
     gamma = _per_step(gamma, "gamma", shape, dtype)
     lambda_ = _per_step(lambda_, "lambda_", shape, dtype)
@@ -268,6 +322,7 @@ def n_step_returns(
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive Python int, got {n!r}.")
     shape = _check_same_shape(rewards=rewards, next_values=next_values, terminated=terminated, done=done)
+    _check_flags(terminated=terminated, done=done)
     dtype = _float_dtype(rewards, next_values)
     discount = _per_step(gamma, "gamma", shape, dtype) * _mask(terminated, dtype)
     # The window may continue from t to t + 1 only inside an episode and the rollout.
@@ -323,6 +378,10 @@ def vtrace(
     shape = _check_same_shape(
         rewards=rewards, values=values, next_values=next_values, terminated=terminated, done=done, rhos=rhos
     )
+    _check_flags(terminated=terminated, done=done)
+    for name, threshold in (("clip_rho_threshold", clip_rho_threshold), ("clip_c_threshold", clip_c_threshold),
+                            ("clip_pg_rho_threshold", clip_pg_rho_threshold)):
+        _check_coefficient(threshold, name, high=None)
     dtype = _float_dtype(rewards, values, next_values)
     gamma = _per_step(gamma, "gamma", shape, dtype)
     lambda_ = _per_step(lambda_, "lambda_", shape, dtype)

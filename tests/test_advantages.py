@@ -231,6 +231,37 @@ def test_start_and_end_flag_conversions():
     np.testing.assert_array_equal(adv.ends_to_starts(ends, starts[0]), starts)
 
 
+def test_coefficients_and_flags_are_checked_where_their_values_are_known():
+    """gamma 1.5, -1, NaN or "0.99", a lambda of 2, done given as the truncations alone (the trace then ran
+    through a terminal state), a flag of 2 (a mask of -1) and T = 0 were all accepted (or an IndexError)."""
+    r = np.ones((3, 2), np.float32)
+    f = np.zeros((3, 2), bool)
+    for gamma, lam, error, message in ((1.5, 0.95, ValueError, r"^gamma must be in \[0, 1\], got 1.5\.$"),
+                                       (-1.0, 0.95, ValueError, r"^gamma must be in \[0, 1\], got -1\.$"),
+                                       (np.nan, 0.95, ValueError, r"^gamma must be in \[0, 1\], got nan\.$"),
+                                       (0.99, 2.0, ValueError, r"^gae_lambda must be in \[0, 1\], got 2\.$"),
+                                       ("0.99", 0.95, TypeError, r"^gamma must be a number .*got '0.99'\.$"),
+                                       (np.array([0.9, 1.2, 0.9]), 0.95, ValueError, r"got 1.2")):
+        with pytest.raises(error, match=message):
+            adv.gae(r, r, r, f, f, gamma, lam)
+    with pytest.raises(ValueError, match=r"^lambda_ must be in \[0, 1\]"):
+        adv.lambda_returns(r, r, f, f, 0.99, 1.5)
+    with pytest.raises(ValueError, match=r"^clip_rho_threshold must be >= 0, got -1\.$"):
+        adv.vtrace(r, r, r, f, f, r, 0.99, clip_rho_threshold=-1.0)
+    terminated = f.copy()
+    terminated[1, 0] = True
+    with pytest.raises(ValueError, match=r"^terminated is set where done is not \(at index \(1, 0\)\): done is every "
+                                         r"episode end, terminated \| truncated\.$"):
+        adv.gae(r, r, r, terminated, f, 0.99, 0.95)
+    with pytest.raises(ValueError, match=r"^done must be bool or \{0, 1\}, got the value 2\.0\.$"):
+        adv.discounted_returns(r, np.full((3, 2), 2.0), r[0], 0.99)
+    with pytest.raises(ValueError, match=r"^rewards has no steps \(T = 0, shape \(0, 2\)\); the estimators need T >= 1"):
+        adv.lambda_returns(r[:0], r[:0], f[:0], f[:0], 0.99, 0.95)
+    # traced values are not known at trace time: jit and vmap over gamma still trace
+    assert jax.jit(lambda g: adv.gae(r, r, r, f, f, g, 0.95)[0])(0.9).shape == (3, 2)
+    assert jax.vmap(lambda g: adv.gae(r, r, r, f, f, g, 0.95)[0])(jnp.array([0.9, 0.8])).shape == (2, 3, 2)
+
+
 def test_shape_errors_name_the_argument():
     x = jnp.zeros((4, 2))
     with pytest.raises(ValueError, match=r"next_values must have the shape of rewards \(4, 2\)"):
