@@ -70,6 +70,11 @@ class Categorical(NamedTuple):
     def log_prob(self, action: jax.Array) -> jax.Array:
         """log p(action) for integer actions of the batch shape [...]; NaN for an action outside [0, A).
 
+        Float actions holding whole numbers are read as torch reads them
+        (`value.long()`; ilpyt stores its discrete actions as floats); a
+        float that is not a whole number is NaN too (torch's argument
+        validation refuses it). A bool action is a TypeError.
+
         The logit is picked with a one-hot select and a sum (adding zeros, so
         the value is the logit itself, -inf included) rather than a gather,
         whose gradient is a scatter: a learner's backward pass stays
@@ -81,10 +86,17 @@ class Categorical(NamedTuple):
                 f"action must have the distribution's batch shape {self.logits.shape[:-1]}, "
                 f"got {action.shape}."
             )
+        if action.dtype == jnp.bool_ or not jnp.issubdtype(action.dtype, jnp.number):
+            raise TypeError(f"action must hold action indices (integers), got {action.dtype}.")
         num_actions = self.logits.shape[-1]
+        if jnp.issubdtype(action.dtype, jnp.integer):
+            action = action.astype(jnp.int32)  # uint8 cannot hold the index range of 300 actions
+        valid = (action >= 0) & (action < num_actions)
+        if not jnp.issubdtype(action.dtype, jnp.integer):
+            valid = valid & (action == jnp.floor(action))
         picked = action[..., None] == jnp.arange(num_actions, dtype=action.dtype)
         log_prob = jnp.sum(jnp.where(picked, self.logits, 0.0), axis=-1)
-        return jnp.where((action >= 0) & (action < num_actions), log_prob, jnp.nan)
+        return jnp.where(valid, log_prob, jnp.nan)
 
     def entropy(self) -> jax.Array:
         """-sum p log p, with torch's clamp of the logits at finfo.min."""

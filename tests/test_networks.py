@@ -459,6 +459,16 @@ def test_categorical_log_prob_picks_the_logit_without_a_gather():
     np.testing.assert_allclose(grad, jnp.eye(3)[2] - dist.probs, atol=1e-6)
     hlo = jax.jit(jax.grad(lambda z: categorical_from_logits(z).log_prob(jnp.array([2, 2])).sum())).lower(logits)
     assert "scatter" not in hlo.as_text() and "gather" not in hlo.as_text()
+    # Whole-number floats read as torch's value.long() (ilpyt stores discrete actions as floats); 1.5 picked no
+    # logit and summed to log p = 0 (probability 1). A bool was jax's "iota does not accept dtype bool", and a
+    # uint8 action against 300 logits overflowed the index range.
+    np.testing.assert_array_equal(dist.log_prob(jnp.array([2.0, 0.0])), dist.log_prob(jnp.array([2, 0])))
+    assert np.isnan(dist.log_prob(jnp.array([1.5, 0.0]))[0])
+    with pytest.raises(TypeError, match=r"^action must hold action indices \(integers\), got bool\.$"):
+        dist.log_prob(jnp.array([True, False]))
+    wide = categorical_from_logits(jnp.tile(jnp.arange(300.0), (2, 1)))
+    np.testing.assert_array_equal(wide.log_prob(jnp.array([255, 3], jnp.uint8)),
+                                  wide.log_prob(jnp.array([255, 3], jnp.int32)))
 
 
 def test_diag_gaussian_by_hand():
