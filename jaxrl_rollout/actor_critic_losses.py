@@ -398,7 +398,9 @@ def polyak_update(params: optax.Params, target_params: optax.Params, tau: float 
 
     With a Python float tau this is CleanRL's `tau * param + (1 - tau) * target_param`
     bit for bit (both round float32(tau) * p and float32(1 - tau) * p_target);
-    SB3's in-place `mul_(1 - tau)` then `add(alpha=tau)` agrees within 1 ulp.
+    SB3's in-place `mul_(1 - tau)` then `add(alpha=tau)` rounds in another
+    order: it agrees within about 1 ulp of the operands (more ulps of the
+    result where p and p_target nearly cancel).
     """
     return optax.incremental_update(params, target_params, tau)
 
