@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_rollout import _checks, prng
 
@@ -148,8 +149,30 @@ def sequence_minibatch_indices(
     return minibatch_indices(key, num_envs, num_minibatches, num_epochs)
 
 
+def _check_indices(name: str, indices: Any, size: int, of: str) -> None:
+    """Integer indices in [0, size), checked where concrete (a permutation replayed from a PyTorch run of
+    another batch size would otherwise gather NaN rows, jnp.take's fill, silently); traced ones are not."""
+    dtype = jnp.result_type(indices)
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(f"{name} must be integer indices, got {dtype}.")
+    try:
+        values = np.asarray(indices)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return
+    bad = values[(values < 0) | (values >= size)]
+    if bad.size:
+        raise ValueError(f"{name} must lie in [0, {size}), the {of}, got {int(bad.ravel()[0])}.")
+
+
 def take(flat: Any, indices: jax.Array) -> Any:
-    """Gathers rows of a flattened batch: leaves [N, ...] -> [*indices.shape, ...]."""
+    """Gathers rows of a flattened batch: leaves [N, ...] -> [*indices.shape, ...].
+
+    Raises:
+      TypeError, ValueError: `indices` are not integers, or (where concrete)
+        not in [0, N).
+    """
+    (n,) = _leading(flat, "flat", 1)
+    _check_indices("indices", indices, n, "rows of flat")
     return jax.tree.map(lambda x: jnp.take(x, indices, axis=0), flat)
 
 
@@ -159,7 +182,8 @@ def take_sequences(tree: Any, env_indices: jax.Array) -> Any:
     For `env_indices` of shape [M, b] the result is M time-major minibatches
     [T, b, ...], so a recurrent learner can replay each env from its first step.
     """
-    _leading(tree, "tree", 2)
+    _, num_envs = _leading(tree, "tree", 2)
+    _check_indices("env_indices", env_indices, num_envs, "envs (B) of tree")
     env_indices = jnp.asarray(env_indices)
 
     def gather(x):

@@ -91,3 +91,18 @@ def test_indivisible_batches_are_rejected():
         batching.minibatch_indices(jax.random.key(0), 8, 4, num_epochs=0)
     with pytest.raises(ValueError, match=r"leading \[T, B\] axes"):
         batching.flatten_time_major({"a": jnp.zeros((3, 4)), "b": jnp.zeros((3, 5))})
+
+
+def test_indices_outside_the_batch_are_refused_where_known():
+    """A permutation replayed from a run of another batch size gathered jnp.take's fill (NaN rows, INT_MIN
+    actions) silently; float indices were accepted too. Traced indices (inside jit) cannot be checked."""
+    flat = {"x": jnp.arange(6.0), "a": jnp.arange(6)}
+    with pytest.raises(ValueError, match=r"^indices must lie in \[0, 6\), the rows of flat, got 6\.$"):
+        batching.take(flat, jnp.array([[0, 5], [6, -1]]))
+    with pytest.raises(ValueError, match=r"got -1\.$"):
+        batching.take(flat, np.array([[0, 5], [2, -1]]))
+    with pytest.raises(TypeError, match=r"^indices must be integer indices, got float32\.$"):
+        batching.take(flat, jnp.array([0.0, 1.0]))
+    with pytest.raises(ValueError, match=r"^env_indices must lie in \[0, 4\), the envs \(B\) of tree, got 4\.$"):
+        batching.take_sequences({"x": jnp.zeros((3, 4))}, jnp.array([[0, 4]]))
+    np.testing.assert_array_equal(jax.jit(lambda i: batching.take(flat, i)["a"])(jnp.array([1, 5])), [1, 5])
