@@ -61,6 +61,16 @@ def check_same_shapes(function: str, **arrays: Any) -> None:
                              "per-sample arrays of one shape (squeeze a critic or log-prob output [N, 1] to [N]).")
 
 
+def check_last_step(function: str, rollout_name: str, rollout: Any, **arrays: Any) -> None:
+    """A ValueError naming the argument unless each of `arrays` is one value per env: the batch shape of
+    `rollout` ([T, B, ...] -> [B, ...]), as a recipe's bootstrap value and last flag are."""
+    batch = tuple(jnp.shape(rollout))[1:]
+    for name, x in arrays.items():
+        if tuple(jnp.shape(x)) != batch:
+            raise ValueError(f"{function}: {name} must be one value per env, the batch shape of {rollout_name} "
+                             f"{batch}, got {tuple(jnp.shape(x))}.")
+
+
 def check_function_key(key: Any, function: str, several: str) -> None:
     """`check_key` for the one key of the public function `function`: the errors name "<function>'s key"
     ("<function>' key" for a name ending in s) and suggest "for several <several>, vmap <function> over

@@ -117,3 +117,32 @@ def test_ilpyt_generate_episodes_reports_too_few_steps():
     assert int(eps.num_completed) == 0
     with pytest.raises(ValueError, match="only 0 of num_episodes=3 episodes completed; raise max_steps"):
         ilpyt.episodes_to_lists(eps, 3)
+
+
+def test_a_bootstrap_of_the_wrong_shape_is_named_in_the_recipe_s_own_words():
+    """A [T] bootstrap was jnp.concatenate's "Cannot concatenate arrays with shapes that differ", and a wrong
+    last flag was reported as starts_to_ends' next_start. SB3's own [B, 1] critic output is flattened, as SB3
+    flattens it."""
+    from jaxrl_rollout.compat import arena, cleanrl, ilpyt, sb3, torch_ac
+
+    T, B = 4, 3
+    r = np.ones((T, B), np.float32)
+    f = np.zeros((T, B), np.float32)
+    with pytest.raises(ValueError, match=r"^cleanrl.compute_gae: next_value must be one value per env, the batch "
+                                         r"shape of values \(3,\), got \(4,\)\.$"):
+        cleanrl.compute_gae(r, r, f, np.zeros(T), np.zeros(B), 0.99, 0.95)
+    with pytest.raises(ValueError, match=r"^cleanrl.compute_gae: next_done must be one value per env"):
+        cleanrl.compute_gae(r, r, f, np.zeros(B), np.zeros(T), 0.99, 0.95)
+    with pytest.raises(ValueError, match=r"^torch_ac.compute_gae: next_value must be one value per env"):
+        torch_ac.compute_gae(r, r, 1 - f, np.zeros((B, 2)), np.ones(B), 0.99, 0.95)
+    with pytest.raises(ValueError, match=r"^arena.compute_advantages: next_terminated must be one value per env"):
+        arena.compute_advantages(np.zeros(B), np.zeros(T), r, r, f, 0.99, 0.95)
+    with pytest.raises(ValueError, match=r"^ilpyt.compute_target: next_value must be one value per env, the batch "
+                                         r"shape of rewards"):
+        ilpyt.compute_target(r, f, np.zeros(T), 0.99)
+    with pytest.raises(ValueError, match=r"^sb3.compute_returns_and_advantage: dones must be one value per env"):
+        sb3.compute_returns_and_advantage(r, r, f, np.zeros(B), np.zeros(T), 0.99, 0.95)
+    last = np.arange(B, dtype=np.float32)
+    flat = sb3.compute_returns_and_advantage(r, r, f, last, np.zeros(B), 0.99, 0.95)
+    column = sb3.compute_returns_and_advantage(r, r, f, last[:, None], np.zeros(B), 0.99, 0.95)
+    np.testing.assert_array_equal(flat[0], column[0])

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import batching
+from jaxrl_rollout import _checks, batching
 from jaxrl_rollout.advantages import ends_to_starts, gae, starts_to_ends
 from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
@@ -53,6 +53,8 @@ def compute_advantages(
     Returns:
       [T, B] advantages.
     """
+    _checks.check_last_step("arena.compute_advantages", "values", values, next_value=next_value,
+                            next_terminated=next_terminated)
     ends = starts_to_ends(terminated, next_terminated)
     values = jnp.asarray(values)
     next_values = jnp.concatenate([values[1:], jnp.asarray(next_value, values.dtype)[None]])

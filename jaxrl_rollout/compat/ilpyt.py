@@ -50,6 +50,7 @@ def compute_target(rewards: jax.Array, dones: jax.Array, next_value: jax.Array, 
     Returns:
       [T, B] targets (time-major, as `flatten_batch` expects).
     """
+    _checks.check_last_step("ilpyt.compute_target", "rewards", rewards, next_value=next_value)
     return discounted_returns(rewards, dones, next_value, gamma)
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.advantages import gae, starts_to_ends
 from jaxrl_rollout.types import Trajectory
 
@@ -40,8 +42,12 @@ def compute_returns_and_advantage(
     Returns:
       (advantages, returns), each [T, B].
     """
-    ends = starts_to_ends(episode_starts, dones)
     values = jnp.asarray(values)
+    if jnp.size(last_values) == int(np.prod(values.shape[1:])):  # SB3 flattens them (its critic gives [B, 1])
+        last_values = jnp.reshape(jnp.asarray(last_values), values.shape[1:])
+    _checks.check_last_step("sb3.compute_returns_and_advantage", "values", values, last_values=last_values,
+                            dones=dones)
+    ends = starts_to_ends(episode_starts, dones)
     next_values = jnp.concatenate([values[1:], jnp.asarray(last_values, values.dtype)[None]])
     return gae(rewards, values, next_values, ends, ends, gamma, gae_lambda)
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.advantages import gae
 from jaxrl_rollout.batching import flatten_env_major
 from jaxrl_rollout.collect import rollout, rollout_init
@@ -75,6 +76,7 @@ def compute_gae(
     Returns:
       (advantages, returnn), each [T, P] (time-major; flatten env-major for exps).
     """
+    _checks.check_last_step("torch_ac.compute_gae", "values", values, next_value=next_value, next_mask=next_mask)
     masks = jnp.asarray(masks)
     ends = 1.0 - jnp.concatenate([masks[1:], jnp.asarray(next_mask, masks.dtype)[None]])
     values = jnp.asarray(values)
