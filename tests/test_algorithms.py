@@ -234,3 +234,23 @@ def test_init_hashes_its_keys_fused_with_the_same_values(env_id, monkeypatch):
     init_plain = lambda k: made.init(k, ppo.PPOHParams())  # noqa: E731  (a new function: traced afresh)
     assert not any(op[1] == "key<fyf>" for op in random_ops(jax.make_jaxpr(init_plain)(key).jaxpr))
     jax.tree.map(np.testing.assert_array_equal, fused, jax.jit(init_plain)(key))
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c", "dqn", "pqn", "sac", "td3"])
+def test_numpy_scalars_in_a_config_are_the_numbers_they_hold(name):
+    """total_timesteps=np.int64(...) was "must be a positive int", SAC's target_entropy=np.float32(-1.0) "must
+    be a finite number or None"; a config also goes to config.json, which takes Python numbers only."""
+    import dataclasses
+    import json
+
+    from jaxrl_rollout import algorithms
+
+    base = _small_config(name)
+    numbers = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)
+               if type(getattr(base, f.name)) in (int, float) and not isinstance(getattr(base, f.name), bool)}
+    as_numpy = dataclasses.replace(base, **{k: (np.int64(v) if isinstance(v, int) else np.float32(v))
+                                            for k, v in numbers.items()})
+    json.dumps(dataclasses.asdict(as_numpy))  # NumPy scalars are not JSON
+    assert all(type(getattr(as_numpy, k)) in (int, float) for k in numbers)
+    assert as_numpy.total_timesteps == base.total_timesteps and isinstance(as_numpy.total_timesteps, int)
+    algorithms.get(name).make(as_numpy)

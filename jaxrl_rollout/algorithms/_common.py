@@ -54,7 +54,7 @@ __all__ = [
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
     "check_hparam_shapes", "check_init_key",
-    "sample_observation", "check_observation_space",
+    "sample_observation", "check_observation_space", "plain_numbers",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -1150,6 +1150,21 @@ def init_params_and_rollout(key, s: Setup, num_envs: int, recurrent: bool, norma
     else:
         params = networks.batched_init(s.module, net_key, one_obs)
     return params, state, key
+
+
+def plain_numbers(cfg) -> None:
+    """Replaces a config's NumPy scalars (and NumPy ints in a tuple field) with the Python numbers they hold.
+
+    A value computed with NumPy (`total_timesteps=np.int64(1e6)`, a grid's `np.float32`) was refused as "must
+    be a positive int" although it is one; a config also goes to JSON (the run folder's config.json), which
+    takes Python numbers only. Arrays and other types are left for the checks to refuse.
+    """
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if isinstance(value, np.generic) and np.ndim(value) == 0:
+            object.__setattr__(cfg, field.name, value.item())
+        elif isinstance(value, tuple) and any(isinstance(v, np.generic) for v in value):
+            object.__setattr__(cfg, field.name, tuple(v.item() if isinstance(v, np.generic) else v for v in value))
 
 
 def check_common_config(cfg, networks: Sequence[str] = NETWORKS) -> None:

@@ -66,6 +66,7 @@ class A2CConfig(_common.ConfigSizes):
     rms_eps: float = 1e-5
 
     def __post_init__(self):
+        _common.plain_numbers(self)
         _common.check_common_config(self)
         number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
         if not (number(self.rms_alpha) and 0.0 <= self.rms_alpha <= 1.0):

@@ -115,6 +115,7 @@ class DQNConfig(_common.LearnerSizes):
     bootstrap: str = "time_limits"
 
     def __post_init__(self):
+        _common.plain_numbers(self)
         for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "train_frequency",
                      "target_network_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))

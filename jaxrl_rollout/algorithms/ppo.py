@@ -96,6 +96,7 @@ class PPOConfig(_common.ConfigSizes):
     reward_clip: float | None = 10.0
 
     def __post_init__(self):
+        _common.plain_numbers(self)
         _common.check_common_config(self)
         _common.check_normalization_config(self)
         for name in ("update_epochs", "num_minibatches"):

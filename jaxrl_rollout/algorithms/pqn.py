@@ -111,6 +111,7 @@ class PQNConfig(_common.ConfigSizes):
     optimizer: str = "radam"
 
     def __post_init__(self):
+        _common.plain_numbers(self)
         _common.check_common_config(self, networks=("auto", "mlp"))
         _common.check_choice("optimizer", self.optimizer, OPTIMIZERS)
         for name in ("update_epochs", "num_minibatches"):

@@ -131,6 +131,7 @@ class SACConfig(_common.LearnerSizes):
     bootstrap: str = "time_limits"
 
     def __post_init__(self):
+        _common.plain_numbers(self)
         for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency",
                      "target_network_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))

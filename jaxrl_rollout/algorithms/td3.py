@@ -121,6 +121,7 @@ class TD3Config(_common.LearnerSizes):
     bootstrap: str = "time_limits"
 
     def __post_init__(self):
+        _common.plain_numbers(self)
         for name in ("total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))
         replay.check_sizes(self.buffer_size, self.batch_size, self.num_envs)
