@@ -46,6 +46,14 @@ def check_key(key: Any, what: str, batch_hint: str) -> None:
                          f"{jnp.shape(key)}; {batch_hint}.")
 
 
+def concrete(x: Any) -> np.ndarray | None:
+    """`x` as a numpy array, or None while it is traced (its values are not known until it runs)."""
+    try:
+        return np.asarray(x)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+
+
 def check_same_shapes(function: str, **arrays: Any) -> None:
     """A ValueError unless every array has the first one's shape: the per-sample inputs of a loss or target.
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.types import Trajectory
 
 __all__ = [
@@ -65,14 +66,6 @@ def _check_batch_shape(name: str, x, of: str, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name} must have the batch shape of {of} {tuple(shape)}, got {tuple(jnp.shape(x))}.")
 
 
-def _concrete(x: Any) -> np.ndarray | None:
-    """`x` as a numpy array, or None while it is traced (its values are not known until it runs)."""
-    try:
-        return np.asarray(x)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        return None
-
-
 def _check_coefficient(x: Any, name: str, low: float = 0.0, high: float | None = 1.0) -> None:
     """A discount, lambda or clip threshold: a number (or numbers) in [low, high]; checked where concrete.
 
@@ -81,7 +74,7 @@ def _check_coefficient(x: Any, name: str, low: float = 0.0, high: float | None =
     """
     if x is None or isinstance(x, (str, bytes, bool)):
         raise TypeError(f"{name} must be a number or an array of numbers, got {x!r}.")
-    values = _concrete(x)
+    values = _checks.concrete(x)
     if values is None:
         return
     if not (np.issubdtype(values.dtype, np.number) and not np.issubdtype(values.dtype, np.complexfloating)):
@@ -99,7 +92,7 @@ def _check_flags(**flags: Any) -> None:
     `done` given as the truncations alone (the slip `gae(..., terminated, truncated, ...)`) lets the trace
     run through a terminal state; a 2 would flip a mask's sign.
     """
-    values = {name: _concrete(x) for name, x in flags.items()}
+    values = {name: _checks.concrete(x) for name, x in flags.items()}
     for name, v in values.items():
         if v is not None and v.dtype != bool and not np.isin(v, (0, 1)).all():
             raise ValueError(f"{name} must be bool or {{0, 1}}, got the value {v[~np.isin(v, (0, 1))].ravel()[0]}.")

@@ -13,7 +13,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxrl_rollout import _checks, prng
 
@@ -155,9 +154,8 @@ def _check_indices(name: str, indices: Any, size: int, of: str) -> None:
     dtype = jnp.result_type(indices)
     if not jnp.issubdtype(dtype, jnp.integer):
         raise TypeError(f"{name} must be integer indices, got {dtype}.")
-    try:
-        values = np.asarray(indices)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    values = _checks.concrete(indices)
+    if values is None:
         return
     bad = values[(values < 0) | (values >= size)]
     if bad.size:

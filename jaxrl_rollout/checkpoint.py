@@ -469,7 +469,7 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -
 
     A read that fails because the run moved on while it was read (a `train` still writing the folder saved a
     newer step, and Orbax removed the one being read: `evaluate` takes no lock) is made again on the newer
-    step, `READS` reads in all; a failure with the latest step unchanged is the checkpoint's own.
+    step, `READS` reads in all; a failure with the committed steps unchanged is the checkpoint's own.
 
     Args:
       folder: the run folder.

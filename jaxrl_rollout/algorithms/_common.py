@@ -115,9 +115,8 @@ def check_hparams(hparams: Any, ranges: dict | None = None) -> None:
         if name not in (HPARAM_RANGES if ranges is None else ranges):
             continue
         value = getattr(hparams, name)
-        try:
-            array = np.asarray(value)
-        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        array = _checks.concrete(value)
+        if array is None:
             continue  # traced: its value is not known until it runs
         if isinstance(value, bool) or not jnp.issubdtype(array.dtype, jnp.number) or jnp.issubdtype(
                 array.dtype, jnp.complexfloating):  # "3e-4" would convert to a float, and None to NaN
