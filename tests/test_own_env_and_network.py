@@ -285,6 +285,28 @@ def test_a_namedtuple_observation_reaches_the_network_as_one():
     assert np.all(np.isfinite(metrics.loss[-2:])) and not np.any(metrics.nonfinite)  # NaN before learning starts
 
 
+def test_a_network_of_your_own_adds_no_trace_of_your_envs_reset():
+    """An env of your own is checked against its space on what its reset gives, and a network of your own is
+    probed on the same observation: make traced reset once more for the probe (a second or so for craftax)."""
+    from jaxrl_rollout.algorithms import dqn
+
+    class CountsResets(MyCartPole):
+        traces = 0
+
+        def reset(self, key, params=None):
+            type(self).traces += 1
+            return super().reset(key, params)
+
+    def traces(make, config, network=None):
+        CountsResets.traces = 0
+        make(config, env=CountsResets(), network=network)
+        return CountsResets.traces
+
+    assert traces(ppo.make_ppo, ppo.PPOConfig(**TINY_PPO)) == 1  # the check against the space
+    assert traces(ppo.make_ppo, ppo.PPOConfig(**TINY_PPO), TinyActorCritic(action_dim=2)) == 1
+    assert traces(dqn.make_dqn, dqn.DQNConfig(), dqn.QNetwork(2, (8,))) == traces(dqn.make_dqn, dqn.DQNConfig())
+
+
 def test_an_observation_space_that_does_not_describe_the_observation_is_refused():
     """An env whose space said (5,) and whose reset gave (8,) trained silently (the networks are sized from the
     space)."""

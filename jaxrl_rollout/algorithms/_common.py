@@ -54,7 +54,7 @@ __all__ = [
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
     "check_hparam_shapes", "check_init_key",
-    "sample_observation", "check_observation_space", "plain_numbers",
+    "sample_observation", "check_observation_space", "resolve_env", "plain_numbers",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -679,10 +679,41 @@ NETWORK_CONTRACT = (
 """The network contract in words, as the errors of `check_network` state it."""
 
 
-def check_env(env: Any, env_params: Any) -> Any:
-    """The params to train a user's env with, after checking that the env follows the gymnax protocol.
+def resolve_env(env: Any, env_params: Any, env_id: str, *, sample: bool = True) -> tuple[Any, Any, Any]:
+    """The env a learner trains, its params and one sample observation: `make_train`'s env, or config.env_id's.
 
-    Only the methods are checked here; the rollout checks what `reset` and
+    An env of your own is checked (`check_env`); the sample observation that check traces serves the network's
+    probe too, so `env.reset` is traced once.
+
+    Args:
+      env: the env passed to `make_train(env=...)`, or None for `env_id`'s.
+      env_params: `env`'s params (None for its `default_params`); must be None without `env`.
+      env_id: the config's env id, read when `env` is None.
+      sample: whether a registry env's sample observation is wanted (a network of your own to probe); an env of
+        your own always has one.
+
+    Returns:
+      `(env, env_params, sample)`: `sample` as `sample_observation` gives it (None where reset cannot be traced
+      alone, or not wanted).
+
+    Raises:
+      ValueError: naming `env_params` when it is given without `env`; what `check_env` raises.
+    """
+    if env is None:
+        if env_params is not None:
+            raise ValueError("env_params is given without env: env_params are the params of the env you pass as "
+                             "env; config.env_id's env comes with its own.")
+        env, env_params = envs.make(env_id)
+        return env, env_params, sample_observation(env, env_params) if sample else None
+    env_params, obs = check_env(env, env_params)
+    return env, env_params, obs
+
+
+def check_env(env: Any, env_params: Any) -> tuple[Any, Any]:
+    """The params to train a user's env with, and its sample observation, after checking that the env follows the gymnax protocol.
+
+    The methods are checked, and that what `reset` returns fits the observation
+    space (`check_observation_space`); the rollout checks what `reset` and
     `step` return when it first traces them.
 
     Args:
@@ -690,7 +721,8 @@ def check_env(env: Any, env_params: Any) -> Any:
       env_params: its params, or None for `env.default_params`.
 
     Returns:
-      `env_params`, or `env.default_params` for None.
+      `(env_params, sample)`: `env_params`, or `env.default_params` for None; and the observation
+      `sample_observation` gives (None where reset cannot be traced alone).
 
     Raises:
       TypeError: naming `env` when it is a string (an id goes in
@@ -718,8 +750,9 @@ def check_env(env: Any, env_params: Any) -> Any:
         env_params = env.default_params
     for which in ("observation_space", "action_space"):
         _check_box_shapes(env, which, getattr(env, which)(env_params))
-    check_observation_space(env, env_params)
-    return env_params
+    sample = sample_observation(env, env_params)
+    check_observation_space(env, env_params, sample)
+    return env_params, sample
 
 
 def _check_box_shapes(env: Any, which: str, space: Any, path: str = "") -> None:
@@ -894,15 +927,8 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
     """
     from jaxrl_rollout import networks
 
-    if env is None:
-        if env_params is not None:
-            raise ValueError("env_params is given without env: env_params are the params of the env you pass as "
-                             "env; config.env_id's env comes with its own.")
-        env, env_params = envs.make(env_id)
-        own_env = False
-    else:
-        env_params = check_env(env, env_params)
-        own_env = True
+    own_env = env is not None
+    env, env_params, sample = resolve_env(env, env_params, env_id, sample=module is not None)
     action_dim, continuous = action_info(env, env_params)
     if continuous:
         env = envs.ClipAction(env)
@@ -912,7 +938,7 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
         recurrent = network == "gru"
     else:
         recurrent = check_network(module, env.observation_space(env_params), action_dim, continuous,
-                                  sample=sample_observation(env, env_params))
+                                  sample=sample)
     make = networks.recurrent_policy if recurrent else networks.feedforward_policy
     policy_fn, eval_policy_fn = make(module), make(module, deterministic=True)
     if own_env or not is_self_play(env):
@@ -1046,14 +1072,14 @@ def sample_observation(env: Any, env_params: Any) -> Any:
     return jax.tree.map(lambda x: jnp.zeros(tuple(x.shape) if vectorized else (1, *x.shape), x.dtype), obs)
 
 
-def check_observation_space(env: Any, env_params: Any) -> None:
+def check_observation_space(env: Any, env_params: Any, sample: Any) -> None:
     """A ValueError naming `env` when what its reset returns does not fit its `observation_space(params)`.
 
     The leaves' shapes, in any order (a NamedTuple observation described by a Dict space flattens in another
     order); the networks and buffers are sized from the space, so an observation of another shape would fail
-    inside them, or be sliced or broadcast silently.
+    inside them, or be sliced or broadcast silently. `sample` is `sample_observation(env, env_params)`; None
+    (reset not traceable alone) checks nothing.
     """
-    sample = sample_observation(env, env_params)
     if sample is None:
         return
     try:

@@ -381,12 +381,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
 
     if not isinstance(config, DQNConfig):
         raise TypeError(f"config must be a DQNConfig, got {type(config).__name__}.")
-    if env is None:
-        if env_params is not None:
-            raise ValueError("env_params is given without env: env_params are the params of the env you pass as env.")
-        env, env_params = envs.make(config.env_id)
-    else:
-        env_params = _common.check_env(env, env_params)
+    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, sample=network is not None)
     _common.refuse_self_play("DQN", env)
     action_dim, continuous = _common.action_info(env, env_params)
     if continuous:
@@ -394,7 +389,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     if network is None:
         _common.check_single_array_obs("DQN", "QNetwork", env, env.observation_space(env_params))
     module = QNetwork(action_dim, config.hidden_sizes) if network is None else network
-    _check_q_network(module, env.observation_space(env_params), action_dim, _common.sample_observation(env, env_params))
+    _check_q_network(module, env.observation_space(env_params), action_dim, sample)
     apply_fn = module.apply
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
     B, A = config.num_envs, action_dim

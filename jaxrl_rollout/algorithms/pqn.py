@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import optax
 from gymnax.environments import spaces
 
-from jaxrl_rollout import batching, envs, networks, optim, prng
+from jaxrl_rollout import batching, networks, optim, prng
 from jaxrl_rollout.advantages import lambda_returns
 from jaxrl_rollout.algorithms import _common
 from jaxrl_rollout.collect import rollout, rollout_init
@@ -386,13 +386,7 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     if network is not None and config.network != "auto":
         raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
                          "another; leave config.network='auto' (the default) when you pass network.")
-    if env is None:
-        if env_params is not None:
-            raise ValueError("env_params is given without env: env_params are the params of the env you pass as "
-                             "env; config.env_id's env comes with its own.")
-        env, env_params = envs.make(config.env_id)
-    else:
-        env_params = _common.check_env(env, env_params)
+    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, sample=network is not None)
     _common.refuse_self_play("PQN", env)
     space = env.action_space(env_params)
     if not isinstance(space, spaces.Discrete):
@@ -403,7 +397,7 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
         _common.check_single_array_obs("PQN", "QNetwork", env, obs_space)
         module = QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm)
     else:
-        module = _check_network(network, obs_space, action_dim, _common.sample_observation(env, env_params))
+        module = _check_network(network, obs_space, action_dim, sample)
     return env, env_params, module, action_dim
 
 

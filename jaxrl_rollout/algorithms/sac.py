@@ -407,12 +407,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
 
     if not isinstance(config, SACConfig):
         raise TypeError(f"config must be a SACConfig, got {type(config).__name__}.")
-    if env is None:
-        if env_params is not None:
-            raise ValueError("env_params is given without env: env_params are the params of the env you pass as env.")
-        env, env_params = envs.make(config.env_id)
-    else:
-        env_params = _common.check_env(env, env_params)
+    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, sample=network is not None)
     space = env.action_space(env_params)
     if not isinstance(space, spaces.Box) or len(tuple(space.shape)) != 1:
         raise ValueError(f"env {type(env).__name__}: SAC needs continuous actions, a 1-D Box, got {space!r}.")
@@ -425,7 +420,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         actor, critic = SACActor(A, config.hidden_sizes), SACCritic(config.hidden_sizes)
     else:
         actor, critic = _check_network(network, env.observation_space(env_params), A,
-                                       _common.sample_observation(env, env_params))
+                                       sample)
     action_scale, action_bias = acl.action_scale_and_bias(low, high)
     low_j, high_j = jnp.asarray(low), jnp.asarray(high)
     target_entropy = float(-A if config.target_entropy is None else config.target_entropy)

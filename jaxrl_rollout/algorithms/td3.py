@@ -367,12 +367,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
 
     if not isinstance(config, TD3Config):
         raise TypeError(f"config must be a TD3Config, got {type(config).__name__}.")
-    if env is None:
-        if env_params is not None:
-            raise ValueError("env_params is given without env: env_params are the params of the env you pass as env.")
-        env, env_params = envs.make(config.env_id)
-    else:
-        env_params = _common.check_env(env, env_params)
+    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, sample=network is not None)
     action_dim, continuous = _common.action_info(env, env_params)
     if not continuous:
         raise ValueError(f"env {type(env).__name__}: TD3 needs continuous (Box) actions, got Discrete({action_dim}).")
@@ -387,7 +382,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
                             tuple(np.asarray(action_bias).tolist()), config.hidden_sizes),
                    TD3Critic(config.hidden_sizes))
     actor, critic = _check_networks(network, env.observation_space(env_params), action_dim,
-                                    _common.sample_observation(env, env_params))
+                                    sample)
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
     B, A = config.num_envs, action_dim
     fused_env_keys = takes_fused_keys(env, env_params, B)
