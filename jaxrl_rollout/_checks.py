@@ -69,14 +69,19 @@ def check_same_shapes(function: str, **arrays: Any) -> None:
                              "per-sample arrays of one shape (squeeze a critic or log-prob output [N, 1] to [N]).")
 
 
+def check_batch_shape(name: str, x: Any, of: str, shape: tuple[int, ...]) -> None:
+    """A ValueError naming `name` unless `x` is one value per env: `shape`, the batch shape of the rollout array
+    `of` ([T, B, ...] -> [B, ...]), as a bootstrap value or a last flag is."""
+    if tuple(jnp.shape(x)) != tuple(shape):
+        raise ValueError(f"{name} must be one value per env, the batch shape of {of} {tuple(shape)}, got "
+                         f"{tuple(jnp.shape(x))}.")
+
+
 def check_last_step(function: str, rollout_name: str, rollout: Any, **arrays: Any) -> None:
-    """A ValueError naming the argument unless each of `arrays` is one value per env: the batch shape of
-    `rollout` ([T, B, ...] -> [B, ...]), as a recipe's bootstrap value and last flag are."""
-    batch = tuple(jnp.shape(rollout))[1:]
+    """`check_batch_shape` for each of `arrays` against `rollout`, the errors naming "<function>: <name>" (a
+    compat recipe's bootstrap value and last flag)."""
     for name, x in arrays.items():
-        if tuple(jnp.shape(x)) != batch:
-            raise ValueError(f"{function}: {name} must be one value per env, the batch shape of {rollout_name} "
-                             f"{batch}, got {tuple(jnp.shape(x))}.")
+        check_batch_shape(f"{function}: {name}", x, rollout_name, tuple(jnp.shape(rollout))[1:])
 
 
 def check_function_key(key: Any, function: str, several: str) -> None:

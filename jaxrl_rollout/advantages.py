@@ -60,12 +60,6 @@ def _check_same_shape(**arrays) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _check_batch_shape(name: str, x, of: str, shape: tuple[int, ...]) -> None:
-    """`x` has the batch shape `shape` (the trailing axes of `of`), or raise naming it."""
-    if tuple(jnp.shape(x)) != tuple(shape):
-        raise ValueError(f"{name} must have the batch shape of {of} {tuple(shape)}, got {tuple(jnp.shape(x))}.")
-
-
 def _check_coefficient(x: Any, name: str, low: float = 0.0, high: float | None = 1.0) -> None:
     """A discount, lambda or clip threshold: a number (or numbers) in [low, high]; checked where concrete.
 
@@ -232,7 +226,7 @@ def discounted_returns(
     """
     shape = _check_same_shape(rewards=rewards, done=done)
     _check_flags(done=done)
-    _check_batch_shape("bootstrap_value", bootstrap_value, "rewards", shape[1:])
+    _checks.check_batch_shape("bootstrap_value", bootstrap_value, "rewards", shape[1:])
     dtype = _float_dtype(rewards, bootstrap_value)
     coefs = _per_step(gamma, "gamma", shape, dtype) * _mask(done, dtype)
     return _reverse_accumulate(jnp.asarray(rewards, dtype), coefs, jnp.asarray(bootstrap_value, dtype))
@@ -420,7 +414,7 @@ def starts_to_ends(starts: jax.Array, next_start: jax.Array) -> jax.Array:
       [T, ...] end flags, dtype of `starts`.
     """
     starts = jnp.asarray(starts)
-    _check_batch_shape("next_start", next_start, "starts", starts.shape[1:])
+    _checks.check_batch_shape("next_start", next_start, "starts", starts.shape[1:])
     return jnp.concatenate([starts[1:], jnp.asarray(next_start, starts.dtype)[None]])
 
 
@@ -435,5 +429,5 @@ def ends_to_starts(ends: jax.Array, first_start: jax.Array) -> jax.Array:
       [T, ...] start flags, dtype of `ends`.
     """
     ends = jnp.asarray(ends)
-    _check_batch_shape("first_start", first_start, "ends", ends.shape[1:])
+    _checks.check_batch_shape("first_start", first_start, "ends", ends.shape[1:])
     return jnp.concatenate([jnp.asarray(first_start, ends.dtype)[None], ends[:-1]])

@@ -268,7 +268,7 @@ def test_shape_errors_name_the_argument():
         adv.gae(x, x, jnp.zeros((4, 3)), x, x, 0.9, 0.9)
     with pytest.raises(ValueError, match=r"gamma must be a scalar or a per-step array of shape \[T\]=\(4,\)"):
         adv.gae(x, x, x, x, x, jnp.ones(3), 0.9)
-    with pytest.raises(ValueError, match="bootstrap_value must have the batch shape"):
+    with pytest.raises(ValueError, match="bootstrap_value must be one value per env, the batch shape"):
         adv.discounted_returns(x, x, jnp.zeros(3), 0.9)
     with pytest.raises(ValueError, match="n must be a positive Python int"):
         adv.n_step_returns(x, x, x, x, 0.9, 0)
