@@ -615,11 +615,10 @@ def _build_algorithm(spec, given: dict | None = None):
 
 
 def _write_config(folder: pathlib.Path, spec, option: str) -> None:
-    from jaxrl_rollout import checkpoint
+    from jaxrl_rollout.runner import write_spec
 
-    text = json.dumps(spec.to_json(), indent=1) + "\n"
     try:
-        checkpoint.write_atomic(folder, "config.json", lambda f: f.write(text.encode()))
+        write_spec(folder, spec)
     except OSError as error:
         raise ValueError(f"{option}: cannot write config.json ({error.strerror or error}).") from None
 

@@ -60,7 +60,7 @@ from jaxrl_rollout.types import RolloutState
 
 __all__ = ["DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
            "host_env", "returns_text",
-           "make_algorithm", "map_runs", "reopen_host_envs", "train"]
+           "make_algorithm", "map_runs", "read_spec", "reopen_host_envs", "train", "write_spec"]
 
 FORMAT = "jaxrl_rollout.run/1"
 
@@ -872,9 +872,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         else:
             chunks_done, metrics = 0, {}
             if folder is not None and jax.process_index() == 0 and not (pathlib.Path(folder) / "config.json").exists():
-                # the spec, as the command line writes it first: load_run, evaluate and --resume read it
-                text = json.dumps(spec.to_json(), indent=1) + "\n"
-                checkpoint.write_atomic(pathlib.Path(folder), "config.json", lambda f: f.write(text.encode()))
+                write_spec(folder, spec)  # as the command line writes it first: load_run, evaluate, --resume read it
         if states is None:
             states = [
                 _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
@@ -1029,6 +1027,16 @@ def _chunks_text(lengths: list) -> str:
         return f"{n} chunks of {updates(lengths[0])} (the last of {updates(lengths[-1])})"
     counts = {length: lengths.count(length) for length in lengths}  # an extended run's short chunk mid-way
     return f"{n} chunks (" + ", ".join(f"{k} of {updates(length)}" for length, k in counts.items()) + ")"
+
+
+def write_spec(folder, spec: RunSpec) -> None:
+    """Writes `spec` as `folder`'s config.json (replacing it whole: a reader sees the old file or the new one).
+
+    Raises:
+      OSError: from the write.
+    """
+    text = json.dumps(spec.to_json(), indent=1) + "\n"
+    checkpoint.write_atomic(pathlib.Path(folder), "config.json", lambda f: f.write(text.encode()))
 
 
 def read_spec(folder) -> RunSpec:
