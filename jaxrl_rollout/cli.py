@@ -1254,7 +1254,7 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     import jax.numpy as jnp
 
     import jaxrl_rollout as jr
-    from jaxrl_rollout import envs
+    from jaxrl_rollout import envs, episodes
     from jaxrl_rollout.algorithms import _common
 
     env, env_params = envs.make(env_id)
@@ -1268,13 +1268,8 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     chunk = min(num_steps, ROLLOUT_CHUNK_STEPS)
     full, rest = divmod(num_steps, chunk)
 
-    def sums(traj):
-        done = jnp.asarray(traj.done, bool)
-        return (jnp.sum(done, dtype=jnp.int32), jnp.sum(jnp.where(done, traj.completed_return, 0.0), dtype=jnp.float32),
-                jnp.sum(jnp.where(done, traj.completed_length, 0), dtype=jnp.float32))
-
     def add(totals, traj):
-        return jax.tree.map(jnp.add, totals, sums(traj))
+        return jax.tree.map(jnp.add, totals, episodes.episode_sums(traj))
 
     @jax.jit
     def collect(key):
@@ -1290,10 +1285,7 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
         if rest:
             _, traj = jr.rollout(env, env_params, policy_fn, None, state, rest)
             totals = add(totals, traj)
-        count, total_return, total_length = totals
-        nan, denom = jnp.float32(jnp.nan), jnp.maximum(count, 1).astype(jnp.float32)
-        return jr.EpisodeMetrics(mean_return=jnp.where(count > 0, total_return / denom, nan),
-                                 mean_length=jnp.where(count > 0, total_length / denom, nan), num_episodes=count)
+        return episodes.episode_means(*totals)
 
     key = jax.random.key(seed)
     start = time.perf_counter()

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 
 from jaxrl_rollout.types import EpisodeMetrics, Trajectory
 
-__all__ = ["episode_metrics"]
+__all__ = ["episode_means", "episode_metrics", "episode_sums"]
 
 
 def episode_metrics(traj: Trajectory) -> EpisodeMetrics:
@@ -23,11 +23,24 @@ def episode_metrics(traj: Trajectory) -> EpisodeMetrics:
       `EpisodeMetrics`; the means are NaN, never 0, when no episode completed,
       and `num_episodes` says how many did.
     """
+    return episode_means(*episode_sums(traj))
+
+
+def episode_sums(traj: Trajectory) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """`(count, total_return, total_length)` of the episodes that completed in `traj` (int32, float32, float32).
+
+    Sums add up over pieces of one long rollout (the `rollout` command keeps one chunk's trajectory at a time);
+    `episode_means` turns them into `episode_metrics`' figures.
+    """
     done = jnp.asarray(traj.done, dtype=bool)
-    count = jnp.sum(done, dtype=jnp.int32)
+    return (jnp.sum(done, dtype=jnp.int32),
+            jnp.sum(jnp.where(done, traj.completed_return, 0.0), dtype=jnp.float32),
+            jnp.sum(jnp.where(done, traj.completed_length, 0), dtype=jnp.float32))
+
+
+def episode_means(count: jnp.ndarray, total_return: jnp.ndarray, total_length: jnp.ndarray) -> EpisodeMetrics:
+    """`EpisodeMetrics` from `episode_sums`: the means NaN, never 0, when no episode completed."""
     denom = jnp.maximum(count, 1).astype(jnp.float32)
-    total_return = jnp.sum(jnp.where(done, traj.completed_return, 0.0), dtype=jnp.float32)
-    total_length = jnp.sum(jnp.where(done, traj.completed_length, 0), dtype=jnp.float32)
     nan = jnp.float32(jnp.nan)
     return EpisodeMetrics(
         mean_return=jnp.where(count > 0, total_return / denom, nan),
