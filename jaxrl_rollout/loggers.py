@@ -8,9 +8,10 @@ jit. Every metric is a scalar tagged `train/<metric>` at the run's cumulative
 env steps; a grid point's hyperparameters are written once as text.
 
 Resuming: a logger opened at update U tells TensorBoard to drop events past
-step `run_metrics.steps_at(config, U)` from the earlier writer (tensorboardX's purge event), so
-chunks logged after the last checkpoint of an interrupted run are not shown
-twice.
+step `run_metrics.steps_at(config, U)` (update U's, which stays) from the earlier
+writer (tensorboardX's purge event), so chunks logged after the last checkpoint
+of an interrupted run are not shown twice; a run that starts over from update 0
+drops all of them.
 
 `WandbLogger` (the `wandb` extra) logs the same scalars to one W&B run per
 grid point and seed, grouped by the run folder's name, online or offline
@@ -161,7 +162,8 @@ class TensorBoardLogger:
       folder: the run folder; events go to `folder/tensorboard/g{g}_s{s}`.
       spec: the sweep (its grid, seeds and batch size name and place the runs).
       first_update: updates already done (0 for a new run, the checkpoint's on
-        resume); events from an earlier writer past it are purged.
+        resume); events from an earlier writer past it are purged (all of them
+        at 0).
 
     Every chunk is written and flushed before `log_chunk` returns, in the
     caller's thread: a full disk or a read-only folder raises an `OSError`
@@ -189,13 +191,20 @@ class TensorBoardLogger:
         from jaxrl_rollout.run_metrics import grid_label
 
         spec, first_update = self._spec, self._first_update
-        purge = steps_at(self._config, first_update) if first_update else None
         self._files = []
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
+            folder = self.root / f"g{g}_s{s}"
+            # TensorBoard keeps an earlier writer's events of steps below the purge step: up to the checkpoint's
+            # update, whose point was logged at steps_at(first_update). A run starting over (it stopped before its
+            # first checkpoint) purges all the earlier writer's events, where there are any.
+            if first_update:
+                purge = steps_at(self._config, first_update) + 1
+            else:
+                purge = 0 if any(folder.glob("events.out.tfevents.*")) else None
             # Files are named by the second: the suffix keeps a resume's file apart from the
             # earlier writer's even within the same second.
-            events = _EventFile(self.root / f"g{g}_s{s}", f".from_update_{first_update}", purge)
+            events = _EventFile(folder, f".from_update_{first_update}", purge)
             self._files.append(events)
             if not first_update:
                 events.add(self._summary.text("run", f"{spec.algo} on {spec.config.env_id}; grid point {g} "

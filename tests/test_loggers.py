@@ -17,12 +17,18 @@ from jaxrl_rollout import cli
 SWEEP = ["--seeds", "2", "--lr", "1e-3,5e-4", "--total-steps", "2048", "--chunk-updates", "1", "--num-eval", "1"]
 
 
-def read_scalars(folder) -> dict:
-    """tag -> {step: value} from every event file in `folder` (TFRecord framing, Event protos)."""
+def read_points(folder) -> list[tuple[str, int, float]]:
+    """(tag, step, value) of every scalar TensorBoard shows from the event files in `folder` (TFRecord framing,
+    Event protos), in the order written.
+
+    The files are read in name order, as TensorBoard reads a run's folder; a session-start event (the purge event
+    of a resumed writer) at step P drops every event read before it whose step is P or more, TensorBoard's rule
+    for files of version 2 (its event accumulator's `_CheckForRestartAndMaybePurge`).
+    """
     from tensorboardX.proto import event_pb2
     from tensorboardX.record_writer import masked_crc32c
 
-    scalars: dict = {}
+    points: list = []
     for path in sorted(folder.glob("events.out.tfevents.*")):
         data = path.read_bytes()
         at = 0
@@ -33,9 +39,18 @@ def read_scalars(folder) -> dict:
             assert struct.unpack("<I", data[at + 12 + length:at + 16 + length])[0] == masked_crc32c(body), path
             event = event_pb2.Event.FromString(body)
             at += 12 + length + 4
-            for value in event.summary.value:
-                if value.HasField("simple_value"):
-                    scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+            if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+                points = [p for p in points if p[1] < event.step]
+            points += [(value.tag, event.step, value.simple_value) for value in event.summary.value
+                       if value.HasField("simple_value")]
+    return points
+
+
+def read_scalars(folder) -> dict:
+    """tag -> {step: value} that TensorBoard shows from the event files in `folder` (`read_points`)."""
+    scalars: dict = {}
+    for tag, step, value in read_points(folder):
+        scalars.setdefault(tag, {})[step] = value
     return scalars
 
 
@@ -101,7 +116,27 @@ def test_a_resumed_run_continues_the_logs(tmp_path):
                      "--checkpoint-every", "1"]) == 0
     assert cli.main(["train", "--resume", str(folder), "--num-eval", "1"]) == 0
     scalars = read_scalars(folder / "tensorboard" / "g0_s0")
+    # the checkpoint's own update (step 1024) stays; the purge took it with the points logged after it
     assert sorted(scalars["train/entropy"]) == [512, 1024, 1536, 2048]
+
+
+def test_a_run_that_starts_over_drops_its_earlier_logs(tmp_path):
+    """A run that stopped before its first checkpoint (a crash, a kill) starts over from update 0 on --resume; the
+    earlier writer's points stayed beside the new ones (two values at each step)."""
+    import shutil
+
+    from jaxrl_rollout import checkpoint
+
+    folder = tmp_path / "over"
+    one_run = ["--seeds", "1", "--total-steps", "2048", "--chunk-updates", "1", "--num-eval", "1"]
+    assert cli.main(["train", *one_run, "--out", str(folder), "--stop-after-chunks", "2", "--checkpoint-every", "1"]) == 0
+    shutil.rmtree(folder / checkpoint.SUBFOLDER)  # as if it had died before saving
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "1"]) == 0
+    events = folder / "tensorboard" / "g0_s0"
+    assert len(list(events.glob("events.out.tfevents.*"))) == 2
+    points = [(tag, step) for tag, step, _ in read_points(events)]
+    assert len(points) == len(set(points))
+    assert sorted(step for tag, step in points if tag == "train/entropy") == [512, 1024, 1536, 2048]
 
 
 def read_wandb(path) -> tuple[str, list[dict]]:
