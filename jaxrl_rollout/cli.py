@@ -929,6 +929,10 @@ def _run_train(args: argparse.Namespace) -> int:
     if args.wandb_project is not None and args.wandb == "off":
         raise ValueError(f"--wandb-project {args.wandb_project}: names the W&B project of --wandb offline|online, "
                          "which is off; add --wandb offline (or online), or drop --wandb-project.")
+    if args.wandb_project is not None:
+        from jaxrl_rollout.loggers import check_wandb_project
+
+        check_wandb_project(args.wandb_project, "--wandb-project")
     if args.wandb != "off":  # before the run folder is written (W&B's own import comes with its first run)
         import importlib.util
 

@@ -259,6 +259,28 @@ class TensorBoardLogger:
             raise first_error
 
 
+WANDB_RUN_ID_RESERVED = ":;,#?/'"  # characters W&B refuses in a run id (its settings' validate_run_id)
+WANDB_PROJECT_RESERVED = "/\\#?%:"  # and in a project name (validate_project), which is at most 128 characters
+
+
+def wandb_run_id(text: str) -> str:
+    """`text` as a W&B run id: each character W&B reserves, and any white space, as "-" (a run folder named
+    "lr=1e-3,ent=0.01" or "lr:1e-3" is a valid folder name, and its runs' ids were refused mid-run)."""
+    return "".join("-" if c in WANDB_RUN_ID_RESERVED or c.isspace() else c for c in text)
+
+
+def check_wandb_project(project: Any, option: str = "project") -> None:
+    """A ValueError naming `option` unless `project` is a name W&B takes (1 to 128 characters, none of
+    `WANDB_PROJECT_RESERVED`); W&B itself refuses one only at its first run, after training has begun."""
+    if not isinstance(project, str) or not project.strip():
+        raise ValueError(f"{option} must be a W&B project name, got {project!r}.")
+    bad = sorted(set(project) & set(WANDB_PROJECT_RESERVED))
+    if bad or len(project) > 128:
+        why = f"it holds {' '.join(bad)}" if bad else f"it has {len(project)} characters"
+        raise ValueError(f"{option} {project}: W&B project names have 1 to 128 characters and none of "
+                         f"{' '.join(WANDB_PROJECT_RESERVED)}; {why}.")
+
+
 WANDB_TOKEN_FILE = "jaxrl_rollout.id"  # in FOLDER/wandb: the token of the folder's W&B run ids
 
 
@@ -296,6 +318,7 @@ class WandbLogger:
     def __init__(self, folder, spec: Any, mode: str = "offline", project: str = "jaxrl_rollout"):
         if mode not in ("online", "offline"):
             raise ValueError(f"mode must be 'online' or 'offline', got {mode!r}.")
+        check_wandb_project(project)
         try:
             import wandb
         except ImportError as err:
@@ -327,7 +350,7 @@ class WandbLogger:
                       **dataclasses.asdict(spec.config), **spec.grid[g]._asdict()}
             self._runs.append(wandb.init(
                 mode=mode, dir=str(folder), project=project, group=name, name=f"g{g}_s{s}",
-                id=f"{prefix}-g{g}-s{s}".replace("/", "-"), resume="allow", config=config,
+                id=wandb_run_id(f"{prefix}-g{g}-s{s}"), resume="allow", config=config,
                 reinit="create_new", settings=self._settings(),
             ))
         return self._runs

@@ -313,6 +313,16 @@ def test_the_help_examples_parse():
         assert args.command in ("train", "evaluate", "rollout"), line
 
 
+@pytest.mark.parametrize("project, why", [("a/b", "it holds /"), ("x" * 129, "it has 129 characters")])
+def test_a_wandb_project_name_that_wandb_refuses_is_refused_before_the_folder(tmp_path, capsys, project, why):
+    """W&B refused it at its first run, after the first chunk had trained: a traceback, and a folder left."""
+    assert cli.main(["train", "--wandb", "offline", "--wandb-project", project, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"jaxrl-rollout: error: --wandb-project {project}: W&B project names have 1 to 128 "
+                          "characters and none of / \\ # ? % :;") and err.endswith(f"{why}.\n"), err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_wandb_project_without_wandb_is_refused(tmp_path, capsys):
     """--wandb-project without --wandb trained the default job and logged nowhere."""
     assert cli.main(["train", "--wandb-project", "x", "--out", str(tmp_path / "run")]) == 2

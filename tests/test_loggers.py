@@ -168,10 +168,12 @@ def read_wandb(path) -> tuple[str, list[dict]]:
 
 
 def test_wandb_offline_runs_hold_the_metrics(tmp_path, monkeypatch):
+    """In a folder whose name holds characters W&B refuses in run ids (its runs' start raised mid-run)."""
     monkeypatch.setenv("WANDB_SILENT", "true")
-    folder = tmp_path / "wb"
+    folder = tmp_path / "wb lr:1e-3,ent=0.01"
     assert cli.main(["train", *SWEEP, "--wandb", "offline", "--tensorboard", "false", "--out", str(folder)]) == 0
     files = sorted((folder / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert all(re.fullmatch(r"run-wb-lr-1e-3-ent=0\.01-[0-9a-z]+-g\d-s\d\.wandb", p.name) for p in files), files
     runs = dict(read_wandb(path) for path in files)
     assert sorted(runs) == ["g0_s0", "g0_s1", "g1_s0", "g1_s1"]
     with open(folder / "metrics.csv") as f:
