@@ -43,6 +43,8 @@ def test_auto_chooses_by_observation_space():
     masked = spaces.Dict({"x": box((2,)), "action_mask": box((A,), jnp.bool_)})
     assert isinstance(choose(masked), ActorCriticMultiInput)
     assert isinstance(choose(spaces.Tuple([box((2,)), box((3, 3, 1))])), ActorCriticMultiInput)
+    for board in [(6, 7, 2), (4, 4, 31), (4, 3, 194), (84, 84, 4), (64, 64, 3)]:  # pgx boards, images: channels last
+        assert isinstance(choose(box(board)), ActorCriticCNN), board
 
 
 @pytest.mark.parametrize(
@@ -56,6 +58,13 @@ def test_auto_chooses_by_observation_space():
         ("mlp", box((10, 10, 4)), False, r"network='mlp' needs a flat vector observation \[O\], got obs"),
         ("cnn", box((4,)), False, r"network='cnn' needs an image observation \[H, W, C\]"),
         ("gru", spaces.Dict({"x": box((2,))}), False, r"network='gru' needs a single array observation"),
+        # channels first: a stack of Atari frames was read as a 4 x 84 image of 84 channels
+        ("auto", box((4, 84, 84)), False, r"^network='auto' reads images channels last \[H, W, C\]; the observation "
+                                          r"\[4, 84, 84\] looks channels first \[C, H, W\]; give the env's images as "
+                                          r"\[84, 84, 4\]"),
+        ("cnn", box((3, 64, 64)), False, r"^network='cnn' reads images channels last"),
+        ("auto", spaces.Dict({"pixels": box((1, 8, 8)), "v": box((2,))}), False,
+         r"^network='auto' reads images channels last \[H, W, C\]; observation leaf pixels \[1, 8, 8\]"),
     ],
 )
 def test_spaces_a_network_cannot_take_are_rejected_naming_network(network, space, continuous, message):

@@ -61,3 +61,29 @@ def test_envpool_makes_and_steps_without_gymnasium_box_cast_warnings():
         policy = jr.policies.uniform_random_policy(env.action_space(None))
         jax.block_until_ready(jr.rollout(env, None, policy, None, state, 3))
     assert not [w for w in seen if "precision lowered" in str(w.message)], [str(w.message) for w in seen]
+
+
+def test_envpool_images_come_channels_last():
+    """envpool's Atari frames are channels first ([stack, H, W]); network='auto' read [4, 84, 84] as a 4 x 84 image
+    of 84 channels and trained on it silently. The adapter gives them as [H, W, stack], and its final observations
+    too; the frames are envpool's own."""
+    from jaxrl_rollout.algorithms import _common
+
+    options = dict(img_height=20, img_width=24, stack_num=2, max_episode_steps=3)
+    env, env_params = envs.make("envpool/Pong-v5", **options)
+    space = env.observation_space(env_params)
+    assert tuple(space.shape) == (20, 24, 2) and np.dtype(space.dtype) == np.uint8
+    obs, state = env.reset(jax.random.split(jax.random.key(0), 2), env_params)
+    raw = envpool.make_gymnasium("Pong-v5", num_envs=2, seed=env._seed, **options)
+    raw_obs, _ = raw.reset()
+    np.testing.assert_array_equal(np.asarray(obs), np.moveaxis(raw_obs, 1, -1))
+    for t in range(3):
+        action = np.array([t % 6, (t + 2) % 6], np.int32)
+        obs, state, _, _, truncated, info = env.step(None, state, action, env_params)
+        raw_obs, *_ = raw.step(action.astype(np.int64))
+    assert np.asarray(truncated).all()  # max_episode_steps: the final observation is the third step's frames
+    np.testing.assert_array_equal(np.asarray(info["final_observation"]), np.moveaxis(raw_obs, 1, -1))
+    assert np.asarray(obs).shape == (2, 20, 24, 2)
+    env.close()
+    module = _common.choose_network("auto", space, 6, False, (64,), "tanh")
+    assert type(module).__name__ == "ActorCriticCNN"

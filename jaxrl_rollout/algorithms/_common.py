@@ -243,6 +243,16 @@ def _describe(leaves: list) -> str:
     return ", ".join(f"{'/'.join(p) or 'obs'} {dtype}{list(shape)}" for p, shape, dtype in leaves)
 
 
+def _check_channels_last(network: str, where: str, shape: tuple) -> None:
+    """A ValueError naming `network` for an image leaf that looks channels first: [C, H, W] with C <= 4 the shortest
+    axis and W > 4 (a stack of 4 Atari frames [4, 84, 84] read as a 4 x 84 image of 84 channels trained silently);
+    [H, W, C] images, MinAtar's [10, 10, C] and board planes such as [6, 7, 2] pass."""
+    if len(shape) == 3 and shape[0] <= 4 < shape[2] and shape[0] < shape[1]:
+        raise ValueError(f"network={network!r} reads images channels last [H, W, C]; {where} {list(shape)} looks "
+                         f"channels first [C, H, W]; give the env's images as {list(shape[1:]) + [shape[0]]} "
+                         "(jnp.moveaxis(obs, -3, -1)), or pass make_train a network of your own.")
+
+
 def choose_network(network: str, observation_space: Any, action_dim: int, continuous: bool, hidden_sizes,
                    activation: str):
     """The flax module for a config's network name and the env's observation space (see the module docstring).
@@ -278,11 +288,14 @@ def choose_network(network: str, observation_space: Any, action_dim: int, contin
         if not (single and len(shape) == 3):
             raise ValueError(f"network='cnn' needs an image observation [H, W, C] (channels last), got "
                              f"{_describe(leaves)}; use network='auto'.")
+        _check_channels_last(network, "the observation", shape)
         return cnn()
     for path, leaf_shape, dtype in leaves:
         if len(leaf_shape) > 3:
             raise ValueError(f"network='auto' encodes observation leaves of shape [], [O], [H, W] or [H, W, C]; "
                              f"{'/'.join(path) or 'obs'} has shape {list(leaf_shape)}.")
+        _check_channels_last(network, f"observation leaf {'/'.join(path)}" if path else "the observation",
+                             leaf_shape)
         if path and path[-1] in networks.ACTION_MASK_KEYS and (
             continuous or dtype != np.bool_ or leaf_shape != (action_dim,)
         ):

@@ -18,6 +18,12 @@ but no reset, so finished envs cannot be reset within the step; and stepping
 a subset of envs through it (`step(handle, action, env_id)`) returned two rows
 for env 0 and none for env 1 when tried with envpool 1.2.5.
 
+Images: envpool gives image observations channels first (Atari's and
+ViZDoom's frame stacks are [4, 84, 84]); the adapter gives them channels last
+([84, 84, 4]), as every other suite here does and as `network='auto'`'s CNN
+reads them. An observation is taken as a channels-first image when it has
+three axes and the first is the shortest (a [64, 64, 3] image stays).
+
 Seeding: envpool seeds env i with `seed + i` at creation. `reset(keys)`
 recreates the pool with `seed` drawn from the first env's key, so the same key
 gives the same trajectory. Under `jax.vmap` over R runs there is one pool per
@@ -64,6 +70,12 @@ def make(name: str, **make_kwargs: Any) -> tuple[EnvpoolEnv, Any]:
     return env, env.default_params
 
 
+def _channels_first(space: Any) -> bool:
+    """Whether envpool's observation `space` is a channels-first image: a Box of three axes, the first the shortest."""
+    shape = tuple(getattr(space, "shape", None) or ())
+    return len(shape) == 3 and shape[0] < min(shape[1:])
+
+
 class EnvpoolEnv(HostEnv):
     """B envs of one envpool task in the vectorized gymnax protocol, with same-step auto-reset."""
 
@@ -79,8 +91,15 @@ class EnvpoolEnv(HostEnv):
         with _quiet_box_casts():  # the spaces are made when first read
             probe = envpool.make_gymnasium(name, num_envs=1, **make_kwargs)
             try:
-                super().__init__(name, probe.action_space, probe.observation_space,
-                                 probe.spec.config.max_episode_steps)
+                observation_space = probe.observation_space
+                self._channels_first = _channels_first(observation_space)
+                if self._channels_first:
+                    from gymnasium import spaces as gym_spaces
+
+                    observation_space = gym_spaces.Box(np.moveaxis(observation_space.low, 0, -1),
+                                                       np.moveaxis(observation_space.high, 0, -1),
+                                                       dtype=observation_space.dtype)
+                super().__init__(name, probe.action_space, observation_space, probe.spec.config.max_episode_steps)
             finally:
                 probe.close()
         self._make_kwargs = make_kwargs
@@ -94,10 +113,15 @@ class EnvpoolEnv(HostEnv):
         with _quiet_box_casts():  # a pool makes its spaces when first read, in its first reset, and keeps them
             self._pools = [envpool.make_gymnasium(self._name, num_envs=seeds.shape[1], seed=seed, **self._make_kwargs)
                            for seed in self._seeds]
-            return np.stack([self._by_env_id(*pool.reset()) for pool in self._pools])
+            return self._channels_last(np.stack([self._by_env_id(*pool.reset()) for pool in self._pools]))
 
     def _host_step(self, action: np.ndarray) -> tuple:
-        return tuple(np.stack(x) for x in zip(*(self._step_pool(p, a) for p, a in zip(self._pools, action))))
+        obs, final, *rest = (np.stack(x) for x in zip(*(self._step_pool(p, a) for p, a in zip(self._pools, action))))
+        return (self._channels_last(obs), self._channels_last(final), *rest)
+
+    def _channels_last(self, obs: np.ndarray) -> np.ndarray:
+        """[..., C, H, W] images as [..., H, W, C] (a copy, C-contiguous), others as they are."""
+        return np.ascontiguousarray(np.moveaxis(obs, -3, -1)) if self._channels_first else obs
 
     @staticmethod
     def _step_pool(pool: Any, action: np.ndarray) -> tuple:
