@@ -587,6 +587,22 @@ def _check_devices(spec, devices, env=None) -> None:
         raise ValueError(f"--devices {devices}: {error}") from None
 
 
+def _check_time_limit(env_id: str, env, env_params) -> None:
+    """A ValueError naming --env for an env without a time limit (jumanji's Game2048, Knapsack, TSP, ...): every
+    command evaluates whole episodes, which then have no bound; the time limit is an option of the env's make,
+    given from Python (the run failed at its closing evaluation, after training, its folder written)."""
+    from jaxrl_rollout.collect import episode_limit
+
+    try:
+        episode_limit(env, env_params, None)
+    except ValueError:
+        raise ValueError(
+            f"--env {env_id}: the env has no time limit, and the command line evaluates whole episodes (train's "
+            "evaluations, evaluate, rollout), which it then cannot bound; from Python, give it one with "
+            f"envs.make({env_id!r}, max_episode_steps=N) and pass that env to make_train(config, env=...)."
+        ) from None
+
+
 def _build_algorithm(spec, given: dict | None = None):
     """The spec's algorithm (its `.env` as the algorithm steps it), built once before a new run's folder is written.
 
@@ -598,6 +614,8 @@ def _build_algorithm(spec, given: dict | None = None):
     from jaxrl_rollout.algorithms import _common, get
 
     env, env_params = envs.make(spec.config.env_id)
+    if not _common.is_self_play(env):
+        _check_time_limit(spec.config.env_id, env, env_params)
     # The algorithm is built once too, so that an env it cannot train (DQN on continuous actions,
     # SAC on discrete ones, a network that does not fit) is refused before anything is written.
     make = get(spec.algo).make
@@ -1234,12 +1252,14 @@ def _random_policy(env, env_params):
     from jaxrl_rollout import networks
     from jaxrl_rollout.distributions import masked_logits
 
+    space = env.action_space(env_params)
+
     def mask_of(obs):  # by leaf name, as the networks read it (a space's dict can be the env's NamedTuple)
         return next((x for path, x in jax.tree_util.tree_flatten_with_path(obs)[0]
                      if networks.leaf_name(path) in networks.ACTION_MASK_KEYS), None)
 
     if mask_of(jax.eval_shape(env.observation_space(env_params).sample, jax.random.key(0))) is None:
-        return jr.uniform_random_policy(env.action_space(env_params))
+        return jr.uniform_random_policy(space)
 
     def uniform_over_allowed(params, obs):
         mask = jnp.asarray(mask_of(obs), bool)
@@ -1256,6 +1276,7 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     and returns the figures."""
     import jax
     import jax.numpy as jnp
+    from gymnax.environments import spaces
 
     import jaxrl_rollout as jr
     from jaxrl_rollout import envs, episodes
@@ -1264,6 +1285,11 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     env, env_params = envs.make(env_id)
     if _common.is_self_play(env):  # a two-player pgx game: against its random opponent, as train evaluates it
         env, env_params = envs.make(env_id, agent_seat="random", max_steps=_common.SELF_PLAY_EVAL_MAX_MOVES)
+    _check_time_limit(env_id, env, env_params)
+    space = env.action_space(env_params)
+    if not isinstance(space, (spaces.Discrete, spaces.Box)):
+        raise ValueError(f"--env {env_id}: rollout draws Discrete or Box actions, got {space!r}."
+                         f"{_common.tuple_actions_hint(space)}")
     policy_fn = _random_policy(env, env_params)
 
     # In rollouts of ROLLOUT_CHUNK_STEPS steps, the finished episodes summed between them, so memory stays one

@@ -8,6 +8,7 @@ from row 0, within 4 steps, so it is never truncated. Env 1 takes its first
 legal move: it never leaves the grid, so it is truncated on its 6th step.
 """
 
+import re
 import subprocess
 import sys
 from functools import cached_property
@@ -331,3 +332,25 @@ def test_importing_the_package_does_not_import_jumanji():
         "assert 'jumanji' not in sys.modules, 'jumanji was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("argv, message", [
+    # no time limit: train wrote its folder, trained, then failed at its closing evaluation
+    (["train", "--env", "jumanji/Game2048-v1"], r"--env jumanji/Game2048-v1: the env has no time limit, and the "
+     r"command line evaluates whole episodes .* envs.make\('jumanji/Game2048-v1', max_episode_steps=N\)"),
+    (["rollout", "--env", "jumanji/Knapsack-v1"], r"--env jumanji/Knapsack-v1: the env has no time limit"),
+    # a multi-agent reward: a traceback ending in NotImplementedError
+    (["train", "--env", "jumanji/Connector-v3"], r"Connector has a reward of shape \(10,\) \(one per agent\)"),
+    # a Tuple of Discrete actions: "uniform_random_policy supports Discrete and Box action spaces", a traceback
+    (["rollout", "--env", "jumanji/RubiksCube-partly-scrambled-v0"],
+     r"--env jumanji/RubiksCube-partly-scrambled-v0: rollout draws Discrete or Box actions, got Tuple\(.*\)\. A "
+     r"jumanji env gives its Tuple of Discrete actions as one Discrete .* multi_discrete='flat'"),
+])
+def test_the_command_line_refuses_what_it_cannot_run_in_one_line(tmp_path, capsys, argv, message):
+    from jaxrl_rollout import cli
+
+    out = ["--out", str(tmp_path / "run")] if argv[0] == "train" else []
+    assert cli.main([*argv, *out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxrl-rollout: error: ") and err.count("\n") == 1 and re.search(message, err), err
+    assert not (tmp_path / "run").exists()

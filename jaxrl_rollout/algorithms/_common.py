@@ -168,7 +168,15 @@ def action_info(env, env_params) -> tuple[int, bool]:
                              f"high={space.high}); a Box's bounds must have low <= high.")
         return int(space.shape[0]), True
     raise ValueError(f"env {type(env).__name__}: unsupported action space {space!r}: expected Discrete or a 1-D "
-                     "Box.")
+                     f"Box.{tuple_actions_hint(space)}")
+
+
+def tuple_actions_hint(space: Any) -> str:
+    """" ..." on how to give a Tuple of Discrete actions (jumanji's multi-discrete) as one Discrete, else ""."""
+    if isinstance(space, spaces.Tuple) and all(isinstance(s, spaces.Discrete) for s in space.spaces):
+        return (" A jumanji env gives its Tuple of Discrete actions as one Discrete of their combinations when "
+                "made with envs.make(env_id, multi_discrete='flat') (from Python, then make_train(config, env=...)).")
+    return ""
 
 
 def probe_module(call: str, contract: str, module: Any, *args: Any) -> Any:

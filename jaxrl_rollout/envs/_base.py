@@ -58,6 +58,12 @@ def _import_quietly(module: str) -> Any:
             sys.stdout.write("".join(kept))
 
 
+class UnsupportedEnv(NotImplementedError, ValueError):
+    """An env (or a spec of it) the adapter cannot give in the protocol: a multi-agent reward, an action spec it
+    cannot map. A NotImplementedError, and a ValueError, so the command line says it in one line, as it says
+    every other env it cannot take."""
+
+
 def unknown_name(what: str, name: Any, known, list_known: bool = True) -> ValueError:
     """The error for a name not in `known`: "unknown <what> <name>. Did you mean ...? Known names: ...".
 

@@ -38,11 +38,12 @@ of shape (A,) or more -> with `multi_discrete="tuple"` (default) a gymnax
 of ints, each counted from the spec's minimum), with `multi_discrete="flat"`
 a single `Discrete` over all combinations (row-major, as jumanji's joint
 action masks are laid out), usable with `categorical_policy`. Other action
-specs (bool, nested) raise NotImplementedError naming the spec.
+specs (bool, nested) raise `UnsupportedEnv` (a NotImplementedError and a
+ValueError) naming the spec.
 
 Only single-agent rewards are supported: envs whose reward or discount spec
 is not a scalar (Connector, LevelBasedForaging, SearchAndRescue) raise
-NotImplementedError. Sokoban-v0's default generator downloads its levels from
+`UnsupportedEnv`. Sokoban-v0's default generator downloads its levels from
 Hugging Face when it is built.
 
 Options (keyword arguments of `make`):
@@ -65,7 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
-from jaxrl_rollout.envs._base import PyTree, SameStepEnv, require, unknown_name
+from jaxrl_rollout.envs._base import PyTree, SameStepEnv, UnsupportedEnv, require, unknown_name
 
 __all__ = ["JumanjiEnv", "JumanjiState", "make"]
 
@@ -123,7 +124,7 @@ def _observation_space(spec: Any, specs: Any, where: str) -> Any:
     if isinstance(spec, specs.Spec):
         children = {k: v for k, v in vars(spec).items() if isinstance(v, specs.Spec)}
         return spaces.Dict({k: _observation_space(v, specs, f"{where}.{k}") for k, v in children.items()})
-    raise NotImplementedError(f"{where} is a {type(spec).__name__}, not a jumanji spec: {spec!r}.")
+    raise UnsupportedEnv(f"{where} is a {type(spec).__name__}, not a jumanji spec: {spec!r}.")
 
 
 def _action_codec(spec: Any, specs: Any, multi_discrete: str) -> tuple[Any, Callable[[Any], jax.Array]]:
@@ -156,7 +157,7 @@ def _action_codec(spec: Any, specs: Any, multi_discrete: str) -> tuple[Any, Call
         else:
             space = spaces.Box(-jnp.inf, jnp.inf, spec.shape, dtype)
         return space, lambda a: jnp.asarray(a, dtype)
-    raise NotImplementedError(
+    raise UnsupportedEnv(
         f"jumanji action spec {spec!r} is not supported: the adapter takes DiscreteArray, integer "
         "MultiDiscreteArray/BoundedArray and float BoundedArray/Array action specs."
     )
@@ -205,7 +206,7 @@ class JumanjiEnv(SameStepEnv):
                 )
         for what, spec in (("reward", env.reward_spec), ("discount", env.discount_spec)):
             if tuple(spec.shape) != ():
-                raise NotImplementedError(
+                raise UnsupportedEnv(
                     f"{type(env).__name__} has a {what} of shape {tuple(spec.shape)} (one per agent); the "
                     "rollout takes one scalar reward and discount per env."
                 )
