@@ -234,3 +234,17 @@ def test_a_truncated_texture_cache_is_removed_and_the_call_made_again(tmp_path):
 
     with pytest.raises(EOFError, match="not the cache"):  # no broken cache explains it: raised as it is
         with_texture_caches(fails, [good])
+
+
+@pytest.mark.parametrize("options, message", [
+    # accepted, then a TypeError at the first traced step; or every step truncated
+    ({"max_timesteps": "10"}, r"EnvParams field max_timesteps must be an int \(its default is 10000\), got '10'"),
+    ({"max_timesteps": 0}, r"EnvParams field max_timesteps must be a positive int .* got 0"),
+    ({"always_diamond": 1}, r"EnvParams field always_diamond must be a bool"),
+    ({"spawn_cow_chance": "0.1"}, r"EnvParams field spawn_cow_chance must be a number"),
+])
+def test_a_bad_env_params_override_is_refused_naming_the_field(options, message):
+    with pytest.raises(ValueError, match=r"^craftax 'Craftax-Classic-Symbolic-v1': " + message):
+        envs.make("craftax/Craftax-Classic-Symbolic-v1", **options)
+    env, params = envs.make("craftax/Craftax-Classic-Symbolic-v1", max_timesteps=50, spawn_cow_chance=0.2)
+    assert params.max_timesteps == 50

@@ -311,3 +311,16 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
         "jaxrl-rollout: error: --eval-episodes 5: gymnasium/CartPole-v1 is a host env, evaluated only after training "
         "(its pool of envs cannot be evaluated inside a chunk), with --num-eval episodes: use --num-eval 5.\n")
     assert not (tmp_path / "episodes").exists()
+
+
+@pytest.mark.parametrize("env_id, options, message", [
+    # a bare TypeError (gymnasium's, envpool's Config.__new__), or an AssertionError for 0
+    ("gymnasium/CartPole-v1", {"foo": 1}, r"^gymnasium 'CartPole-v1' does not take the options \['foo'\]: "),
+    ("envpool/CartPole-v1", {"foo": 1}, r"^envpool 'CartPole-v1' does not take the options \['foo'\]: "),
+    # accepted, then every step truncated (and evaluate bounded at 0 steps)
+    ("gymnasium/CartPole-v1", {"max_episode_steps": 0}, r"^max_episode_steps must be a positive int or None, got 0"),
+    ("envpool/CartPole-v1", {"max_episode_steps": 0}, r"^max_episode_steps must be a positive int or None, got 0"),
+])
+def test_a_host_suites_bad_options_are_a_value_error_naming_them(env_id, options, message):
+    with pytest.raises(ValueError, match=message):
+        envs.make(env_id, **options)

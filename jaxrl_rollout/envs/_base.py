@@ -58,6 +58,19 @@ def _import_quietly(module: str) -> Any:
             sys.stdout.write("".join(kept))
 
 
+def check_max_episode_steps(value: Any) -> None:
+    """A ValueError naming `max_episode_steps` unless it is a positive int or None (0 truncated every step,
+    and an evaluation bounded by it returned nothing)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise ValueError(f"max_episode_steps must be a positive int or None, got {value!r}.")
+
+
+def options_error(suite: str, name: str, options: dict, error: BaseException) -> ValueError:
+    """The ValueError for options `suite`'s make does not take (its TypeError), naming them as jumanji's and brax's
+    adapters do."""
+    return ValueError(f"{suite} {name!r} does not take the options {sorted(options)}: {error}")
+
+
 class UnsupportedEnv(NotImplementedError, ValueError):
     """An env (or a spec of it) the adapter cannot give in the protocol: a multi-agent reward, an action spec it
     cannot map. A NotImplementedError, and a ValueError, so the command line says it in one line, as it says

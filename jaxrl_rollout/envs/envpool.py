@@ -88,8 +88,14 @@ class EnvpoolEnv(HostEnv):
         fixed = sorted({"num_envs", "batch_size", "seed"} & set(make_kwargs))
         if fixed:
             raise ValueError(f"EnvpoolEnv sets {fixed} itself (num_envs from the keys given to reset); drop them.")
+        _base.check_max_episode_steps(make_kwargs.get("max_episode_steps"))
         with _quiet_box_casts():  # the spaces are made when first read
-            probe = envpool.make_gymnasium(name, num_envs=1, **make_kwargs)
+            try:
+                probe = envpool.make_gymnasium(name, num_envs=1, **make_kwargs)
+            except TypeError as error:  # Config.__new__() got an unexpected keyword argument
+                if not make_kwargs:
+                    raise
+                raise _base.options_error("envpool", name, make_kwargs, error) from error
             try:
                 observation_space = probe.observation_space
                 self._channels_first = _channels_first(observation_space)

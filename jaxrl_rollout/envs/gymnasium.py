@@ -60,8 +60,13 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
     gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
     if name not in gymnasium.registry:
         raise _base.unknown_name("gymnasium env id", name, gymnasium.registry, list_known=False)
+    _base.check_max_episode_steps(make_kwargs.get("max_episode_steps"))
     try:
         env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name)
+    except TypeError as error:
+        if not make_kwargs:
+            raise
+        raise _base.options_error("gymnasium", name, make_kwargs, error) from error
     except gymnasium.error.DependencyNotInstalled as error:  # LunarLander without Box2D, ...: gymnasium's own extra
         from jaxrl_rollout._extras import MissingExtra
 

@@ -66,7 +66,15 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
-from jaxrl_rollout.envs._base import PyTree, SameStepEnv, UnsupportedEnv, require, unknown_name
+from jaxrl_rollout.envs._base import (
+    PyTree,
+    SameStepEnv,
+    UnsupportedEnv,
+    check_max_episode_steps,
+    options_error,
+    require,
+    unknown_name,
+)
 
 __all__ = ["JumanjiEnv", "JumanjiState", "make"]
 
@@ -195,8 +203,7 @@ class JumanjiEnv(SameStepEnv):
         if multi_discrete not in _MULTI_DISCRETE_MODES:
             raise ValueError(f"multi_discrete must be one of {_MULTI_DISCRETE_MODES}, got {multi_discrete!r}.")
         if max_episode_steps is not None:
-            if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps <= 0:
-                raise ValueError(f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}.")
+            check_max_episode_steps(max_episode_steps)
             time_limit = getattr(env, "time_limit", None)
             if isinstance(time_limit, int) and max_episode_steps >= time_limit:
                 raise ValueError(
@@ -288,7 +295,7 @@ def make(
     except TypeError as err:
         if not env_kwargs:
             raise
-        raise ValueError(f"jumanji {name!r} does not take the options {sorted(env_kwargs)}: {err}") from err
+        raise options_error("jumanji", name, env_kwargs, err) from err
     adapter = JumanjiEnv(
         env, max_episode_steps=max_episode_steps, multi_discrete=multi_discrete, name=f"jumanji/{name}"
     )

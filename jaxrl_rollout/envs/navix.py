@@ -177,5 +177,5 @@ def make(name: str, **kwargs: Any) -> tuple[NavixEnv, None]:
     try:
         navix_env = navix.make(name, **kwargs)
     except TypeError as err:
-        raise ValueError(f"navix {name!r} does not take the options {sorted(kwargs)}: {err}") from err
+        raise _base.options_error("navix", name, kwargs, err) from err
     return NavixEnv(navix_env, name=name), None
