@@ -79,6 +79,9 @@ def test_metrics_are_per_update_and_nan_without_episodes():
         (dict(num_minibatches=3), r"num_envs \* num_steps = 512 does not divide into num_minibatches=3"),
         (dict(network="gru", num_envs=4, num_minibatches=8), r"keeps env sequences whole, so num_envs=4"),
         (dict(env_id="CartPole-v2"), r"unknown env_id 'CartPole-v2'. Did you mean CartPole-v1"),
+        # another suite's name without its prefix: the SUITE/NAME form was never said
+        (dict(env_id="ant"), r"unknown env_id 'ant'\. Known ids: .* another suite's env is named SUITE/NAME "
+                             r"\(suites: brax, jumanji, craftax, xminigrid, navix, pgx, gymnasium, envpool; e\.g\. brax/ant"),
         (dict(num_envs=0), r"num_envs must be a positive int, got 0"),
         (dict(update_epochs=-1), r"update_epochs must be a positive int"),
         (dict(total_timesteps=100), r"total_timesteps=100 is less than one batch"),

@@ -40,7 +40,10 @@ def _check_gymnax_name(env_id: str) -> None:
     if env_id not in gymnax.registered_envs:
         close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}.")
+        others = ", ".join(suite for suite in SUITES if suite != "gymnax")
+        raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}. Those are "
+                         f"gymnax's; another suite's env is named SUITE/NAME (suites: {others}; e.g. brax/ant, "
+                         "jumanji/Snake-v1).")
 
 
 def _make_gymnax(env_id: str):
