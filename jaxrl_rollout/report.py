@@ -65,11 +65,21 @@ def _write_rows(binary, spec: Any, metrics: dict) -> None:
     f.detach()  # write_atomic fsyncs and closes the binary file
 
 
+def isolated(values: np.ndarray) -> np.ndarray:
+    """[N] bool: the finite values whose neighbours (one each side, where there is one) are both NaN."""
+    finite = np.isfinite(values)
+    before = np.concatenate([[False], finite[:-1]])
+    after = np.concatenate([finite[1:], [False]])
+    return finite & ~before & ~after
+
+
 def write_learning_curve(path, spec: Any, metrics: dict) -> None:
     """Episode return against env steps: mean across seeds and a +-1 sd band, one line per grid point.
 
     Each update's value per seed is the mean return of the episodes that
-    ended in it; updates where no seed finished an episode are gaps. With a
+    ended in it; updates where no seed finished an episode are gaps, and a
+    value with gaps on both sides is drawn as a dot (long episodes, an
+    off-policy run's sparse returns). With a
     periodic evaluation (`eval_return` in metrics) each grid point's mean
     deterministic evaluation return over seeds is drawn beside it, in its
     colour, as a dashed line with markers at the evaluated updates. Written atomically, as the CSV.
@@ -87,6 +97,8 @@ def write_learning_curve(path, spec: Any, metrics: dict) -> None:
         for g in range(len(spec.grid)):
             mean, sd = np.nanmean(returns[g], axis=0), np.nanstd(returns[g], axis=0)
             (line,) = ax.plot(steps, mean, lw=1.2, label=grid_label(spec, g))
+            alone = isolated(mean)  # a line draws nothing of a value between two gaps
+            ax.plot(steps[alone], mean[alone], ls="", marker="o", ms=2.5, color=line.get_color())
             ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.2, lw=0)
             if "eval_return" in metrics:
                 evals = metrics["eval_return"].reshape(len(spec.grid), spec.num_seeds, -1).astype(np.float64)[g]

@@ -47,6 +47,26 @@ def test_a_failed_metrics_write_leaves_the_old_file_whole(tmp_path, monkeypatch)
     assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["metrics.csv"]
 
 
+def test_the_learning_curve_draws_a_return_between_two_gaps(tmp_path, monkeypatch):
+    """A plain line drew nothing of a value with NaN on both sides: a Pendulum run of sparse returns showed a
+    legend and no curve. Such values get a dot."""
+    nan = np.nan
+    np.testing.assert_array_equal(report.isolated(np.array([nan, 3.0, nan, 4.0, 5.0, nan, 6.0])),
+                                  [False, True, False, False, False, False, True])
+    np.testing.assert_array_equal(report.isolated(np.array([1.0])), [True])
+    drawn = []
+    from matplotlib.axes import Axes
+
+    plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda self, x, y, *a, **k: drawn.append((list(x), list(y), k.get("marker")))
+                        or plot(self, x, y, *a, **k))
+    sparse = {"episode_return": np.array([[nan, 2.0], [nan, 4.0]], np.float32),
+              "num_episodes": np.array([[0, 1], [0, 1]], np.int32)}
+    report.write_learning_curve(tmp_path / "curve.png", SPEC, sparse)
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    assert ([64], [3.0], "o") in drawn  # update 2 of 32 steps each; the mean of the two seeds
+
+
 def test_a_write_that_cannot_replace_its_file_names_the_file(tmp_path):
     """A rename onto a directory named the temporary file (gone by then), not metrics.csv."""
     (tmp_path / "metrics.csv").mkdir()
