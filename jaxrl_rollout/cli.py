@@ -121,10 +121,15 @@ def _int_tuple(text: str) -> tuple:
 
 
 def _float_list(text: str) -> list:
-    """A sweep value: one number or a comma list (duplicates are an error)."""
+    """A sweep value: one number or a comma list (duplicates, in float32 too, are an error)."""
+    import numpy as np
+
     values = [_float(t.strip()) for t in text.split(",")]
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"expected distinct values, got {text!r}")
+    if len(set(np.float32(values).tolist())) != len(values):  # the hyperparameters train in float32
+        raise argparse.ArgumentTypeError(f"expected distinct values, got {text!r}, which are not all distinct in "
+                                         "float32, the precision they train in (their runs would be the same)")
     return values
 
 

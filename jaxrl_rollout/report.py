@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxrl_rollout.checkpoint import write_atomic
-from jaxrl_rollout.run_metrics import chunk_return, grid_label, steps_at
+from jaxrl_rollout.run_metrics import chunk_return, grid_label, steps_at, swept_texts
 
 __all__ = ["GridSummary", "final_returns", "format_summary", "grid_label", "summarize", "write_learning_curve",
            "write_metrics_csv", "write_outputs"]
@@ -52,9 +52,10 @@ def _write_rows(binary, spec: Any, metrics: dict) -> None:
     f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
     writer = csv.writer(f)
     writer.writerow(["grid_point", "seed", "update", "step", *swept, "metric", "value"])
+    texts = {k: swept_texts(spec, k) for k in swept}
     for r in range(spec.num_runs):
         g, s = divmod(r, spec.num_seeds)
-        hp = [f"{getattr(spec.grid[g], k):g}" for k in swept]
+        hp = [texts[k][g] for k in swept]
         for u in range(metrics[names[0]].shape[1]):
             head = [g, s, u, steps_at(spec.config, u + 1), *hp]
             for name in names:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["chunk_return", "grid_label", "returns_text", "steps_at", "total_steps"]
+__all__ = ["chunk_return", "grid_label", "returns_text", "steps_at", "swept_texts", "total_steps"]
 
 
 def chunk_return(metrics: dict) -> np.ndarray:
@@ -68,7 +68,19 @@ def grid_label(spec: Any, g: int) -> str:
       The label text.
     """
     swept = spec.swept()
-    return ", ".join(f"{k}={getattr(spec.grid[g], k):g}" for k in swept) if swept else "default"
+    return ", ".join(f"{k}={swept_texts(spec, k)[g]}" for k in swept) if swept else "default"
+
+
+def swept_texts(spec: Any, name: str) -> list[str]:
+    """Each grid point's value of hyperparameter `name` as text: `%g` (6 significant digits), or as many more as
+    tell the grid's distinct values apart (lr 1e-3 and 1.000001e-3 were both labelled 0.001)."""
+    values = [getattr(point, name) for point in spec.grid]
+    distinct = len(set(values))
+    for digits in range(6, 18):
+        texts = [f"{v:.{digits}g}" for v in values]
+        if len(set(texts)) == distinct:
+            return texts
+    return [repr(v) for v in values]
 
 
 def steps_at(config: Any, updates: int) -> int:

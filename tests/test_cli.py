@@ -279,6 +279,9 @@ def test_bad_values_exit_non_zero(capsys):
         ("train", "--seeds", "-1"): "--seeds: expected a positive integer",
         ("train", "--lr", "abc"): "--lr: expected a number, got 'abc'",
         ("train", "--lr", "1e-3,1e-3"): "--lr: expected distinct values",
+        # the same float32: two grid points that trained the same run under the same label
+        ("train", "--lr", "1e-3,1.00000001e-3"): "--lr: expected distinct values, got '1e-3,1.00000001e-3', which are "
+                                                 "not all distinct in float32",
         ("train", "--ent-coef", "nan"): "--ent-coef: expected a finite number",
         ("train", "--bootstrap-on-truncation", "maybe"): "expected true or false, got 'maybe'",
         ("train", "--hidden-sizes", "64,x"): "expected comma-separated integers",

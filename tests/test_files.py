@@ -183,3 +183,13 @@ def test_wandb_offline_makes_no_network_call_and_runs_no_git(tmp_path):
     text = trace.read_text()
     assert "execve(" in text  # the trace saw the processes start
     assert _outside_calls(text) == []
+
+
+def test_grid_labels_tell_distinct_values_apart():
+    """lr 1e-3 and 1.000001e-3 (distinct in float32) were both 'lr=0.001' in the summary, the CSV's lr column,
+    TensorBoard and the plot's legend."""
+    grid = (ppo.PPOHParams(lr=1e-3), ppo.PPOHParams(lr=1.000001e-3), ppo.PPOHParams(lr=2e-3))
+    spec = runner.RunSpec("ppo", SPEC.config, grid, 1)
+    assert [report.grid_label(spec, g) for g in range(3)] == ["lr=0.001", "lr=0.001000001", "lr=0.002"]
+    plain = runner.RunSpec("ppo", SPEC.config, (ppo.PPOHParams(lr=1e-3), ppo.PPOHParams(lr=2.5e-4)), 1)
+    assert [report.grid_label(plain, g) for g in range(2)] == ["lr=0.001", "lr=0.00025"]
