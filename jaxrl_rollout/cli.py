@@ -755,7 +755,12 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     saved = runner.read_spec(folder)
     if given.get("eval_every") == "chunk":  # as a new run reads it: after each chunk of the run's (or the given) size
         given = {**given, "eval_every": given.get("chunk_updates", saved.chunk_updates)}
-    diff = _differences(_spec_options(saved), given, [n for n in given if n != "total_steps"])
+    saved_options = _spec_options(saved)
+    foreign = [f"--{n.replace('_', '-')}" for n in given if n not in saved_options]
+    if foreign:  # "--lr: None there, [0.001] here" of a SAC run
+        raise ValueError(f"{option}: {', '.join(foreign)} {'is not an option' if len(foreign) == 1 else 'are not options'}"
+                         f" of the {saved.algo.upper()} run there.")
+    diff = _differences(saved_options, given, [n for n in given if n != "total_steps"])
     if diff:
         raise ValueError(f"{option}: the run there has a different config:\n  " + "\n  ".join(diff))
     has_checkpoint = checkpoint.exists(folder)

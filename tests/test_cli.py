@@ -128,6 +128,10 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     err = capsys.readouterr().err
     assert "the run there has a different config" in err and "--lr: [0.001, 0.0003] there, [0.0005] here" in err
     assert "--seeds" not in err  # the same value is no difference
+    # an option of another algorithm: "--q-lr: None there, [0.001] here"
+    assert cli.main(["train", "--resume", str(sweep_run), "--q-lr", "1e-3", "--tau", "0.01"]) == 2
+    assert capsys.readouterr().err == (f"jaxrl-rollout: error: --resume {sweep_run}: --tau, --q-lr are not options of "
+                                       "the A2C run there.\n")
     assert _tree(sweep_run) == before
 
     corrupt = tmp_path / "corrupt"
