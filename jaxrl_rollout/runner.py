@@ -982,9 +982,12 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 raise Interrupted(signals.requested)
             signals.requested = None  # or during the run's last chunk: it is complete, and saved below
         except KeyboardInterrupt:
+            saved = ""
             if chunks_done > last_saved:
                 save(states)
-            saved = f"; checkpoint saved in {folder}" if folder else ""
+                saved = f"; checkpoint saved in {folder}" if folder else ""
+            elif folder:  # saved after that chunk already, or the checkpoint resumed from, before any chunk here ran
+                saved = f"; its checkpoint is in {folder}"
             say(f"  interrupted after chunk {chunks_done}{saved}" if chunks_done else
                 "  interrupted before the first chunk")
             raise

@@ -354,3 +354,19 @@ def test_the_orbax_noise_filter_passes_every_other_unraisable_error():
         assert seen == [other, mine]
     finally:
         sys.unraisablehook = previous
+
+
+def test_an_interrupt_before_a_resumed_run_trains_says_where_its_checkpoint_is(small_run, tmp_path, monkeypatch,
+                                                                              capsys):
+    """It said "checkpoint saved" of a checkpoint it had only read."""
+    folder = tmp_path / "copy"
+    shutil.copytree(small_run, folder)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_wait_ready", interrupted)  # as Ctrl-C during the first chunk of the resumed run
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "128"]) == 130
+    captured = capsys.readouterr()
+    assert f"  interrupted after chunk 2; its checkpoint is in {folder}\n" in captured.err, captured
+    assert "checkpoint saved" not in captured.out + captured.err
