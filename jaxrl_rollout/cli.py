@@ -1148,6 +1148,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             video.check_recordable(algorithm.env)
         except ValueError as error:
             raise ValueError(f"--video: {error}") from None
+        _check_writable(pathlib.Path(args.folder) / "videos", "--video")
     det, sto = evaluate_both(spec, state, args.num_episodes, [jax.random.fold_in(key, i) for i in (0, 1)], algorithm)
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
@@ -1223,6 +1224,18 @@ def _video_names(spec) -> list[str]:
         point = "" if len(spec.grid) == 1 else re.sub(r"[^A-Za-z0-9.=-]+", "_", report.grid_label(spec, g)) + "_"
         names.append(f"{point}seed{s}")
     return names
+
+
+def _check_writable(folder: pathlib.Path, option: str) -> None:
+    """A ValueError naming `option` when files cannot be made in `folder` (made if missing), checked before the
+    work whose output goes there (a read-only run's `evaluate --video` said so after every run was evaluated)."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        raise ValueError(f"{option}: cannot write in {folder} ({error.strerror or error}).") from None
 
 
 def _write_videos(args, spec, state, key, algorithm) -> None:

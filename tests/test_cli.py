@@ -465,6 +465,17 @@ def test_evaluate_checks_its_video_runs_before_evaluating(sweep_run, capsys):
         assert out == "" and message in err and err.count("\n") == 1, (out, err)  # no evaluation table first
 
 
+def test_evaluate_checks_its_videos_folder_before_evaluating(sweep_run, tmp_path, capsys):
+    """A videos folder it cannot write in was reported after every run had been evaluated."""
+    folder = tmp_path / "copy"
+    shutil.copytree(sweep_run, folder)
+    (folder / "videos").write_text("not a folder")
+    assert cli.main(["evaluate", str(folder), "--video"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"jaxrl-rollout: error: --video: cannot write in {folder / 'videos'} (")
+    assert err.count("\n") == 1, err
+
+
 def test_evaluate_compiles_both_columns_once_and_each_equals_its_own_policy(sweep_run):
     """`evaluate`'s one program gives, bit for bit, the deterministic and stochastic columns of two separate calls."""
     import jax
