@@ -37,7 +37,9 @@ def test_auto_chooses_by_observation_space():
     assert choose(box((10, 10, 4))) == ActorCriticCNN(A, kernel_size=3)
     assert choose(box((2, 5, 1))) == ActorCriticCNN(A, kernel_size=2)  # smaller than the 3x3 kernel
     assert isinstance(choose(box((5, 6))), ActorCriticMultiInput)  # no channels: flattened
-    assert isinstance(choose(spaces.Discrete(7)), ActorCriticMultiInput)  # a scalar
+    # an index: the MLP on its one-hot vector, with network='mlp' too (it was the MLP of one number)
+    assert choose(spaces.Discrete(7)) == networks.OneHotObservation(7, mlp) == choose(spaces.Discrete(7), "mlp")
+    assert isinstance(choose(box(())), ActorCriticMultiInput)  # a scalar Box
     image_and_vector = spaces.Dict({"image": box((5, 5, 2)), "vector": box((3,))})
     assert isinstance(choose(image_and_vector), ActorCriticMultiInput)
     masked = spaces.Dict({"x": box((2,)), "action_mask": box((A,), jnp.bool_)})
@@ -194,3 +196,31 @@ def test_auto_on_cartpole_is_the_mlp_run_exactly():
     (state_a, metrics_a), (state_m, metrics_m) = run(auto), run(mlp)
     jax.tree.map(np.testing.assert_array_equal, state_a.params, state_m.params)
     jax.tree.map(np.testing.assert_array_equal, metrics_a, metrics_m)
+
+
+def test_a_discrete_observation_is_read_one_hot():
+    """FrozenLake's cell index went into the network as one number; it is the MLP of its one-hot vector, as SB3
+    reads it, and PPO learns a bandit whose best action is the cell's parity (16 alternations over the index)."""
+    from jaxrl_rollout.algorithms import dqn, ppo, pqn
+    from tests.toy_envs import ParityEnv
+
+    module = choose(spaces.Discrete(5))
+    cells = jnp.array([0, 3, 4], jnp.int32)
+    params = module.init(jax.random.key(0), cells)
+    dist, value = module.apply(params, cells)
+    plain_dist, plain_value = module.module.apply({"params": params["params"]["module"]},
+                                                   jax.nn.one_hot(cells, 5, dtype=jnp.float32))
+    np.testing.assert_array_equal(dist.logits, plain_dist.logits)
+    np.testing.assert_array_equal(value, plain_value)
+
+    config = ppo.PPOConfig(num_envs=16, num_steps=4, total_timesteps=16 * 4 * 40, update_epochs=4, num_minibatches=2,
+                           anneal_lr=False)
+    train = ppo.make_train(config, env=ParityEnv())
+    _, metrics = jax.jit(train)(jax.random.key(0), ppo.PPOHParams(lr=1e-2))
+    assert float(metrics.episode_return[-5:].mean()) > 0.9  # the first updates: 0.5, a coin
+    with pytest.raises(ValueError, match=r"^normalize_observations=True: the env's observation is a Discrete index"):
+        ppo.make_train(ppo.PPOConfig(normalize_observations=True), env=ParityEnv())
+    # DQN's and PQN's own Q-networks too
+    made = dqn.make_dqn(dqn.DQNConfig(), env=ParityEnv())
+    assert isinstance(made.module, networks.OneHotObservation), made.module
+    assert isinstance(pqn.make_pqn(pqn.PQNConfig(), env=ParityEnv()).module, networks.OneHotObservation)

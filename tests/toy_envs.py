@@ -158,3 +158,34 @@ class NaNRewardEnv(CountingEnv):
     def step_env(self, key, state, action, params):
         obs, new, reward, _, info = super().step_env(key, state, action, params)
         return obs, new, jnp.where(new.time >= self.nan_at, jnp.nan, reward), jnp.bool_(False), info
+
+
+@struct.dataclass
+class ParityState(environment.EnvState):
+    cell: jax.Array
+
+
+class ParityEnv(environment.Environment):
+    """A one-step contextual bandit with a Discrete(16) observation: the cell, drawn at reset; action cell % 2 pays
+    1, the other 0, and the episode ends. Read as one number the cell's parity alternates 16 times over its range;
+    one-hot, each cell is its own input."""
+
+    CELLS = 16
+
+    @property
+    def default_params(self) -> environment.EnvParams:
+        return environment.EnvParams(max_steps_in_episode=1)
+
+    def reset_env(self, key, params):
+        state = ParityState(time=0, cell=jax.random.randint(key, (), 0, self.CELLS, jnp.int32))
+        return state.cell, state
+
+    def step_env(self, key, state, action, params):
+        reward = (action == state.cell % 2).astype(jnp.float32)
+        return state.cell, state, reward, jnp.bool_(True), {}
+
+    def action_space(self, params=None):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params=None):
+        return spaces.Discrete(self.CELLS)

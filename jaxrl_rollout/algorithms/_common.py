@@ -6,7 +6,10 @@ observation space when the algorithm is built (`choose_network`):
 - a 1-D Box [O]: `ActorCriticMLP`, exactly what `network="mlp"` builds;
 - a 3-D Box [H, W, C] (channels-last image): `ActorCriticCNN` (MinAtar
   style), its kernel shrunk to min(3, H, W) for smaller images;
-- a scalar, or a 2-D Box [H, W] without channels: `ActorCriticMultiInput`
+- a Discrete(n) observation (an index: gymnasium's FrozenLake, Taxi):
+  `ActorCriticMLP` on its one-hot vector (`OneHotObservation`), with
+  `network="mlp"` too;
+- a scalar Box, or a 2-D Box [H, W] without channels: `ActorCriticMultiInput`
   on the one leaf, which flattens it into its dense encoder;
 - a Dict or Tuple space (jumanji, pgx, your own env's pytree observations):
   `ActorCriticMultiInput`, one encoder per leaf by its shape; leaves named
@@ -54,7 +57,7 @@ __all__ = [
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
     "check_hparam_shapes", "check_init_key",
-    "sample_observation", "check_observation_space", "resolve_env", "plain_numbers",
+    "sample_observation", "check_observation_space", "resolve_env", "plain_numbers", "one_hot_if_discrete",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -287,6 +290,8 @@ def choose_network(network: str, observation_space: Any, action_dim: int, contin
             raise ValueError(f"network='gru' needs a single array observation, got a pytree ({_describe(leaves)}); "
                              "use network='auto' (an encoder per leaf, action masks applied).")
         return networks.ActorCriticGRU(action_dim=action_dim, continuous=continuous, hidden_size=hidden_sizes[0])
+    if isinstance(observation_space, spaces.Discrete):  # an index: the MLP on its one-hot vector, as SB3 reads it
+        return networks.OneHotObservation(int(observation_space.n), mlp())
     if network == "mlp":
         if not (single and len(shape) == 1):
             raise ValueError(f"network='mlp' needs a flat vector observation [O], got {_describe(leaves)}; "
@@ -1036,6 +1041,9 @@ def acting_policies(s: Setup, cfg) -> dict:
 
     if not getattr(cfg, "normalize_observations", False):
         return dict(policy_fn=s.policy_fn, eval_policy_fn=s.eval_policy_fn, policy_params=lambda state: state.params)
+    if isinstance(s.eval_env.observation_space(s.eval_env_params), spaces.Discrete):
+        raise ValueError("normalize_observations=True: the env's observation is a Discrete index, which the network "
+                         "reads one-hot encoded and which has no scale to normalise; leave it False.")
     return dict(
         policy_fn=normalized_policy(s.policy_fn, cfg.obs_clip),
         eval_policy_fn=normalized_policy(s.eval_policy_fn, cfg.obs_clip),
@@ -1052,6 +1060,16 @@ def check_normalization_config(cfg) -> None:
         value = getattr(cfg, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
             raise ValueError(f"{name} must be a positive number or None, got {value!r}.")
+
+
+def one_hot_if_discrete(module: Any, observation_space: Any) -> Any:
+    """`module` on the one-hot vector of a Discrete observation (`networks.OneHotObservation`), else `module`:
+    DQN's and PQN's own Q-networks read an index as SB3's do, not as one number."""
+    from jaxrl_rollout import networks
+
+    if isinstance(observation_space, spaces.Discrete):
+        return networks.OneHotObservation(int(observation_space.n), module)
+    return module
 
 
 def check_single_array_obs(algo: str, module_name: str, env: Any, observation_space: Any) -> None:

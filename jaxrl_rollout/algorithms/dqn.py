@@ -388,7 +388,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")
     if network is None:
         _common.check_single_array_obs("DQN", "QNetwork", env, env.observation_space(env_params))
-    module = QNetwork(action_dim, config.hidden_sizes) if network is None else network
+    module = (_common.one_hot_if_discrete(QNetwork(action_dim, config.hidden_sizes), env.observation_space(env_params))
+              if network is None else network)
     _check_q_network(module, env.observation_space(env_params), action_dim, sample)
     apply_fn = module.apply
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)

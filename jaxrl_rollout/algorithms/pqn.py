@@ -395,7 +395,8 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     obs_space = env.observation_space(env_params)
     if network is None:
         _common.check_single_array_obs("PQN", "QNetwork", env, obs_space)
-        module = QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm)
+        module = _common.one_hot_if_discrete(
+            QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm), obs_space)
     else:
         module = _check_network(network, obs_space, action_dim, sample)
     return env, env_params, module, action_dim

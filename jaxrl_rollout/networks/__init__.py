@@ -10,7 +10,8 @@ itself only sees plain callables. Everything is reachable as
   (an `ActorCriticMLP`'s parameters drawn in one batch) and `fused_init`
   (`module.init`'s values, its hashes fused).
 - `modules.py`: the actor-critics `ActorCriticMLP`, `ActorCriticCNN`,
-  `ActorCriticMultiInput` and `ActorCriticGRU`, their construction checks,
+  `ActorCriticMultiInput` and `ActorCriticGRU`, `OneHotObservation` (a
+  Discrete observation one-hot encoded), their construction checks,
   the layer gains (`HIDDEN_GAIN`, `ACTOR_HEAD_GAIN`, `CRITIC_HEAD_GAIN`),
   `ACTIVATIONS`, `ACTION_MASK_KEYS` and `leaf_name`.
 - `adapters.py`: rollout policies from any network, `feedforward_policy` and
@@ -52,6 +53,7 @@ from jaxrl_rollout.networks.modules import (
     ActorCriticGRU,
     ActorCriticMLP,
     ActorCriticMultiInput,
+    OneHotObservation,
     leaf_name,
 )
 
@@ -65,6 +67,7 @@ __all__ = [
     "ActorCriticGRU",
     "ActorCriticMLP",
     "ActorCriticMultiInput",
+    "OneHotObservation",
     "batched_init",
     "feedforward_policy",
     "fused_init",

@@ -14,6 +14,9 @@ value of the batch shape):
   features concatenated, then actor and critic trunks; a leaf named in
   `ACTION_MASK_KEYS` masks the logits instead of being a feature
   (`leaf_name` gives a leaf's name).
+- `OneHotObservation`: a Discrete(n) observation, an index [B], given to a
+  module as its one-hot vector [B, n] (what `network='auto'` and DQN's and
+  PQN's own networks take for such an env, as SB3 encodes it).
 - `ActorCriticGRU`: one recurrent step
   `(carry [B, H], obs [B, ...]) -> (new_carry, (dist, value [B]))`. It never
   resets its carry: the rollout zeroes it at episode starts
@@ -62,6 +65,7 @@ __all__ = [
     "ActorCriticGRU",
     "ActorCriticMLP",
     "ActorCriticMultiInput",
+    "OneHotObservation",
     "leaf_name",
 ]
 
@@ -263,6 +267,35 @@ class ActorCriticCNN(nn.Module):
         x = x.reshape(x.shape[:-3] + (-1,))
         x = act(orthogonal_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
         return _heads(self, x, x)
+
+
+class OneHotObservation(nn.Module):
+    """A feedforward `module` of a Discrete(`num_values`) observation: the index [B] as one-hot floats [B, n].
+
+    An index read as one number puts states that are neighbours in numbering,
+    not in the game, next to each other (FrozenLake's cell 3 between 2 and 4,
+    a row apart from 7); SB3 one-hot encodes Discrete observations, and so does
+    this. An index outside [0, n) is all zeros (`jax.nn.one_hot`).
+
+    Attributes:
+      num_values: n, the Discrete space's size.
+      module: the network on [B, n] (its parameters are under `module`).
+    """
+
+    num_values: int
+    module: nn.Module
+
+    def __post_init__(self) -> None:
+        _check_positive_int("num_values", self.num_values)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> Any:
+        obs = jnp.asarray(obs)
+        if obs.ndim != 1 or not jnp.issubdtype(obs.dtype, jnp.integer):
+            raise ValueError(f"OneHotObservation takes a Discrete({self.num_values}) observation as integers [B], "
+                             f"got {obs.dtype}{list(obs.shape)}.")
+        return self.module(jax.nn.one_hot(obs, self.num_values, dtype=jnp.float32))
 
 
 def leaf_name(path: Sequence[Any]) -> str:
