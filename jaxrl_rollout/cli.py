@@ -217,8 +217,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     # Every default is None so that `--resume` can tell which options were given.
     run = train.add_argument_group("run")
     run.add_argument("--algo", choices=tuple(_algorithms()), help="algorithm (default: ppo)")
-    run.add_argument("--env", help="gymnax env id, or SUITE/NAME for another suite, e.g. brax/ant (default: the "
-                     f"algorithm's, {DEFAULT_ENV}; Pendulum-v1 for sac and td3)")
+    run.add_argument("--env", help="gymnax env id, or SUITE/NAME for another suite (brax, jumanji, craftax, xminigrid, "
+                     "navix, pgx, gymnasium, envpool), e.g. brax/ant; an env's options (time limits) are given from "
+                     f"Python, with envs.make (default: the algorithm's, {DEFAULT_ENV}; Pendulum-v1 for sac and td3)")
     run.add_argument("--seeds", type=_positive_int, help=f"seeds per grid point (default: {DEFAULT_SEEDS})")
     run.add_argument("--total-steps", type=_total_steps,
                      help="env steps per run, at most 2**31 - 1 (default: the algorithm's, e.g. 500000 for ppo, "
