@@ -90,10 +90,13 @@ class Categorical(NamedTuple):
             raise TypeError(f"action must hold action indices (integers), got {action.dtype}.")
         num_actions = self.logits.shape[-1]
         if jnp.issubdtype(action.dtype, jnp.integer):
-            action = action.astype(jnp.int32)  # uint8 cannot hold the index range of 300 actions
-        valid = (action >= 0) & (action < num_actions)
-        if not jnp.issubdtype(action.dtype, jnp.integer):
-            valid = valid & (action == jnp.floor(action))
+            # checked in the action's own dtype: cast first, a 64-bit 2**32 + 1 read as 1, and a uint32 past
+            # 2**31 went negative; a dtype too narrow to hold A (uint8 against 300 logits) is always below it
+            below = action < num_actions if num_actions <= jnp.iinfo(action.dtype).max else True
+            valid = (action >= 0) & below
+            action = action.astype(jnp.int32)
+        else:
+            valid = (action >= 0) & (action < num_actions) & (action == jnp.floor(action))
         picked = action[..., None] == jnp.arange(num_actions, dtype=action.dtype)
         log_prob = jnp.sum(jnp.where(picked, self.logits, 0.0), axis=-1)
         return jnp.where(valid, log_prob, jnp.nan)

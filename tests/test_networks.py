@@ -469,6 +469,12 @@ def test_categorical_log_prob_picks_the_logit_without_a_gather():
     wide = categorical_from_logits(jnp.tile(jnp.arange(300.0), (2, 1)))
     np.testing.assert_array_equal(wide.log_prob(jnp.array([255, 3], jnp.uint8)),
                                   wide.log_prob(jnp.array([255, 3], jnp.int32)))
+    # 64-bit actions past the int32 range were cast first: 2**32 + 1 picked logit 1
+    with jax.enable_x64(True):
+        big = categorical_from_logits(jnp.zeros((3, 3), jnp.float32))
+        for dtype in (jnp.int64, jnp.uint64, jnp.uint32):
+            got = big.log_prob(jnp.array([2**32 + 1 if dtype != jnp.uint32 else 2**31 + 1, 1, 0], dtype))
+            assert np.isnan(got[0]) and np.all(np.isfinite(got[1:])), (dtype, got)
 
 
 def test_diag_gaussian_by_hand():
