@@ -388,6 +388,11 @@ def _check_options_are_read(given: dict, config, module=None) -> None:
                 refuse(option, "read only when SAC learns its temperature, which --autotune false turns off.")
     for option, switch in (("obs_clip", "normalize_observations"), ("reward_clip", "normalize_rewards")):
         if given.get(option) is not None and not getattr(config, switch, False):
+            if option == "obs_clip" and module is None:
+                continue  # checked again with the network, which says whether the env's observation is an index
+            if option == "obs_clip" and type(module).__name__.startswith("OneHot"):  # normalisation is refused there
+                refuse(option, "the clip applies to normalised observations, and this env's observation is a "
+                               "Discrete index, read one-hot and never normalised; drop --obs-clip.")
             refuse(option, f"the clip applies to normalised values, and --{switch.replace('_', '-')} is false; add "
                            f"--{switch.replace('_', '-')} true (or drop --{option.replace('_', '-')}).")
     network = getattr(config, "network", None)
@@ -593,6 +598,18 @@ def _check_devices(spec, devices, env=None) -> None:
         raise ValueError(f"--devices {devices}: {error}") from None
 
 
+def _make_env(env_id: str, **options):
+    """`envs.make(env_id, **options)`, an env the adapters cannot give (`envs._base.UnsupportedEnv`: a multi-agent
+    jumanji env) refused as `--env ID: ...`, as every other env the command line cannot take."""
+    from jaxrl_rollout import envs
+    from jaxrl_rollout.envs._base import UnsupportedEnv
+
+    try:
+        return envs.make(env_id, **options)
+    except UnsupportedEnv as error:
+        raise ValueError(f"--env {env_id}: {error}") from None
+
+
 def _check_time_limit(env_id: str, env, env_params) -> None:
     """A ValueError naming --env for an env without a time limit (jumanji's Game2048, Knapsack, TSP, ...): every
     command evaluates whole episodes, which then have no bound; the time limit is an option of the env's make,
@@ -616,10 +633,9 @@ def _build_algorithm(spec, given: dict | None = None):
     gymnax name); another suite's unknown name, or its missing extra, and an
     env the algorithm cannot train are refused here, before anything is written.
     """
-    from jaxrl_rollout import envs
     from jaxrl_rollout.algorithms import _common, get
 
-    env, env_params = envs.make(spec.config.env_id)
+    env, env_params = _make_env(spec.config.env_id)
     if not _common.is_self_play(env):
         _check_time_limit(spec.config.env_id, env, env_params)
     # The algorithm is built once too, so that an env it cannot train (DQN on continuous actions,
@@ -1306,7 +1322,7 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     from jaxrl_rollout import envs, episodes
     from jaxrl_rollout.algorithms import _common
 
-    env, env_params = envs.make(env_id)
+    env, env_params = _make_env(env_id)
     if _common.is_self_play(env):  # a two-player pgx game: against its random opponent, as train evaluates it
         env, env_params = envs.make(env_id, agent_seat="random", max_steps=_common.SELF_PLAY_EVAL_MAX_MOVES)
     _check_time_limit(env_id, env, env_params)
@@ -1624,8 +1640,12 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
 
     what = str(error).strip().splitlines()[0]
     what = what.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().rstrip(".")
-    lower = {"train": "lower --num-envs or --buffer-size, or train fewer runs at once (--max-parallel N; grid points "
-                      "x --seeds are trained together by default)",
+    sizes = "--num-envs or --buffer-size" if getattr(args, "algo", None) in ("dqn", "sac", "td3") else (
+        "--num-envs or --num-steps")
+    kept = (f"; {args.out} keeps this run's config, so give the new settings another --out"
+            if getattr(args, "out", None) else "")
+    lower = {"train": f"lower {sizes}, or train fewer runs at once (--max-parallel N; grid points x --seeds are "
+                      f"trained together by default){kept}",
              "evaluate": "lower --num-episodes (every episode of every run is played at once)",
              "rollout": "lower --num-envs (rollout keeps up to 1,024 steps of every env)"}[args.command]
     return f"out of memory on the {jax.default_backend()} device ({what}): {lower}."

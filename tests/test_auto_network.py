@@ -213,6 +213,17 @@ def test_a_discrete_observation_is_read_one_hot():
     np.testing.assert_array_equal(dist.logits, plain_dist.logits)
     np.testing.assert_array_equal(value, plain_value)
 
+    # network='gru' reads it one-hot too (its input layer was [1, H]); 'cnn' cannot take it
+    gru = choose(spaces.Discrete(5), "gru")
+    assert isinstance(gru, networks.OneHotRecurrentObservation)
+    carry = gru.initial_carry(3)
+    gru_params = gru.init(jax.random.key(0), carry, cells)
+    assert {x.shape[0] for x in jax.tree.leaves(gru_params) if x.ndim == 2} >= {5}
+    _, (gru_dist, _) = gru.apply(gru_params, carry, cells)
+    assert gru_dist.logits.shape == (3, A)
+    with pytest.raises(ValueError, match=r"^network='cnn' needs an image observation"):
+        choose(spaces.Discrete(5), "cnn")
+
     config = ppo.PPOConfig(num_envs=16, num_steps=4, total_timesteps=16 * 4 * 40, update_epochs=4, num_minibatches=2,
                            anneal_lr=False)
     train = ppo.make_train(config, env=ParityEnv())

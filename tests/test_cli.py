@@ -228,6 +228,14 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
     assert capsys.readouterr().err == (
         f"jaxrl-rollout: error: out of memory on the {jax.default_backend()} device (Out of memory allocating "
         "1700000000288 bytes): lower --num-envs (rollout keeps up to 1,024 steps of every env).\n")
+    # train: the options that size this algorithm's memory (PPO has no --buffer-size), and the folder it wrote
+    monkeypatch.setattr(cli, "_run_train", out_of_memory)
+    for argv, sizes in ((["--out", "runs/x"], "--num-envs or --num-steps"),
+                        (["--algo", "dqn", "--out", "runs/x"], "--num-envs or --buffer-size")):
+        assert cli.main(["train", *argv]) == 2
+        err = capsys.readouterr().err
+        assert f"): lower {sizes}, or train fewer runs at once" in err, err
+        assert err.endswith("; runs/x keeps this run's config, so give the new settings another --out.\n"), err
 
     def other(*args, **kwargs):
         raise jax.errors.JaxRuntimeError("INTERNAL: something else")
@@ -260,6 +268,12 @@ def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
         ("--obs-clip", "5"): "error: --obs-clip 5.0: the clip applies to normalised values, and "
                              "--normalize-observations is false; add --normalize-observations true",
         ("--reward-clip", "5"): "error: --reward-clip 5.0: the clip applies to normalised values",
+        # it advised --normalize-observations true, which is refused for a Discrete observation
+        ("--env", "gymnasium/FrozenLake-v1", "--obs-clip", "5"): "error: --obs-clip 5.0: the clip applies to "
+            "normalised observations, and this env's observation is a Discrete index, read one-hot and never "
+            "normalised; drop --obs-clip.",
+        ("--env", "gymnasium/FrozenLake-v1", "--network", "cnn"): "error: --network cnn: network='cnn' needs an image "
+                                                                  "observation",
         ("--network", "gru", "--hidden-sizes", "32,32"): "error: --hidden-sizes 32,32: the GRU network (--network gru) "
                                                         "reads one size, its state's: give one, e.g. --hidden-sizes 32.",
         ("--network", "gru", "--activation", "relu"): "error: --activation relu: the GRU network (--network gru) does "

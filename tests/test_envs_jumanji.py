@@ -340,7 +340,7 @@ def test_importing_the_package_does_not_import_jumanji():
      r"command line evaluates whole episodes .* envs.make\('jumanji/Game2048-v1', max_episode_steps=N\)"),
     (["rollout", "--env", "jumanji/Knapsack-v1"], r"--env jumanji/Knapsack-v1: the env has no time limit"),
     # a multi-agent reward: a traceback ending in NotImplementedError
-    (["train", "--env", "jumanji/Connector-v3"], r"Connector has a reward of shape \(10,\) \(one per agent\)"),
+    (["train", "--env", "jumanji/Connector-v3"], r"--env jumanji/Connector-v3: Connector has a reward of shape \(10,\) \(one per agent\)"),
     # a Tuple of Discrete actions: "uniform_random_policy supports Discrete and Box action spaces", a traceback
     (["rollout", "--env", "jumanji/RubiksCube-partly-scrambled-v0"],
      r"--env jumanji/RubiksCube-partly-scrambled-v0: rollout draws Discrete or Box actions, got Tuple\(.*\)\. A "

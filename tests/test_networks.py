@@ -227,6 +227,20 @@ def test_householder_q_batches_without_vmap_and_matches_one_matrix_at_a_time():
                                atol=1e-5)
 
 
+def test_a_tall_kernels_q_is_accumulated_thin():
+    """Past THIN_Q_ROWS rows only Q's n columns are built: an Atari CNN's flattened Dense kernel (107,584 x 128)
+    asked for a 46 GB [m, m] Q, and PPO on envpool/Pong ran out of memory at init."""
+    from jaxrl_rollout.networks import init
+
+    a = jax.random.normal(jax.random.key(4), (2, init.THIN_Q_ROWS + 500, 6))
+    q = networks.householder_q(a)
+    for i in range(2):  # the QR's Q with R's diagonal made non-negative, as LAPACK's gives it
+        want, r = np.linalg.qr(np.asarray(a[i], np.float64))
+        np.testing.assert_allclose(q[i], want * np.sign(np.diagonal(r)), atol=2e-6)
+    kernel = networks.orthogonal(2.0)(jax.random.key(5), (60_000, 16))  # its [m, m] Q: 14 GB
+    np.testing.assert_allclose(kernel.T @ kernel, 4.0 * np.eye(16), atol=1e-4)
+
+
 def test_dense_layers_match_flax_dense_and_check_shapes_without_the_initializer(monkeypatch):
     # The layers' parameters and outputs are nn.Dense's with the same initializers.
     obs = jax.random.normal(jax.random.key(1), (3, 4))

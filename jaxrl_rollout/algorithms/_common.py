@@ -289,9 +289,12 @@ def choose_network(network: str, observation_space: Any, action_dim: int, contin
         if not single:
             raise ValueError(f"network='gru' needs a single array observation, got a pytree ({_describe(leaves)}); "
                              "use network='auto' (an encoder per leaf, action masks applied).")
-        return networks.ActorCriticGRU(action_dim=action_dim, continuous=continuous, hidden_size=hidden_sizes[0])
-    if isinstance(observation_space, spaces.Discrete):  # an index: the MLP on its one-hot vector, as SB3 reads it
-        return networks.OneHotObservation(int(observation_space.n), mlp())
+        gru = networks.ActorCriticGRU(action_dim=action_dim, continuous=continuous, hidden_size=hidden_sizes[0])
+        if isinstance(observation_space, spaces.Discrete):  # an index: one-hot, as for the MLP below
+            return networks.OneHotRecurrentObservation(int(observation_space.n), gru)
+        return gru
+    if isinstance(observation_space, spaces.Discrete) and network in ("auto", "mlp"):
+        return networks.OneHotObservation(int(observation_space.n), mlp())  # an index, one-hot as SB3 reads it
     if network == "mlp":
         if not (single and len(shape) == 1):
             raise ValueError(f"network='mlp' needs a flat vector observation [O], got {_describe(leaves)}; "

@@ -54,6 +54,7 @@ from jaxrl_rollout.networks.modules import (
     ActorCriticMLP,
     ActorCriticMultiInput,
     OneHotObservation,
+    OneHotRecurrentObservation,
     leaf_name,
 )
 
@@ -68,6 +69,7 @@ __all__ = [
     "ActorCriticMLP",
     "ActorCriticMultiInput",
     "OneHotObservation",
+    "OneHotRecurrentObservation",
     "batched_init",
     "feedforward_policy",
     "fused_init",

@@ -36,7 +36,13 @@ import numpy as np
 from jaxrl_rollout import _checks, prng
 from jaxrl_rollout.types import PyTree
 
-__all__ = ["OrthogonalDense", "batched_init", "fused_init", "householder_q", "orthogonal", "orthogonal_dense"]
+__all__ = ["THIN_Q_ROWS", "OrthogonalDense", "batched_init", "fused_init", "householder_q", "orthogonal", "orthogonal_dense"]
+
+
+THIN_Q_ROWS = 2048
+"""Above this many rows `householder_q` accumulates the thin Q [m, n] (the reflections applied to the first n
+columns of the identity, last to first) instead of the whole [m, m] one: a conv torso flattened into a Dense
+layer makes a tall kernel (an 84 x 84 Atari frame: 107,584 inputs, whose [m, m] Q is 46 GB)."""
 
 
 @jax.jit
@@ -51,6 +57,10 @@ def householder_q(a: jax.Array) -> jax.Array:
     (seen on this project's 2-core CI machine). The Q of a full-rank matrix
     with R's diagonal made non-negative is unique, so this equals
     `jnp.linalg.qr` followed by the sign fix up to float rounding.
+
+    Up to `THIN_Q_ROWS` rows Q is accumulated whole ([m, m], then its first n
+    columns); past it only its n columns are (memory m x n rather than m x m;
+    the same Q up to float rounding).
 
     Leading axes are a batch, handled by the ops themselves: the operations
     `vmap` would produce, without `vmap` batching the loop body again at each
@@ -67,24 +77,44 @@ def householder_q(a: jax.Array) -> jax.Array:
     vr_dims = (((nb,), (nb,)), (batch_dims, batch_dims))
     qv_dims = (((nb + 1,), (nb,)), (batch_dims, batch_dims))
 
-    def reflect(k, carry):
-        r, q = carry
+    def vector(k, r):
+        """The unit Householder vector [..., m] that zeroes column k of r below its diagonal."""
         x = jnp.where(rows >= k, jax.lax.dynamic_index_in_dim(r, k, axis=nb + 1, keepdims=False), 0.0)
         norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
         x_k = jax.lax.dynamic_index_in_dim(x, k, axis=nb, keepdims=True)
         alpha = jnp.where(x_k >= 0, -norm, norm)  # the sign that avoids cancellation
         v = x - alpha * (rows == k)
         v_norm = jnp.sqrt(jnp.sum(v * v, axis=-1, keepdims=True))
-        v = jnp.where(v_norm > 0, v / jnp.where(v_norm > 0, v_norm, 1.0), 0.0)
-        vr = jax.lax.dot_general(v, r, vr_dims, precision=hi)
-        r = r - 2.0 * (v[..., :, None] * vr[..., None, :])
-        qv = jax.lax.dot_general(q, v, qv_dims, precision=hi)
-        q = q - 2.0 * (qv[..., :, None] * v[..., None, :])
-        return r, q
+        return jnp.where(v_norm > 0, v / jnp.where(v_norm > 0, v_norm, 1.0), 0.0)
 
-    eye = jnp.broadcast_to(jnp.eye(m, dtype=a.dtype), (*batch, m, m))
-    r, q = jax.lax.fori_loop(0, n, reflect, (a, eye))
-    q = q[..., :, :n]
+    def reflected(v, x):
+        """(I - 2 v v^T) x for x [..., m, c]."""
+        vx = jax.lax.dot_general(v, x, vr_dims, precision=hi)
+        return x - 2.0 * (v[..., :, None] * vx[..., None, :])
+
+    if m <= THIN_Q_ROWS:
+        def reflect(k, carry):
+            r, q = carry
+            v = vector(k, r)
+            r = reflected(v, r)
+            qv = jax.lax.dot_general(q, v, qv_dims, precision=hi)
+            q = q - 2.0 * (qv[..., :, None] * v[..., None, :])
+            return r, q
+
+        eye = jnp.broadcast_to(jnp.eye(m, dtype=a.dtype), (*batch, m, m))
+        r, q = jax.lax.fori_loop(0, n, reflect, (a, eye))
+        q = q[..., :, :n]
+    else:
+        def reflect_and_keep(k, carry):
+            r, vs = carry
+            v = vector(k, r)
+            return reflected(v, r), jax.lax.dynamic_update_index_in_dim(vs, v, k, axis=nb)
+
+        r, vs = jax.lax.fori_loop(0, n, reflect_and_keep, (a, jnp.zeros((*batch, n, m), a.dtype)))
+        # Q E = H_0 (H_1 (... (H_{n-1} E))): E, the identity's first n columns
+        eye = jnp.broadcast_to(jnp.eye(m, n, dtype=a.dtype), (*batch, m, n))
+        q = jax.lax.fori_loop(0, n, lambda i, q: reflected(
+            jax.lax.dynamic_index_in_dim(vs, n - 1 - i, axis=nb, keepdims=False), q), eye)
     diag = jnp.diagonal(r, axis1=-2, axis2=-1)[..., :n]
     return q * jnp.where(diag < 0, -1.0, 1.0).astype(a.dtype)[..., None, :]
 

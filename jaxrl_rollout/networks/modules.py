@@ -16,7 +16,8 @@ value of the batch shape):
   (`leaf_name` gives a leaf's name).
 - `OneHotObservation`: a Discrete(n) observation, an index [B], given to a
   module as its one-hot vector [B, n] (what `network='auto'` and DQN's and
-  PQN's own networks take for such an env, as SB3 encodes it).
+  PQN's own networks take for such an env, as SB3 encodes it);
+  `OneHotRecurrentObservation` the same for a recurrent module (`network='gru'`).
 - `ActorCriticGRU`: one recurrent step
   `(carry [B, H], obs [B, ...]) -> (new_carry, (dist, value [B]))`. It never
   resets its carry: the rollout zeroes it at episode starts
@@ -66,6 +67,7 @@ __all__ = [
     "ActorCriticMLP",
     "ActorCriticMultiInput",
     "OneHotObservation",
+    "OneHotRecurrentObservation",
     "leaf_name",
 ]
 
@@ -291,11 +293,34 @@ class OneHotObservation(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> Any:
-        obs = jnp.asarray(obs)
-        if obs.ndim != 1 or not jnp.issubdtype(obs.dtype, jnp.integer):
-            raise ValueError(f"OneHotObservation takes a Discrete({self.num_values}) observation as integers [B], "
-                             f"got {obs.dtype}{list(obs.shape)}.")
-        return self.module(jax.nn.one_hot(obs, self.num_values, dtype=jnp.float32))
+        return self.module(_one_hot(obs, self.num_values))
+
+
+class OneHotRecurrentObservation(nn.Module):
+    """`OneHotObservation` for a recurrent `module`: `(carry, obs [B]) -> module(carry, one_hot(obs))`, with the
+    module's `initial_carry`."""
+
+    num_values: int
+    module: nn.Module
+
+    def __post_init__(self) -> None:
+        _check_positive_int("num_values", self.num_values)
+        super().__post_init__()
+
+    def initial_carry(self, batch_size: int) -> Any:
+        return self.module.initial_carry(batch_size)
+
+    @nn.compact
+    def __call__(self, carry: Any, obs: jax.Array) -> Any:
+        return self.module(carry, _one_hot(obs, self.num_values))
+
+
+def _one_hot(obs: Any, num_values: int) -> jax.Array:
+    obs = jnp.asarray(obs)
+    if obs.ndim != 1 or not jnp.issubdtype(obs.dtype, jnp.integer):
+        raise ValueError(f"OneHotObservation takes a Discrete({num_values}) observation as integers [B], got "
+                         f"{obs.dtype}{list(obs.shape)}.")
+    return jax.nn.one_hot(obs, num_values, dtype=jnp.float32)
 
 
 def leaf_name(path: Sequence[Any]) -> str:
