@@ -741,7 +741,7 @@ def _check_new_folder(folder: pathlib.Path, spec) -> None:
         saved = read_spec(folder)
         diff = _differences(_spec_options(saved), _spec_options(spec), _spec_options(spec))
         if diff:
-            raise ValueError(f"--out {folder} already holds a different run:\n  " + "\n  ".join(diff))
+            raise ValueError(f"--out {folder} already holds a different run: " + "; ".join(diff) + ".")
         raise ValueError(f"--out {folder} already holds this run; continue it with --resume {folder} "
                          "or choose another --out.")
     if any(p.name != LOCK_NAME for p in folder.iterdir()):
@@ -779,7 +779,7 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
                          f" of the {saved.algo.upper()} run there.")
     diff = _differences(saved_options, given, [n for n in given if n != "total_steps"])
     if diff:
-        raise ValueError(f"{option}: the run there has a different config:\n  " + "\n  ".join(diff))
+        raise ValueError(f"{option}: the run there has a different config: " + "; ".join(diff) + ".")
     has_checkpoint = checkpoint.exists(folder)
     done = 0
     if has_checkpoint:

@@ -127,6 +127,7 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert cli.main(["train", "--resume", str(sweep_run), "--lr", "5e-4", "--seeds", "2"]) == 2
     err = capsys.readouterr().err
     assert "the run there has a different config" in err and "--lr: [0.001, 0.0003] there, [0.0005] here" in err
+    assert err.count("\n") == 1, err  # one line, as every refusal (it listed the differences below a header)
     assert "--seeds" not in err  # the same value is no difference
     # an option of another algorithm: "--q-lr: None there, [0.001] here"
     assert cli.main(["train", "--resume", str(sweep_run), "--q-lr", "1e-3", "--tau", "0.01"]) == 2
