@@ -1385,36 +1385,12 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     return {"metrics": metrics, "eval": result, "compile_s": compile_s, "run_s": run_s}
 
 
-class _StoreOnce(argparse._StoreAction):
-    """argparse's store, refusing an option given twice (`--lr 1e-3 --lr 2e-3` kept the last silently)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        seen = getattr(parser, "_stored", None)
-        if seen is not None and option_string is not None:
-            if self.dest in seen:
-                parser.error(f"{'/'.join(self.option_strings)} is given twice; give it once (a sweep takes its "
-                             "values as one comma list)")
-            seen.add(self.dest)
-        super().__call__(parser, namespace, values, option_string)
-
-
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, except that a bad command line is told in one line, where to find the help included,
-    and that an option given twice is refused (`_StoreOnce`).
+    """argparse's parser, except that a bad command line is told in one line, where to find the help included.
 
     argparse prints the whole usage above its error; `train`'s usage alone is
     some 60 lines, which buried the one line that says what is wrong.
     """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.register("action", None, _StoreOnce)
-        self.register("action", "store", _StoreOnce)
-        self._stored: set | None = None
-
-    def parse_known_args(self, args=None, namespace=None):
-        self._stored = set()  # the options stored in this parse (a parser is parsed with more than once)
-        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

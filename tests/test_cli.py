@@ -302,9 +302,6 @@ def test_bad_values_exit_non_zero(capsys):
         ("train", "--lr", "1e-3,1.00000001e-3"): "--lr: expected distinct values, got '1e-3,1.00000001e-3', which are "
                                                  "not all distinct in float32",
         ("train", "--ent-coef", "nan"): "--ent-coef: expected a finite number",
-        # the last was kept silently; abbreviated too
-        ("train", "--lr", "1e-3", "--lr", "2e-3"): "--lr is given twice; give it once (a sweep takes its values as one",
-        ("train", "--total-steps", "1000", "--total", "2000"): "--total-steps is given twice",
         ("train", "--bootstrap-on-truncation", "maybe"): "expected true or false, got 'maybe'",
         ("train", "--hidden-sizes", "64,x"): "expected comma-separated integers",
         ("train", "--no-such-option", "1"): "unrecognized arguments: --no-such-option",
