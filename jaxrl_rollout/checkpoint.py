@@ -335,7 +335,11 @@ def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
     `name` whole. The rename replaces a symbolic link at `name` itself, so a
     link pointing out of the folder is never written through.
     """
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    folder = pathlib.Path(folder)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    except OSError as error:  # no folder (or not one): it named the temporary file it could not make
+        raise OSError(error.errno, error.strerror or str(error), str(folder / name)) from error
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

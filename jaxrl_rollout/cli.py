@@ -573,10 +573,12 @@ def _rechunked(spec, total_steps: int):
         config = dataclasses.replace(spec.config, total_timesteps=total_steps)
         if spec.chunk_updates <= config.num_updates:
             return None  # the chunk fits: the error was another one
-        rechunked = dataclasses.replace(spec, config=config, chunk_updates=0)
+        per_chunk = spec.eval_every == spec.chunk_updates  # evaluated after every chunk (`--eval-every chunk`)
+        rechunked = dataclasses.replace(spec, config=config, chunk_updates=0,
+                                        eval_every=None if per_chunk else spec.eval_every)
     except ValueError:  # the new total's own error (under one batch, ...), which the caller reports
         return None
-    if spec.eval_every == spec.chunk_updates:  # evaluated after every chunk (`--eval-every chunk`, the default)
+    if per_chunk:  # after every chunk of the new size
         rechunked = dataclasses.replace(rechunked, eval_every=rechunked.chunk_updates)
     return rechunked
 
@@ -1032,10 +1034,8 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
                            before["updates_done"])
             unsaved_total.append(spec.config.total_timesteps)
 
-            def on_save(chunks_done):  # config.json follows the checkpoint, never leads it
-                if unsaved_total:
-                    _write_config(folder, spec, f"--resume {folder}")
-                    unsaved_total.clear()
+            def on_save(chunks_done):  # runner.train has rewritten config.json after the save: it holds the total
+                unsaved_total.clear()
     from jaxrl_rollout.run_metrics import total_steps
 
     cfg = spec.config

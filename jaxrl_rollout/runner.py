@@ -50,7 +50,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxrl_rollout import algorithms, checkpoint, envs, prng
 from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.algorithms import stack_hparams
-from jaxrl_rollout.algorithms._common import NONFINITE_GRADIENTS, NONFINITE_LOSS, NONFINITE_PARAMS, check_hparams
+from jaxrl_rollout.algorithms._common import (
+    NONFINITE_GRADIENTS,
+    NONFINITE_LOSS,
+    NONFINITE_PARAMS,
+    check_hparams,
+    plain_numbers,
+)
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.envs._host import HostEnv, HostStats
 from jaxrl_rollout.normalization import RewardScaleState
@@ -193,7 +199,10 @@ class RunSpec:
         config_cls, hparams_cls, _ = algorithms.get(self.algo)  # a ValueError names an unknown algo
         if not isinstance(self.config, config_cls):
             raise TypeError(f"config must be a {config_cls.__name__} for {self.algo}, got {type(self.config).__name__}.")
-        object.__setattr__(self, "grid", tuple(self.grid))
+        plain_numbers(self)  # NumPy scalars (seed=np.int64(3) from a loop over np.arange) as the numbers they hold
+        object.__setattr__(self, "grid", tuple(
+            h._replace(**{k: v.item() for k, v in h._asdict().items() if isinstance(v, np.generic) and np.ndim(v) == 0})
+            if isinstance(h, hparams_cls) else h for h in self.grid))
         if not self.grid or any(not isinstance(h, hparams_cls) for h in self.grid):
             raise TypeError(f"grid must be a non-empty sequence of {hparams_cls.__name__}.")
         for h in self.grid:
@@ -217,6 +226,9 @@ class RunSpec:
         if self.chunk_updates > self.config.num_updates:
             raise ValueError(f"chunk_updates={self.chunk_updates} is more than the run's "
                              f"{self.config.num_updates} updates.")
+        if self.eval_every is not None and self.eval_every > self.config.num_updates:
+            raise ValueError(f"eval_every={self.eval_every} is more than the run's {self.config.num_updates} updates: "
+                             "no evaluation would run (every eval metric NaN).")
 
     @property
     def num_runs(self) -> int:
@@ -340,7 +352,7 @@ def spec_differences(a: dict, b: dict, names: tuple = ("config.json", "the check
             for k in dict.fromkeys([*fa, *fb]) if norm(fa.get(k)) != norm(fb.get(k))]
 
 
-def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tuple = ()) -> None:
+def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tuple = (), given: bool = False) -> None:
     """Refuses a config.json `spec` that differs from the spec saved in the checkpoint's manifest.
 
     Both are written by `train`, so a difference means config.json was edited
@@ -349,17 +361,21 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
 
     Args:
       folder: the run folder (for the message).
-      spec: the spec read from config.json.
+      spec: the spec read from config.json, or (`given`) the spec passed to `train(..., resume=True)`.
       manifest: `checkpoint.read_manifest(folder)`.
       ignore: fields allowed to differ, e.g. ("config.total_timesteps",) when extending.
+      given: `spec` is a caller's, not config.json's: the message names the spec, not an edit.
     """
     saved = manifest.get("meta", {}).get("spec")
     if saved is None:
         return
-    diff = [d for d in spec_differences(spec.to_json(), saved) if d.split(":")[0] not in ignore]
+    names = ("the spec given", "the run") if given else ("config.json", "the checkpoint")
+    diff = [d for d in spec_differences(spec.to_json(), saved, names) if d.split(":")[0] not in ignore]
     if diff:
-        raise ValueError(f"{folder}: config.json differs from the spec saved with its checkpoint (was it edited?):\n  "
-                         + "\n  ".join(diff))
+        why = (f"the spec given differs from the run in {folder} (only config.total_timesteps may grow, to train "
+               "longer)") if given else (f"{folder}: config.json differs from the spec saved with its checkpoint "
+                                         "(was it edited?)")
+        raise ValueError(f"{why}: " + "; ".join(diff) + ".")
 
 
 def make_algorithm(spec: RunSpec):
@@ -775,10 +791,13 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
 
     Args:
       spec: the sweep.
-      folder: where checkpoints go (must exist); None trains without saving.
-        A new run also writes the spec there as config.json when the folder
-        has none (the command line writes it first), so `load_run`,
-        `jaxrl-rollout evaluate` and `--resume` open a folder trained here.
+      folder: where checkpoints go (made for a new run); None trains without
+        saving. A new run also writes the spec there as config.json when the
+        folder has none (the command line writes it first), so `load_run`,
+        `jaxrl-rollout evaluate` and `--resume` open a folder trained here; a
+        folder that holds a checkpoint, or another run's config.json, is
+        refused (pass resume=True to continue a run). An extended run (resume
+        with a larger total) rewrites config.json after its first save.
       resume: continue from the checkpoint in `folder`, which must be of the
         same spec (checked against the spec saved with the checkpoint, and its
         structure, shapes and dtypes), except that `spec.config.total_timesteps`
@@ -814,10 +833,19 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
     Returns:
       A `RunResult`.
     """
-    if checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}.")
+    from jaxrl_rollout._checks import check_positive_int
+
+    check_positive_int("checkpoint_every", checkpoint_every)
+    if stop_after_chunks is not None:
+        check_positive_int("stop_after_chunks", stop_after_chunks)
+    if devices is not None:
+        check_positive_int("devices", devices)
+    if not (isinstance(progress, bool) or progress is None or callable(getattr(progress, "write", None))):
+        raise TypeError(f"progress must be True, False, None or a stream with write(), got {progress!r}.")
     if resume and folder is None:
         raise ValueError("resume needs the folder of the run to continue.")
+    if folder is not None:
+        folder = _run_folder(folder, spec, resume)
     if on_state is not None and jax.process_count() > 1:
         raise ValueError("on_state needs a single-process run: a process cannot read the others' runs' states.")
     algorithm = make_algorithm(spec)
@@ -855,9 +883,13 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             """The groups' states as one [R, ...] state (a single group's as it is)."""
             return parts[0] if len(parts) == 1 else concatenate(*parts)
 
+        unsaved_spec = []  # set when config.json holds a smaller total than `spec` (a run extended here)
         if resume:
             template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
-            check_checkpoint_spec(folder, spec, checkpoint.read_manifest(folder), ignore=("config.total_timesteps",))
+            check_checkpoint_spec(folder, spec, checkpoint.read_manifest(folder), ignore=("config.total_timesteps",),
+                                  given=True)
+            if (folder / "config.json").exists() and spec_differences(read_spec(folder).to_json(), spec.to_json()):
+                unsaved_spec.append(True)
             loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
             chunks_done = manifest["meta"]["chunks_done"]
             lengths = continued_lengths(spec, chunks_done, manifest["meta"]["updates_done"])
@@ -910,6 +942,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                                 {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
             finally:
                 signals.saving = False
+            if unsaved_spec and jax.process_index() == 0:  # an extended run: config.json follows its checkpoint
+                write_spec(folder, spec)
+                unsaved_spec.clear()
             if on_save is not None and jax.process_index() == 0:
                 on_save(chunks_done)
 
@@ -1030,6 +1065,28 @@ def _chunks_text(lengths: list) -> str:
         return f"{n} chunks of {updates(lengths[0])} (the last of {updates(lengths[-1])})"
     counts = {length: lengths.count(length) for length in lengths}  # an extended run's short chunk mid-way
     return f"{n} chunks (" + ", ".join(f"{k} of {updates(length)}" for length, k in counts.items()) + ")"
+
+
+def _run_folder(folder, spec: RunSpec, resume: bool) -> pathlib.Path:
+    """`train`'s folder as a Path, checked: made for a new run; refused when it is a file, when a new run would
+    overwrite a trained one (a checkpoint: its steps were replaced, and config.json no longer matched them), or
+    when its config.json is another run's."""
+    folder = pathlib.Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"folder {folder} is a file, not a folder.")
+    if resume:
+        if not folder.is_dir():
+            raise ValueError(f"folder {folder} does not exist: resume continues the run saved there.")
+        return folder
+    if checkpoint.exists(folder):
+        raise ValueError(f"folder {folder} already holds a trained run (a checkpoint); pass resume=True to continue "
+                         "it, or choose another folder.")
+    if (folder / "config.json").exists():
+        diff = spec_differences(read_spec(folder).to_json(), spec.to_json(), ("config.json", "the spec given"))
+        if diff:
+            raise ValueError(f"folder {folder} holds another run's config.json: " + "; ".join(diff) + ".")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def write_spec(folder, spec: RunSpec) -> None:

@@ -426,6 +426,61 @@ def test_bad_runner_arguments():
     with pytest.raises(ValueError, match=rf"devices={n + 1} but only {n} are available"):
         runner.choose_devices([n + 1], n + 1)
     assert len(runner.choose_devices([4, 2])) == max(d for d in (1, 2) if d <= n)
+    # an evaluation every 9 updates of a 7-update run trained with every eval metric NaN
+    with pytest.raises(ValueError, match=r"^eval_every=9 is more than the run's 7 updates: no evaluation would run"):
+        runner.RunSpec("a2c", CONFIG, SPEC.grid, 2, eval_every=9)
+    # NumPy scalars are the numbers they hold (a loop over np.arange gave seed=np.int64(3): a TypeError)
+    numpy_spec = runner.RunSpec("a2c", CONFIG, (a2c.A2CHParams(lr=np.float32(1e-3)),), np.int64(2), seed=np.int64(3))
+    assert type(numpy_spec.seed) is int and type(numpy_spec.num_seeds) is int and type(numpy_spec.grid[0].lr) is float
+    json.dumps(numpy_spec.to_json())
+    # train's own arguments, before anything compiles: devices=-1 aborted the process (an empty device mesh)
+    for kwargs, error, message in [
+        (dict(devices=-1), ValueError, r"^devices must be a positive int, got -1"),
+        (dict(devices=0), ValueError, r"^devices must be a positive int, got 0"),
+        (dict(devices=True), TypeError, r"^devices must be a positive Python int"),
+        (dict(stop_after_chunks=0), ValueError, r"^stop_after_chunks must be a positive int"),
+        (dict(checkpoint_every=1.5), TypeError, r"^checkpoint_every must be a positive Python int"),
+        (dict(progress="yes"), TypeError, r"^progress must be True, False, None or a stream"),
+    ]:
+        with pytest.raises(error, match=message):
+            runner.train(SPEC, **kwargs)
+
+
+def test_a_folder_is_made_for_a_new_run_and_never_overwritten(uninterrupted, tmp_path, monkeypatch):
+    """A new train into a folder with a checkpoint replaced its steps under the old config.json (load_run then
+    refused the folder); a relative folder that did not exist failed naming a temporary file."""
+    folder = _copy_run(uninterrupted[0], tmp_path / "run")
+    with pytest.raises(ValueError, match=rf"^folder {folder} already holds a trained run \(a checkpoint\); pass "
+                                         "resume=True"):
+        runner.train(SPEC, folder, progress=None)
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(folder / "config.json", other / "config.json")
+    changed = runner.RunSpec("a2c", CONFIG, SPEC.grid, num_seeds=3, chunk_updates=3, max_parallel=2)
+    with pytest.raises(ValueError, match=rf"^folder {other} holds another run's config.json: num_seeds: 2 in "
+                                         "config.json, 3 in the spec given"):
+        runner.train(changed, other, progress=None)
+    with pytest.raises(ValueError, match=r"^the spec given differs from the run in .*: num_seeds: 3 in the spec "
+                                         "given, 2 in the run"):
+        runner.train(changed, folder, resume=True, progress=None)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"is a file, not a folder"):
+        runner.train(SPEC, tmp_path / "file", progress=None)
+    monkeypatch.chdir(tmp_path)
+    part = runner.train(SPEC, "runs/demo", stop_after_chunks=1, progress=None)  # the module docstring's example
+    assert part.chunks_done == 1 and runner.read_spec("runs/demo") == SPEC
+
+
+def test_a_run_extended_from_python_opens_as_its_new_total(uninterrupted, tmp_path):
+    """train(longer spec, resume=True) left config.json at the old total while its checkpoint held the new one:
+    load_run and evaluate refused the folder as edited."""
+    folder = _copy_run(uninterrupted[0], tmp_path / "run")
+    longer = runner.RunSpec("a2c", a2c.A2CConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 9), SPEC.grid,
+                            num_seeds=2, chunk_updates=3, max_parallel=2)
+    result = runner.train(longer, folder, resume=True, progress=None)
+    assert result.complete and result.updates_done == 9
+    spec, _, _, manifest = runner.load_run(folder)
+    assert spec == longer and manifest["meta"]["updates_done"] == 9
 
 
 class _Terminal(io.StringIO):
