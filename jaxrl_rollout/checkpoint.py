@@ -379,6 +379,9 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     """
     import orbax.checkpoint as ocp
 
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"step must be a non-negative int (the chunks done), got {step!r}.")
+    step = int(step)
     folder = _absolute(folder)
     _refuse_links(folder)
     treedef_str, specs = _leaf_specs(state)

@@ -101,6 +101,9 @@ def test_a_symlinked_checkpoint_step_is_refused_in_one_line(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="is a symbolic link"):
         checkpoint.save(tmp_path / "run", 2, {"x": jnp.ones(3)}, {}, {})
     assert not (tmp_path / "run" / checkpoint.SUBFOLDER / "2").exists()
+    for step in (-1, "3", 2.0, True):  # -1 and "3" were taken as steps
+        with pytest.raises(ValueError, match=r"^step must be a non-negative int \(the chunks done\), got "):
+            checkpoint.save(tmp_path / "run", step, {"x": jnp.ones(3)}, {}, {})
 
 
 @pytest.fixture
