@@ -234,14 +234,25 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="also write the results (and machine record) as JSON here")
     p.add_argument("--platform", choices=("cpu", "cuda", "rocm", "tpu"), action=_PlatformAction, default="cpu",
                    help="JAX platform of the timing subprocesses (default cpu; with another, start this script with "
-                   "JAX_PLATFORMS=cpu so that it holds no GPU memory itself)")
+                   "JAX_PLATFORMS=cpu so that it holds no GPU memory itself). A script that times in its own process "
+                   "runs on that process's platform: set JAX_PLATFORMS for it instead")
     return p
 
 
 class _PlatformAction(argparse.Action):
-    """Stores --platform and hands it to the timing subprocesses (`child_env`)."""
+    """Stores --platform and hands it to the timing subprocesses (`child_env`), after checking in a subprocess
+    that JAX has that backend here (without one every child failed on JAX's bare `assert _default_backend`)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
+        if values != "cpu":
+            import subprocess
+
+            probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], capture_output=True, text=True,
+                                   env=dict(os.environ, JAX_PLATFORMS=values), timeout=300)
+            if probe.returncode != 0:
+                last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+                parser.error(f"--platform {values}: JAX has no {values} backend here (no such device, or jax's "
+                             f"plugin for it not installed, e.g. jax[cuda12]): {last}")
         setattr(namespace, self.dest, values)
         os.environ[PLATFORM_VAR] = values
 

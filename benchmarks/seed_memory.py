@@ -112,7 +112,11 @@ def main(argv=None) -> dict:
         python = sys.executable if side == "ours" else args.purejaxrl_python
         cmd = [python, os.path.abspath(__file__), "--child", side, "--budget-gib", str(args.budget_gib),
                "--start", str(args.start), "--purejaxrl-dir", args.purejaxrl_dir]
-        out = subprocess.run(cmd, cwd=_common.REPO_ROOT, env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(cmd, cwd=_common.REPO_ROOT, env=env, capture_output=True, text=True)
+        if out.returncode != 0:  # the child's own last line ("ours: one seed does not fit in 0.1 GiB"), not a
+            # CalledProcessError that hid it
+            sys.exit(f"seed_memory: the {side} side failed (exit {out.returncode}): "
+                     + (out.stderr.strip().splitlines() or ["no output"])[-1])
         record = json.loads(out.stdout.strip().splitlines()[-1])
         results.append(record)
         at = record["at_max"]

@@ -28,7 +28,10 @@ import sys
 import tempfile
 import time
 
-from benchmarks._common import command_line, machine_info, markdown_table, parser, report
+if __package__ in (None, ""):  # `python benchmarks/suites_cli.py`, as README says every script runs
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks._common import REPO_ROOT, child_env, command_line, machine_info, markdown_table, parser, report
 
 # env id -> (seeds, env steps per run). CartPole-v1 is the README's main job (8 seeds, 5e5 steps).
 SUITES = {
@@ -47,7 +50,9 @@ QUICK_STEPS = 2048
 
 
 def _run(args, cwd) -> tuple[subprocess.CompletedProcess, float]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # The user's PYTHONPATH is not the run's; this checkout's package is: an entry point installed editable from
+    # another checkout (the main one, from a clone or worktree) imported that one's code, and measured it.
+    env = dict(child_env(), PYTHONPATH=REPO_ROOT)
     start = time.perf_counter()
     result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     return result, time.perf_counter() - start
@@ -95,6 +100,9 @@ def main() -> None:
                    help="the jaxrl-rollout entry point to run (default: this interpreter's)")
     p.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps per run: does every row run?")
     args = p.parse_args()
+    if not os.access(args.cli, os.X_OK):
+        p.error(f"--cli {args.cli}: no jaxrl-rollout entry point there (for navix: a Python >= 3.12 venv with "
+                "pip install -e '.[navix]', then --cli VENV/bin/jaxrl-rollout)")
     ids = args.only.split(",") if args.only else list(SUITES)
     unknown = [i for i in ids if i not in SUITES]
     if unknown:

@@ -154,6 +154,10 @@ def anchor_problem(anchor_dir: str, python: str) -> str | None:
     if not os.access(python, os.X_OK):
         return (f"no PureJaxRL interpreter at {python}; set up its venv as the anchor's README says, "
                 "or pass --purejaxrl-python")
+    probe = subprocess.run([python, "-c", "import distrax, flax, optax, gymnax"], capture_output=True, text=True)
+    if probe.returncode != 0:  # our side was timed, then the anchor's child failed on its imports
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        return f"PureJaxRL's packages are not importable with {python} ({last}); set up its venv as its README says"
     return None
 
 
