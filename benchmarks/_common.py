@@ -239,22 +239,55 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def backend_problem(platform: str) -> str | None:
+    """Why JAX cannot start on `platform` here (the last line of a probe subprocess's error), or None."""
+    import subprocess
+
+    probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], capture_output=True, text=True,
+                           env=dict(os.environ, JAX_PLATFORMS=platform), timeout=300)
+    return None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["?"])[-1]
+
+
 class _PlatformAction(argparse.Action):
     """Stores --platform and hands it to the timing subprocesses (`child_env`), after checking in a subprocess
     that JAX has that backend here (without one every child failed on JAX's bare `assert _default_backend`)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if values != "cpu":
-            import subprocess
-
-            probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], capture_output=True, text=True,
-                                   env=dict(os.environ, JAX_PLATFORMS=values), timeout=300)
-            if probe.returncode != 0:
-                last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-                parser.error(f"--platform {values}: JAX has no {values} backend here (no such device, or jax's "
-                             f"plugin for it not installed, e.g. jax[cuda12]): {last}")
+        missing = backend_problem(values) if values != "cpu" else None
+        if missing:
+            parser.error(f"--platform {values}: JAX has no {values} backend here (no such device, or jax's plugin "
+                         f"for it not installed, e.g. jax[cuda12]): {missing}")
         setattr(namespace, self.dest, values)
         os.environ[PLATFORM_VAR] = values
+
+
+def require(module: str, hint: str) -> None:
+    """Exits with one line when `module` is not importable here: "<script>: needs <module> (<hint>)", where a
+    traceback (ModuleNotFoundError, after minutes of compiling the other side) said it before."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: needs {module}, which is not installed for {sys.executable} "
+                 f"({hint}).")
+
+
+REJAX_HINT = "pip install rejax==0.1.3 pyyaml there, or run this script with an interpreter that has it"
+TORCH_HINT = "pip install torch==2.13.0 gymnasium (the CPU build)"
+
+
+def checkout_sides(parser: argparse.ArgumentParser, sides: list[str]) -> list[tuple[str, str]]:
+    """`--side NAME=PATH` values as (name, absolute path), each path a checkout with a jaxrl_rollout package (a
+    missing one was "side X imported jaxrl_rollout from <this checkout>", a traceback, after the first side ran)."""
+    out = []
+    for text in sides:
+        name, sep, path = text.partition("=")
+        if not sep or not name or not path:
+            parser.error(f"--side takes NAME=PATH, got {text!r}")
+        path = os.path.abspath(path)
+        if not os.path.isdir(os.path.join(path, "jaxrl_rollout")):
+            parser.error(f"--side {name}: {path} has no jaxrl_rollout package")
+        out.append((name, path))
+    return out
 
 
 def int_list(text: str) -> list[int]:

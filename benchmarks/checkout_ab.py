@@ -24,7 +24,16 @@ import sys
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._common import child_env, command_line, int_list, machine_info, markdown_table, parser, report
+from benchmarks._common import (
+    checkout_sides,
+    child_env,
+    command_line,
+    int_list,
+    machine_info,
+    markdown_table,
+    parser,
+    report,
+)
 
 CHILD = """
 import json, sys, time
@@ -79,7 +88,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int_list, default=[1, 8], help="seed counts (default: 1,8)")
     p.add_argument("--rounds", type=int, default=6, help="rounds per seed count (default: 6)")
     args = p.parse_args()
-    sides = [(name, os.path.abspath(path)) for name, _, path in (s.partition("=") for s in args.side)]
+    sides = checkout_sides(p, args.side)
     machine = machine_info()
     results, rows = {}, []
     for seeds in args.seeds:

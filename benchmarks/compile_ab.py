@@ -109,6 +109,8 @@ def main(argv=None) -> dict:
         p.error(f"--side names must differ, got {names}")
     if args.seeds < 1 or args.reps < 1:
         p.error("--seeds and --reps must be >= 1")
+    if any(program == "rejax" for _, _, program in args.side):
+        _common.require("rejax", _common.REJAX_HINT)
 
     import jax
 

@@ -72,6 +72,8 @@ def main(argv=None) -> dict:
     p.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads (0: leave torch's default)")
     p.add_argument("--no-torch", action="store_true")
     args = p.parse_args(argv)
+    if not args.no_torch:
+        _common.require("torch", _common.TORCH_HINT + ", or pass --no-torch")
 
     from jaxrl_rollout.advantages import gae
 

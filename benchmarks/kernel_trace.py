@@ -213,6 +213,10 @@ def main(argv=None) -> dict:
     p.add_argument("--top", type=int, default=12, help="kernels listed for the busiest loop")
     p.add_argument("--loops", type=int, default=1, help="loops whose top kernels are listed, busiest first")
     args = p.parse_args(argv)
+    if args.algo.startswith("rejax-"):
+        from benchmarks._common import REJAX_HINT, require
+
+        require("rejax", REJAX_HINT)
     if len(args.seeds) != len(args.updates):
         p.error(f"--seeds and --updates need one value each per run, got {args.seeds} and {args.updates}")
     if min(args.seeds + args.updates) < 1:

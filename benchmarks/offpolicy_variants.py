@@ -185,6 +185,10 @@ def main(argv=None) -> dict:
     p.add_argument("--total-steps", type=int, default=None, help="env steps (default: the spec's)")
     p.add_argument("--json", metavar="PATH", help="also write the results (and machine record) as JSON here")
     args = p.parse_args(argv)
+    if "rejax" in args.variants.split(","):  # before the other variants compile
+        from benchmarks._common import REJAX_HINT, require
+
+        require("rejax", REJAX_HINT)
 
     import jax
 

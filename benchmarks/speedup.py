@@ -60,6 +60,7 @@ def main(argv=None) -> dict:
     p.add_argument("--eight-runs", choices=("extrapolate", "measure"), default="extrapolate")
     p.add_argument("--eight-steps", type=int, default=0, help="steps per measured baseline run (0: --total-steps)")
     args = p.parse_args(argv)
+    _common.require("torch", _common.TORCH_HINT)  # the baseline's, before our side compiles
     steps = str(args.total_steps)
     eight_steps = args.eight_steps or args.total_steps
 

@@ -193,6 +193,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> dict:
     args = make_parser().parse_args(argv)
+    _common.require("torch", _common.TORCH_HINT)
+    _common.require("gymnasium", _common.TORCH_HINT)
     import torch  # noqa: F401  (so machine_info records its version)
 
     machine = _common.machine_info()

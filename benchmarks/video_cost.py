@@ -28,7 +28,7 @@ import sys
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._common import command_line, machine_info, markdown_table, parser, report
+from benchmarks._common import checkout_sides, command_line, machine_info, markdown_table, parser, report
 from benchmarks.checkout_ab import run_child
 
 STAGES = ("draw", "label", "mp4", "gif")
@@ -82,7 +82,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=500, help="frames per video (default: 500)")
     p.add_argument("--rounds", type=int, default=3, help="rounds (default: 3)")
     args = p.parse_args()
-    sides = [(name, os.path.abspath(path)) for name, _, path in (s.partition("=") for s in args.side)]
+    sides = checkout_sides(p, args.side)
     machine = machine_info()
     results, rows = {}, []
     for env_name in args.env.split(","):

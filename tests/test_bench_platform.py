@@ -13,6 +13,17 @@ def clean_platform(monkeypatch):
     monkeypatch.setenv(_common.PLATFORM_VAR, "cpu")
     monkeypatch.delenv(_common.PLATFORM_VAR)
     monkeypatch.setenv("JAX_PLATFORMS", "")  # what the parent runs on does not leak into the children
+    monkeypatch.setattr(_common, "backend_problem", lambda platform: None)  # as on a machine that has it
+
+
+def test_a_platform_jax_cannot_start_on_is_one_line(monkeypatch, capsys):
+    """Without the backend every timing child failed on JAX's bare `assert _default_backend is not None`."""
+    assert _common.backend_problem("cpu") is None  # the real probe, on a backend every machine has
+    monkeypatch.setenv(_common.PLATFORM_VAR, "cpu")
+    monkeypatch.setattr(_common, "backend_problem", lambda platform: "AssertionError")
+    with pytest.raises(SystemExit):
+        _common.parser("x").parse_args(["--platform", "cuda"])
+    assert "--platform cuda: JAX has no cuda backend here" in capsys.readouterr().err
 
 
 def test_children_run_on_the_cpu_by_default(clean_platform):
