@@ -211,4 +211,12 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    if not sys.argv[1:] or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if sys.argv[1:] else 2)
+    import importlib.util
+
+    if importlib.util.find_spec("rejax") is None:
+        sys.exit(f"rejax_offpolicy.py: needs rejax 0.1.3, which is not installed for {sys.executable} (pip install "
+                 "rejax==0.1.3 pyyaml there).")
     main(sys.argv[1:])

@@ -108,4 +108,11 @@ def main(num_seeds: int, config_name: str = "cartpole") -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        sys.exit(print(__doc__))
+    import importlib.util
+
+    if importlib.util.find_spec("rejax") is None:
+        sys.exit(f"rejax_ppo.py: needs rejax 0.1.3, which is not installed for {sys.executable} (pip install "
+                 "rejax==0.1.3 pyyaml there; see BENCHMARKS.md section 9).")
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 1, sys.argv[2] if len(sys.argv) > 2 else "cartpole")
