@@ -27,8 +27,24 @@ import numpy as np
 from jaxrl_rollout.checkpoint import write_atomic
 from jaxrl_rollout.run_metrics import chunk_return, grid_label, steps_at, swept_texts
 
-__all__ = ["GridSummary", "final_returns", "format_summary", "grid_label", "summarize", "write_learning_curve",
+__all__ = ["GridSummary", "check_metrics", "final_returns", "format_summary", "grid_label", "summarize", "write_learning_curve",
            "write_metrics_csv", "write_outputs"]
+
+
+def check_metrics(spec: Any, metrics: Any) -> None:
+    """A ValueError naming `metrics` unless it is a run's metrics for `spec`: a dict with `episode_return` and
+    `num_episodes`, every array [R, updates] with R = spec.num_runs (an empty dict was an IndexError, another
+    spec's metrics "cannot reshape array of size 4 into shape (1,1)")."""
+    if not isinstance(metrics, dict) or not {"episode_return", "num_episodes"} <= set(metrics):
+        got = sorted(metrics) if isinstance(metrics, dict) else type(metrics).__name__
+        raise ValueError(f"metrics must be a run's metrics (name -> [runs, updates] arrays, episode_return and "
+                         f"num_episodes among them, as RunResult.metrics or load_run give), got {got}.")
+    shapes = {name: np.shape(value) for name, value in metrics.items()}
+    bad = {name: shape for name, shape in shapes.items() if len(shape) != 2 or shape[0] != spec.num_runs}
+    if bad or len({shape[1] for shape in shapes.values()}) != 1:
+        raise ValueError(f"metrics must be [runs, updates] arrays of the spec's {spec.num_runs} runs "
+                         f"({len(spec.grid)} grid points x {spec.num_seeds} seeds), all of one length, got "
+                         + ", ".join(f"{name} {list(shape)}" for name, shape in (bad or shapes).items()) + ".")
 
 
 def write_metrics_csv(path, spec: Any, metrics: dict) -> None:
@@ -42,6 +58,7 @@ def write_metrics_csv(path, spec: Any, metrics: dict) -> None:
     (`checkpoint.write_atomic`): a failed write (a full disk) leaves the
     previous file whole, and a symbolic link there is replaced, not written through.
     """
+    check_metrics(spec, metrics)
     path = pathlib.Path(path)
     write_atomic(path.parent, path.name, lambda f: _write_rows(f, spec, metrics))
 
@@ -88,6 +105,7 @@ def write_learning_curve(path, spec: Any, metrics: dict) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    check_metrics(spec, metrics)
     steps = np.array([steps_at(spec.config, u + 1) for u in range(metrics["episode_return"].shape[1])])
     returns = metrics["episode_return"].reshape(len(spec.grid), spec.num_seeds, -1).astype(np.float64)
     fig = Figure(figsize=(7, 4.2), layout="constrained")
@@ -146,6 +164,7 @@ def summarize(spec: Any, metrics: dict) -> list[GridSummary]:
     # scipy.stats.t.ppf is this function; scipy.special imports in 0.27 s against scipy.stats' 0.68 s
     from scipy.special import stdtrit
 
+    check_metrics(spec, metrics)
     rows = []
     updates = metrics["num_episodes"].shape[1]
     window = max(1, updates // 10)

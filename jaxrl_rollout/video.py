@@ -725,7 +725,7 @@ def select_runs(selector: str | Sequence[str | int], num_runs: int, returns: Any
     The indices come in the order given, each once.
 
     Args:
-      selector: a comma-separated string, or a sequence of tokens and ints.
+      selector: a comma-separated string, a sequence of tokens and ints, or one int.
       num_runs: R, the number of runs.
       returns: [R] one return per run; needed only for "best" and "worst".
 
@@ -737,6 +737,8 @@ def select_runs(selector: str | Sequence[str | int], num_runs: int, returns: Any
         range, or "best"/"worst" without returns (one line naming it).
     """
     num_runs = _checks.check_positive_int("num_runs", num_runs)
+    if isinstance(selector, (int, np.integer)) and not isinstance(selector, (bool, np.bool_)):
+        selector = [int(selector)]  # one run index (it was "'int' object is not iterable")
     tokens = selector.split(",") if isinstance(selector, str) else list(selector)
     tokens = [t.strip().lower() if isinstance(t, str) else t for t in tokens]
     if not tokens or any(t == "" for t in tokens):

@@ -196,3 +196,16 @@ def test_grid_labels_tell_distinct_values_apart():
     assert [report.grid_label(spec, g) for g in range(3)] == ["lr=0.001", "lr=0.001000001", "lr=0.002"]
     plain = runner.RunSpec("ppo", SPEC.config, (ppo.PPOHParams(lr=1e-3), ppo.PPOHParams(lr=2.5e-4)), 1)
     assert [report.grid_label(plain, g) for g in range(2)] == ["lr=0.001", "lr=0.00025"]
+
+
+def test_reports_name_metrics_that_are_not_the_specs(tmp_path):
+    """An empty dict was an IndexError, another spec's metrics 'cannot reshape array of size 4 into shape (1,1)'."""
+    with pytest.raises(ValueError, match=r"^metrics must be a run's metrics .* got \[\]"):
+        report.write_metrics_csv(tmp_path / "m.csv", SPEC, {})
+    one_run = runner.RunSpec("ppo", SPEC.config, SPEC.grid, 1)
+    with pytest.raises(ValueError, match=r"^metrics must be \[runs, updates\] arrays of the spec's 1 runs \(1 grid "
+                                         r"points x 1 seeds\), all of one length, got episode_return \[2, 2\]"):
+        report.summarize(one_run, METRICS)
+    with pytest.raises(ValueError, match=r"^metrics must be a run's metrics"):
+        report.write_learning_curve(tmp_path / "c.png", SPEC, {"episode_return": METRICS["episode_return"]})
+    assert not list(tmp_path.iterdir())

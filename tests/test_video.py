@@ -237,6 +237,7 @@ def test_run_selector():
     assert video.select_runs("best,worst,0,3", 4, returns) == [1, 2, 0, 3]
     assert video.select_runs(" worst , best ", 4, returns) == [2, 1]  # a tie: the first best
     assert video.select_runs("all", 4) == [0, 1, 2, 3]
+    assert video.select_runs(2, 4) == [2] == video.select_runs(np.int64(2), 4)  # one int: "not iterable" before
     assert video.select_runs("2,all", 4) == [2, 0, 1, 3]
     assert video.select_runs(["best", 0, "0"], 4, returns) == [1, 0]
     for bad, match in [
