@@ -562,6 +562,21 @@ def _with_total_steps(spec, total_steps: int):
     return new if _total_moves_schedules(new, spec) else spec
 
 
+def _check_eval_every_fits(saved, total: int, folder, has_checkpoint: bool) -> None:
+    """Refuses a resumed run's --total-steps that leaves it fewer updates than its --eval-every (it would never
+    evaluate), unless its chunk, and the evaluation after each, is chosen again (`_rechunked`)."""
+    if saved.eval_every is None:
+        return
+    try:
+        updates = dataclasses.replace(saved.config, total_timesteps=total).num_updates
+    except ValueError:
+        return  # the new total's own error, reported with the new spec
+    rechunked = not has_checkpoint and saved.chunk_updates > updates and saved.eval_every == saved.chunk_updates
+    if saved.eval_every > updates and not rechunked:
+        raise ValueError(f"--total-steps {total}: the run in {folder} evaluates every {saved.eval_every} updates "
+                         f"(--eval-every), and {total:,} steps give it only {updates}, so it would never evaluate.")
+
+
 def _rechunked(spec, total_steps: int):
     """`spec` at `total_steps` with its chunk chosen again (`chunk_updates=0`), or None if that does not help.
 
@@ -798,6 +813,7 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
                              "extended, to at least that many steps.")
         if total < trained:  # before the new spec, whose own checks would speak first
             raise too_few
+        _check_eval_every_fits(saved, total, folder, has_checkpoint)  # before the new spec's own, plainer check
         try:
             spec = _with_total_steps(saved, total)
         except ValueError as error:
@@ -811,10 +827,6 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
                   + (" (and the evaluation runs after each)" if spec.eval_every != saved.eval_every else ""))
         if spec.config.num_updates < done:
             raise too_few
-        if spec.eval_every is not None and spec.eval_every > spec.config.num_updates:
-            raise ValueError(f"--total-steps {total}: the run in {folder} evaluates every {spec.eval_every} updates "
-                             f"(--eval-every), and {total:,} steps give it only {spec.config.num_updates}, so it would "
-                             "never evaluate.")
         if spec is saved and total != saved.config.total_timesteps:  # config.json keeps its total
             steps = spec.config.num_updates * spec.config.steps_per_update
             print(f"jaxrl_rollout: --total-steps {total} gives the run in {folder} the same "
