@@ -1037,17 +1037,18 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     hits_before = compile_cache.hits()  # main() may run more than once in a process
     spec, folder, resume = _prepare_folder(args, given, stack)
     on_save = None
-    unsaved_total = []  # a new --total-steps that config.json and the checkpoint do not hold yet
+    unsaved_total = None  # a new --total-steps that config.json and the checkpoint do not hold yet
     if resume and jax.process_index() == 0:
         before = checkpoint.read_manifest(folder)["meta"]
         saved_total = before.get("spec", {}).get("config", {}).get("total_timesteps", spec.config.total_timesteps)
         if saved_total != spec.config.total_timesteps:
             _say_new_total(folder, dataclasses.replace(spec.config, total_timesteps=saved_total), spec,
                            before["updates_done"])
-            unsaved_total.append(spec.config.total_timesteps)
+            unsaved_total = spec.config.total_timesteps
 
             def on_save(chunks_done):  # runner.train has rewritten config.json after the save: it holds the total
-                unsaved_total.clear()
+                nonlocal unsaved_total
+                unsaved_total = None
     from jaxrl_rollout.run_metrics import total_steps
 
     cfg = spec.config
@@ -1088,7 +1089,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         for log in logs:
             log.close()
     except KeyboardInterrupt as stop:
-        print(f"interrupted; continue with: {_resume_command(args, folder, *unsaved_total)}", file=sys.stderr)
+        print(f"interrupted; continue with: {_resume_command(args, folder, unsaved_total)}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
     speed = (f"{result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
              "over all runs" + (", this session" if resume else "")) if result.updates_run else "nothing trained"
@@ -1096,7 +1097,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
           + compile_cache.summary(hits_before) + ")")
     if not result.complete:
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
-              f"continue with: {_resume_command(args, folder, *unsaved_total)}")
+              f"continue with: {_resume_command(args, folder, unsaved_total)}")
         return 0
     # Every process takes part in gathering the runs' states; process 0 alone then evaluates and writes.
     state = runner.gather_state([result.state]) if jax.process_count() > 1 else result.state

@@ -883,13 +883,13 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             """The groups' states as one [R, ...] state (a single group's as it is)."""
             return parts[0] if len(parts) == 1 else concatenate(*parts)
 
-        unsaved_spec = []  # set when config.json holds a smaller total than `spec` (a run extended here)
+        spec_unsaved = False  # config.json holds a smaller total than `spec` (a run extended here)
         if resume:
             template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
             check_checkpoint_spec(folder, spec, checkpoint.read_manifest(folder), ignore=("config.total_timesteps",),
                                   given=True)
-            if (folder / "config.json").exists() and spec_differences(read_spec(folder).to_json(), spec.to_json()):
-                unsaved_spec.append(True)
+            spec_unsaved = ((folder / "config.json").exists()
+                            and bool(spec_differences(read_spec(folder).to_json(), spec.to_json())))
             loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
             chunks_done = manifest["meta"]["chunks_done"]
             lengths = continued_lengths(spec, chunks_done, manifest["meta"]["updates_done"])
@@ -932,6 +932,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 "episode now (the episodes in progress at the checkpoint are dropped)")
 
         def save(state_list):
+            nonlocal spec_unsaved
             if folder is None:
                 return
             # Every process saves its shards of the global state (Orbax); metrics are the same on all.
@@ -942,9 +943,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                                 {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
             finally:
                 signals.saving = False
-            if unsaved_spec and jax.process_index() == 0:  # an extended run: config.json follows its checkpoint
+            if spec_unsaved and jax.process_index() == 0:  # an extended run: config.json follows its checkpoint
                 write_spec(folder, spec)
-                unsaved_spec.clear()
+                spec_unsaved = False
             if on_save is not None and jax.process_index() == 0:
                 on_save(chunks_done)
 
