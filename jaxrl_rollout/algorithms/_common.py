@@ -257,7 +257,9 @@ def _describe(leaves: list) -> str:
 def _check_channels_last(network: str, where: str, shape: tuple) -> None:
     """A ValueError naming `network` for an image leaf that looks channels first: [C, H, W] with C <= 4 the shortest
     axis and W > 4 (a stack of 4 Atari frames [4, 84, 84] read as a 4 x 84 image of 84 channels trained silently);
-    [H, W, C] images, MinAtar's [10, 10, C] and board planes such as [6, 7, 2] pass."""
+    [H, W, C] images, MinAtar's [10, 10, C] and board planes such as [6, 7, 2] pass. It takes any env's images,
+    so it is narrower than the envpool adapter's rule (`envs.envpool`: three axes, the first the shortest), which
+    knows envpool's convention and transposes instead of refusing."""
     if len(shape) == 3 and shape[0] <= 4 < shape[2] and shape[0] < shape[1]:
         raise ValueError(f"network={network!r} reads images channels last [H, W, C]; {where} {list(shape)} looks "
                          f"channels first [C, H, W]; give the env's images as {list(shape[1:]) + [shape[0]]} "

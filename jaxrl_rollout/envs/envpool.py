@@ -22,7 +22,10 @@ Images: envpool gives image observations channels first (Atari's and
 ViZDoom's frame stacks are [4, 84, 84]); the adapter gives them channels last
 ([84, 84, 4]), as every other suite here does and as `network='auto'`'s CNN
 reads them. An observation is taken as a channels-first image when it has
-three axes and the first is the shortest (a [64, 64, 3] image stays).
+three axes and the first is the shortest (a [64, 64, 3] image stays). This
+rule knows envpool's convention and transposes; the networks' own check
+(`algorithms._common._check_channels_last`) knows nothing of where an image
+came from, so it is narrower ([C <= 4, H, W > 4]) and only refuses.
 
 Seeding: envpool seeds env i with `seed + i` at creation. `reset(keys)`
 recreates the pool with `seed` drawn from the first env's key, so the same key
