@@ -15,9 +15,17 @@ from jaxrl_rollout import prng
 from jaxrl_rollout.types import PolicyOutput
 
 
+def is_int(value: Any, *, numpy: bool = True) -> bool:
+    """Whether `value` is an integer and not a bool: a Python int, or with `numpy` any `numbers.Integral` (NumPy's
+    integer scalars). `numpy=False` is for values written to JSON as they are (configs)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, numbers.Integral if numpy else int)
+
+
 def check_positive_int(name: str, value: Any) -> int:
     """Returns `value` as an int, or raises naming `name` if it is not a positive int."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+    if not is_int(value):
         raise TypeError(
             f"{name} must be a positive Python int (static under jit), got "
             f"{value!r} of type {type(value).__name__}."

@@ -9,7 +9,10 @@ t = T - 1. Masks are multiplications, as in CleanRL, SB3, torch-ac and ARENA,
 so a NaN in a masked value still propagates (rlplay's select semantics live in
 `compat.rlplay`). Recursions are reverse `lax.scan`s; everything is jittable
 and vmappable, and `gamma` / `lambda` may be scalars or per-step arrays of
-shape [T] or [T, ...].
+shape [T] or [T, ...]. They compute and return float32 (float64 for float64
+inputs): bfloat16 and float16 inputs are promoted, since a discount rounded to
+half precision (0.999 is 1.0 in bfloat16) and a recursion carried in it are
+wrong by whole percents.
 """
 
 from __future__ import annotations
@@ -39,8 +42,14 @@ Scalar = float | jax.Array
 
 
 def _float_dtype(*arrays) -> jnp.dtype:
+    """The dtype the estimators compute and return in: the inputs' float dtype, at least float32.
+
+    Half precision is promoted: gamma rounded to bfloat16 is 0.98828 for 0.99 and 1.0 for 0.999, and a
+    T-step recursion carried in 8 bits of mantissa drifts by whole percents (torch computes a Python scalar
+    times a half tensor in float32, and rounds only the result).
+    """
     dtype = jnp.result_type(*arrays)
-    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
+    return jnp.promote_types(dtype, jnp.float32) if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
 
 
 def _check_same_shape(**arrays) -> tuple[int, ...]:
@@ -306,8 +315,9 @@ def n_step_returns(
     Returns:
       [T, ...] n-step returns.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not _checks.is_int(n) or n < 1:
         raise ValueError(f"n must be a positive Python int, got {n!r}.")
+    n = int(n)
     shape = _check_same_shape(rewards=rewards, next_values=next_values, terminated=terminated, done=done)
     _check_flags(terminated=terminated, done=done)
     dtype = _float_dtype(rewards, next_values)
@@ -366,6 +376,7 @@ def vtrace(
         rewards=rewards, values=values, next_values=next_values, terminated=terminated, done=done, rhos=rhos
     )
     _check_flags(terminated=terminated, done=done)
+    _check_coefficient(rhos, "rhos", high=None)  # importance ratios are >= 0 (where concrete)
     for name, threshold in (("clip_rho_threshold", clip_rho_threshold), ("clip_c_threshold", clip_c_threshold),
                             ("clip_pg_rho_threshold", clip_pg_rho_threshold)):
         _check_coefficient(threshold, name, high=None)
@@ -413,8 +424,15 @@ def starts_to_ends(starts: jax.Array, next_start: jax.Array) -> jax.Array:
     Returns:
       [T, ...] end flags, dtype of `starts`.
     """
+    return _starts_to_ends(starts, next_start)
+
+
+def _starts_to_ends(starts: jax.Array, next_start: jax.Array, names: tuple[str, str] = ("starts", "next_start")):
+    """`starts_to_ends`, its errors naming the arguments `names` (a compat recipe's: CleanRL's dones)."""
     starts = jnp.asarray(starts)
-    _checks.check_batch_shape("next_start", next_start, "starts", starts.shape[1:])
+    _check_same_shape(**{names[0]: starts})
+    _check_flags(**{names[0]: starts, names[1]: next_start})
+    _checks.check_batch_shape(names[1], next_start, names[0], starts.shape[1:])
     return jnp.concatenate([starts[1:], jnp.asarray(next_start, starts.dtype)[None]])
 
 
@@ -428,6 +446,13 @@ def ends_to_starts(ends: jax.Array, first_start: jax.Array) -> jax.Array:
     Returns:
       [T, ...] start flags, dtype of `ends`.
     """
+    return _ends_to_starts(ends, first_start)
+
+
+def _ends_to_starts(ends: jax.Array, first_start: jax.Array, names: tuple[str, str] = ("ends", "first_start")):
+    """`ends_to_starts`, its errors naming the arguments `names`."""
     ends = jnp.asarray(ends)
-    _checks.check_batch_shape("first_start", first_start, "ends", ends.shape[1:])
+    _check_same_shape(**{names[0]: ends})
+    _check_flags(**{names[0]: ends, names[1]: first_start})
+    _checks.check_batch_shape(names[1], first_start, names[0], ends.shape[1:])
     return jnp.concatenate([jnp.asarray(first_start, ends.dtype)[None], ends[:-1]])

@@ -54,10 +54,15 @@ def flatten_env_major(tree: Any) -> Any:
     return jax.tree.map(lambda x: jnp.reshape(jnp.swapaxes(x, 0, 1), (-1, *jnp.shape(x)[2:])), tree)
 
 
+def _positive_int(name: str, value: Any) -> int:
+    """`value` as a Python int (a NumPy int too: `np.prod(shape)` gives one), or a ValueError naming `name`."""
+    if not _checks.is_int(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive Python int (static under jit), got {value!r}.")
+    return int(value)
+
+
 def _check_split(total: int, total_name: str, num_minibatches: int) -> int:
-    for name, value in ((total_name, total), ("num_minibatches", num_minibatches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive Python int, got {value!r}.")
+    total, num_minibatches = _positive_int(total_name, total), _positive_int("num_minibatches", num_minibatches)
     if total % num_minibatches:
         raise ValueError(
             f"{total_name}={total} does not divide into num_minibatches={num_minibatches} "
@@ -80,9 +85,8 @@ def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int, num
     """
     _checks.check_function_key(key, "minibatch_indices", "draws")
     size = _check_split(batch_size, "batch_size", num_minibatches)
-    if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs <= 0:
-        raise ValueError(f"num_epochs must be a positive Python int, got {num_epochs!r}.")
-    return _permutations(key, num_epochs, batch_size).reshape(num_epochs, num_minibatches, size)
+    num_epochs = _positive_int("num_epochs", num_epochs)
+    return _permutations(key, num_epochs, batch_size).reshape(num_epochs, -1, size)
 
 
 def permutation(key: jax.Array, n: int) -> jax.Array:
@@ -116,9 +120,7 @@ def permutations(key: jax.Array, num: int, n: int) -> jax.Array:
 
 
 def _permutations(key: jax.Array, num: int, n: int) -> jax.Array:
-    for name, value in (("num", num), ("n", n)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive Python int, got {value!r}.")
+    num, n = _positive_int("num", num), _positive_int("n", n)
     index_bits = (n - 1).bit_length()
     if index_bits > 24:  # too few bits left for a random key: the two-operand sort
         keys = jax.random.split(prng.fused(key), num)

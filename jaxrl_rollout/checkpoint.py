@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_rollout import prng
+from jaxrl_rollout import _checks, prng
 
 __all__ = ["CheckpointError", "FORMAT", "SUBFOLDER", "exists", "flatten", "load", "read_manifest", "save",
            "unflatten", "write_atomic"]
@@ -379,7 +379,7 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     """
     import orbax.checkpoint as ocp
 
-    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
+    if not _checks.is_int(step) or step < 0:
         raise ValueError(f"step must be a non-negative int (the chunks done), got {step!r}.")
     step = int(step)
     folder = _absolute(folder)

@@ -70,6 +70,7 @@ def use_host_cores(count: int | None = None) -> int:
     """
     if count is None:
         count = usable_cores()
+    # Not _checks.is_int: _checks imports gymnax, whose import starts JAX's CPU backend, which this must precede.
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
         raise ValueError(f"use_host_cores: count must be an int >= 1 (or None for one per core), got {count!r}.")
     count = int(count)

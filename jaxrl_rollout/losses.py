@@ -1,7 +1,7 @@
 """Policy-gradient losses with CleanRL's and the A2C agent's exact semantics (docs/semantics.md §9).
 
 Each loss returns `(loss, parts)`: the scalar to differentiate and a dict of
-named float32 scalars for logging. Inputs are per-sample arrays of one shape,
+named scalars for logging, in the inputs' dtype (`clip_fraction` is float32). Inputs are per-sample arrays of one shape,
 flat minibatches [N] or [T, B] (every mean is over all elements); arrays of
 different shapes (a critic's [N, 1] beside [N] returns) are a ValueError, never
 broadcast.
@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks
+from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.advantages import normalize_advantages
 
 __all__ = ["a2c_loss", "ppo_loss"]
@@ -61,6 +62,7 @@ def ppo_loss(
     """
     _checks.check_same_shapes("ppo_loss", log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
                               value=value, old_value=old_value, returns=returns, entropy=entropy)
+    _advantages._check_coefficient(clip_eps, "clip_eps", high=None)
     log_ratio = log_prob - old_log_prob
     ratio = jnp.exp(log_ratio)
     if normalize:

@@ -34,6 +34,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxrl_rollout import advantages as _advantages
+
 __all__ = [
     "RewardScaleState", "RunningMeanStd", "normalize", "normalized_policy", "reward_scale_init", "rms_init",
     "rms_update", "scale_rewards",
@@ -68,9 +70,12 @@ def rms_update(rms: RunningMeanStd, batch: jax.Array) -> RunningMeanStd:
     """Adds a batch [N, *shape] to the statistics (the parallel mean/variance merge).
 
     Raises:
-      ValueError: if the batch's trailing shape is not the statistics' shape.
+      ValueError: if the batch has no rows (its mean would be NaN, and the statistics NaN from then on) or its
+        trailing shape is not the statistics' shape.
     """
     batch = jnp.asarray(batch, jnp.float32)
+    if batch.ndim < 1 or batch.shape[0] == 0:
+        raise ValueError(f"batch must be [N, *{tuple(rms.mean.shape)}] with N >= 1 rows, got shape {batch.shape}.")
     if batch.shape[1:] != rms.mean.shape:
         raise ValueError(
             f"batch must be [N, *{tuple(rms.mean.shape)}] to update running statistics of shape "
@@ -152,6 +157,8 @@ def scale_rewards(
             f"reward and done must both be [T, B] with B={num_envs} (the scaler's envs), "
             f"got reward {jnp.shape(reward)} and done {jnp.shape(done)}."
         )
+    _advantages._check_flags(done=done)  # where concrete: a 0.5 was cast to True
+    _advantages._check_coefficient(gamma, "gamma")
 
     def step(state: RewardScaleState, x):
         r, d = x

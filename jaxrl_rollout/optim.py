@@ -34,6 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxrl_rollout import _checks
+
 __all__ = [
     "REFERENCE_EPS",
     "ClipGradNormState",
@@ -486,7 +488,7 @@ def linear_annealing(
       An `optax.Schedule`: update count -> [] float32 learning rate.
     """
     for name, value in (("num_iterations", num_iterations), ("updates_per_iteration", updates_per_iteration)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if not _checks.is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive Python int, got {value!r}.")
     _check_scalar("learning_rate", learning_rate)
     num_iterations, updates_per_iteration = int(num_iterations), int(updates_per_iteration)

@@ -12,8 +12,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from gymnax.environments import spaces
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.types import PolicyOutput
 
 __all__ = ["categorical_policy", "uniform_random_policy"]
@@ -61,6 +63,11 @@ def uniform_random_policy(action_space: Any) -> Callable[[Any, Any, jax.Array], 
     if isinstance(action_space, spaces.Discrete):
         log_density = -jnp.log(jnp.float32(action_space.n))
     elif isinstance(action_space, spaces.Box):
+        low, high = (_checks.concrete(b) for b in (action_space.low, action_space.high))
+        if low is not None and high is not None and not (np.isfinite(low).all() and np.isfinite(high).all()
+                                                         and (np.asarray(high) > np.asarray(low)).all()):
+            raise ValueError(f"uniform_random_policy needs a bounded Box, finite low < high, got low {low} and "
+                             f"high {high}: no uniform distribution covers it.")
         width = jnp.broadcast_to(
             jnp.asarray(action_space.high, jnp.float32) - jnp.asarray(action_space.low, jnp.float32),
             action_space.shape,

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_rollout import algorithms, checkpoint, envs, prng
+from jaxrl_rollout import _checks, algorithms, checkpoint, envs, prng
 from jaxrl_rollout._signals import Interrupted, StopSignals
 from jaxrl_rollout.algorithms import stack_hparams
 from jaxrl_rollout.algorithms._common import (
@@ -56,6 +56,7 @@ from jaxrl_rollout.algorithms._common import (
     NONFINITE_PARAMS,
     check_hparams,
     plain_numbers,
+    plain_record,
 )
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.envs._host import HostEnv, HostStats
@@ -200,9 +201,7 @@ class RunSpec:
         if not isinstance(self.config, config_cls):
             raise TypeError(f"config must be a {config_cls.__name__} for {self.algo}, got {type(self.config).__name__}.")
         plain_numbers(self)  # NumPy scalars (seed=np.int64(3) from a loop over np.arange) as the numbers they hold
-        object.__setattr__(self, "grid", tuple(
-            h._replace(**{k: v.item() for k, v in h._asdict().items() if isinstance(v, np.generic) and np.ndim(v) == 0})
-            if isinstance(h, hparams_cls) else h for h in self.grid))
+        object.__setattr__(self, "grid", tuple(plain_record(h) if isinstance(h, hparams_cls) else h for h in self.grid))
         if not self.grid or any(not isinstance(h, hparams_cls) for h in self.grid):
             raise TypeError(f"grid must be a non-empty sequence of {hparams_cls.__name__}.")
         for h in self.grid:
@@ -210,14 +209,14 @@ class RunSpec:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise TypeError(f"grid: {name} must be a number, got {value!r}.")
             check_hparams(h, algorithms.hparam_ranges(self.algo))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if not _checks.is_int(self.seed, numpy=False):
             raise TypeError(f"seed must be an int, got {self.seed!r}.")
         if not -2**63 <= self.seed < 2**63:
             raise ValueError(f"seed must be from -2**63 to 2**63 - 1 (what jax.random.key takes), got {self.seed}.")
         optional = tuple(n for n in ("max_parallel", "eval_every") if getattr(self, n) is not None)
         for name in ("num_seeds", "chunk_updates", "eval_episodes") + optional:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "chunk_updates" else 1):
+            if not _checks.is_int(value, numpy=False) or value < (0 if name == "chunk_updates" else 1):
                 raise ValueError(f"{name} must be a {'non-negative' if name == 'chunk_updates' else 'positive'} int, "
                                  f"got {value!r}.")
         if self.chunk_updates == 0:

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks, prng
+from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.types import PolicyOutput, PyTree
 
 __all__ = [
@@ -86,13 +87,30 @@ def batch_where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
     Returns:
       A pytree whose leaf rows b are `on_true`'s where `mask[b]`, else
       `on_false`'s.
+
+    Raises:
+      ValueError: `mask` is not one flag per env [B], or a leaf's first axis is not B (a [1] mask zeroed every
+        row, a [B, B] one mixed rows).
     """
+    mask = jnp.asarray(mask)
+    if mask.ndim != 1:
+        raise ValueError(f"mask must be one flag per env, shape [B], got shape {mask.shape}.")
+    _check_rows("on_true", on_true, "mask", mask.shape[0])
+    _check_rows("on_false", on_false, "mask", mask.shape[0])
 
     def select(x, y):
         m = jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(x) - mask.ndim))
         return jnp.where(m, x, y)
 
     return jax.tree.map(select, on_true, on_false)
+
+
+def _check_rows(name: str, tree: PyTree, of: str, batch_size: int) -> None:
+    """A ValueError naming the leaf of `tree` (an argument `name`) whose first axis is not `of`'s B."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if jnp.ndim(leaf) >= 1 and jnp.shape(leaf)[0] != batch_size:
+            raise ValueError(f"{name}{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}, not [B, ...] with "
+                             f"{of}'s B={batch_size}.")
 
 
 def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
@@ -109,7 +127,11 @@ def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
     Returns:
       The carry with every leaf zeroed at rows where `first` is True.
     """
+    _advantages._check_flags(first=first)  # where concrete: a 0.5 was cast to True
     first = jnp.asarray(first, dtype=bool)
+    if first.ndim != 1:
+        raise ValueError(f"first must be one flag per env, shape [B], got shape {first.shape}.")
+    _check_rows("carry", carry, "first", first.shape[0])
     return batch_where(first, jax.tree.map(jnp.zeros_like, carry), carry)
 
 

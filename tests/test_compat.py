@@ -146,3 +146,81 @@ def test_a_bootstrap_of_the_wrong_shape_is_named_in_the_recipe_s_own_words():
     flat = sb3.compute_returns_and_advantage(r, r, f, last, np.zeros(B), 0.99, 0.95)
     column = sb3.compute_returns_and_advantage(r, r, f, last[:, None], np.zeros(B), 0.99, 0.95)
     np.testing.assert_array_equal(flat[0], column[0])
+
+
+def test_lower_level_functions_refuse_what_they_would_get_wrong():
+    """Each case below returned a wrong number, or failed deep inside JAX, before it was refused."""
+    from gymnax.environments import spaces
+
+    from jaxrl_rollout import actor_critic_losses as acl
+    from jaxrl_rollout import losses, normalization, stepping
+
+    env = CountingEnv()
+    state = jr.rollout_init(jax.random.key(0), env, env.default_params, 2)
+    t2 = jnp.zeros((3, 2))
+    cases = [
+        # fin of 0.5 was read as True; gamma 5.0 went into rlplay's recursion
+        (lambda: rlplay.returns(t2, jnp.full((3, 2), 0.5), t2, 0.9), r"^fin must be bool or \{0, 1\}, got the value 0.5"),
+        (lambda: rlplay.returns(t2, t2 > 1, t2, 5.0), r"^gamma must be in \[0, 1\]"),
+        (lambda: rlplay.gae(t2, t2 > 1, t2, 0.9, 1.5), r"^gae_lambda must be in \[0, 1\]"),
+        # T = 0 gave T = 1; a scalar an IndexError
+        (lambda: advantages.starts_to_ends(jnp.zeros((0, 2), bool), jnp.ones(2, bool)), r"^starts has no steps"),
+        (lambda: advantages.ends_to_starts(jnp.bool_(True), jnp.bool_(True)), r"^ends must be time-major"),
+        (lambda: cleanrl.compute_gae(t2, t2, t2 > 1, jnp.zeros(2), jnp.full(2, 0.5), 0.9, 0.9),
+         r"^next_done must be bool or \{0, 1\}"),
+        # an empty batch made the statistics NaN for good
+        (lambda: normalization.rms_update(normalization.rms_init((2,)), jnp.zeros((0, 2))), r"^batch must be .* N >= 1"),
+        (lambda: normalization.scale_rewards(normalization.reward_scale_init(2), t2, jnp.full((3, 2), 0.5), 0.99),
+         r"^done must be bool"),
+        # a [1] mask zeroed both rows; 0.5 read as True
+        (lambda: jr.reset_carry(jnp.ones((2, 2)), jnp.array([True])), r"^carry has shape \(2, 2\), not \[B, \.\.\.\] with "
+                                                                      r"first's B=1"),
+        (lambda: jr.reset_carry(jnp.ones((2, 2)), jnp.array([0.5, 1.0])), r"^first must be bool or \{0, 1\}"),
+        (lambda: stepping.batch_where(jnp.ones((2, 2), bool), jnp.ones(2), jnp.zeros(2)), r"^mask must be one flag per env"),
+        # an int key failed inside JAX
+        (lambda: rlplay.context(0, env, None, 2), r"^rlplay\.context's key must be a PRNG key"),
+        (lambda: rlplay.evaluate(env, None, scripted_policy([0, 0]), None, 0, 2, 3), r"^rlplay\.evaluate's key"),
+        (lambda: ilpyt.generate_episodes(env, None, scripted_policy([0, 0]), None, 0, state, 3, 20),
+         r"^ilpyt\.generate_episodes' key"),
+        # ARENA's carried flags of the wrong batch were named by the internal function's argument
+        (lambda: arena.play_steps(env, None, scripted_policy([0, 0]), None, state, 3, jnp.zeros(3, bool)),
+         r"^terminated must be one value per env"),
+        # 0.5 flags: read as 0 (no episode ended) or as True
+        (lambda: ilpyt.get_episode_rewards(jnp.ones(3), jnp.array([0.5, 0.5, 1.0])), r"^dones must be bool"),
+        (lambda: a2c.runner_returns(jnp.ones((2, 3)), jnp.full((2, 3), 0.5), jnp.zeros(2), 0.9), r"^dones must be bool"),
+        (lambda: acl.bootstrap_done(jnp.array([0.5]), jnp.array([0.0])), r"^terminated must be bool"),
+        # one row of noise broadcast to every sample; an unbounded Box gave NaN actions
+        (lambda: acl.td3_target_actions(jnp.zeros((3, 2)), jnp.ones(2), 1.0, 0.2, 0.5, -1.0, 1.0),
+         r"^noise must have the shape of next_actions \(3, 2\), got \(2,\)"),
+        (lambda: jr.uniform_random_policy(spaces.Box(-jnp.inf, jnp.inf, (2,))), r"^uniform_random_policy needs a bounded Box"),
+        # coefficients out of range ran silently
+        (lambda: acl.sac_critic_target(*(jnp.zeros(2),) * 4, jnp.zeros(2, bool), jnp.zeros(2, bool), 2.0, 0.2),
+         r"^gamma must be in \[0, 1\]"),
+        (lambda: acl.polyak_update({"w": jnp.ones(2)}, {"w": jnp.zeros(2)}, 2.0), r"^tau must be in \[0, 1\]"),
+        (lambda: losses.ppo_loss(*(jnp.zeros(4),) * 7, -0.2, 0.5, 0.01), r"^clip_eps must be"),
+        (lambda: advantages.vtrace(*(jnp.zeros((3, 2)),) * 3, t2 > 1, t2 > 1, -jnp.ones((3, 2)), 0.9, 0.9), r"^rhos must be"),
+    ]
+    for call, message in cases:
+        with pytest.raises((TypeError, ValueError), match=message):  # a key of the wrong type is a TypeError
+            call()
+    # rlplay with int rewards: gamma was cast to int 0 (no discount, no bootstrap); gae failed in lax.scan
+    fin, val = jnp.zeros((3, 1), bool), jnp.array([[0.0], [0.0], [10.0]])
+    np.testing.assert_allclose(rlplay.returns(jnp.array([[0], [1], [1]]), fin, val, 0.9), [[10.0], [10.0]], rtol=1e-6)
+    np.testing.assert_allclose(rlplay.gae(jnp.array([[0], [1], [1]]), fin, val, 0.9, 0.95),
+                               rlplay.gae(jnp.array([[0.0], [1.0], [1.0]]), fin, val, 0.9, 0.95))
+    # sizes from NumPy (np.prod(shape)) are the ints they hold
+    assert jr.batching.minibatch_indices(jax.random.key(0), np.int64(8), np.int64(2)).shape == (1, 2, 4)
+    assert arena.get_minibatch_indices(jax.random.key(0), np.int64(8), np.int64(4)).shape == (2, 4)
+
+
+def test_half_precision_estimators_compute_in_float32():
+    """bfloat16 rounded gamma=0.99 to 0.98828 and carried the sum in 8 bits: 57.75 for 63.40."""
+    T = 100
+    z = np.zeros((T, 1), bool)
+    for dtype in (jnp.bfloat16, jnp.float16):
+        ones, zeros = jnp.ones((T, 1), dtype), jnp.zeros((T, 1), dtype)
+        adv, ret = advantages.gae(ones, zeros, zeros, z, z, 0.99, 1.0)
+        assert adv.dtype == ret.dtype == jnp.float32
+        np.testing.assert_allclose(adv[0, 0], sum(0.99 ** k for k in range(T)), rtol=1e-5)
+        np.testing.assert_allclose(advantages.discounted_returns(ones, z, jnp.zeros(1, dtype), 0.999)[0, 0],
+                                   sum(0.999 ** k for k in range(T)), rtol=1e-5)

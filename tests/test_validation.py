@@ -187,3 +187,14 @@ def test_state_must_be_a_rollout_state():
 def test_env_without_the_protocol():
     with pytest.raises(TypeError, match=r"gymnax>=1.0.1 Environment protocol.*no callable `reset`"):
         jr.rollout_init(jax.random.key(0), object(), None, 2)
+
+
+def test_is_int_takes_integers_and_refuses_bools_and_floats():
+    import numpy as np
+
+    from jaxrl_rollout._checks import is_int
+
+    assert is_int(3) and is_int(np.int64(3)) and is_int(np.uint8(0))
+    assert is_int(3, numpy=False) and not is_int(np.int64(3), numpy=False)  # configs are written to JSON as they are
+    for value in (True, np.True_, 3.0, np.float32(3), "3", None, jnp.int32(3)):
+        assert not is_int(value) and not is_int(value, numpy=False), value

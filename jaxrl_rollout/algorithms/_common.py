@@ -57,7 +57,7 @@ __all__ = [
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
     "check_hparam_shapes", "check_init_key",
-    "sample_observation", "check_observation_space", "resolve_env", "plain_numbers", "one_hot_if_discrete",
+    "sample_observation", "check_observation_space", "resolve_env", "plain_numbers", "plain_record", "one_hot_if_discrete",
     "NONFINITE_PARAMS", "resolve_hparams", "rollout_env_params", "setup", "space_leaves",
 ]
 
@@ -147,7 +147,7 @@ def check_hparam_shapes(hparams: Any) -> None:
 
 def check_positive(name: str, value: Any) -> None:
     """A positive Python int, or a ValueError naming the field."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not _checks.is_int(value, numpy=False) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}.")
 
 
@@ -1229,11 +1229,22 @@ def plain_numbers(cfg) -> None:
     takes Python numbers only. Arrays and other types are left for the checks to refuse.
     """
     for field in dataclasses.fields(cfg):
-        value = getattr(cfg, field.name)
-        if isinstance(value, np.generic) and np.ndim(value) == 0:
-            object.__setattr__(cfg, field.name, value.item())
-        elif isinstance(value, tuple) and any(isinstance(v, np.generic) for v in value):
-            object.__setattr__(cfg, field.name, tuple(v.item() if isinstance(v, np.generic) else v for v in value))
+        object.__setattr__(cfg, field.name, _plain(getattr(cfg, field.name)))
+
+
+def plain_record(record: tuple) -> tuple:
+    """A NamedTuple (a grid point's HParams) with its NumPy scalars as the Python numbers they hold, as
+    `plain_numbers` does for a config."""
+    return record._replace(**{k: _plain(v) for k, v in record._asdict().items()})
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as its Python number, a tuple's NumPy scalars too; anything else as it is."""
+    if isinstance(value, np.generic) and np.ndim(value) == 0:
+        return value.item()
+    if isinstance(value, tuple) and any(isinstance(v, np.generic) for v in value):
+        return tuple(v.item() if isinstance(v, np.generic) else v for v in value)
+    return value
 
 
 def check_common_config(cfg, networks: Sequence[str] = NETWORKS) -> None:
@@ -1256,7 +1267,7 @@ def check_common_config(cfg, networks: Sequence[str] = NETWORKS) -> None:
                          "the most env steps the int32 step counters of a run hold.")
     check_choice("network", cfg.network, networks)
     check_choice("activation", cfg.activation, ("tanh", "relu"))
-    if not cfg.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in cfg.hidden_sizes):
+    if not cfg.hidden_sizes or any(not _checks.is_int(h, numpy=False) or h <= 0 for h in cfg.hidden_sizes):
         raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {cfg.hidden_sizes!r}.")
     object.__setattr__(cfg, "hidden_sizes", tuple(cfg.hidden_sizes))
     batch = cfg.num_envs * cfg.num_steps

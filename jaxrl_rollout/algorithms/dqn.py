@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl_rollout import envs, optim, prng
+from jaxrl_rollout import _checks, envs, optim, prng
 from jaxrl_rollout.algorithms import _common, replay
 from jaxrl_rollout.networks import fused_init
 from jaxrl_rollout.stepping import env_reset, env_step, reset_keys, step_keys, takes_fused_keys
@@ -120,7 +120,7 @@ class DQNConfig(_common.LearnerSizes):
                      "target_network_frequency", "log_interval"):
             _common.check_positive(name, getattr(self, name))
         replay.check_sizes(self.buffer_size, self.batch_size, self.num_envs)
-        if isinstance(self.learning_starts, bool) or not isinstance(self.learning_starts, int) or \
+        if not _checks.is_int(self.learning_starts, numpy=False) or \
                 self.learning_starts < 0:
             raise ValueError(f"learning_starts must be an int >= 0, got {self.learning_starts!r}.")
         if self.total_timesteps > _common.MAX_TOTAL_TIMESTEPS:
@@ -133,7 +133,7 @@ class DQNConfig(_common.LearnerSizes):
                              "log_interval for a shorter run).")
         self.check_learning_starts(self.train_frequency)
         self.check_target_updates()
-        if not self.hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0
+        if not self.hidden_sizes or any(not _checks.is_int(h, numpy=False) or h <= 0
                                         for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))

@@ -37,7 +37,7 @@ import flashbax as fbx
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import prng
+from jaxrl_rollout import _checks, prng
 from jaxrl_rollout.stepping import EnvStep, batch_where
 
 __all__ = ["BOOTSTRAP", "Transition", "ReplayBuffer", "check_sizes", "discount_mask", "make_replay_buffer", "transitions"]
@@ -123,7 +123,7 @@ def make_replay_buffer(buffer_size: int, batch_size: int) -> ReplayBuffer:
         positive int, or when batch_size > buffer_size.
     """
     for name, value in (("buffer_size", buffer_size), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not _checks.is_int(value, numpy=False) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}.")
     check_sizes(buffer_size, batch_size)
     fb = fbx.make_item_buffer(max_length=buffer_size, min_length=1, sample_batch_size=batch_size, add_batches=True)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks, batching
-from jaxrl_rollout.advantages import ends_to_starts, gae, starts_to_ends
+from jaxrl_rollout.advantages import _ends_to_starts, _starts_to_ends, gae
 from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
 
@@ -55,7 +55,7 @@ def compute_advantages(
     """
     _checks.check_last_step("arena.compute_advantages", "values", values, next_value=next_value,
                             next_terminated=next_terminated)
-    ends = starts_to_ends(terminated, next_terminated)
+    ends = _starts_to_ends(terminated, next_terminated, ("terminated", "next_terminated"))
     values = jnp.asarray(values)
     next_values = jnp.concatenate([values[1:], jnp.asarray(next_value, values.dtype)[None]])
     advantages, _ = gae(rewards, values, next_values, ends, ends, gamma, gae_lambda)
@@ -64,9 +64,9 @@ def compute_advantages(
 
 def get_minibatch_indices(key: jax.Array, batch_size: int, minibatch_size: int) -> jax.Array:
     """A permutation of range(batch_size) cut into [batch_size // minibatch_size, minibatch_size]."""
-    if isinstance(minibatch_size, bool) or not isinstance(minibatch_size, int) or minibatch_size <= 0:
+    if not _checks.is_int(minibatch_size) or minibatch_size <= 0:
         raise ValueError(f"minibatch_size must be a positive Python int, got {minibatch_size!r}.")
-    if isinstance(batch_size, int) and batch_size % minibatch_size:
+    if _checks.is_int(batch_size) and batch_size % minibatch_size:
         raise ValueError(f"batch_size={batch_size} is not a multiple of minibatch_size={minibatch_size}.")
     return batching.minibatch_indices(key, batch_size, batch_size // minibatch_size)[0]
 
@@ -98,7 +98,7 @@ def play_steps(
         logprobs=traj.log_prob,
         values=traj.value,
         rewards=traj.reward,
-        terminated=ends_to_starts(traj.terminated, jnp.asarray(terminated, bool)),
+        terminated=_ends_to_starts(traj.terminated, terminated, ("the rollout's terminated", "terminated")),
     )
     return state, memory, traj.next_value[-1], traj.terminated[-1]
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout.advantages import gae, starts_to_ends
+from jaxrl_rollout.advantages import _starts_to_ends, gae
 from jaxrl_rollout.types import Trajectory
 
 __all__ = ["compute_gae", "from_trajectory"]
@@ -43,7 +43,7 @@ def compute_gae(
       (advantages, returns), each [T, B].
     """
     _checks.check_last_step("cleanrl.compute_gae", "values", values, next_value=next_value, next_done=next_done)
-    ends = starts_to_ends(dones, next_done)
+    ends = _starts_to_ends(dones, next_done, ("dones", "next_done"))
     next_values = jnp.concatenate([jnp.asarray(values)[1:], jnp.asarray(next_value, jnp.result_type(values))[None]])
     return gae(rewards, values, next_values, ends, ends, gamma, gae_lambda)
 

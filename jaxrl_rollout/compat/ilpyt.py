@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_rollout import _checks, stepping
+from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.advantages import discounted_returns
 from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
@@ -148,6 +149,7 @@ def generate_episodes(
       (state, EpisodeBatch): the state where ilpyt's loop stopped, and the
       steps with masks; `episodes_to_lists` builds ilpyt's `Experiences`.
     """
+    _checks.check_function_key(key, "ilpyt.generate_episodes", "batches")
     num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
     max_steps = _checks.check_positive_int("max_steps", max_steps)
     if state.carry is not None:
@@ -241,6 +243,7 @@ def get_episode_rewards(rewards: jax.Array, dones: jax.Array) -> tuple[jax.Array
     Returns:
       (returns [N], count): returns[:count] are the episode returns, the rest 0.
     """
+    _advantages._check_flags(dones=dones)  # a 0.5 was cast to 0: no episode ended there
     rewards, dones = jnp.asarray(rewards, jnp.float32), jnp.asarray(dones).astype(jnp.int32)
     if rewards.ndim != 1 or dones.shape != rewards.shape:
         raise ValueError(f"rewards and dones must be flat [N] arrays, got {rewards.shape} and {dones.shape}.")

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks, stepping
+from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.types import PolicyOutput
 
 __all__ = ["Context", "Fragment", "collect", "context", "evaluate", "gae", "returns"]
@@ -68,8 +69,14 @@ class Fragment(NamedTuple):
     stuck: jax.Array
 
 
-def _check_fragment(rew, fin, value):
-    rew, fin, value = jnp.asarray(rew), jnp.asarray(fin, bool), jnp.asarray(value)
+def _check_fragment(rew, fin, value, **coefficients):
+    """The fragment's rows 1.. of rew and fin and all of value, in the estimators' float dtype (at least float32:
+    integer rewards, half precision), after checking their shapes, fin's flags and the coefficients in [0, 1]."""
+    _advantages._check_flags(fin=fin)
+    for name, x in coefficients.items():
+        _advantages._check_coefficient(x, name)
+    dtype = _advantages._float_dtype(rew, value)
+    rew, fin, value = jnp.asarray(rew, dtype), jnp.asarray(fin, bool), jnp.asarray(value, dtype)
     if rew.ndim < 1 or rew.shape[0] < 2 or fin.shape != rew.shape or value.shape != rew.shape:
         raise ValueError(
             "rew, fin and value must share a fragment shape [T + 1, ...] with T >= 1, got "
@@ -100,7 +107,7 @@ def gae(rew: jax.Array, fin: jax.Array, value: jax.Array, gamma: float, gae_lamb
     Returns:
       [T, ...] advantages for the actions in rows 0..T-1.
     """
-    rew, fin, value = _check_fragment(rew, fin, value)
+    rew, fin, value = _check_fragment(rew, fin, value, gamma=gamma, gae_lambda=gae_lambda)
     val, following = value[:-1], value[1:]
     deltas = jnp.where(fin, 0.0, gamma * following) + (rew - val)
     coefs = jnp.broadcast_to(jnp.asarray(gamma * gae_lambda, rew.dtype), rew.shape)
@@ -109,7 +116,7 @@ def gae(rew: jax.Array, fin: jax.Array, value: jax.Array, gamma: float, gae_lamb
 
 def returns(rew: jax.Array, fin: jax.Array, value: jax.Array, gamma: float) -> jax.Array:
     """rlplay's discounted returns on a fragment: G_t = r_t + where(fin_t, 0, gamma G_{t+1}), G_T = value[-1]."""
-    rew, fin, value = _check_fragment(rew, fin, value)
+    rew, fin, value = _check_fragment(rew, fin, value, gamma=gamma)
     coefs = jnp.broadcast_to(jnp.asarray(gamma, rew.dtype), rew.shape)
     return _reverse_select(rew, coefs, fin, value[-1])
 
@@ -123,6 +130,7 @@ def context(key: jax.Array, env: Any, env_params: Any, num_envs: int, hx: Any | 
       num_envs: B.
       hx: initial recurrent state (leaves [B, ...]) or None.
     """
+    _checks.check_function_key(key, "rlplay.context", "contexts")
     num_envs = _checks.check_positive_int("num_envs", num_envs)
     env_params = stepping.resolve_params(env, env_params)
     if hx is not None:
@@ -269,6 +277,7 @@ def evaluate(
       returns), and its (1 + T, B) actor info is `info[:num_steps + 1]`, the
       last row being the virtual lookahead step. Buffers have n_steps (+ 1) rows.
     """
+    _checks.check_function_key(key, "rlplay.evaluate", "evaluations")
     n_steps = _checks.check_positive_int("n_steps", n_steps)
     ctx = context(key, env, env_params, num_envs, hx)
     env_params = stepping.resolve_params(env, env_params)

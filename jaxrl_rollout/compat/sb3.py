@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout.advantages import gae, starts_to_ends
+from jaxrl_rollout.advantages import _starts_to_ends, gae
 from jaxrl_rollout.types import Trajectory
 
 __all__ = ["compute_returns_and_advantage", "from_trajectory", "timeout_rewards"]
@@ -47,7 +47,7 @@ def compute_returns_and_advantage(
         last_values = jnp.reshape(jnp.asarray(last_values), values.shape[1:])
     _checks.check_last_step("sb3.compute_returns_and_advantage", "values", values, last_values=last_values,
                             dones=dones)
-    ends = starts_to_ends(episode_starts, dones)
+    ends = _starts_to_ends(episode_starts, dones, ("episode_starts", "dones"))
     next_values = jnp.concatenate([values[1:], jnp.asarray(last_values, values.dtype)[None]])
     return gae(rewards, values, next_values, ends, ends, gamma, gae_lambda)
 

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import prng
+from jaxrl_rollout import _checks, prng
 from jaxrl_rollout._extras import missing
 
 PyTree = Any
@@ -61,7 +61,7 @@ def _import_quietly(module: str) -> Any:
 def check_max_episode_steps(value: Any) -> None:
     """A ValueError naming `max_episode_steps` unless it is a positive int or None (0 truncated every step,
     and an evaluation bounded by it returned nothing)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+    if value is not None and (not _checks.is_int(value, numpy=False) or value <= 0):
         raise ValueError(f"max_episode_steps must be a positive int or None, got {value!r}.")
 
 

@@ -35,13 +35,12 @@ time step); once compiled, a step costs about 25-40 us per env at 16-64 envs.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.envs import _base
 
 __all__ = ["BACKENDS", "BraxEnv", "BraxState", "make"]
@@ -67,7 +66,7 @@ class BraxState(NamedTuple):
 
 
 def _check_episode_length(episode_length: Any) -> int:
-    if isinstance(episode_length, (bool, np.bool_)) or not isinstance(episode_length, numbers.Integral):
+    if not _checks.is_int(episode_length):
         raise ValueError(f"episode_length must be a positive int (steps per episode), got {episode_length!r}.")
     if episode_length <= 0:
         raise ValueError(f"episode_length must be a positive int (steps per episode), got {episode_length}.")

@@ -68,7 +68,6 @@ fixed `opponent_params`. `evaluate` bounds episodes by `max_steps` if given; wit
 from __future__ import annotations
 
 import inspect
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -77,6 +76,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.distributions import masked_logits
 from jaxrl_rollout.envs import _base
 from jaxrl_rollout.policies import categorical_policy
@@ -207,7 +207,7 @@ class PgxState(NamedTuple):
 def _check_seat(agent_seat: Any, num_players: int) -> int | str:
     if isinstance(agent_seat, str) and agent_seat == "random":
         return agent_seat
-    if isinstance(agent_seat, (bool, np.bool_)) or not isinstance(agent_seat, numbers.Integral) or not (
+    if not _checks.is_int(agent_seat) or not (
         0 <= agent_seat < num_players
     ):
         seats = "0 (moves first) or 1 (moves second)" if num_players == 2 else "0"
@@ -279,7 +279,7 @@ class PgxEnv(_base.SameStepEnv):
         self._opponent_params = opponent_params
         self._agent_seat = _check_seat(agent_seat, self._num_players)
         if max_steps is not None:
-            if isinstance(max_steps, (bool, np.bool_)) or not isinstance(max_steps, numbers.Integral) or max_steps <= 0:
+            if not _checks.is_int(max_steps) or max_steps <= 0:
                 raise ValueError(f"max_steps must be a positive int (agent moves) or None, got {max_steps!r}.")
             max_steps = int(max_steps)
         self._max_steps = max_steps

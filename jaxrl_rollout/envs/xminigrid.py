@@ -40,7 +40,6 @@ e.g. `max_steps`, `view_size`, `ruleset` (XLand envs).
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any
 
 import jax
@@ -48,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.envs._base import PyTree, SameStepEnv, require, unknown_name
 
 __all__ = ["XMiniGridEnv", "make"]
@@ -97,7 +97,7 @@ class XMiniGridEnv(SameStepEnv):
         constants = require("xminigrid.core.constants", "xminigrid", what)
         self._top_ids = (constants.NUM_TILES - 1, constants.NUM_COLORS - 1)
         max_steps = getattr(env_params, "max_steps", None)
-        if isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral) or max_steps <= 0:
+        if not _checks.is_int(max_steps) or max_steps <= 0:
             raise ValueError(f"env_params.max_steps must be a positive int (the time limit), got {max_steps!r}.")
         self.env = env
         self._params = env_params

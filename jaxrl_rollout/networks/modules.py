@@ -37,7 +37,6 @@ numbers, without flax's re-run of the initializer on every `apply`.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_rollout import _checks
 from jaxrl_rollout.distributions import (
     Categorical,
     DiagGaussian,
@@ -87,7 +87,7 @@ Distribution = Categorical | DiagGaussian
 
 
 def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value <= 0:
+    if not _checks.is_int(value) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}.")
 
 
