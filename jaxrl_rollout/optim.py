@@ -109,7 +109,8 @@ def _check_scalar(name: str, value, positive: bool = False) -> None:
     if isinstance(value, jax.core.Tracer):
         return
     array = np.asarray(value)
-    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+    # jnp.issubdtype: NumPy's own does not count ml_dtypes' bfloat16 as floating (a bfloat16 rate was refused)
+    if not (jnp.issubdtype(array.dtype, jnp.floating) or jnp.issubdtype(array.dtype, jnp.integer)):
         raise ValueError(f"{name} must be a real scalar, got {value!r}.")
     v = float(array)
     if not math.isfinite(v) or v < 0 or (positive and v == 0):

@@ -88,15 +88,17 @@ def batch_where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
       A pytree whose leaf rows b are `on_true`'s where `mask[b]`, else
       `on_false`'s.
 
+    The mask may carry leading axes the leaves share ([T, B] against leaves [T, B, ...], a trajectory's).
+
     Raises:
-      ValueError: `mask` is not one flag per env [B], or a leaf's first axis is not B (a [1] mask zeroed every
-        row, a [B, B] one mixed rows).
+      ValueError: `mask` is a scalar, or its shape does not begin every leaf's (a [1] mask zeroed every row, a
+        [B, B] one mixed rows).
     """
     mask = jnp.asarray(mask)
-    if mask.ndim != 1:
-        raise ValueError(f"mask must be one flag per env, shape [B], got shape {mask.shape}.")
-    _check_rows("on_true", on_true, "mask", mask.shape[0])
-    _check_rows("on_false", on_false, "mask", mask.shape[0])
+    if mask.ndim < 1:
+        raise ValueError("mask must be one flag per env, shape [B] (or [T, B]), got a scalar.")
+    _check_rows("on_true", on_true, "mask", mask.shape)
+    _check_rows("on_false", on_false, "mask", mask.shape)
 
     def select(x, y):
         m = jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(x) - mask.ndim))
@@ -105,12 +107,13 @@ def batch_where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
     return jax.tree.map(select, on_true, on_false)
 
 
-def _check_rows(name: str, tree: PyTree, of: str, batch_size: int) -> None:
-    """A ValueError naming the leaf of `tree` (an argument `name`) whose first axis is not `of`'s B."""
+def _check_rows(name: str, tree: PyTree, of: str, shape: tuple[int, ...]) -> None:
+    """A ValueError naming the leaf of `tree` (an argument `name`) whose shape does not begin with `of`'s `shape`
+    (its [B], or [T, B])."""
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
-        if jnp.ndim(leaf) >= 1 and jnp.shape(leaf)[0] != batch_size:
-            raise ValueError(f"{name}{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}, not [B, ...] with "
-                             f"{of}'s B={batch_size}.")
+        if jnp.ndim(leaf) >= 1 and tuple(jnp.shape(leaf)[:len(shape)]) != tuple(shape):
+            raise ValueError(f"{name}{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}, which does not begin "
+                             f"with {of}'s shape {tuple(shape)} ([B, ...] with its B).")
 
 
 def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
@@ -122,16 +125,17 @@ def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
 
     Args:
       carry: pytree of [B, ...] arrays.
-      first: [B] bool, the observation about to be processed starts an episode.
+      first: [B] bool (or [T, B] against a trajectory's carry [T, B, ...]), the observation about to be
+        processed starts an episode.
 
     Returns:
       The carry with every leaf zeroed at rows where `first` is True.
     """
     _advantages._check_flags(first=first)  # where concrete: a 0.5 was cast to True
     first = jnp.asarray(first, dtype=bool)
-    if first.ndim != 1:
-        raise ValueError(f"first must be one flag per env, shape [B], got shape {first.shape}.")
-    _check_rows("carry", carry, "first", first.shape[0])
+    if first.ndim < 1:
+        raise ValueError("first must be one flag per env, shape [B] (or [T, B]), got a scalar.")
+    _check_rows("carry", carry, "first", first.shape)
     return batch_where(first, jax.tree.map(jnp.zeros_like, carry), carry)
 
 

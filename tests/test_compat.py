@@ -173,10 +173,11 @@ def test_lower_level_functions_refuse_what_they_would_get_wrong():
         (lambda: normalization.scale_rewards(normalization.reward_scale_init(2), t2, jnp.full((3, 2), 0.5), 0.99),
          r"^done must be bool"),
         # a [1] mask zeroed both rows; 0.5 read as True
-        (lambda: jr.reset_carry(jnp.ones((2, 2)), jnp.array([True])), r"^carry has shape \(2, 2\), not \[B, \.\.\.\] with "
-                                                                      r"first's B=1"),
+        (lambda: jr.reset_carry(jnp.ones((2, 2)), jnp.array([True])), r"^carry has shape \(2, 2\), which does not "
+                                                                      r"begin with first's shape \(1,\)"),
         (lambda: jr.reset_carry(jnp.ones((2, 2)), jnp.array([0.5, 1.0])), r"^first must be bool or \{0, 1\}"),
-        (lambda: stepping.batch_where(jnp.ones((2, 2), bool), jnp.ones(2), jnp.zeros(2)), r"^mask must be one flag per env"),
+        (lambda: stepping.batch_where(jnp.ones((2, 2), bool), jnp.ones(2), jnp.zeros(2)), r"^on_true has shape \(2,\)"),
+        (lambda: stepping.batch_where(jnp.bool_(True), jnp.ones(2), jnp.zeros(2)), r"^mask must be one flag per env"),
         # an int key failed inside JAX
         (lambda: rlplay.context(0, env, None, 2), r"^rlplay\.context's key must be a PRNG key"),
         (lambda: rlplay.evaluate(env, None, scripted_policy([0, 0]), None, 0, 2, 3), r"^rlplay\.evaluate's key"),

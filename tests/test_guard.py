@@ -143,7 +143,7 @@ def test_python_init_checks_concrete_hparams_and_skips_traced_ones():
     key = jax.random.key(0)
     with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got 2"):
         algorithm.init(key, a2c.A2CHParams(gamma=2.0))
-    with pytest.raises(ValueError, match="lr must be > 0, got -1"):
+    with pytest.raises(ValueError, match="lr must be > 0 and finite, got -1"):
         algorithm.init(key, stack_hparams([a2c.A2CHParams()])._replace(lr=np.array([1e-3, -1.0])))
     traced = jax.eval_shape(lambda g: algorithm.init(key, a2c.A2CHParams(gamma=g)), 2.0)  # not checkable: traced
     assert traced is not None
@@ -151,7 +151,7 @@ def test_python_init_checks_concrete_hparams_and_skips_traced_ones():
 
 @pytest.mark.parametrize("edit, words", [
     (lambda d: d["grid"][0].update(lr=0.5), ["grid[0].lr: 0.5 in config.json, 0.00025 in the checkpoint"]),
-    (lambda d: d["grid"][0].update(lr=math.nan), ["lr must be > 0, got nan"]),
+    (lambda d: d["grid"][0].update(lr=math.nan), ["lr must be > 0 and finite, got nan"]),
     (lambda d: d["config"].update(total_timesteps=128), ["config.total_timesteps: 128 in config.json, 64 in"]),
     (lambda d: d.update(seed="abc"), ['seed must be an integer, got "abc"'])])
 def test_edited_config_json_is_refused_naming_the_fields(edit, words, small_run, tmp_path, capsys):

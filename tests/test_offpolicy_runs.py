@@ -123,6 +123,28 @@ def test_the_progress_line_gives_no_time_left_before_learning_starts():
     assert len(lines) == 4 and " left" not in lines[0] + lines[1] and " left  return" in lines[2], lines
 
 
+def test_config_mistakes_get_their_own_message():
+    # hidden_sizes=64 was "'int' object is not iterable"; an array NumPy's "truth value ... is ambiguous"
+    for cls in (dqn.DQNConfig, pqn.PQNConfig, sac.SACConfig, td3.TD3Config):
+        with pytest.raises(ValueError, match=r"^hidden_sizes must be a non-empty tuple of positive ints, such as "
+                                             r"\(64, 64\), got 64"):
+            cls(hidden_sizes=64)
+        assert cls(hidden_sizes=np.array([32, 16])).hidden_sizes == (32, 16)
+    # a run too short for one update advised a lower log_interval where an update is already one learner step
+    with pytest.raises(ValueError, match=r"gives no update: .* = 2000 env steps \(an update is already one learner "
+                                         r"step; raise total_timesteps, or lower num_envs or policy_frequency\)"):
+        sac.SACConfig(total_timesteps=1000, policy_frequency=2000, log_interval=250)
+    with pytest.raises(ValueError, match=r"gives no update: .* \(lower log_interval for a shorter run\)"):
+        td3.TD3Config(total_timesteps=10, log_interval=100)
+    # a bfloat16 learning rate passed the record's check, then the optimiser called it "not a real scalar"
+    alg = dqn.make_dqn(dqn.DQNConfig(total_timesteps=2000, learning_starts=500, buffer_size=1000))
+    alg.init(jax.random.key(0), dqn.DQNHParams(lr=jax.numpy.asarray(1e-3, jax.numpy.bfloat16)))
+    # a record for jax.jit, checked first (traced, its values are not read)
+    with pytest.raises(ValueError, match=r"^gamma must be in \[0, 1\], got 1.5"):
+        algorithms.check_hparams(dqn.DQNHParams(gamma=1.5))
+    assert algorithms.check_hparams(dqn.DQNHParams()) == dqn.DQNHParams()
+
+
 def test_every_learner_checks_its_own_hyperparameter_ranges():
     with pytest.raises(ValueError, match="tau must be in \\(0, 1\\]"):
         runner.RunSpec("dqn", CONFIGS["dqn"], (dqn.DQNHParams(tau=0.0),), 1)
@@ -130,6 +152,11 @@ def test_every_learner_checks_its_own_hyperparameter_ranges():
         algorithms.stack_hparams([sac.SACHParams(), sac.SACHParams(alpha=-1.0)])
     with pytest.raises(ValueError, match="noise_clip"):
         algorithms.stack_hparams([td3.TD3HParams(noise_clip=-0.1)])
+    # inf passed every open-ended range (an inf temperature or rate gave an all-NaN run); where it means no
+    # limit (a clip) it is taken
+    with pytest.raises(ValueError, match=r"^alpha must be >= 0 and finite, got inf"):
+        algorithms.stack_hparams([sac.SACHParams(alpha=float("inf"))])
+    algorithms.stack_hparams([td3.TD3HParams(noise_clip=float("inf"))])
     assert algorithms.hparam_ranges("pqn") is pqn.HPARAM_RANGES
     assert algorithms.hparam_ranges(sac.SACHParams()) is sac.HPARAM_RANGES
     assert set(algorithms.NAMES) == {"ppo", "a2c", "dqn", "pqn", "sac", "td3"}

@@ -189,6 +189,29 @@ class FrozenStats(nn.Module):
         return categorical_from_logits(nn.Dense(2)(x)), nn.Dense(1)(x)[:, 0]
 
 
+class IgnoresBatch(nn.Module):
+    """Flattens the whole batch into one row: passed a check on a batch of 1, and failed in flax's init later."""
+
+    @nn.compact
+    def __call__(self, obs):
+        x = nn.Dense(8)(obs.reshape(-1))[None]
+        return categorical_from_logits(nn.Dense(2)(x)), nn.Dense(1)(x)[:, 0]
+
+
+class CollapsesBatchQ(nn.Module):
+    """Averages over the batch: Q [1, A] for any B, which DQN broadcast silently."""
+
+    @nn.compact
+    def __call__(self, obs):
+        return nn.Dense(2)(nn.relu(nn.Dense(8)(obs.mean(0, keepdims=True))))
+
+
+class CollapsesBatchCritic(nn.Module):
+    @nn.compact
+    def __call__(self, obs, action):
+        return nn.Dense(1)(jnp.concatenate([obs, action], -1).reshape(-1))
+
+
 class FrozenStatsQ(nn.Module):
     @nn.compact
     def __call__(self, obs):
@@ -203,22 +226,23 @@ class ForgetsCarryShape(TinyRecurrent):
 
 @pytest.mark.parametrize("module, error, message", [
     (ReturnsLogits(), TypeError, r"network ReturnsLogits: __call__\(obs\) must return \(dist, value \[B\]\), got an "
-                                 r"array float32\[1, 2\]"),
-    (WideValue(), ValueError, r"network WideValue: __call__\(obs\): value must have the batch shape \[B\], \[1\] "
-                              r"here, got float32\[1, 1\]; squeeze a critic output \[B, 1\]"),
+                                 r"array float32\[2, 2\]"),
+    (WideValue(), ValueError, r"network WideValue: __call__\(obs\): value must have the batch shape \[B\], \[2\] "
+                              r"here, got float32\[2, 1\]; squeeze a critic output \[B, 1\]"),
     (TooManyActions(), ValueError, r"network TooManyActions: __call__\(obs\): the distribution's logits must be "
-                                   r"\[B, A\] with A=2, the env's Discrete\(2\) actions, got float32\[1, 5\]"),
+                                   r"\[B, A\] with A=2, the env's Discrete\(2\) actions, got float32\[2, 5\]"),
     (NoDistribution(), TypeError, r"network NoDistribution: __call__\(obs\) must return a distribution with "
                                   r"sample\(key\), mode\(\), log_prob\(action\) and entropy\(\)"),
-    (Breaks(), ValueError, r"network Breaks: __call__\(obs\) failed on a sample observation \(float32\[1, 4\]\)"),
+    (Breaks(), ValueError, r"network Breaks: __call__\(obs\) failed on a sample observation \(float32\[2, 4\]\)"),
     (ForgetsCarryShape(action_dim=2), ValueError, r"network ForgetsCarryShape: __call__\(carry, obs\) must return a "
-                                                  r"new_carry like initial_carry\(1\) \(float32\[1, 8\]\), got "
-                                                  r"float32\[1, 2\]"),
+                                                  r"new_carry like initial_carry\(2\) \(float32\[2, 8\]\), got "
+                                                  r"float32\[2, 2\]"),
     (lambda params, obs: None, TypeError, r"network must be a flax linen Module whose __call__\(obs \[B, \.\.\.\]\) "
                                           r"returns \(dist, value \[B\]\).*got function"),
     ("mlp", TypeError, r"network must be a flax linen Module, got the string 'mlp'; a network name goes in "
                        r"config.network"),
-    (IntValue(), ValueError, r"^network IntValue: __call__\(obs\): value must be floating, got int32\[1\]\."),
+    (IntValue(), ValueError, r"^network IntValue: __call__\(obs\): value must be floating, got int32\[2\]\."),
+    (IgnoresBatch(), ValueError, r"network IgnoresBatch: __call__\(obs\)"),
     (FrozenStats(), ValueError, r"network FrozenStats: its init made the variable collections \['batch_stats'\] "
                                 r"besides 'params'; the learners optimise every variable"),
 ])
@@ -238,6 +262,49 @@ def test_an_off_policy_network_with_other_collections_is_refused():
     with pytest.raises(ValueError, match=message):
         pqn.make_pqn(pqn.PQNConfig(num_envs=4, num_steps=8, total_timesteps=96, num_minibatches=2),
                      network=FrozenStatsQ())
+
+
+def test_an_off_policy_network_that_ignores_the_batch_axis_is_refused():
+    """Checked on a batch of 1, a Q-network averaging over the batch trained DQN silently ([1, A] broadcast)."""
+    from jaxrl_rollout.algorithms import dqn, pqn, sac, td3
+
+    with pytest.raises(ValueError, match=r"^network: module.apply\(params, obs \[B, \.\.\.\]\) must return float "
+                                         r"Q-values \[B, A\] = \[2, 2\]"):
+        dqn.make_dqn(dqn.DQNConfig(total_timesteps=2000, learning_starts=500, buffer_size=1000),
+                     network=CollapsesBatchQ())
+    with pytest.raises(ValueError, match=r"^network CollapsesBatchQ: __call__\(obs\) must return Q-values float "
+                                         r"\[B, A\] = \[2, 2\]"):
+        pqn.make_pqn(pqn.PQNConfig(num_envs=4, num_steps=8, total_timesteps=96, num_minibatches=2),
+                     network=CollapsesBatchQ())
+    actor = sac.SACActor(action_dim=1)  # the default actor, beside a critic that ignores the batch
+    with pytest.raises(ValueError, match=r"network: the critic CollapsesBatchCritic's __call__\(obs, action \[B, A\]\) "
+                                         r"failed|critic.apply.*must return float Q \[B\]"):
+        sac.make_sac(sac.SACConfig(env_id="Pendulum-v1", total_timesteps=2000, learning_starts=500, buffer_size=1000),
+                     network=(actor, CollapsesBatchCritic()))
+    with pytest.raises(ValueError, match=r"network: the critic CollapsesBatchCritic's __call__\(obs, action \[B, A\]\) "
+                                         r"failed|critic_module.apply.*must return float Q"):
+        td3.make_td3(td3.TD3Config(total_timesteps=2000, learning_starts=500, buffer_size=1000),
+                     network=(td3.TD3Actor(action_dim=1, action_scale=2.0, action_bias=0.0), CollapsesBatchCritic()))
+
+
+def test_another_envs_params_or_a_module_class_is_named_when_built():
+    """CartPole with Pendulum's params was gymnax's AttributeError ('x_threshold'); a Module class was flax's
+    InvalidInstanceModuleError from deep inside init."""
+    from jaxrl_rollout.algorithms import dqn
+
+    small = dqn.DQNConfig(total_timesteps=2000, learning_starts=500, buffer_size=1000)
+    with pytest.raises(TypeError, match=r"^env_params must be CartPole's params, a gymnax\.environments\."
+                                        r"classic_control\.cartpole\.EnvParams .* got gymnax\.environments\."
+                                        r"classic_control\.pendulum\.EnvParams"):
+        dqn.make_train(small, env=CartPole(), env_params=Pendulum().default_params)
+    with pytest.raises(TypeError, match=r"^env_params must be CartPole's params.* got builtins\.dict"):
+        ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=CartPole(), env_params={"gravity": 9.8})
+    ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=CartPole(),  # its own params, replaced, are taken
+                   env_params=CartPole().default_params.replace(max_steps_in_episode=100))
+    for make, config in ((dqn.make_train, small), (ppo.make_train, ppo.PPOConfig(**TINY_PPO))):
+        with pytest.raises(TypeError, match=r"^network must be a flax linen Module instance, got the class "
+                                            r"CollapsesBatchQ; pass an instance: CollapsesBatchQ\(\.\.\.\)"):
+            make(config, network=CollapsesBatchQ)
 
 
 class PoleObs(NamedTuple):

@@ -107,6 +107,8 @@ def test_nonfinite_is_flagged():
     ("epsilon_decay", 0.0, "epsilon_decay must be > 0"),
     ("reward_scale", -1.0, "reward_scale must be > 0"),
     ("max_grad_norm", 0.0, "max_grad_norm must be > 0"),
+    ("lr", np.inf, "lr must be > 0 and finite, got inf"),  # an all-NaN run
+    ("reward_scale", np.inf, "reward_scale must be > 0 and finite, got inf"),
 ])
 def test_hparams_out_of_range_name_the_field(field, value, match):
     alg = pqn.make_pqn(SMALL)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Entry", "NAMES", "REGISTRY", "get", "hparam_ranges", "stack_hparams"]
+__all__ = ["Entry", "NAMES", "REGISTRY", "check_hparams", "get", "hparam_ranges", "stack_hparams"]
 
 H = TypeVar("H")
 
@@ -102,6 +102,20 @@ def __getattr__(name: str) -> Any:
         globals()["REGISTRY"] = registry
         return registry
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_hparams(hparams: H) -> H:
+    """Checks one hyperparameter record against its algorithm's ranges and returns it; a ValueError names a field
+    out of its range (an inf where only a clip takes one, a gamma of 1.5, a negative rate).
+
+    `train(key, hparams)` checks the record itself only when its values are known as it traces: a record passed
+    into `jax.jit` is traced and trains as given (a gamma of 1.5 diverges, a negative rate ascends). Check it
+    first: `jax.jit(train)(key, check_hparams(record))`. `stack_hparams` checks every record of a grid.
+    """
+    from jaxrl_rollout.algorithms._common import check_hparams as check
+
+    check(hparams, hparam_ranges(hparams))
+    return hparams
 
 
 def stack_hparams(hparams: Sequence[H]) -> H:

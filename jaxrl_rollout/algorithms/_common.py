@@ -21,7 +21,7 @@ A GRU is never chosen: ask for `network="gru"`.
 `make_train(config, env=..., env_params=..., network=...)` replaces the
 config's env id and network name with objects of your own (`build`,
 `setup`): an env of the gymnax protocol (`check_env`, `ENV_METHODS`) and a
-flax module of `NETWORK_CONTRACT`, checked on one zero observation when the
+flax module of `NETWORK_CONTRACT`, checked on a batch of two observations when the
 algorithm is built (`check_network`). Configs stay static and serialisable
 and never build an env (`check_common_config` calls `envs.check_id`).
 
@@ -83,11 +83,17 @@ HPARAM_RANGES = {
 """Hyperparameter name -> (low, low included, high or None, high included): the valid values of PPO's and A2C's."""
 
 
+NO_LIMIT = frozenset({"max_grad_norm", "noise_clip"})
+"""Open-ended hyperparameters for which inf means something (no clipping); every other one must be finite (an
+inf learning rate or temperature gave an all-NaN run)."""
+
+
 def hparam_range_text(name: str, ranges: dict | None = None) -> str:
-    """The valid range of a hyperparameter in words: "> 0", "in [0, 1]" (`ranges`: default `HPARAM_RANGES`)."""
+    """The valid range of a hyperparameter in words: "> 0 and finite", "in [0, 1]", "> 0 (inf: no limit)"
+    (`ranges`: default `HPARAM_RANGES`)."""
     low, low_in, high, high_in = (HPARAM_RANGES if ranges is None else ranges)[name]
     if high is None:
-        return f"{'>=' if low_in else '>'} {low:g}"
+        return f"{'>=' if low_in else '>'} {low:g}" + (" (inf: no limit)" if name in NO_LIMIT else " and finite")
     return f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
 
 
@@ -97,6 +103,8 @@ def hparam_in_range(name: str, value: float, ranges: dict | None = None) -> bool
     if name not in ranges:
         return True
     low, low_in, high, high_in = ranges[name]
+    if value == np.inf and name not in NO_LIMIT:
+        return False
     ok = value >= low if low_in else value > low
     if high is not None:
         ok = ok and (value <= high if high_in else value < high)
@@ -151,6 +159,17 @@ def check_positive(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}.")
 
 
+def hidden_sizes_tuple(value: Any) -> tuple[int, ...]:
+    """A config's `hidden_sizes` as a tuple of Python ints: a non-empty tuple, list or 1-D NumPy array of positive
+    ints; else a ValueError naming it (an int was "'int' object is not iterable", an array NumPy's "truth value
+    ... is ambiguous")."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = tuple(value.tolist())
+    if not isinstance(value, (tuple, list)) or not value or any(not _checks.is_int(h) or h <= 0 for h in value):
+        raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, such as (64, 64), got {value!r}.")
+    return tuple(int(h) for h in value)
+
+
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}.")
@@ -180,6 +199,26 @@ def tuple_actions_hint(space: Any) -> str:
         return (" A jumanji env gives its Tuple of Discrete actions as one Discrete of their combinations when "
                 "made with envs.make(env_id, multi_discrete='flat') (from Python, then make_train(config, env=...)).")
     return ""
+
+
+PROBE_BATCH = 2
+"""The batch a user's network is checked on: 2, so that a module that ignores or collapses the batch axis (a
+reshape(-1), a mean over axis 0) gives the wrong shape there instead of passing on a batch of 1 and failing, or
+broadcasting silently, in training."""
+
+
+def probe_observation(space: Any, sample: Any = None) -> Any:
+    """`PROBE_BATCH` observations: `sample` ([1, ...], as the env's reset gives it) repeated, or zeros of `space`."""
+    obs = zeros_for(space) if sample is None else sample
+    return jax.tree.map(lambda x: jnp.concatenate([x] * PROBE_BATCH), obs)
+
+
+def refuse_class(what: str, module: Any) -> None:
+    """A TypeError naming `what` for a Module class passed where an instance goes (flax's own error said
+    "InvalidInstanceModuleError" from deep inside init)."""
+    if isinstance(module, type):
+        raise TypeError(f"{what} must be a flax linen Module instance, got the class {module.__name__}; pass an "
+                        f"instance: {module.__name__}(...).")
 
 
 def probe_module(call: str, contract: str, module: Any, *args: Any) -> Any:
@@ -482,6 +521,19 @@ class LearnerSizes:
         """Env steps in one update."""
         return self.learner_steps_per_update * self.learner_period * self.num_envs
 
+    def no_update_error(self, period: str | None = None) -> ValueError:
+        """The ValueError for a run too short for one update, with the way out that works: a shorter
+        log_interval while an update holds several learner steps; else fewer envs, a shorter `period` (the
+        config's field that sets `learner_period`: train_frequency, policy_frequency) or more steps."""
+        product = "num_envs * learner_steps_per_update" + (f" * {period}" if period else "")
+        if self.learner_steps_per_update > 1:
+            hint = "lower log_interval for a shorter run"
+        else:
+            hint = ("an update is already one learner step; raise total_timesteps, or lower num_envs"
+                    + (f" or {period}" if period else ""))
+        return ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least {product} = "
+                          f"{self.steps_per_update} env steps ({hint}).")
+
     @property
     def iterations_taken(self) -> int:
         """Iterations the run takes, g = 0 .. iterations_taken - 1: its whole updates' (at most `num_iterations`)."""
@@ -779,8 +831,21 @@ def check_env(env: Any, env_params: Any) -> tuple[Any, Any]:
             raise TypeError(f"env_params is None and env {type(env).__name__} has no default_params; pass "
                             "env_params.")
         env_params = env.default_params
+    else:
+        default = getattr(env, "default_params", None)
+        if default is not None and not isinstance(env_params, type(default)):  # another env's params
+            def named(x):  # two envs' params classes are often both called EnvParams
+                return f"{type(x).__module__}.{type(x).__qualname__}"
+
+            raise TypeError(f"env_params must be {type(env).__name__}'s params, a {named(default)} (its "
+                            f"default_params, or default_params.replace(...)), got {named(env_params)}.")
     for which in ("observation_space", "action_space"):
-        _check_box_shapes(env, which, getattr(env, which)(env_params))
+        try:
+            space = getattr(env, which)(env_params)
+        except (AttributeError, KeyError, TypeError) as error:  # a field the env reads is missing
+            raise TypeError(f"env_params do not fit env {type(env).__name__}: its {which}(env_params) failed with "
+                            f"{type(error).__name__}: {error}.") from error
+        _check_box_shapes(env, which, space)
     sample = sample_observation(env, env_params)
     check_observation_space(env, env_params, sample)
     return env_params, sample
@@ -821,23 +886,24 @@ def _kind_text(x: Any) -> str:
 
 def check_network(module: Any, observation_space: Any, action_dim: int, continuous: bool, *,
                   sample: Any = None) -> bool:
-    """Checks a user's flax module against `NETWORK_CONTRACT` on one zero observation; returns whether it is recurrent.
+    """Checks a user's flax module against `NETWORK_CONTRACT` on two observations; returns whether it is recurrent.
 
     The module is initialised and applied under `jax.eval_shape` (traced, not
-    run or compiled) on a batch of one observation of the env's space. A
-    module with a callable `initial_carry` is recurrent. Then: the output's
-    structure; a recurrent module's new carry keeps the shapes and dtypes of
-    `initial_carry(1)`; `dist` has the four methods; the sampled action is
-    [1] integers for Discrete(A) (a distribution with `logits` has A of
-    them) or [1, A] floats for a Box of A; log_prob, entropy and value are [1].
+    run or compiled) on a batch of B = `PROBE_BATCH` (2) observations of the
+    env's space. A module with a callable `initial_carry` is recurrent. Then:
+    the output's structure; a recurrent module's new carry keeps the shapes and
+    dtypes of `initial_carry(B)`; `dist` has the four methods; the sampled
+    action is [B] integers for Discrete(A) (a distribution with `logits` has A
+    of them) or [B, A] floats for a Box of A; log_prob, entropy and value are
+    [B].
 
     Args:
       module: the module passed to `make_train(network=...)`.
       observation_space: the env's observation space (Box, Discrete, Dict or Tuple).
       action_dim: A, the env's number of discrete actions or its Box's size.
       continuous: the actions are a Box.
-      sample: the observation [1, ...] to probe with (`sample_observation`);
-        None for zeros of `observation_space`.
+      sample: the observation [1, ...] to probe with (`sample_observation`),
+        repeated to B; None for zeros of `observation_space`.
 
     Returns:
       Whether the module is recurrent.
@@ -852,27 +918,27 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
     if isinstance(module, str):
         raise TypeError(f"network must be a flax linen Module, got the string {module!r}; a network name goes in "
                         "config.network.")
+    refuse_class("network", module)
     if not (callable(getattr(module, "init", None)) and callable(getattr(module, "apply", None))):
         raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(module).__name__}, which has no init and "
                         "apply (wrap a plain function or an nnx model in a linen Module).")
     name = type(module).__name__
     recurrent = callable(getattr(module, "initial_carry", None))
-    obs = sample
-    if obs is None:
-        try:
-            obs = zeros_for(observation_space)
-        except ValueError as error:
-            raise ValueError(f"network: cannot make a sample observation to check {name} with: {error}") from None
+    try:
+        obs = probe_observation(observation_space, sample)
+    except ValueError as error:
+        raise ValueError(f"network: cannot make a sample observation to check {name} with: {error}") from None
+    b = PROBE_BATCH
     call = f"network {name}: __call__(carry, obs)" if recurrent else f"network {name}: __call__(obs)"
     obs_text = _shape_text(obs)
 
     def probe(key):
         carry = None
         if recurrent:
-            carry = module.initial_carry(1)
-            bad = [x.shape for x in jax.tree.leaves(carry) if jnp.ndim(x) < 1 or jnp.shape(x)[0] != 1]
+            carry = module.initial_carry(b)
+            bad = [x.shape for x in jax.tree.leaves(carry) if jnp.ndim(x) < 1 or jnp.shape(x)[0] != b]
             if bad or not jax.tree.leaves(carry):
-                raise ValueError(f"network {name}: initial_carry(1) must return a carry of [1, ...] arrays, got "
+                raise ValueError(f"network {name}: initial_carry({b}) must return a carry of [{b}, ...] arrays, got "
                                  f"{_shape_text(carry)}.")
         args = (carry, obs) if recurrent else (obs,)
         try:
@@ -890,7 +956,7 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
                 jnp.shape(a) == jnp.shape(b) and jnp.result_type(a) == jnp.result_type(b)
                 for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry)))
             if not same:
-                raise ValueError(f"{call} must return a new_carry like initial_carry(1) ({_shape_text(carry)}), "
+                raise ValueError(f"{call} must return a new_carry like initial_carry({b}) ({_shape_text(carry)}), "
                                  f"got {_shape_text(new_carry)}.")
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(f"{call} must return (dist, value [B]), got {_kind_text(out)}. network must be "
@@ -902,12 +968,12 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
                             f"entropy(), got {_kind_text(dist)} without {', '.join(missing)} (build one with "
                             "distributions.categorical_from_logits or distributions.diag_gaussian).")
         action = dist.sample(key)
-        want = (1, action_dim) if continuous else (1,)
+        want = (b, action_dim) if continuous else (b,)
         kind = "floating" if continuous else "integer"
         if jnp.shape(action) != want or not jnp.issubdtype(jnp.result_type(action), getattr(jnp, kind)):
             space = f"Box of {action_dim}" if continuous else f"Discrete({action_dim})"
             raise ValueError(f"{call}: dist.sample(key) must give {kind} actions of shape {list(want)} for the "
-                             f"env's {space} actions on a batch of 1, got {_shape_text(action)}.")
+                             f"env's {space} actions on a batch of {b}, got {_shape_text(action)}.")
         logits = getattr(dist, "logits", None)
         if not continuous and logits is not None and jnp.shape(logits)[-1:] != (action_dim,):
             raise ValueError(f"{call}: the distribution's logits must be [B, A] with A={action_dim}, the env's "
@@ -917,8 +983,8 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
                              f"{_shape_text(dist.mode())}.")
         for what, x in (("value", value), ("dist.log_prob(action)", dist.log_prob(action)),
                         ("dist.entropy()", dist.entropy())):
-            if jnp.shape(x) != (1,):
-                raise ValueError(f"{call}: {what} must have the batch shape [B], [1] here, got {_shape_text(x)}"
+            if jnp.shape(x) != (b,):
+                raise ValueError(f"{call}: {what} must have the batch shape [B], [{b}] here, got {_shape_text(x)}"
                                  + ("; squeeze a critic output [B, 1]." if what == "value" else "."))
             if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
                 raise ValueError(f"{call}: {what} must be floating, got {_shape_text(x)}.")
@@ -1267,9 +1333,7 @@ def check_common_config(cfg, networks: Sequence[str] = NETWORKS) -> None:
                          "the most env steps the int32 step counters of a run hold.")
     check_choice("network", cfg.network, networks)
     check_choice("activation", cfg.activation, ("tanh", "relu"))
-    if not cfg.hidden_sizes or any(not _checks.is_int(h, numpy=False) or h <= 0 for h in cfg.hidden_sizes):
-        raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {cfg.hidden_sizes!r}.")
-    object.__setattr__(cfg, "hidden_sizes", tuple(cfg.hidden_sizes))
+    object.__setattr__(cfg, "hidden_sizes", hidden_sizes_tuple(cfg.hidden_sizes))
     batch = cfg.num_envs * cfg.num_steps
     if cfg.total_timesteps < batch:
         raise ValueError(

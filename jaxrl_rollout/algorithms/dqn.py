@@ -127,16 +127,10 @@ class DQNConfig(_common.LearnerSizes):
             raise ValueError(f"total_timesteps={self.total_timesteps} is more than {_common.MAX_TOTAL_TIMESTEPS:,} "
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
-            raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
-                             f"learner_steps_per_update * train_frequency = "
-                             f"{self.num_envs * self.learner_steps_per_update * self.train_frequency} env steps (lower "
-                             "log_interval for a shorter run).")
+            raise self.no_update_error("train_frequency")
         self.check_learning_starts(self.train_frequency)
         self.check_target_updates()
-        if not self.hidden_sizes or any(not _checks.is_int(h, numpy=False) or h <= 0
-                                        for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
         if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
             raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
@@ -314,16 +308,19 @@ def update_target(params: Any, target_params: Any, tau, iteration, period: int) 
 
 
 def _check_q_network(module: Any, obs_space: Any, action_dim: int, sample: Any = None) -> None:
-    """The module maps obs [1, ...] to Q [1, A]; else a TypeError/ValueError naming `network`."""
+    """The module maps obs [B, ...] to Q [B, A] (B = `_common.PROBE_BATCH`); else a TypeError/ValueError naming
+    `network`."""
+    _common.refuse_class("network", module)
     if not callable(getattr(module, "init", None)) or not callable(getattr(module, "apply", None)):
         raise TypeError(f"network must be a flax linen Module with __call__(obs [B, ...]) -> Q [B, A], got "
                         f"{type(module).__name__}.")
-    obs = _common.zeros_for(obs_space) if sample is None else sample  # sample: as the env's reset gives it
+    obs = _common.probe_observation(obs_space, sample)  # sample: as the env's reset gives it
     out = _common.probe_module(f"network {type(module).__name__}: __call__(obs)",
                                "a flax linen Module with __call__(obs [B, ...]) -> Q [B, A]", module, obs)
-    if not hasattr(out, "shape") or tuple(out.shape) != (1, action_dim) or not jnp.issubdtype(out.dtype, jnp.floating):
-        raise ValueError(f"network: module.apply(params, obs [1, ...]) must return float Q-values [1, A={action_dim}] "
-                         f"for the env's Discrete({action_dim}) actions, got {out!r}.")
+    b = _common.PROBE_BATCH
+    if not hasattr(out, "shape") or tuple(out.shape) != (b, action_dim) or not jnp.issubdtype(out.dtype, jnp.floating):
+        raise ValueError(f"network: module.apply(params, obs [B, ...]) must return float Q-values [B, A] = "
+                         f"[{b}, {action_dim}] for the env's Discrete({action_dim}) actions on a batch of {b}, got {out!r}.")
 
 
 class DQN(NamedTuple):

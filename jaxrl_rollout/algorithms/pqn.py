@@ -403,21 +403,24 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
 
 
 def _check_network(module: Any, obs_space: Any, action_dim: int, sample: Any = None) -> Any:
-    """Checks a user's Q-network on one zero observation (traced, not run); returns it.
+    """Checks a user's Q-network on a batch of `_common.PROBE_BATCH` observations (traced, not run); returns it.
 
     Raises:
       TypeError: naming `network`, for an object without init and apply.
-      ValueError: naming `network`, when init or apply fails or the output is not float [1, A].
+      ValueError: naming `network`, when init or apply fails or the output is not float [B, A] on a batch of
+        B = `_common.PROBE_BATCH`.
     """
+    _common.refuse_class("network", module)
     if isinstance(module, str) or not (callable(getattr(module, "init", None))
                                        and callable(getattr(module, "apply", None))):
         raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(module).__name__}.")
-    obs = _common.zeros_for(obs_space) if sample is None else sample  # sample: as the env's reset gives it
+    obs = _common.probe_observation(obs_space, sample)  # sample: as the env's reset gives it
     name = type(module).__name__
     out = _common.probe_module(f"network {name}: __call__(obs)", NETWORK_CONTRACT, module, obs)
-    if not (hasattr(out, "shape") and tuple(out.shape) == (1, action_dim) and jnp.issubdtype(out.dtype, jnp.floating)):
-        raise ValueError(f"network {name}: __call__(obs) must return Q-values float [B, A] = [1, {action_dim}] "
-                         f"for the env's Discrete({action_dim}) actions on a batch of 1, got {out!r}.")
+    b = _common.PROBE_BATCH
+    if not (hasattr(out, "shape") and tuple(out.shape) == (b, action_dim) and jnp.issubdtype(out.dtype, jnp.floating)):
+        raise ValueError(f"network {name}: __call__(obs) must return Q-values float [B, A] = [{b}, {action_dim}] "
+                         f"for the env's Discrete({action_dim}) actions on a batch of {b}, got {out!r}.")
     return module
 
 

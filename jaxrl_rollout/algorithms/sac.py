@@ -143,10 +143,7 @@ class SACConfig(_common.LearnerSizes):
             raise ValueError(f"total_timesteps={self.total_timesteps} is more than {_common.MAX_TOTAL_TIMESTEPS:,} "
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
-            raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
-                             f"learner_steps_per_update * policy_frequency = "
-                             f"{self.num_envs * self.learner_steps_per_update * self.policy_frequency} env steps (lower "
-                             "log_interval for a shorter run).")
+            raise self.no_update_error("policy_frequency")
         self.check_learning_starts()
         self.check_target_updates()
         self.check_policy_updates()
@@ -159,10 +156,7 @@ class SACConfig(_common.LearnerSizes):
             raise ValueError(f"target_entropy={self.target_entropy!r} is read only when the temperature is learned "
                              "(autotune=True); with autotune=False alpha is fixed (SACHParams.alpha).")
         _common.check_choice("temperature_loss", self.temperature_loss, TEMPERATURE_FORMS)
-        if not self.hidden_sizes or any(not _checks.is_int(h, numpy=False) or h <= 0
-                                        for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
         if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
             raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
@@ -240,14 +234,18 @@ class SACMetrics(NamedTuple):
       num_episodes: int32, episodes that ended in the update.
       trained: bool, some iteration of the update took a critic step
         (g > learning_starts).
-      critic_loss, q_values: the mean over the update's critic steps of the
-        loss (CleanRL's `qf_loss`, Q1 + Q2 losses) and of the mean of Q1 and
-        Q2 at the batch's actions; NaN without a step.
+      critic_loss, q_values: the loss (CleanRL's `qf_loss`, Q1 + Q2 losses)
+        and the mean of Q1 and Q2 at the batch's actions of the last critic
+        step of each learner step (a period of `policy_frequency`
+        iterations; CleanRL logs one step's values too), averaged over the
+        update's learner steps; NaN without a step. With policy_frequency
+        1 that is every critic step.
       actor_loss, alpha_loss: the means over the update's actor and
         temperature steps; NaN without them (alpha_loss also without autotune).
       alpha: the temperature at the end of the update.
-      entropy: -mean log pi of the actor steps' samples, averaged over the
-        update's actor steps; NaN without one.
+      entropy: -mean log pi of the samples of the last of a due iteration's
+        `policy_frequency` actor steps, averaged over the update's learner
+        steps; NaN without one.
       (An update is `log_interval` iterations; its rows are merged by
       `_common.merge_rows`.)
       nonfinite: int32 bitmask of what was not finite in the update's steps
@@ -316,28 +314,31 @@ NETWORK_CONTRACT = ("a pair (actor, critic) of flax linen Modules: actor.apply(p
 
 
 def _check_network(network: Any, obs_space: Any, action_dim: int, sample: Any = None) -> tuple[Any, Any]:
-    """The (actor, critic) pair, checked on one zero observation; else a TypeError/ValueError naming `network`."""
+    """The (actor, critic) pair, checked on a batch of `_common.PROBE_BATCH` observations; else a TypeError or
+    ValueError naming `network`."""
     if not isinstance(network, (tuple, list)) or len(network) != 2:
         raise TypeError(f"network must be {NETWORK_CONTRACT}; got {type(network).__name__}.")
     actor, critic = network
     for what, m in (("actor", actor), ("critic", critic)):
+        _common.refuse_class(f"network: the {what}", m)
         if not callable(getattr(m, "init", None)) or not callable(getattr(m, "apply", None)):
             raise TypeError(f"network: the {what} must be a flax linen Module, got {type(m).__name__}. network must "
                             f"be {NETWORK_CONTRACT}.")
-    obs = _common.zeros_for(obs_space) if sample is None else sample  # sample: as the env's reset gives it
-    act = jnp.zeros((1, action_dim), jnp.float32)
-    want = (1, action_dim)
+    obs = _common.probe_observation(obs_space, sample)  # sample: as the env's reset gives it
+    b = _common.PROBE_BATCH
+    act = jnp.zeros((b, action_dim), jnp.float32)
+    want = (b, action_dim)
     out = _common.probe_module(f"network: the actor {type(actor).__name__}'s __call__(obs)", NETWORK_CONTRACT,
                                actor, obs)
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(
             hasattr(x, "shape") and tuple(x.shape) == want and jnp.issubdtype(x.dtype, jnp.floating) for x in out)):
-        raise ValueError(f"network: actor.apply(params, obs [1, ...]) must return (mean, log_std), float [1, "
-                         f"A={action_dim}] each, got {out!r}.")
-    q = _common.probe_module(f"network: the critic {type(critic).__name__}'s __call__(obs, action [1, A])",
+        raise ValueError(f"network: actor.apply(params, obs [B, ...]) must return (mean, log_std), float [B, A] = "
+                         f"[{b}, {action_dim}] each on a batch of {b}, got {out!r}.")
+    q = _common.probe_module(f"network: the critic {type(critic).__name__}'s __call__(obs, action [B, A])",
                              NETWORK_CONTRACT, critic, obs, act)
-    if not hasattr(q, "shape") or tuple(q.shape) not in ((1,), (1, 1)) or not jnp.issubdtype(q.dtype, jnp.floating):
-        raise ValueError(f"network: critic.apply(params, obs [1, ...], action [1, A]) must return float Q [1] or "
-                         f"[1, 1], got {q!r}.")
+    if not hasattr(q, "shape") or tuple(q.shape) not in ((b,), (b, 1)) or not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"network: critic.apply(params, obs [B, ...], action [B, A]) must return float Q [B] or "
+                         f"[B, 1] ([{b}] on a batch of {b}), got {q!r}.")
     return actor, critic
 
 

@@ -132,15 +132,10 @@ class TD3Config(_common.LearnerSizes):
             raise ValueError(f"total_timesteps={self.total_timesteps} is more than {_common.MAX_TOTAL_TIMESTEPS:,} "
                              "(2**31 - 1), the most env steps the int32 step counters of a run hold.")
         if self.num_updates < 1:
-            raise ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least num_envs * "
-                             f"learner_steps_per_update = {self.num_envs * self.learner_steps_per_update} "
-                             "env steps (lower log_interval for a shorter run).")
+            raise self.no_update_error()
         self.check_learning_starts()
         self.check_policy_updates()
-        if not self.hidden_sizes or any(not _checks.is_int(h, numpy=False) or h <= 0
-                                        for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}.")
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
         if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
             raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
@@ -290,20 +285,22 @@ def _check_networks(network: Any, obs_space: Any, action_dim: int, sample: Any =
                         f"{type(network).__name__}.")
     actor, critic = network
     for what, m in (("actor_module", actor), ("critic_module", critic)):
+        _common.refuse_class(f"network: {what}", m)
         if not callable(getattr(m, "init", None)) or not callable(getattr(m, "apply", None)):
             raise TypeError(f"network: {what} must be a flax linen Module, got {type(m).__name__}.")
-    obs = _common.zeros_for(obs_space) if sample is None else sample  # sample: as the env's reset gives it
-    act = jnp.zeros((1, action_dim), jnp.float32)
+    obs = _common.probe_observation(obs_space, sample)  # sample: as the env's reset gives it
+    b = _common.PROBE_BATCH
+    act = jnp.zeros((b, action_dim), jnp.float32)
     a = _common.probe_module(f"network: the actor {type(actor).__name__}'s __call__(obs)", NETWORK_CONTRACT,
                              actor, obs)
-    q = _common.probe_module(f"network: the critic {type(critic).__name__}'s __call__(obs, action [1, A])",
+    q = _common.probe_module(f"network: the critic {type(critic).__name__}'s __call__(obs, action [B, A])",
                              NETWORK_CONTRACT, critic, obs, act)
-    if not hasattr(a, "shape") or tuple(a.shape) != (1, action_dim) or not jnp.issubdtype(a.dtype, jnp.floating):
-        raise ValueError(f"network: actor_module.apply(params, obs [1, ...]) must return float actions "
-                         f"[1, A={action_dim}], got {a!r}.")
-    if not hasattr(q, "shape") or tuple(q.shape) not in ((1,), (1, 1)) or not jnp.issubdtype(q.dtype, jnp.floating):
-        raise ValueError(f"network: critic_module.apply(params, obs [1, ...], action [1, A]) must return float Q "
-                         f"[1] (or [1, 1]), got {q!r}.")
+    if not hasattr(a, "shape") or tuple(a.shape) != (b, action_dim) or not jnp.issubdtype(a.dtype, jnp.floating):
+        raise ValueError(f"network: actor_module.apply(params, obs [B, ...]) must return float actions [B, A] = "
+                         f"[{b}, {action_dim}] on a batch of {b}, got {a!r}.")
+    if not hasattr(q, "shape") or tuple(q.shape) not in ((b,), (b, 1)) or not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"network: critic_module.apply(params, obs [B, ...], action [B, A]) must return float Q "
+                         f"[B] (or [B, 1]; [{b}] on a batch of {b}), got {q!r}.")
     return actor, critic
 
 
