@@ -189,3 +189,22 @@ class ParityEnv(environment.Environment):
 
     def observation_space(self, params=None):
         return spaces.Discrete(self.CELLS)
+
+
+class ParityDictEnv(ParityEnv):
+    """`ParityEnv` whose observation is a dict: the Discrete cell beside a constant Box leaf."""
+
+    def reset_env(self, key, params):
+        cell, state = super().reset_env(key, params)
+        return self._obs(cell), state
+
+    def step_env(self, key, state, action, params):
+        cell, state, reward, done, info = super().step_env(key, state, action, params)
+        return self._obs(cell), state, reward, done, info
+
+    @staticmethod
+    def _obs(cell):
+        return {"cell": cell, "bias": jnp.ones((2,), jnp.float32)}
+
+    def observation_space(self, params=None):
+        return spaces.Dict({"cell": spaces.Discrete(self.CELLS), "bias": spaces.Box(0.0, 1.0, (2,), jnp.float32)})

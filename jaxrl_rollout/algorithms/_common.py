@@ -12,7 +12,8 @@ observation space when the algorithm is built (`choose_network`):
 - a scalar Box, or a 2-D Box [H, W] without channels: `ActorCriticMultiInput`
   on the one leaf, which flattens it into its dense encoder;
 - a Dict or Tuple space (jumanji, pgx, your own env's pytree observations):
-  `ActorCriticMultiInput`, one encoder per leaf by its shape; leaves named
+  `ActorCriticMultiInput`, one encoder per leaf by its shape (a Discrete
+  leaf on its one-hot vector, `discrete_sizes`); leaves named
   `action_mask` or `legal_action_mask` (`networks.ACTION_MASK_KEYS`) are the
   action mask, bool [A], applied to the policy's logits rather than encoded.
 
@@ -363,9 +364,22 @@ def choose_network(network: str, observation_space: Any, action_dim: int, contin
         return mlp()
     if single and len(shape) == 3:
         return cnn()
+    sizes = discrete_sizes(observation_space)
     return networks.ActorCriticMultiInput(
-        action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation
+        action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation,
+        one_hot=sizes if any(sizes) else (),  # Discrete leaves read one-hot, as a top-level Discrete is
     )
+
+
+def discrete_sizes(space: Any) -> tuple[int, ...]:
+    """Per leaf of an observation space, in `space_leaves`' order, a Discrete leaf's n, else 0."""
+    if isinstance(space, spaces.Discrete):
+        return (int(space.n),)
+    if isinstance(space, spaces.Dict):
+        return tuple(n for k in sorted(space.spaces) for n in discrete_sizes(space.spaces[k]))
+    if isinstance(space, spaces.Tuple):
+        return tuple(n for sub in space.spaces for n in discrete_sizes(sub))
+    return (0,)
 
 
 def grad_norm(opt_state: Any, grads: Any) -> jax.Array:
@@ -1112,9 +1126,9 @@ def acting_policies(s: Setup, cfg) -> dict:
 
     if not getattr(cfg, "normalize_observations", False):
         return dict(policy_fn=s.policy_fn, eval_policy_fn=s.eval_policy_fn, policy_params=lambda state: state.params)
-    if isinstance(s.eval_env.observation_space(s.eval_env_params), spaces.Discrete):
-        raise ValueError("normalize_observations=True: the env's observation is a Discrete index, which the network "
-                         "reads one-hot encoded and which has no scale to normalise; leave it False.")
+    if any(discrete_sizes(s.eval_env.observation_space(s.eval_env_params))):
+        raise ValueError("normalize_observations=True: the env's observation is (or holds) a Discrete index, which "
+                         "the network reads one-hot encoded and which has no scale to normalise; leave it False.")
     return dict(
         policy_fn=normalized_policy(s.policy_fn, cfg.obs_clip),
         eval_policy_fn=normalized_policy(s.eval_policy_fn, cfg.obs_clip),

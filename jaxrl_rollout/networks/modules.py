@@ -354,7 +354,9 @@ class ActorCriticMultiInput(nn.Module):
       k = min(`kernel_size`, H, W), so images smaller than the kernel still
       work (a 2x2 image gets a 2x2 kernel);
     - scalars [B], vectors [B, O] and rank-2 arrays without channels
-      [B, H, W] (flattened): Dense(hidden_sizes[0]) -> activation.
+      [B, H, W] (flattened): Dense(hidden_sizes[0]) -> activation;
+    - a Discrete leaf (an index [B], named in `one_hot`): its one-hot vector
+      [B, n], then as a vector (SB3's MultiInputPolicy reads it so too).
 
     The encodings are concatenated in the pytree's leaf order and read by
     separate actor and critic trunks (Dense layers of hidden_sizes[1:]) and
@@ -382,6 +384,10 @@ class ActorCriticMultiInput(nn.Module):
       conv_features: output channels of an image leaf's conv layer.
       kernel_size: the conv kernel's side for images of at least that size.
       mask_keys: names of leaves that are action masks.
+      one_hot: per leaf, in the pytree's leaf order, the number of classes
+        of a leaf read one-hot (a Discrete space's n), 0 for the others;
+        empty (the default) for none. `choose_network` fills it from the
+        observation space.
 
     Parameter names: `conv_<leaf>` and `encoder_<leaf>` per leaf (the leaf's
     path joined by "_"), `actor_hidden_{i}`, `critic_hidden_{i}`,
@@ -395,8 +401,12 @@ class ActorCriticMultiInput(nn.Module):
     conv_features: int = 16
     kernel_size: int = 3
     mask_keys: Sequence[str] = ACTION_MASK_KEYS
+    one_hot: Sequence[int] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.one_hot, (str, bytes)) or any(
+                not _checks.is_int(n) or n < 0 for n in self.one_hot):
+            raise ValueError(f"one_hot must hold an int >= 0 per observation leaf (0: not one-hot), got {self.one_hot!r}.")
         _check_head_config(self)
         _check_sizes("hidden_sizes", self.hidden_sizes)
         if not self.hidden_sizes:
@@ -427,12 +437,20 @@ class ActorCriticMultiInput(nn.Module):
         if len(batch) != 1 or () in batch:
             shapes = {jax.tree_util.keystr(p): jnp.shape(x) for p, x in leaves}
             raise ValueError(f"obs leaves must share one leading batch axis [B, ...], got shapes {shapes}.")
+        if self.one_hot and len(self.one_hot) != len(leaves):
+            raise ValueError(f"one_hot has {len(self.one_hot)} entries for an observation of {len(leaves)} leaves; "
+                             "it needs one per leaf, in the pytree's leaf order.")
         features, mask = [], None
-        for path, leaf in leaves:
+        for i, (path, leaf) in enumerate(leaves):
             where = f"obs{jax.tree_util.keystr(path)}"
             if leaf_name(path) in self.mask_keys:
                 mask = self._check_mask(jnp.asarray(leaf), where)
                 continue
+            if self.one_hot and self.one_hot[i]:
+                if jnp.ndim(leaf) != 1 or not jnp.issubdtype(jnp.result_type(leaf), jnp.integer):
+                    raise ValueError(f"{where} is read one-hot (a Discrete leaf), so it must be integer indices [B], "
+                                     f"got {jnp.result_type(leaf)}{list(jnp.shape(leaf))}.")
+                leaf = jax.nn.one_hot(leaf, self.one_hot[i], dtype=jnp.float32)
             x = _as_float(leaf, where, 1, "[B, ...]")
             label = _param_label(path)
             if x.ndim == 4:
