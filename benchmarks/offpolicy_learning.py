@@ -58,13 +58,14 @@ def main() -> dict:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--algo", default="dqn", choices=("dqn", "sac", "td3"))
     p.add_argument("--seeds", type=int, default=4)
-    p.add_argument("--total-steps", type=int, default=None, help="dqn: 500,000; sac: 20,000")
+    p.add_argument("--total-steps", type=int, default=None, help="dqn: 500,000; sac and td3: 20,000")
     p.add_argument("--bootstrap", default="time_limits", choices=("time_limits", "done"))
-    p.add_argument("--learning-starts", type=int, default=None, help="dqn: 10,000; sac: 5,000")
-    p.add_argument("--lr", type=float, default=2.5e-4, help="dqn only")
+    p.add_argument("--learning-starts", type=int, default=None, help="dqn: 10,000; sac: 5,000; td3: 1,000")
+    p.add_argument("--lr", type=float, default=None, help="dqn: 2.5e-4; td3: 3e-4 (sac does not read it)")
     p.add_argument("--exploration-fraction", type=float, default=0.5, help="dqn only")
     p.add_argument("--tail", type=int, default=None,
-                   help="env steps at the end of training averaged for the train return (dqn: 10,000; sac: 2,000)")
+                   help="env steps at the end of training averaged for the train return (dqn: 10,000; sac and "
+                        "td3: 2,000)")
     p.add_argument("--eval-episodes", type=int, default=32)
     args = p.parse_args()
     machine = dict(_common.machine_info(), loadavg_start=_common.loadavg())
@@ -75,6 +76,7 @@ def main() -> dict:
     args.total_steps = 500_000 if args.total_steps is None else args.total_steps
     args.learning_starts = 10_000 if args.learning_starts is None else args.learning_starts
     args.tail = 10_000 if args.tail is None else args.tail
+    args.lr = 2.5e-4 if args.lr is None else args.lr
 
     cfg = dqn.DQNConfig(total_timesteps=args.total_steps, learning_starts=args.learning_starts,
                         bootstrap=args.bootstrap)
@@ -146,16 +148,12 @@ def run_sac(args, machine: dict) -> dict:
 
 
 def _td3(args, machine) -> dict:
-    """TD3 on Pendulum-v1; --total-steps, --learning-starts, --lr, --tail default to 20,000, 1,000, 3e-4, 2,000.
-
-    `--tail` given as `--tail=N` counts too; arguments are read as given on the command line.
-    """
+    """TD3 on Pendulum-v1; --total-steps, --learning-starts, --lr, --tail default to 20,000, 1,000, 3e-4, 2,000."""
     from jaxrl_rollout.algorithms import td3
 
-    given = {a.split("=")[0] for a in sys.argv[1:]}
-    steps = args.total_steps if "--total-steps" in given else 20_000
-    starts = args.learning_starts if "--learning-starts" in given else 1_000
-    lr = args.lr if "--lr" in given else 3e-4
+    steps = 20_000 if args.total_steps is None else args.total_steps
+    starts = 1_000 if args.learning_starts is None else args.learning_starts
+    lr = 3e-4 if args.lr is None else args.lr
     threshold = -200.0
     cfg = td3.TD3Config(total_timesteps=steps, buffer_size=steps, learning_starts=starts, bootstrap=args.bootstrap)
     hp = td3.TD3HParams(lr=lr)
@@ -168,7 +166,7 @@ def _td3(args, machine) -> dict:
     t0 = time.perf_counter()
     state, metrics = _common.block(compiled(keys, hp))
     run_s = time.perf_counter() - t0
-    tail = max(1, (args.tail if "--tail" in given else 2_000) // cfg.steps_per_update)  # 10 Pendulum episodes
+    tail = max(1, (2_000 if args.tail is None else args.tail) // cfg.steps_per_update)  # 10 Pendulum episodes
     ret, n = np.asarray(metrics.episode_return)[:, -tail:], np.asarray(metrics.num_episodes)[:, -tail:]
     train_return = np.nansum(np.nan_to_num(ret) * n, axis=1) / np.maximum(n.sum(axis=1), 1)
     eval_keys = jax.random.split(jax.random.key(1), args.seeds)

@@ -12,7 +12,7 @@ section 9, fifth pass).
 
     import jax
     from jaxrl_rollout import devices
-    devices.use_host_cores()                       # first, before any JAX computation
+    devices.use_host_cores()                       # first: before importing the rest (gymnax computes on import)
     from jaxrl_rollout.algorithms import ppo
     train = jax.jit(jax.vmap(ppo.make_train(ppo.PPOConfig())))
     keys = devices.shard_runs(jax.random.split(jax.random.key(0), 8))
@@ -81,7 +81,9 @@ def use_host_cores(count: int | None = None) -> int:
         if have != count:
             raise RuntimeError(
                 f"use_host_cores({count}): JAX has already started its CPU backend with {have} device(s); "
-                "call use_host_cores before any JAX computation (right after the imports), or set "
+                "call use_host_cores before any JAX computation, and before importing gymnax or the parts of "
+                "jaxrl_rollout that import it (algorithms, networks, optim, ...), whose import computes with JAX: "
+                "right after `from jaxrl_rollout import devices`; or set "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={count} before starting Python."
             ) from None
     return count

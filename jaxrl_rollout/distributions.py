@@ -38,13 +38,15 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from jaxrl_rollout import prng
+from jaxrl_rollout import _checks, prng
 from jaxrl_rollout._fusion import computed_once
 
 __all__ = [
     "Categorical",
     "DiagGaussian",
+    "ProbsCategorical",
     "categorical_from_logits",
     "categorical_from_probs",
     "diag_gaussian",
@@ -80,6 +82,8 @@ class Categorical(NamedTuple):
         whose gradient is a scatter: a learner's backward pass stays
         elementwise.
         """
+        # A NumPy int64 action is checked before jnp.asarray casts it to int32 (2**32 + 1 read as 1 otherwise)
+        host = np.asarray(action) if isinstance(action, (np.ndarray, np.generic)) else None
         action = jnp.asarray(action)
         if action.shape != self.logits.shape[:-1]:
             raise ValueError(
@@ -97,6 +101,10 @@ class Categorical(NamedTuple):
             action = action.astype(jnp.int32)
         else:
             valid = (action >= 0) & (action < num_actions) & (action == jnp.floor(action))
+            # compared as ints: a half-precision range holds some indices twice (bfloat16 reads 257 as 256)
+            action = jnp.where(valid, action, 0).astype(jnp.int32)
+        if host is not None and jnp.issubdtype(host.dtype, jnp.integer):
+            valid = valid & jnp.asarray((host >= 0) & (host < num_actions))
         picked = action[..., None] == jnp.arange(num_actions, dtype=action.dtype)
         log_prob = jnp.sum(jnp.where(picked, self.logits, 0.0), axis=-1)
         return jnp.where(valid, log_prob, jnp.nan)
@@ -144,16 +152,50 @@ def masked_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
       mask: [..., A] bool (True: allowed), broadcastable to `logits`. At least
         one action per row must be allowed; a row with none gives NaN.
     """
-    logits = jnp.asarray(logits)
+    logits = _check_events(logits, "logits")
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:  # an int 2 or a float 0.5 read as "allowed"
+        raise TypeError(f"mask must be bool (True: allowed), got {mask.dtype}.")
+    try:
+        shape = jnp.broadcast_shapes(mask.shape, logits.shape)
+    except ValueError:
+        shape = None
+    if shape != logits.shape:  # a [3, 5] mask made [5] logits [3, 5]
+        raise ValueError(f"mask must be broadcastable to the logits' shape {logits.shape}, got {mask.shape}.")
     return jnp.where(mask, logits, jnp.array(-jnp.inf, dtype=logits.dtype))
 
 
-def categorical_from_probs(probs: jax.Array) -> Categorical:
-    """torch `Categorical(probs=probs)`: the logits are log of the clamped probs."""
+class ProbsCategorical(Categorical):
+    """A `Categorical` built from probabilities (`categorical_from_probs`): the same fields and numerics, and
+    `sample` never draws an action of probability 0, as torch's multinomial does not (the clamped logits alone
+    give each such action eps, about 1.2e-7 in float32)."""
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        """int32 samples of the batch shape, from the actions of nonzero probability."""
+        logits = jnp.where(self.probs > 0, self.logits, -jnp.inf)
+        return jax.random.categorical(prng.fused(key), logits, axis=-1).astype(jnp.int32)
+
+
+def categorical_from_probs(probs: jax.Array) -> ProbsCategorical:
+    """torch `Categorical(probs=probs)`: the logits are log of the clamped probs (a `ProbsCategorical`).
+
+    Concrete probabilities are checked as torch checks them: a negative one, or a row summing to 0, is a
+    ValueError (the entropy came out negative, or NaN); traced ones are not.
+    """
     probs = _check_events(probs, "probs")
+    values = _checks.concrete(probs)
+    if values is not None:
+        values = values.astype(np.float64)
+        if (values < 0).any() or not np.isfinite(values).all():
+            bad = values[(values < 0) | ~np.isfinite(values)].ravel()[0]
+            raise ValueError(f"probs must be finite and >= 0, got {bad:g}.")
+        if (values.sum(axis=-1) <= 0).any():
+            raise ValueError("probs must have a positive sum in every row, got a row of zeros.")
     probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
     eps = jnp.finfo(probs.dtype).eps
-    return Categorical(logits=jnp.log(jnp.clip(probs, eps, 1.0 - eps)), probs=probs)
+    # bounds in the probs' dtype: bfloat16 probs gave float32 logits
+    low, high = jnp.asarray(eps, probs.dtype), jnp.asarray(1.0 - float(eps), probs.dtype)
+    return ProbsCategorical(logits=jnp.log(jnp.clip(probs, low, high)), probs=probs)
 
 
 class DiagGaussian(NamedTuple):
@@ -225,6 +267,10 @@ def diag_gaussian(mean: jax.Array, log_std: jax.Array) -> DiagGaussian:
     log_std = jnp.asarray(log_std)
     if not jnp.issubdtype(log_std.dtype, jnp.floating):
         raise ValueError(f"log_std must be a floating array, got {log_std.dtype}{log_std.shape}.")
+    values = _checks.concrete(log_std)  # where concrete: torch's Normal refuses a scale of 0 or NaN
+    bad = None if values is None else values[np.isnan(values) | (values == -np.inf)]
+    if bad is not None and bad.size:
+        raise ValueError(f"log_std must not be -inf or NaN (a scale of 0 or NaN), got {bad.ravel()[0]}.")
     try:
         shape = jnp.broadcast_shapes(mean.shape, log_std.shape)
     except ValueError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.types import EpisodeMetrics, Trajectory
 
 __all__ = ["episode_means", "episode_metrics", "episode_sums"]
@@ -32,6 +33,14 @@ def episode_sums(traj: Trajectory) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarra
     Sums add up over pieces of one long rollout (the `rollout` command keeps one chunk's trajectory at a time);
     `episode_means` turns them into `episode_metrics`' figures.
     """
+    if not all(hasattr(traj, f) for f in ("done", "completed_return", "completed_length")):
+        raise TypeError(f"traj must be a Trajectory (done, completed_return, completed_length), got "
+                        f"{type(traj).__name__}.")
+    for name in ("completed_return", "completed_length"):  # a [T, 1] beside [T, B] flags broadcast silently
+        if jnp.shape(getattr(traj, name)) != jnp.shape(traj.done):
+            raise ValueError(f"traj.{name} must have the shape of traj.done {jnp.shape(traj.done)}, got "
+                             f"{jnp.shape(getattr(traj, name))}.")
+    _advantages._check_flags(done=traj.done)  # where concrete: a 0.5 counted as an episode end
     done = jnp.asarray(traj.done, dtype=bool)
     return (jnp.sum(done, dtype=jnp.int32),
             jnp.sum(jnp.where(done, traj.completed_return, 0.0), dtype=jnp.float32),

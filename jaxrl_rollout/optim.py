@@ -283,6 +283,16 @@ def _lerp(start: jax.Array, end: jax.Array, weight: np.float32) -> jax.Array:
     return _add_rounded(-((end - start) * (np.float32(1.0) - weight)), end)
 
 
+def _check_state_shapes(name: str, updates, moments) -> None:
+    """Each gradient leaf has its moment's shape (checked at trace time): a [3, 2] gradient against a [2]
+    state broadcast silently, and the moments grew with it."""
+    for (path, g), m in zip(jax.tree_util.tree_leaves_with_path(updates), jax.tree.leaves(moments)):
+        if jnp.shape(g) != jnp.shape(m):
+            raise ValueError(f"{name}: the gradient{jax.tree_util.keystr(path)} has shape {jnp.shape(g)}, but the "
+                             f"optimiser state was made for {jnp.shape(m)}: init the optimiser with params of "
+                             "the gradients' shapes.")
+
+
 def _adam(
     learning_rate: ScalarOrSchedule,
     b1: float,
@@ -312,6 +322,7 @@ def _adam(
             raise ValueError(
                 f"{name} with weight_decay != 0 needs params: call update(grads, state, params)."
             )
+        _check_state_shapes(name, updates, state.mu)
         count = optax.safe_int32_increment(state.count)
         t = count.astype(_F32)
         lr = _learning_rate_at(learning_rate, state.count)
@@ -451,6 +462,7 @@ def torch_rmsprop(
 
     def update_fn(updates, state, params=None):
         del params
+        _check_state_shapes("torch_rmsprop", updates, state.nu)
         neg_lr = -_learning_rate_at(learning_rate, state.count)
         grads = jax.tree.map(lambda g: jnp.asarray(g, _F32), updates)
         nu = jax.tree.map(lambda v, g: _add_rounded(v * alpha32, (one_minus_alpha * g) * g), state.nu, grads)
@@ -493,6 +505,9 @@ def linear_annealing(
             raise ValueError(f"{name} must be a positive Python int, got {value!r}.")
     _check_scalar("learning_rate", learning_rate)
     num_iterations, updates_per_iteration = int(num_iterations), int(updates_per_iteration)
+    if num_iterations * updates_per_iteration > np.iinfo(np.int32).max:  # the optimiser's count is int32
+        raise ValueError(f"num_iterations * updates_per_iteration = {num_iterations * updates_per_iteration:,} is more "
+                         f"than the int32 update count holds (2**31 - 1).")
 
     def schedule(count: chex.Numeric) -> jax.Array:
         iteration = jnp.minimum(jnp.asarray(count) // updates_per_iteration, num_iterations)

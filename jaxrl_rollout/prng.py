@@ -248,7 +248,7 @@ def _is_threefry(key: jax.Array) -> bool:
     if is_key(key):
         return str(jax.random.key_impl(key)) == "threefry2x32"
     return (
-        key.dtype == jnp.uint32
+        getattr(key, "dtype", None) == jnp.uint32
         and jnp.shape(key)[-1:] == (2,)
         and str(jax.config.jax_default_prng_impl) == "threefry2x32"
     )
@@ -265,6 +265,9 @@ def fused(key: jax.Array) -> jax.Array:
     for `key`. Any other key (another implementation, or when fusing is off,
     see the module docstring) is returned unchanged.
     """
+    if not is_key(key) and getattr(key, "dtype", None) != jnp.uint32:  # an int seed: AttributeError before
+        got = f"{key.dtype} array" if hasattr(key, "dtype") else type(key).__name__
+        raise TypeError(f"key must be a PRNG key, jax.random.key(seed) or jax.random.PRNGKey(seed), got {got}.")
     if not can_fuse(key):
         return key
     return jax.random.wrap_key_data(jax.random.key_data(key), impl=FUSED_THREEFRY)

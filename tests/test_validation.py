@@ -198,3 +198,51 @@ def test_is_int_takes_integers_and_refuses_bools_and_floats():
     assert is_int(3, numpy=False) and not is_int(np.int64(3), numpy=False)  # configs are written to JSON as they are
     for value in (True, np.True_, 3.0, np.float32(3), "3", None, jnp.int32(3)):
         assert not is_int(value) and not is_int(value, numpy=False), value
+
+
+def test_distributions_networks_optimisers_and_episodes_refuse_what_they_got_wrong():
+    """Each case returned a wrong number, or failed deep inside JAX or flax, before it was refused."""
+    import numpy as np
+
+    from jaxrl_rollout import distributions as D
+    from jaxrl_rollout import episodes, networks, optim, prng
+    from jaxrl_rollout.networks.init import OrthogonalDense, householder_q, orthogonal
+
+    gru = networks.ActorCriticGRU(action_dim=2, hidden_size=4)
+    cases = [
+        (lambda: D.categorical_from_probs(jnp.array([[0.5, -0.2, 0.7]])), r"^probs must be finite and >= 0, got -0.2"),
+        (lambda: D.categorical_from_probs(jnp.zeros((1, 3))), r"^probs must have a positive sum in every row"),
+        (lambda: D.masked_logits(jnp.zeros(5), jnp.ones((3, 5), bool)), r"^mask must be broadcastable to the logits' "
+                                                                         r"shape \(5,\), got \(3, 5\)"),
+        (lambda: D.masked_logits(jnp.zeros(5), jnp.full(5, 0.5)), r"^mask must be bool"),
+        (lambda: D.diag_gaussian(jnp.zeros((1, 2)), jnp.array([-jnp.inf, 0.0])), r"^log_std must not be -inf or NaN"),
+        (lambda: prng.split(0), r"^key must be a PRNG key"),
+        (lambda: D.categorical_from_logits(jnp.ones((2, 3))).sample(0), r"^key must be a PRNG key"),
+        (lambda: networks.unroll(gru, None, gru.initial_carry(2), jnp.zeros((3, 2, 4)), jnp.full((3, 2), 0.5)),
+         r"^first must be bool or \{0, 1\}"),
+        (lambda: orthogonal(1.0)(jax.random.key(0), (5, 0)), r"^orthogonal init needs a kernel of positive sizes"),
+        (lambda: orthogonal(float("nan")), r"^orthogonal's scale .* must be a finite number"),
+        (lambda: OrthogonalDense(0, 1.0), r"^features must be a positive int, got 0"),
+        (lambda: householder_q(jnp.ones((2, 5))), r"^householder_q needs a tall or square matrix"),
+        (lambda: optim.linear_annealing(1e-3, 2**40, 4), r"is more than the int32 update count holds"),
+        (lambda: optim.torch_adam(1e-3).update({"a": jnp.ones((3, 2))}, optim.torch_adam(1e-3).init({"a": jnp.ones(2)})),
+         r"^torch_adam: the gradient\['a'\] has shape \(3, 2\), but the optimiser state was made for \(2,\)"),
+        (lambda: episodes.episode_metrics(jr.Trajectory(*([None] * len(jr.Trajectory._fields)))._replace(
+            done=jnp.zeros((3, 2), bool), completed_return=jnp.zeros((3, 1)), completed_length=jnp.zeros((3, 2)))),
+         r"^traj.completed_return must have the shape of traj.done \(3, 2\), got \(3, 1\)"),
+        (lambda: episodes.episode_metrics({"done": 1}), r"^traj must be a Trajectory"),
+    ]
+    for call, message in cases:
+        with pytest.raises((TypeError, ValueError), match=message):
+            call()
+    # from probs, an action of probability 0 is never drawn (the clamped logits gave each eps: 1.2e-7 in float32,
+    # 9.8e-4 in float16, here about 100 draws of impossible actions)
+    one_hot = jnp.zeros((1_000, 100), jnp.float16).at[:, 0].set(1.0)
+    assert int(jnp.sum(D.categorical_from_probs(one_hot).sample(jax.random.key(0)) != 0)) == 0
+    # a bfloat16 float action 256 picked both 256 and 257 (one bfloat16 value) and summed their logits
+    c = D.categorical_from_logits(jnp.zeros((1, 300)))
+    np.testing.assert_allclose(c.log_prob(jnp.array([256.0], jnp.bfloat16)), -np.log(300), rtol=1e-6)
+    # a NumPy int64 action past int32 was read modulo 2**32 (2**32 + 1 as action 1)
+    assert np.isnan(D.categorical_from_logits(jnp.zeros((1, 3))).log_prob(np.array([2**32 + 1]))).all()
+    # bfloat16 probs keep their dtype, as torch's do (float32 logits before)
+    assert D.categorical_from_probs(jnp.array([[0.2, 0.3, 0.5]], jnp.bfloat16)).logits.dtype == jnp.bfloat16

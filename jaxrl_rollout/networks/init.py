@@ -69,6 +69,8 @@ def householder_q(a: jax.Array) -> jax.Array:
     is traced once per shape.
     """
     *batch, m, n = a.shape
+    if m < n:  # silently gave [..., m, m]
+        raise ValueError(f"householder_q needs a tall or square matrix [..., m, n] with m >= n, got {a.shape}.")
     rows = jnp.arange(m)
     hi = jax.lax.Precision.HIGHEST
     nb = len(batch)
@@ -135,11 +137,17 @@ def orthogonal(scale: float = 1.0, column_axis: int = -1) -> Callable:
     sign(diag R) applied, transposed back and scaled. Only the QR differs
     (`householder_q`), which keeps vmapped inits off the CPU LAPACK kernel.
     """
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or not math.isfinite(
+            scale):  # NaN gave all-NaN kernels; a string failed inside float()
+        raise ValueError(f"orthogonal's scale (a layer's gain) must be a finite number, got {scale!r}.")
     scale, column_axis = float(scale), int(column_axis)
 
     def init(key, shape, dtype=jnp.float32):
         if len(shape) < 2:
             raise ValueError(f"orthogonal init needs a kernel of rank >= 2, got shape {tuple(shape)}.")
+        if any(int(d) <= 0 for d in shape):  # a ZeroDivisionError or a slice TypeError from the draw
+            raise ValueError(f"orthogonal init needs a kernel of positive sizes, got shape {tuple(shape)} (a layer "
+                             "of 0 features, or an input of size 0).")
         if _SHAPES_ONLY.get() is not None:
             return jnp.zeros(shape, dtype)
         return _orthogonal_draw(key, tuple(int(d) for d in shape), jnp.dtype(dtype), scale, column_axis)
@@ -182,6 +190,11 @@ class OrthogonalDense(nn.Module):
 
     features: int
     gain: float
+
+    def __post_init__(self) -> None:
+        if not _checks.is_int(self.features) or self.features <= 0:
+            raise ValueError(f"features must be a positive int, got {self.features!r}.")
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, inputs: jax.Array) -> jax.Array:
