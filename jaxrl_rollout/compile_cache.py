@@ -63,6 +63,11 @@ def enable(choice: str) -> tuple[str | None, str | None]:
     """
     import jax
 
+    if not isinstance(choice, str) or not choice.strip():  # "" was the current folder, None a pathlib TypeError
+        raise ValueError(f"--compile-cache must be 'auto', 'off' or a folder, got {choice!r}.")
+    if choice.lower() in ("auto", "off") and choice not in ("auto", "off"):  # 'AUTO' made a folder of that name
+        raise ValueError(f"--compile-cache {choice}: the choices are lower case, 'auto' or 'off' (or a folder "
+                         f"such as ./{choice}).")
     if choice == "off":  # also over a folder the user set (JAX_COMPILATION_CACHE_DIR)
         jax.config.update("jax_enable_compilation_cache", False)
         return None, None

@@ -119,8 +119,13 @@ def shard_runs(tree: Any, devices: Sequence[Any] | None = None) -> Any:
             "shard_runs: tree must be arrays that share a leading runs axis, got leading sizes "
             f"{[np.shape(x)[:1] for x in leaves]} (a scalar has none)."
         )
+    if isinstance(devices, jax.Device):  # one device: "'Device' object is not iterable" before
+        devices = [devices]
     available = list(jax.devices() if devices is None else devices)
     if not available:
         raise ValueError("shard_runs: devices is empty; pass at least one device (or None for jax.devices()).")
+    if not all(isinstance(d, jax.Device) for d in available):  # [0, 1] was an AttributeError in Mesh
+        raise TypeError(f"shard_runs: devices must be jax devices (e.g. jax.devices()[:2]), got "
+                        f"{[type(d).__name__ for d in available]}.")
     mesh = Mesh(np.asarray(largest_dividing(sizes[0], available)), ("runs",))
     return jax.device_put(tree, NamedSharding(mesh, PartitionSpec("runs")))

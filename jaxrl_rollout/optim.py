@@ -221,7 +221,9 @@ def clip_grad_norm(
     below the threshold (max_norm - 1e-6 < total < max_norm), and at and just
     above it the coefficient differs by about 1e-6 / max_norm. As in torch,
     max_norm / (total + 1e-6) is computed as (1 / (total + 1e-6)) * max_norm
-    (`Tensor.__rtruediv__`), and non-finite gradients give a NaN coefficient.
+    (`Tensor.__rtruediv__`). Non-finite gradients propagate as torch's do: a
+    NaN gradient gives a NaN coefficient, an inf one a coefficient of 0 (and
+    that leaf NaN, inf * 0).
     Off the CPU the per-leaf norms of a small network are taken in one
     stacked reduction (the same sums; one kernel instead of one per leaf).
 

@@ -80,6 +80,11 @@ def test_enable_leaves_the_users_own_folder_and_reports_an_unusable_default(tmp_
     with pytest.raises(ValueError, match=f"--compile-cache {blocker}: cannot use {blocker}: a file, not a folder"):
         compile_cache.enable(str(blocker))
     assert compile_cache.default_dir() == blocker / "jaxrl_rollout" / "xla"
+    # "" was the current folder, "AUTO" a folder of that name, None a pathlib TypeError
+    for bad, message in (("", "must be 'auto', 'off' or a folder, got ''"), (None, "got None"),
+                         ("AUTO", "--compile-cache AUTO: the choices are lower case")):
+        with pytest.raises(ValueError, match=message):
+            compile_cache.enable(bad)
 
 
 def test_the_summary_counts_the_hits_since_a_command_began(monkeypatch):

@@ -92,6 +92,12 @@ def test_shard_runs_rejects_trees_without_one_runs_axis():
         devices.shard_runs(1.0)
     with pytest.raises(ValueError, match="devices is empty"):
         devices.shard_runs(np.zeros(4), devices=[])
+    # device ids were an AttributeError inside Mesh; one device "'Device' object is not iterable"
+    with pytest.raises(TypeError, match=r"devices must be jax devices .* got \['int', 'int'\]"):
+        devices.shard_runs(np.zeros(4), devices=[0, 1])
+    import jax
+
+    assert devices.shard_runs(np.zeros(4), devices=jax.devices()[0]).sharding.device_set == {jax.devices()[0]}
 
 
 def test_largest_dividing():
