@@ -192,7 +192,7 @@ def test_errors_name_the_argument():
         dqn.make_dqn(SMALL, network=nn.Dense(3))
     # a module that cannot run on the observation: named as the network, its own error chained
     with pytest.raises(ValueError, match=r"^network _WrongWidth: __call__\(obs\) failed on a sample observation "
-                                         r"\(float32\[1, 4\]\): TypeError: dot_general requires contracting .*"
+                                         r"\(float32\[2, 4\]\): TypeError: dot_general requires contracting .*"
                                          r"network must be a flax linen Module with __call__\(obs \[B, \.\.\.\]\) "
                                          r"-> Q \[B, A\]\.") as raised:
         dqn.make_dqn(SMALL, network=_WrongWidth())

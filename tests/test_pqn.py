@@ -182,7 +182,7 @@ def test_your_own_env_and_network():
 
 
 class _Fails(nn.Module):
-    """A Q-network whose own code cannot run on CartPole's [1, 4] observation."""
+    """A Q-network whose own code cannot run on CartPole's [2, 4] observations."""
 
     @nn.compact
     def __call__(self, obs):
@@ -190,10 +190,10 @@ class _Fails(nn.Module):
 
 
 @pytest.mark.parametrize("network, error, match", [
-    (TinyQ(3), ValueError, r"must return Q-values float \[B, A\] = \[1, 2\]"),
+    (TinyQ(3), ValueError, r"must return Q-values float \[B, A\] = \[2, 2\]"),
     ("mlp", TypeError, "network must be a flax linen Module"),
     # the module's own error, named as the network with the observation it was given and the contract
-    (_Fails(), ValueError, r"^network _Fails: __call__\(obs\) failed on a sample observation \(float32\[1, 4\]\): "
+    (_Fails(), ValueError, r"^network _Fails: __call__\(obs\) failed on a sample observation \(float32\[2, 4\]\): "
                            r"TypeError: .*network must be a flax linen Module"),
 ])
 def test_a_network_that_breaks_the_contract_is_named(network, error, match):

@@ -149,10 +149,10 @@ def test_errors_name_the_argument():
         sac.make_sac(SMALL, network=(sac.SACActor(1), _BadCritic()))
     # modules that cannot run on the observation: named as the network's actor or critic, their own error chained
     with pytest.raises(ValueError, match=r"^network: the actor _WrongWidth's __call__\(obs\) failed on a sample "
-                                         r"observation \(float32\[1, 3\]\): TypeError: dot_general .*network must "
+                                         r"observation \(float32\[2, 3\]\): TypeError: dot_general .*network must "
                                          r"be a pair \(actor, critic\)"):
         sac.make_sac(SMALL, network=(_WrongWidth(), sac.SACCritic()))
-    with pytest.raises(ValueError, match=r"^network: the critic _WrongWidth's __call__\(obs, action \[1, A\]\) "
+    with pytest.raises(ValueError, match=r"^network: the critic _WrongWidth's __call__\(obs, action \[B, A\]\) "
                                          r"failed on a sample observation .*TypeError: dot_general"):
         sac.make_sac(SMALL, network=(sac.SACActor(1), _WrongWidth()))
 

@@ -114,8 +114,8 @@ def test_errors_name_the_argument():
             return nn.Dense(1)(jnp.concatenate([obs, action], axis=0))
 
     # the critic's own error is named as the critic, with the observation it was given and the contract
-    with pytest.raises(ValueError, match=r"^network: the critic JoinsOnTheBatchAxis's __call__\(obs, action \[1, A\]\) "
-                                         r"failed on a sample observation \(float32\[1, 3\]\): TypeError: .*"
+    with pytest.raises(ValueError, match=r"^network: the critic JoinsOnTheBatchAxis's __call__\(obs, action \[B, A\]\) "
+                                         r"failed on a sample observation \(float32\[2, 3\]\): TypeError: .*"
                                          r"network must be a pair \(actor, critic\)"):
         td3.make_td3(SMALL, network=(td3.TD3Actor(1, (2.0,), (0.0,), (8,)), JoinsOnTheBatchAxis()))
     with pytest.raises(TypeError, match="config"):
