@@ -17,4 +17,5 @@ class MissingExtra(ImportError):
 def missing(what: str, extra: str, reason: object) -> MissingExtra:
     """The `MissingExtra` for `what` (e.g. "W&B logging") needing `extra`, with `reason` (the ImportError)."""
     return MissingExtra(f"{what} needs the optional `{extra}` extra ({reason}). "
-                        f"Install it with: pip install 'jaxrl-rollout[{extra}]'")
+                        f"Install it with: pip install 'jaxrl-rollout[{extra}]' (from a clone: pip install -e "
+                        f"'.[{extra}]')")

@@ -1114,7 +1114,9 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         print(f"  against a uniform random legal-move opponent (seat drawn per game): win {rates[:, 0].mean():.0%}, "
               f"draw {rates[:, 1].mean():.0%}, loss {rates[:, 2].mean():.0%}; per run (W/D/L): "
               + " ".join("/".join(f"{x:.2f}" for x in r) for r in rates))
-    print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths])} and the checkpoint")
+    extras = [f"{folder / sub}/" for sub, on in (("tensorboard", args.tensorboard), ("videos/training", args.video_every
+                                                                                  is not None)) if on]
+    print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths, *extras])} and the checkpoint")
     return 0
 
 
@@ -1197,12 +1199,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print("  against a uniform random legal-move opponent (seat drawn per game); W/D/L: win, draw, loss rates")
         rates = {"det": outcome_rates(det), "sto": outcome_rates(sto)}
     extra = f"  {'W/D/L det':>14}  {'W/D/L sto':>14}" if game else ""
-    print(f"  {'grid point':<{width}}  seed  {'deterministic':>17}  {'stochastic':>17}{extra}")
+    print(f"  {'grid point':<{width}}  seed  {'deterministic':>17}" + (f"  {'stochastic':>17}" if sto is not None
+                                                                          else "") + extra)
     for r in range(spec.num_runs):
         g, s = divmod(r, spec.num_seeds)
         wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
-        stochastic = f"{sto[r].mean():z9.2f} ({sto[r].std():z5.1f})" if sto is not None else f"{'n/a':>17}"
-        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f})  {stochastic}{wdl}")
+        stochastic = f"  {sto[r].mean():z9.2f} ({sto[r].std():z5.1f})" if sto is not None else ""
+        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f}){stochastic}{wdl}")
     if args.video:
         _write_videos(args, spec, state, jax.random.fold_in(key, 2), algorithm)
     return 0

@@ -183,7 +183,8 @@ def summarize(spec: Any, metrics: dict) -> list[GridSummary]:
 def format_summary(rows: list[GridSummary], window_updates: int) -> str:
     """The summary as a text table."""
     width = max(len("grid point"), *(len(r.label) for r in rows))
-    lines = [f"  final return (episode-weighted mean over the last {window_updates} updates; 95% t-interval "
+    updates = "the last update" if window_updates == 1 else f"the last {window_updates} updates"
+    lines = [f"  final return (episode-weighted mean over {updates}; 95% t-interval "
              "across seeds)", f"  {'#':>3}  {'grid point':<{width}}  {'mean':>9}  {'95% interval':>21}  seeds"]
     for r in rows:
         interval = f"[{r.low:z9.2f}, {r.high:z9.2f}]" if math.isfinite(r.low) else f"{'n/a':>21}"

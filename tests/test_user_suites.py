@@ -68,7 +68,7 @@ def _check_gymnax_cartpole(trained, evaluated, folder):
     out, err = trained.stdout, trained.stderr
     assert "PPO on CartPole-v1, 2 seeds x 2,048 steps in one vmapped call" in out
     assert "compile" in out and "env steps/s over all runs" in out and "mean episode return by update (4 updates): " in out
-    assert "final return (episode-weighted mean over the last 1 updates; 95% t-interval across seeds)" in out
+    assert "final return (episode-weighted mean over the last update; 95% t-interval across seeds)" in out
     assert "deterministic evaluation, 10 episodes per run" in out
     assert "step 2,048/2,048 (100.0%)" in err and "steps/s  return" in err and "eval " in err
     assert [p.name for p in (folder / "checkpoints").iterdir()] == ["4"]  # the Orbax step after 4 chunks

@@ -225,7 +225,8 @@ def test_classic_control_without_pygame_names_the_video_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pygame", None)  # unimportable
     with pytest.raises(ImportError, match=r"^drawing gymnax's CartPole-v1 needs the optional `video` extra "
                                           r"\(pygame could not be imported: .*\)\. Install it with: "
-                                          r"pip install 'jaxrl-rollout\[video\]'$"):
+                                          r"pip install 'jaxrl-rollout\[video\]' \(from a clone: pip install -e "
+                                          r"'\.\[video\]'\)$"):
         video.render_frames(env, params, states)
 
 
