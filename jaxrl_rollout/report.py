@@ -92,7 +92,8 @@ def isolated(values: np.ndarray) -> np.ndarray:
 
 
 def write_learning_curve(path, spec: Any, metrics: dict) -> None:
-    """Episode return against env steps: mean across seeds and a +-1 sd band, one line per grid point.
+    """Episode return against env steps: mean across seeds and a +-1 sd band (clipped to the seeds' min and max),
+    one line per grid point.
 
     Each update's value per seed is the mean return of the episodes that
     ended in it; updates where no seed finished an episode are gaps, and a
@@ -118,7 +119,10 @@ def write_learning_curve(path, spec: Any, metrics: dict) -> None:
             (line,) = ax.plot(steps, mean, lw=1.2, label=grid_label(spec, g))
             alone = isolated(mean)  # a line draws nothing of a value between two gaps
             ax.plot(steps[alone], mean[alone], ls="", marker="o", ms=2.5, color=line.get_color())
-            ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.2, lw=0)
+            # +-1 sd, kept within the seeds' own range: CartPole's band reached 570 of its 500 maximum
+            low = np.maximum(mean - sd, np.nanmin(returns[g], axis=0))
+            high = np.minimum(mean + sd, np.nanmax(returns[g], axis=0))
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
             if "eval_return" in metrics:
                 evals = metrics["eval_return"].reshape(len(spec.grid), spec.num_seeds, -1).astype(np.float64)[g]
                 done = ~np.isnan(evals).all(axis=0)
@@ -126,7 +130,8 @@ def write_learning_curve(path, spec: Any, metrics: dict) -> None:
                         color=line.get_color(), label=f"{grid_label(spec, g)} (deterministic eval)")
     ax.set_xlabel("env steps per run")
     ax.set_ylabel("episode return")
-    ax.set_title(f"{spec.algo.upper()} on {spec.config.env_id}: mean over {spec.num_seeds} seeds, band +-1 sd")
+    ax.set_title(f"{spec.algo.upper()} on {spec.config.env_id}: mean over {spec.num_seeds} seeds, band +-1 sd "
+                 "(within the seeds' range)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     path = pathlib.Path(path)

@@ -1,6 +1,7 @@
 """A run's files: atomic writes, symbolic links out of the folder, a full disk, and W&B offline staying offline."""
 
 import csv
+import dataclasses
 import errno
 import os
 import shutil
@@ -65,6 +66,23 @@ def test_the_learning_curve_draws_a_return_between_two_gaps(tmp_path, monkeypatc
     report.write_learning_curve(tmp_path / "curve.png", SPEC, sparse)
     assert (tmp_path / "curve.png").stat().st_size > 0
     assert ([64], [3.0], "o") in drawn  # update 2 of 32 steps each; the mean of the two seeds
+
+
+def test_the_learning_curve_band_stays_within_the_seeds_range(tmp_path, monkeypatch):
+    """Mean +-1 sd of CartPole's returns reached 570 of a 500 maximum: the band is clipped to the seeds' range."""
+    bands = []
+    from matplotlib.axes import Axes
+
+    fill = Axes.fill_between
+    monkeypatch.setattr(Axes, "fill_between", lambda self, x, lo, hi, *a, **k: bands.append((np.asarray(lo),
+                        np.asarray(hi))) or fill(self, x, lo, hi, *a, **k))
+    spec = dataclasses.replace(SPEC, num_seeds=4)
+    returns = {"episode_return": np.array([[500.0, 500.0], [500.0, 500.0], [500.0, 500.0], [200.0, 500.0]],
+                                          np.float32), "num_episodes": np.ones((4, 2), np.int32)}
+    report.write_learning_curve(tmp_path / "curve.png", spec, returns)
+    (low, high), = bands
+    np.testing.assert_allclose(high, [500.0, 500.0])  # mean 425 + sd 130 at the first update: 555, unclipped
+    np.testing.assert_allclose(low, [425.0 - np.std([500, 500, 500, 200]), 500.0])
 
 
 def test_a_write_that_cannot_replace_its_file_names_the_file(tmp_path):
