@@ -112,7 +112,11 @@ class _EventFile:
         self._event, self._crc = Event, masked_crc32c
         folder.mkdir(parents=True, exist_ok=True)
         now = time.time()
-        self.path = folder / f"events.out.tfevents.{int(now)}.{socket.gethostname()}{suffix}"
+        name = f"events.out.tfevents.{int(now)}.{socket.gethostname()}{suffix}"
+        self.path, n = folder / name, 0
+        while self.path.exists():  # a run starting over within the same second truncated its earlier writer's file
+            n += 1
+            self.path = folder / f"{name}.{n}"
         with self._naming():
             self._file = open(self.path, "wb")
             self._write(Event(wall_time=now, file_version="brain.Event:2"))

@@ -139,6 +139,20 @@ def test_a_run_that_starts_over_drops_its_earlier_logs(tmp_path):
     assert sorted(step for tag, step in points if tag == "train/entropy") == [512, 1024, 1536, 2048]
 
 
+def test_two_writers_of_one_second_keep_apart_files(tmp_path, monkeypatch):
+    """A run starting over within the second its earlier writer opened reused the file name and truncated it (the
+    test above failed so on a loaded host)."""
+    from jaxrl_rollout import loggers
+
+    monkeypatch.setattr(loggers.time, "time", lambda: 1_700_000_000.5)
+    first = loggers._EventFile(tmp_path, ".from_update_0", None)
+    second = loggers._EventFile(tmp_path, ".from_update_0", 0)
+    assert first.path != second.path and second.path.name == first.path.name + ".1"
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    first.close()
+    second.close()
+
+
 def read_wandb(path) -> tuple[str, list[dict]]:
     """(run name, history rows) of an offline W&B run file (its LevelDB-style log of Record protos)."""
     from wandb.proto import wandb_internal_pb2
