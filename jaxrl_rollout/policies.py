@@ -37,11 +37,17 @@ def categorical_policy(
     """
 
     def policy_fn(params, obs, key):
-        logits, value = apply_fn(params, obs)
+        out = apply_fn(params, obs)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):  # a 1-tuple: "not enough values to unpack"
+            raise TypeError(f"apply_fn must return (logits [B, A], value [B]), got {type(out).__name__}"
+                            + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "") + ".")
+        logits, value = out
         if jnp.ndim(logits) != 2:
             raise ValueError(
                 f"apply_fn must return logits of shape [B, A], got shape {jnp.shape(logits)}."
             )
+        if not jnp.issubdtype(jnp.result_type(logits), jnp.floating):  # ints failed inside jax.random.gumbel
+            raise TypeError(f"apply_fn must return floating logits, got {jnp.result_type(logits)}.")
         log_probs = jax.nn.log_softmax(logits, axis=-1)
         if deterministic:
             action = jnp.argmax(logits, axis=-1)

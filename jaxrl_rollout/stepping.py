@@ -32,6 +32,8 @@ All functions are pure and traceable (`jit`, `vmap`, `lax.scan`); `env`,
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -449,8 +451,32 @@ def act(
       TypeError, ValueError: the policy's output does not have the promised
         structure, shapes or dtypes (see `_checks`).
     """
+    _check_policy_arity(policy_fn, recurrent=carry is not None)
     if carry is None:
         out = policy_fn(params, obs, key)
         return _checks.check_policy_output(out, batch_size, space), None
     out = policy_fn(params, obs, key, reset_carry(carry, first))
     return _checks.check_recurrent_output(out, batch_size, space, carry)
+
+
+def _check_policy_arity(policy_fn: Callable, recurrent: bool) -> None:
+    """A TypeError naming policy_fn when its signature cannot take the call the state asks for: a feedforward
+    policy (3 arguments) with a recurrent state, or a recurrent one (4) with a feedforward state, which failed
+    with the function's own "takes 3 positional arguments but 4 were given". Signatures that cannot be read
+    (builtins, some wrappers) are not checked."""
+    try:
+        signature = inspect.signature(policy_fn)
+    except (TypeError, ValueError):
+        return
+    args = (None,) * (4 if recurrent else 3)
+    try:
+        signature.bind(*args)
+    except TypeError:
+        if recurrent:
+            raise TypeError("the rollout state holds a recurrent carry (rollout_init(..., initial_carry=...)), so "
+                            "policy_fn is called as policy_fn(params, obs, key, carry) -> (PolicyOutput, "
+                            f"new_carry), which {getattr(policy_fn, '__name__', 'it')}{signature} cannot take; "
+                            "pass a recurrent policy or init without initial_carry.") from None
+        raise TypeError("the rollout state holds no carry, so policy_fn is called as policy_fn(params, obs, key), "
+                        f"which {getattr(policy_fn, '__name__', 'it')}{signature} cannot take; a recurrent policy "
+                        "needs rollout_init(..., initial_carry=...).") from None

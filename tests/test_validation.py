@@ -231,6 +231,11 @@ def test_distributions_networks_optimisers_and_episodes_refuse_what_they_got_wro
             done=jnp.zeros((3, 2), bool), completed_return=jnp.zeros((3, 1)), completed_length=jnp.zeros((3, 2)))),
          r"^traj.completed_return must have the shape of traj.done \(3, 2\), got \(3, 1\)"),
         (lambda: episodes.episode_metrics({"done": 1}), r"^traj must be a Trajectory"),
+        # a 1-tuple was "not enough values to unpack"; int logits failed inside jax.random.gumbel
+        (lambda: jr.categorical_policy(lambda p, o: (jnp.zeros((2, 3)),))(None, jnp.zeros((2, 4)), jax.random.key(0)),
+         r"^apply_fn must return \(logits \[B, A\], value \[B\]\), got tuple of 1"),
+        (lambda: jr.categorical_policy(lambda p, o: (jnp.zeros((2, 3), jnp.int32), jnp.zeros(2)))(
+            None, jnp.zeros((2, 4)), jax.random.key(0)), r"^apply_fn must return floating logits, got int32"),
     ]
     for call, message in cases:
         with pytest.raises((TypeError, ValueError), match=message):
@@ -246,3 +251,20 @@ def test_distributions_networks_optimisers_and_episodes_refuse_what_they_got_wro
     assert np.isnan(D.categorical_from_logits(jnp.zeros((1, 3))).log_prob(np.array([2**32 + 1]))).all()
     # bfloat16 probs keep their dtype, as torch's do (float32 logits before)
     assert D.categorical_from_probs(jnp.array([[0.2, 0.3, 0.5]], jnp.bfloat16)).logits.dtype == jnp.bfloat16
+
+
+def test_a_policy_of_the_other_kind_than_the_state_is_named():
+    """A feedforward policy with a recurrent state failed with the function's own "takes 3 positional arguments
+    but 4 were given" (and a recurrent one with a feedforward state likewise)."""
+    env = CountingEnv()
+    recurrent_state = init(initial_carry=jnp.zeros((2, 3)))
+
+    def recurrent(params, obs, key, carry):
+        return scripted_policy([0, 0])(params, obs, key), carry
+
+    with pytest.raises(TypeError, match=r"^the rollout state holds a recurrent carry .* which scripted_policy|"
+                                        r"^the rollout state holds a recurrent carry"):
+        jr.rollout(env, env.default_params, scripted_policy([0, 0]), None, recurrent_state, 3)
+    with pytest.raises(TypeError, match=r"^the rollout state holds no carry, so policy_fn is called as "
+                                        r"policy_fn\(params, obs, key\), which recurrent\(params, obs, key, carry\)"):
+        jr.rollout(env, env.default_params, recurrent, None, init(), 3)
