@@ -210,6 +210,10 @@ def trajectory_gae(traj: Trajectory, gamma: Scalar, gae_lambda: Scalar) -> tuple
     Returns:
       (advantages, returns), each [T, B].
     """
+    missing = [f for f in ("reward", "value", "next_value", "terminated", "done") if not hasattr(traj, f)]
+    if missing:  # a dict was "'dict' object has no attribute 'reward'"
+        raise TypeError(f"traj must be a Trajectory (rollout's), got {type(traj).__name__} without "
+                        f"{', '.join(missing)}.")
     return gae(traj.reward, traj.value, traj.next_value, traj.terminated, traj.done, gamma, gae_lambda)
 
 

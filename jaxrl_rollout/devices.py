@@ -33,6 +33,7 @@ changes the CPU backend.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,7 +60,9 @@ def use_host_cores(count: int | None = None) -> int:
     already in place is fine.
 
     Args:
-      count: CPU devices to make, an int >= 1 (None: one per usable core).
+      count: CPU devices to make, an int >= 1 (None: the count XLA_FLAGS
+        already sets with --xla_force_host_platform_device_count, as the
+        command line keeps it; else one per usable core).
 
     Returns:
       The CPU device count that will be (or already is) in place.
@@ -69,7 +72,8 @@ def use_host_cores(count: int | None = None) -> int:
       RuntimeError: JAX has already started its backends with another count.
     """
     if count is None:
-        count = usable_cores()
+        forced = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+        count = int(forced.group(1)) if forced else usable_cores()  # a set count was silently replaced
     # Not _checks.is_int: _checks imports gymnax, whose import starts JAX's CPU backend, which this must precede.
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
         raise ValueError(f"use_host_cores: count must be an int >= 1 (or None for one per core), got {count!r}.")

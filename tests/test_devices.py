@@ -85,6 +85,13 @@ def test_bad_counts_name_the_argument(bad):
         devices.use_host_cores(bad)
 
 
+def test_use_host_cores_keeps_a_count_xla_flags_sets():
+    """use_host_cores() replaced XLA_FLAGS' --xla_force_host_platform_device_count=3 with one device per core."""
+    code = "from jaxrl_rollout import devices; import jax; print(devices.use_host_cores(), len(jax.devices('cpu')))"
+    done = _run(["-c", code], XLA_FLAGS="--xla_force_host_platform_device_count=3")
+    assert done.stdout.split() == ["3", "3"], done.stdout
+
+
 def test_shard_runs_rejects_trees_without_one_runs_axis():
     with pytest.raises(ValueError, match="share a leading runs axis"):
         devices.shard_runs({"a": np.zeros((4, 2)), "b": np.zeros((3,))})

@@ -231,6 +231,7 @@ def test_distributions_networks_optimisers_and_episodes_refuse_what_they_got_wro
             done=jnp.zeros((3, 2), bool), completed_return=jnp.zeros((3, 1)), completed_length=jnp.zeros((3, 2)))),
          r"^traj.completed_return must have the shape of traj.done \(3, 2\), got \(3, 1\)"),
         (lambda: episodes.episode_metrics({"done": 1}), r"^traj must be a Trajectory"),
+        (lambda: jr.advantages.trajectory_gae({"reward": 1}, 0.99, 0.95), r"^traj must be a Trajectory"),
         # a 1-tuple was "not enough values to unpack"; int logits failed inside jax.random.gumbel
         (lambda: jr.categorical_policy(lambda p, o: (jnp.zeros((2, 3)),))(None, jnp.zeros((2, 4)), jax.random.key(0)),
          r"^apply_fn must return \(logits \[B, A\], value \[B\]\), got tuple of 1"),
