@@ -110,7 +110,7 @@ def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_st
     return update
 
 
-def make_train(algorithm: Algorithm, num_updates: int, every: int, num_episodes: int = 10) -> Callable:
+def make_train(algorithm: Algorithm, num_updates: int | None, every: int, num_episodes: int = 10) -> Callable:
     """`train(key, hparams=None)`: `algorithm.train` with the evaluations of `make_update`.
 
     Init with `key`, then `num_updates` updates in one `lax.scan` over the
@@ -119,13 +119,25 @@ def make_train(algorithm: Algorithm, num_updates: int, every: int, num_episodes:
 
     Args:
       algorithm: an `Algorithm`.
-      num_updates: updates in the run (`config.num_updates`).
+      num_updates: updates in the run (`config.num_updates`; None: the
+        algorithm's own `num_updates`). Fewer than the config's train a prefix
+        of its run; more are refused: the schedules end with the config's run
+        (with anneal_lr every later update trained at a learning rate of 0).
       every, num_episodes: as in `make_update`.
 
     Returns:
       `train(key, hparams=None) -> (state, metrics [num_updates])`.
     """
+    configured = getattr(algorithm, "num_updates", None)
+    if num_updates is None:
+        if configured is None:
+            raise ValueError("num_updates is None and the algorithm does not say its own; pass config.num_updates.")
+        num_updates = configured
     num_updates = _checks.check_positive_int("num_updates", num_updates)
+    if configured is not None and num_updates > configured:
+        raise ValueError(f"num_updates={num_updates} is more than the {configured} updates the algorithm's config "
+                         "was built for: its schedules end there (with anneal_lr the rest would train at a "
+                         "learning rate of 0); build the algorithm with a larger total_timesteps.")
     update = make_update(algorithm, every, num_episodes)
     if every > num_updates:
         raise ValueError(f"every={every} is more than num_updates={num_updates}: no update would be evaluated "

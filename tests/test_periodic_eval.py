@@ -195,3 +195,18 @@ def test_make_train_refuses_an_every_past_the_run_and_names_its_key():
     train = periodic_eval.make_train(algorithm, PPO_CONFIG.num_updates, every=6)
     with pytest.raises(TypeError, match=r"^train's key must be a PRNG key"):
         train(0)
+    # more updates than the config's: with anneal_lr the rest trained at a learning rate of 0, silently
+    assert algorithm.num_updates == PPO_CONFIG.num_updates
+    with pytest.raises(ValueError, match=r"^num_updates=7 is more than the 6 updates the algorithm's config was built "
+                                         r"for"):
+        periodic_eval.make_train(algorithm, PPO_CONFIG.num_updates + 1, every=2)
+    periodic_eval.make_train(algorithm, None, every=2)  # None: the algorithm's own
+    periodic_eval.make_train(algorithm, 3, every=2)  # a prefix of the run
+    from jaxrl_rollout.algorithms import dqn, pqn, sac, td3
+
+    for module, config in ((dqn, dqn.DQNConfig(total_timesteps=2000, learning_starts=500, buffer_size=1000)),
+                           (pqn, pqn.PQNConfig(num_envs=4, num_steps=8, total_timesteps=96, num_minibatches=2)),
+                           (sac, sac.SACConfig(total_timesteps=2000, learning_starts=500, buffer_size=1000)),
+                           (td3, td3.TD3Config(total_timesteps=2000, learning_starts=500, buffer_size=1000))):
+        built = getattr(module, f"make_{module.__name__.rsplit('.', 1)[-1]}")(config)
+        assert built.num_updates == config.num_updates, module.__name__

@@ -663,6 +663,8 @@ class Algorithm(NamedTuple):
       policy_params: `policy_params(state)`, the params the policies take.
       recurrent: `module` steps a carry: the policies take and return it,
         starting from `module.initial_carry(B)`.
+      num_updates: the config's updates (`train`'s length; None when not
+        known), which `periodic_eval.make_train` checks its count against.
     """
 
     init: Callable
@@ -675,6 +677,7 @@ class Algorithm(NamedTuple):
     module: Any
     policy_params: Callable
     recurrent: bool = False
+    num_updates: int | None = None
 
 
 def resolve_hparams(hparams: Any, cls: type) -> Any:

@@ -232,7 +232,8 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
     train = _common.make_train_loop(init, update, config.num_updates, lambda h: _common.resolve_hparams(h, A2CHParams))
 
     return A2C(init=init, update=update, train=train, env=built.eval_env, env_params=built.eval_env_params,
-               module=module, recurrent=recurrent, **_common.acting_policies(built, config))
+               module=module, recurrent=recurrent, num_updates=config.num_updates,
+               **_common.acting_policies(built, config))
 
 
 def make_train(config: A2CConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:

@@ -337,6 +337,7 @@ class DQN(NamedTuple):
       policy_fn: None: DQN's policy is greedy (exploration is training's, not the policy's).
       policy_params: `policy_params(state)`, the params both policies take (`state.params`).
       recurrent: False (the runner's `_common.Algorithm` protocol).
+      num_updates: the config's updates (`periodic_eval.make_train` checks its count against it).
     """
 
     init: Callable
@@ -350,6 +351,7 @@ class DQN(NamedTuple):
     policy_fn: Callable | None = None
     policy_params: Callable | None = None
     recurrent: bool = False
+    num_updates: int | None = None
 
 
 def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> DQN:
@@ -497,7 +499,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         return PolicyOutput(action=action, log_prob=zeros, value=zeros)
 
     return DQN(init, update, train, eval_policy_fn, env, env_params, module, buffer, policy_fn=None,
-               policy_params=lambda state: state.params)
+               policy_params=lambda state: state.params, num_updates=config.num_updates)
 
 
 def make_train(config: DQNConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:

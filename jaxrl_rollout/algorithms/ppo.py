@@ -408,7 +408,7 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
     train = _common.make_train_loop(init, update, config.num_updates, lambda h: _common.resolve_hparams(h, PPOHParams))
 
     return PPO(init=init, update=update, train=train, env=built.eval_env, env_params=built.eval_env_params,
-               module=module, recurrent=recurrent, **acting)
+               module=module, recurrent=recurrent, num_updates=config.num_updates, **acting)
 
 
 def make_train(config: PPOConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:

@@ -521,7 +521,7 @@ def make_pqn(config: PQNConfig, *, env: Any = None, env_params: Any = None, netw
 
     return PQN(init=init, update=update, train=train, policy_fn=policy_fn, eval_policy_fn=eval_policy_fn,
                env=env, env_params=env_params, module=module,
-               policy_params=lambda state: (state.params, state.epsilon), recurrent=False)
+               policy_params=lambda state: (state.params, state.epsilon), recurrent=False, num_updates=num_updates)
 
 
 def make_train(config: PQNConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:

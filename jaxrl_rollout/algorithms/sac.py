@@ -362,6 +362,7 @@ class SAC(NamedTuple):
       policy_params: `policy_params(state)`, the params both policies take (`state.actor_params`).
       module: the actor (the network that acts).
       recurrent: False (the runner's `_common.Algorithm` protocol).
+      num_updates: the config's updates (`periodic_eval.make_train` checks its count against it).
     """
 
     init: Callable
@@ -380,6 +381,7 @@ class SAC(NamedTuple):
     policy_params: Callable | None = None
     module: Any = None
     recurrent: bool = False
+    num_updates: int | None = None
 
 
 def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> SAC:
@@ -624,7 +626,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
 
     return SAC(init, update, train, eval_policy_fn, env, env_params, actor, critic, buffer, action_scale,
                action_bias, target_entropy, policy_fn=policy_fn, policy_params=lambda state: state.actor_params,
-               module=actor)
+               module=actor, num_updates=config.num_updates)
 
 
 def make_train(config: SACConfig, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:

@@ -319,6 +319,7 @@ class TD3(NamedTuple):
       policy_fn: None: TD3's policy is deterministic (its exploration noise is training's).
       policy_params: `policy_params(state)`, the params both policies take (`state.actor_params`).
       recurrent: False (the runner's `_common.Algorithm` protocol).
+      num_updates: the config's updates (`periodic_eval.make_train` checks its count against it).
       module: the actor (the network that acts).
     """
 
@@ -335,6 +336,7 @@ class TD3(NamedTuple):
     policy_params: Callable | None = None
     module: Any = None
     recurrent: bool = False
+    num_updates: int | None = None
 
 
 def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, network: Any = None) -> TD3:
@@ -494,7 +496,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
         return PolicyOutput(action=action, log_prob=zeros, value=zeros)
 
     return TD3(init, update, train, eval_policy_fn, env, env_params, actor, critic, buffer, policy_fn=None,
-               policy_params=lambda state: state.actor_params, module=actor)
+               policy_params=lambda state: state.actor_params, module=actor, num_updates=config.num_updates)
 
 
 def make_train(config: TD3Config, *, env: Any = None, env_params: Any = None, network: Any = None) -> Callable:
