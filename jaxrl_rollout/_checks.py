@@ -62,6 +62,54 @@ def concrete(x: Any) -> np.ndarray | None:
         return None
 
 
+def float_dtype(*arrays) -> jnp.dtype:
+    """The dtype the estimators compute and return in: the inputs' float dtype, at least float32.
+
+    Half precision is promoted: gamma rounded to bfloat16 is 0.98828 for 0.99 and 1.0 for 0.999, and a
+    T-step recursion carried in 8 bits of mantissa drifts by whole percents (torch computes a Python scalar
+    times a half tensor in float32, and rounds only the result).
+    """
+    dtype = jnp.result_type(*arrays)
+    return jnp.promote_types(dtype, jnp.float32) if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
+
+
+def check_coefficient(x: Any, name: str, low: float = 0.0, high: float | None = 1.0) -> None:
+    """A discount, lambda or clip threshold: a number (or numbers) in [low, high]; checked where concrete.
+
+    A TypeError names `name` for a string, None or a bool ("0.99" converted silently); a ValueError for a
+    value outside the range or NaN. Traced values are not checked.
+    """
+    if x is None or isinstance(x, (str, bytes, bool)):
+        raise TypeError(f"{name} must be a number or an array of numbers, got {x!r}.")
+    values = concrete(x)
+    if values is None:
+        return
+    if not (np.issubdtype(values.dtype, np.number) and not np.issubdtype(values.dtype, np.complexfloating)):
+        raise TypeError(f"{name} must be a number or an array of numbers, got {values.dtype} values.")
+    values = values.astype(np.float64)
+    bad = ~((values >= low) & ((values <= high) if high is not None else True))
+    if bad.any():
+        where = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+        raise ValueError(f"{name} must be {where}, got {values[bad].ravel()[0]:g}.")
+
+
+def check_flags(**flags: Any) -> None:
+    """Episode flags are bool or {0, 1} and `terminated` implies `done`; checked where concrete.
+
+    `done` given as the truncations alone (the slip `gae(..., terminated, truncated, ...)`) lets the trace
+    run through a terminal state; a 2 would flip a mask's sign.
+    """
+    values = {name: concrete(x) for name, x in flags.items()}
+    for name, v in values.items():
+        if v is not None and v.dtype != bool and not np.isin(v, (0, 1)).all():
+            raise ValueError(f"{name} must be bool or {{0, 1}}, got the value {v[~np.isin(v, (0, 1))].ravel()[0]}.")
+    terminated, done = values.get("terminated"), values.get("done")
+    if terminated is not None and done is not None and (terminated.astype(bool) & ~done.astype(bool)).any():
+        t = tuple(int(i) for i in np.argwhere(terminated.astype(bool) & ~done.astype(bool))[0])
+        raise ValueError(f"terminated is set where done is not (at index {t}): done is every episode end, "
+                         "terminated | truncated.")
+
+
 def check_same_shapes(function: str, **arrays: Any) -> None:
     """A ValueError unless every array has the first one's shape: the per-sample inputs of a loss or target.
 

@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout import advantages as _advantages
 
 __all__ = [
     "LOG_STD_MAX",
@@ -183,7 +182,7 @@ def bootstrap_done(terminated: jax.Array, truncated: jax.Array, *, bootstrap_on_
     Args:
       terminated, truncated: [B] bool (or 0/1 floats).
     """
-    _advantages._check_flags(terminated=terminated, truncated=truncated)  # where concrete: a 0.5 was cast to True
+    _checks.check_flags(terminated=terminated, truncated=truncated)  # where concrete: a 0.5 was cast to True
     terminated = jnp.asarray(terminated).astype(bool)
     if bootstrap_on_truncation:
         return terminated.astype(jnp.float32)
@@ -226,8 +225,8 @@ def sac_critic_target(
     """
     _checks.check_same_shapes("sac_critic_target", next_q1=next_q1, next_q2=next_q2, next_log_prob=next_log_prob,
                               rewards=rewards, terminated=terminated, truncated=truncated)
-    _advantages._check_coefficient(gamma, "gamma")
-    _advantages._check_coefficient(alpha, "alpha", high=None)
+    _checks.check_coefficient(gamma, "gamma")
+    _checks.check_coefficient(alpha, "alpha", high=None)
     done = bootstrap_done(terminated, truncated, bootstrap_on_truncation=bootstrap_on_truncation)
     soft_next = jnp.minimum(next_q1, next_q2) - alpha * next_log_prob
     return jax.lax.stop_gradient(_one_step_target(rewards, done, gamma, soft_next))
@@ -339,8 +338,8 @@ def td3_target_actions(
     """
     if jnp.shape(noise) != jnp.shape(next_actions):  # one row of noise broadcast to every sample otherwise
         raise ValueError(f"noise must have the shape of next_actions {jnp.shape(next_actions)}, got {jnp.shape(noise)}.")
-    _advantages._check_coefficient(policy_noise, "policy_noise", high=None)
-    _advantages._check_coefficient(noise_clip, "noise_clip", high=None)
+    _checks.check_coefficient(policy_noise, "policy_noise", high=None)
+    _checks.check_coefficient(noise_clip, "noise_clip", high=None)
     clipped = jnp.clip(noise * policy_noise, -noise_clip, noise_clip) * action_scale
     return jax.lax.stop_gradient(jnp.clip(next_actions + clipped, low, high))
 
@@ -410,7 +409,7 @@ def polyak_update(params: optax.Params, target_params: optax.Params, tau: float 
     order: it agrees within about 1 ulp of the operands (more ulps of the
     result where p and p_target nearly cancel).
     """
-    _advantages._check_coefficient(tau, "tau")
+    _checks.check_coefficient(tau, "tau")
     return optax.incremental_update(params, target_params, tau)
 
 

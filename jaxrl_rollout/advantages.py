@@ -17,11 +17,8 @@ wrong by whole percents.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxrl_rollout import _checks
 from jaxrl_rollout.types import Trajectory
@@ -41,17 +38,6 @@ __all__ = [
 Scalar = float | jax.Array
 
 
-def _float_dtype(*arrays) -> jnp.dtype:
-    """The dtype the estimators compute and return in: the inputs' float dtype, at least float32.
-
-    Half precision is promoted: gamma rounded to bfloat16 is 0.98828 for 0.99 and 1.0 for 0.999, and a
-    T-step recursion carried in 8 bits of mantissa drifts by whole percents (torch computes a Python scalar
-    times a half tensor in float32, and rounds only the result).
-    """
-    dtype = jnp.result_type(*arrays)
-    return jnp.promote_types(dtype, jnp.float32) if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
-
-
 def _check_same_shape(**arrays) -> tuple[int, ...]:
     """All arrays share one shape of rank >= 1; returns it or raises naming the culprit."""
     names = list(arrays)
@@ -69,46 +55,9 @@ def _check_same_shape(**arrays) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _check_coefficient(x: Any, name: str, low: float = 0.0, high: float | None = 1.0) -> None:
-    """A discount, lambda or clip threshold: a number (or numbers) in [low, high]; checked where concrete.
-
-    A TypeError names `name` for a string, None or a bool ("0.99" converted silently); a ValueError for a
-    value outside the range or NaN. Traced values are not checked.
-    """
-    if x is None or isinstance(x, (str, bytes, bool)):
-        raise TypeError(f"{name} must be a number or an array of numbers, got {x!r}.")
-    values = _checks.concrete(x)
-    if values is None:
-        return
-    if not (np.issubdtype(values.dtype, np.number) and not np.issubdtype(values.dtype, np.complexfloating)):
-        raise TypeError(f"{name} must be a number or an array of numbers, got {values.dtype} values.")
-    values = values.astype(np.float64)
-    bad = ~((values >= low) & ((values <= high) if high is not None else True))
-    if bad.any():
-        where = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
-        raise ValueError(f"{name} must be {where}, got {values[bad].ravel()[0]:g}.")
-
-
-def _check_flags(**flags: Any) -> None:
-    """Episode flags are bool or {0, 1} and `terminated` implies `done`; checked where concrete.
-
-    `done` given as the truncations alone (the slip `gae(..., terminated, truncated, ...)`) lets the trace
-    run through a terminal state; a 2 would flip a mask's sign.
-    """
-    values = {name: _checks.concrete(x) for name, x in flags.items()}
-    for name, v in values.items():
-        if v is not None and v.dtype != bool and not np.isin(v, (0, 1)).all():
-            raise ValueError(f"{name} must be bool or {{0, 1}}, got the value {v[~np.isin(v, (0, 1))].ravel()[0]}.")
-    terminated, done = values.get("terminated"), values.get("done")
-    if terminated is not None and done is not None and (terminated.astype(bool) & ~done.astype(bool)).any():
-        t = tuple(int(i) for i in np.argwhere(terminated.astype(bool) & ~done.astype(bool))[0])
-        raise ValueError(f"terminated is set where done is not (at index {t}): done is every episode end, "
-                         "terminated | truncated.")
-
-
 def _per_step(x: Scalar, name: str, shape: tuple[int, ...], dtype) -> jax.Array:
     """Broadcasts a scalar, [T] or [T, ...] coefficient in [0, 1] to `shape`, or raises naming it."""
-    _check_coefficient(x, name)
+    _checks.check_coefficient(x, name)
     x = jnp.asarray(x, dtype=dtype)
     if x.ndim == 0 or x.shape == shape:
         return jnp.broadcast_to(x, shape)
@@ -186,8 +135,8 @@ def gae(
     shape = _check_same_shape(
         rewards=rewards, values=values, next_values=next_values, terminated=terminated, done=done
     )
-    _check_flags(terminated=terminated, done=done)
-    dtype = _float_dtype(rewards, values, next_values)
+    _checks.check_flags(terminated=terminated, done=done)
+    dtype = _checks.float_dtype(rewards, values, next_values)
     gamma = _per_step(gamma, "gamma", shape, dtype)
     gae_lambda = _per_step(gae_lambda, "gae_lambda", shape, dtype)
     rewards, values, next_values = (jnp.asarray(x, dtype) for x in (rewards, values, next_values))
@@ -238,9 +187,9 @@ def discounted_returns(
       [T, ...] returns.
     """
     shape = _check_same_shape(rewards=rewards, done=done)
-    _check_flags(done=done)
+    _checks.check_flags(done=done)
     _checks.check_batch_shape("bootstrap_value", bootstrap_value, "rewards", shape[1:])
-    dtype = _float_dtype(rewards, bootstrap_value)
+    dtype = _checks.float_dtype(rewards, bootstrap_value)
     coefs = _per_step(gamma, "gamma", shape, dtype) * _mask(done, dtype)
     return _reverse_accumulate(jnp.asarray(rewards, dtype), coefs, jnp.asarray(bootstrap_value, dtype))
 
@@ -275,8 +224,8 @@ def lambda_returns(
       [T, ...] lambda-returns.
     """
     shape = _check_same_shape(rewards=rewards, next_values=next_values, terminated=terminated, done=done)
-    _check_flags(terminated=terminated, done=done)
-    dtype = _float_dtype(rewards, next_values)
+    _checks.check_flags(terminated=terminated, done=done)
+    dtype = _checks.float_dtype(rewards, next_values)
     gamma = _per_step(gamma, "gamma", shape, dtype)
     lambda_ = _per_step(lambda_, "lambda_", shape, dtype)
     rewards, next_values = jnp.asarray(rewards, dtype), jnp.asarray(next_values, dtype)
@@ -323,8 +272,8 @@ def n_step_returns(
         raise ValueError(f"n must be a positive Python int, got {n!r}.")
     n = int(n)
     shape = _check_same_shape(rewards=rewards, next_values=next_values, terminated=terminated, done=done)
-    _check_flags(terminated=terminated, done=done)
-    dtype = _float_dtype(rewards, next_values)
+    _checks.check_flags(terminated=terminated, done=done)
+    dtype = _checks.float_dtype(rewards, next_values)
     discount = _per_step(gamma, "gamma", shape, dtype) * _mask(terminated, dtype)
     # The window may continue from t to t + 1 only inside an episode and the rollout.
     continues = _mask(done, dtype).at[-1].set(0.0)
@@ -379,12 +328,12 @@ def vtrace(
     shape = _check_same_shape(
         rewards=rewards, values=values, next_values=next_values, terminated=terminated, done=done, rhos=rhos
     )
-    _check_flags(terminated=terminated, done=done)
-    _check_coefficient(rhos, "rhos", high=None)  # importance ratios are >= 0 (where concrete)
+    _checks.check_flags(terminated=terminated, done=done)
+    _checks.check_coefficient(rhos, "rhos", high=None)  # importance ratios are >= 0 (where concrete)
     for name, threshold in (("clip_rho_threshold", clip_rho_threshold), ("clip_c_threshold", clip_c_threshold),
                             ("clip_pg_rho_threshold", clip_pg_rho_threshold)):
-        _check_coefficient(threshold, name, high=None)
-    dtype = _float_dtype(rewards, values, next_values)
+        _checks.check_coefficient(threshold, name, high=None)
+    dtype = _checks.float_dtype(rewards, values, next_values)
     gamma = _per_step(gamma, "gamma", shape, dtype)
     lambda_ = _per_step(lambda_, "lambda_", shape, dtype)
     rewards, values, next_values, rhos = (
@@ -435,7 +384,7 @@ def _starts_to_ends(starts: jax.Array, next_start: jax.Array, names: tuple[str, 
     """`starts_to_ends`, its errors naming the arguments `names` (a compat recipe's: CleanRL's dones)."""
     starts = jnp.asarray(starts)
     _check_same_shape(**{names[0]: starts})
-    _check_flags(**{names[0]: starts, names[1]: next_start})
+    _checks.check_flags(**{names[0]: starts, names[1]: next_start})
     _checks.check_batch_shape(names[1], next_start, names[0], starts.shape[1:])
     return jnp.concatenate([starts[1:], jnp.asarray(next_start, starts.dtype)[None]])
 
@@ -457,6 +406,6 @@ def _ends_to_starts(ends: jax.Array, first_start: jax.Array, names: tuple[str, s
     """`ends_to_starts`, its errors naming the arguments `names`."""
     ends = jnp.asarray(ends)
     _check_same_shape(**{names[0]: ends})
-    _check_flags(**{names[0]: ends, names[1]: first_start})
+    _checks.check_flags(**{names[0]: ends, names[1]: first_start})
     _checks.check_batch_shape(names[1], first_start, names[0], ends.shape[1:])
     return jnp.concatenate([jnp.asarray(first_start, ends.dtype)[None], ends[:-1]])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxrl_rollout import advantages as _advantages
+from jaxrl_rollout import _checks
 from jaxrl_rollout.types import EpisodeMetrics, Trajectory
 
 __all__ = ["episode_means", "episode_metrics", "episode_sums"]
@@ -40,7 +40,7 @@ def episode_sums(traj: Trajectory) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarra
         if jnp.shape(getattr(traj, name)) != jnp.shape(traj.done):
             raise ValueError(f"traj.{name} must have the shape of traj.done {jnp.shape(traj.done)}, got "
                              f"{jnp.shape(getattr(traj, name))}.")
-    _advantages._check_flags(done=traj.done)  # where concrete: a 0.5 counted as an episode end
+    _checks.check_flags(done=traj.done)  # where concrete: a 0.5 counted as an episode end
     done = jnp.asarray(traj.done, dtype=bool)
     return (jnp.sum(done, dtype=jnp.int32),
             jnp.sum(jnp.where(done, traj.completed_return, 0.0), dtype=jnp.float32),

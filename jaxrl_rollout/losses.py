@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.advantages import normalize_advantages
 
 __all__ = ["a2c_loss", "ppo_loss"]
@@ -62,7 +61,7 @@ def ppo_loss(
     """
     _checks.check_same_shapes("ppo_loss", log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages,
                               value=value, old_value=old_value, returns=returns, entropy=entropy)
-    _advantages._check_coefficient(clip_eps, "clip_eps", high=None)
+    _checks.check_coefficient(clip_eps, "clip_eps", high=None)
     log_ratio = log_prob - old_log_prob
     ratio = jnp.exp(log_ratio)
     if normalize:

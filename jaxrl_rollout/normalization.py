@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import advantages as _advantages
+from jaxrl_rollout import _checks
 
 __all__ = [
     "RewardScaleState", "RunningMeanStd", "normalize", "normalized_policy", "reward_scale_init", "rms_init",
@@ -157,8 +157,8 @@ def scale_rewards(
             f"reward and done must both be [T, B] with B={num_envs} (the scaler's envs), "
             f"got reward {jnp.shape(reward)} and done {jnp.shape(done)}."
         )
-    _advantages._check_flags(done=done)  # where concrete: a 0.5 was cast to True
-    _advantages._check_coefficient(gamma, "gamma")
+    _checks.check_flags(done=done)  # where concrete: a 0.5 was cast to True
+    _checks.check_coefficient(gamma, "gamma")
 
     def step(state: RewardScaleState, x):
         r, d = x

@@ -40,7 +40,6 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks, prng
-from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.types import PolicyOutput, PyTree
 
 __all__ = [
@@ -133,7 +132,7 @@ def reset_carry(carry: PyTree, first: jax.Array) -> PyTree:
     Returns:
       The carry with every leaf zeroed at rows where `first` is True.
     """
-    _advantages._check_flags(first=first)  # where concrete: a 0.5 was cast to True
+    _checks.check_flags(first=first)  # where concrete: a 0.5 was cast to True
     first = jnp.asarray(first, dtype=bool)
     if first.ndim < 1:
         raise ValueError("first must be one flag per env, shape [B] (or [T, B]), got a scalar.")

@@ -16,8 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import advantages as _advantages
-from jaxrl_rollout import losses
+from jaxrl_rollout import _checks, losses
 from jaxrl_rollout.advantages import discounted_returns
 from jaxrl_rollout.distributions import categorical_from_probs
 
@@ -42,7 +41,7 @@ def runner_returns(rewards: jax.Array, dones: jax.Array, last_values: jax.Array,
     Returns:
       [N, T] returns (flatten for the update).
     """
-    _advantages._check_flags(dones=dones)  # a 0.5 was cast to True
+    _checks.check_flags(dones=dones)  # a 0.5 was cast to True
     rewards, dones = jnp.asarray(rewards), jnp.asarray(dones, bool)
     if rewards.ndim != 2 or dones.shape != rewards.shape or jnp.shape(last_values) != rewards.shape[:1]:
         raise ValueError(

@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_rollout import _checks, stepping
-from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.advantages import discounted_returns
 from jaxrl_rollout.collect import rollout
 from jaxrl_rollout.types import RolloutState
@@ -243,7 +242,7 @@ def get_episode_rewards(rewards: jax.Array, dones: jax.Array) -> tuple[jax.Array
     Returns:
       (returns [N], count): returns[:count] are the episode returns, the rest 0.
     """
-    _advantages._check_flags(dones=dones)  # a 0.5 was cast to 0: no episode ended there
+    _checks.check_flags(dones=dones)  # a 0.5 was cast to 0: no episode ended there
     rewards, dones = jnp.asarray(rewards, jnp.float32), jnp.asarray(dones).astype(jnp.int32)
     if rewards.ndim != 1 or dones.shape != rewards.shape:
         raise ValueError(f"rewards and dones must be flat [N] arrays, got {rewards.shape} and {dones.shape}.")

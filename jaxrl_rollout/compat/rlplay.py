@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks, stepping
-from jaxrl_rollout import advantages as _advantages
 from jaxrl_rollout.types import PolicyOutput
 
 __all__ = ["Context", "Fragment", "collect", "context", "evaluate", "gae", "returns"]
@@ -72,10 +71,10 @@ class Fragment(NamedTuple):
 def _check_fragment(rew, fin, value, **coefficients):
     """The fragment's rows 1.. of rew and fin and all of value, in the estimators' float dtype (at least float32:
     integer rewards, half precision), after checking their shapes, fin's flags and the coefficients in [0, 1]."""
-    _advantages._check_flags(fin=fin)
+    _checks.check_flags(fin=fin)
     for name, x in coefficients.items():
-        _advantages._check_coefficient(x, name)
-    dtype = _advantages._float_dtype(rew, value)
+        _checks.check_coefficient(x, name)
+    dtype = _checks.float_dtype(rew, value)
     rew, fin, value = jnp.asarray(rew, dtype), jnp.asarray(fin, bool), jnp.asarray(value, dtype)
     if rew.ndim < 1 or rew.shape[0] < 2 or fin.shape != rew.shape or value.shape != rew.shape:
         raise ValueError(

@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import advantages as _advantages
+from jaxrl_rollout import _checks
 from jaxrl_rollout.stepping import reset_carry
 from jaxrl_rollout.types import PolicyOutput, PyTree
 
@@ -172,7 +172,7 @@ def unroll(
       [T, B], e.g. logits [T, B, A]) and values [T, B].
     """
     apply_fn = _as_apply_fn(module)
-    _advantages._check_flags(first=first)  # inside the scan they are traced: a 0.5 reset every step
+    _checks.check_flags(first=first)  # inside the scan they are traced: a 0.5 reset every step
     first = jnp.asarray(first)
     if first.ndim != 2:
         raise ValueError(f"first must have shape [T, B], got {first.shape}.")
