@@ -99,6 +99,18 @@ def test_summary_names_non_finite_seeds():
     assert row.nonfinite == 3 and "n/a" in report.format_summary([row], 1)
 
 
+def test_summary_says_when_an_interval_comes_from_two_seeds():
+    """Two seeds give a t factor of 12.71 ([-425, 523] on CartPole looked like a bug): the summary says why."""
+    from scipy.special import stdtrit
+
+    assert (round(float(stdtrit(1, 0.975)), 2), round(float(stdtrit(4, 0.975)), 2)) == (12.71, 2.78)
+    rows = [report.GridSummary(0, "a", 49.0, -425.0, 523.0, 2, 0), report.GridSummary(1, "b", 400.0, 390.0, 410.0, 5, 0)]
+    assert "an interval from 2 seeds is wide: its t factor is 12.71" in report.format_summary(rows, 1)
+    assert "seeds is wide" not in report.format_summary(rows[1:], 1)
+    one = report.GridSummary(0, "a", 49.0, np.nan, np.nan, 1, 0)  # one seed: no interval, no note
+    assert "seeds is wide" not in report.format_summary([one], 1)
+
+
 def test_returns_that_round_to_zero_print_without_a_minus_sign():
     # MountainCarContinuous's small action costs: -0.003 per run printed as "-0.0 +- 0.0 (min -0.0, max -0.0"
     tiny = np.array([-0.003, -0.004])
