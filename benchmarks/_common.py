@@ -68,19 +68,23 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def machine_info() -> dict:
+def machine_info(here: bool = False) -> dict:
     """What the figures depend on: CPU, core count, JAX backend and versions, load.
 
-    JAX is only asked about its backend if the script already imported it, so
-    the torch baseline never starts XLA's thread pool.
+    `timed_on` is where the timed code ran: the timing subprocesses' platform (`--platform`), or, with `here`
+    (a script that times in its own process), this process's JAX backend; `--platform` said nothing about
+    those, and a GPU run of one was recorded as timed on the CPU. JAX is only asked about its backend if the
+    script already imported it (or with `here`), so the torch baseline never starts XLA's thread pool.
     """
+    if here:
+        import jax  # noqa: F401  (the script times JAX in this process: its backend is the platform)
     info = {
         "date": datetime.date.today().isoformat(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "loadavg_start": loadavg(),
-        "timed_on": os.environ.get(PLATFORM_VAR, "cpu"),
+        "timed_on": sys.modules["jax"].default_backend() if here else os.environ.get(PLATFORM_VAR, "cpu"),
     }
     if info["timed_on"] != "cpu":
         info["gpus"] = gpu_names()

@@ -114,7 +114,7 @@ def main(argv=None) -> dict:
 
     import jax
 
-    machine = _common.machine_info()
+    machine = _common.machine_info(here=True)
     key = jax.random.PRNGKey(30)
     arg = jax.random.split(key, args.seeds) if args.seeds > 1 else key
     lowered, trace_lower_s = {}, {}

@@ -83,7 +83,7 @@ def main(argv=None) -> dict:
 
         if args.torch_threads:
             torch.set_num_threads(args.torch_threads)
-    machine = _common.machine_info()
+    machine = _common.machine_info(here=True)
     if torch is not None:
         machine["torch_threads"] = torch.get_num_threads()
     gamma, lam = 0.99, 0.95

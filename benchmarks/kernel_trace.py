@@ -221,7 +221,7 @@ def main(argv=None) -> dict:
         p.error(f"--seeds and --updates need one value each per run, got {args.seeds} and {args.updates}")
     if min(args.seeds + args.updates) < 1:
         p.error("--seeds and --updates must be positive")
-    machine = _common.machine_info()
+    machine = _common.machine_info(here=True)
     results, tables = [], []
     for seeds, updates in zip(args.seeds, args.updates):
         result, table = analyse(args.algo, seeds, updates, args.top, args.loops)

@@ -68,7 +68,7 @@ def main() -> dict:
                         "td3: 2,000)")
     p.add_argument("--eval-episodes", type=int, default=32)
     args = p.parse_args()
-    machine = dict(_common.machine_info(), loadavg_start=_common.loadavg())
+    machine = dict(_common.machine_info(here=True), loadavg_start=_common.loadavg())
     if args.algo == "td3":
         return _td3(args, machine)
     if args.algo == "sac":

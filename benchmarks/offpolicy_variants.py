@@ -194,7 +194,7 @@ def main(argv=None) -> dict:
 
     from benchmarks import _common, hlo_launches
 
-    machine = _common.machine_info()
+    machine = _common.machine_info(here=True)
     if jax.default_backend() == "gpu":
         machine["gpus"] = _common.gpu_names()
     print(f"{machine['cpu']}; jax {jax.__version__} on {jax.devices()[0]}; rounds {args.rounds}", flush=True)

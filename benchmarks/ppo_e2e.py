@@ -81,7 +81,7 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=1, help="timed runs per seed count (median)")
     args = p.parse_args(argv)
 
-    machine = _common.machine_info()
+    machine = _common.machine_info(here=True)
     results, rows = [], []
     for s in args.seeds:
         r = compile_and_run(s, args.total_steps, args.repeats)

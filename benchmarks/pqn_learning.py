@@ -81,7 +81,7 @@ def main(argv=None) -> dict:
     train_final = np.nansum(np.nan_to_num(r) * n, 1) / np.maximum(n.sum(1), 1)
     greedy = np.asarray(greedy)
     out = {
-        "machine": _common.machine_info(),
+        "machine": _common.machine_info(here=True),
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
         "hparams": pqn.PQNHParams()._asdict(),
         "seeds": args.seeds,

@@ -95,7 +95,7 @@ def main(argv=None) -> dict:
     from jaxrl_rollout.algorithms import _common as alg
     from jaxrl_rollout.algorithms import ppo
 
-    machine = _common.machine_info()
+    machine = _common.machine_info(here=True)
     built = alg.setup("CartPole-v1", "mlp", (64, 64), "tanh")
     env, env_params = built.env, built.env_params
     state = jr.rollout_init(jax.random.key(0), env, env_params, args.num_envs)

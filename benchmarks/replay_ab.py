@@ -33,7 +33,7 @@ def main() -> dict:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
-    machine = dict(_common.machine_info(), loadavg_start=_common.loadavg())
+    machine = dict(_common.machine_info(here=True), loadavg_start=_common.loadavg())
     B, steps = args.envs, args.steps
     ex = replay.Transition(jnp.zeros(4), jnp.int32(0), jnp.float32(0), jnp.zeros(4), jnp.bool_(False), jnp.bool_(False))
 

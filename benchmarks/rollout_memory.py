@@ -64,7 +64,7 @@ def main(argv=None) -> dict:
     import jaxrl_rollout as jr
     from jaxrl_rollout import envs
 
-    machine = _common.machine_info()
+    machine = _common.machine_info(here=True)
     env, env_params = envs.make("CartPole-v1")
     results, rows = [], []
     for policy_name, (policy_fn, params) in policies(env, env_params).items():

@@ -78,7 +78,7 @@ def main(argv=None) -> dict:
     import jaxrl_rollout as jr
     from jaxrl_rollout import envs
 
-    machine = _common.machine_info()
+    machine = _common.machine_info(here=True)
     env, env_params = envs.make(args.env)
     results, rows = [], []
     for b in args.sizes:

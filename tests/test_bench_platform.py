@@ -44,6 +44,18 @@ def test_platform_reaches_the_children(clean_platform, monkeypatch):
     assert info["timed_on"] == "cuda" and info["gpus"] == ["GPU 0: test"]
 
 
+def test_a_script_that_times_in_its_own_process_records_its_own_backend(clean_platform, monkeypatch):
+    """--platform sets the children's platform: an in-process script's GPU run was recorded as timed on "cpu"
+    (and, here, a CPU run after --platform cuda as timed on cuda)."""
+    import jax
+
+    monkeypatch.setattr(_common, "gpu_names", lambda: ["GPU 0: test"])
+    _common.parser("x").parse_args(["--platform", "cuda"])
+    assert _common.machine_info()["timed_on"] == "cuda"
+    info = _common.machine_info(here=True)
+    assert info["timed_on"] == jax.default_backend() == info["backend"] == "cpu" and "gpus" not in info
+
+
 def test_unknown_platform_is_refused(clean_platform, capsys):
     with pytest.raises(SystemExit):
         _common.parser("x").parse_args(["--platform", "gpu"])
