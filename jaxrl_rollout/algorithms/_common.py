@@ -268,6 +268,16 @@ def check_scaled_box(algo: str, env: Any, low: Any, high: Any) -> None:
                          f"with high > low, got low={low}, high={high}.")
 
 
+def _leaf_spaces(space: Any, path: tuple = ()) -> list:
+    """[(path, space)] for every space of an observation space that is not a Dict or Tuple, in jax's leaf order
+    for the matching pytree (a Dict's keys sorted, as jax flattens a dict)."""
+    if isinstance(space, spaces.Dict):
+        return [leaf for k in sorted(space.spaces) for leaf in _leaf_spaces(space.spaces[k], path + (str(k),))]
+    if isinstance(space, spaces.Tuple):
+        return [leaf for i, sub in enumerate(space.spaces) for leaf in _leaf_spaces(sub, path + (str(i),))]
+    return [(path, space)]
+
+
 def space_leaves(space: Any, path: tuple = ()) -> list:
     """The arrays of an observation space: [(path, shape, dtype)], in jax's leaf order for the matching pytree.
 
@@ -275,19 +285,19 @@ def space_leaves(space: Any, path: tuple = ()) -> list:
     (a Dict's keys sorted, as jax flattens a dict). Any other space is a
     ValueError naming `network`.
     """
-    if isinstance(space, spaces.Box):
-        return [(path, tuple(int(d) for d in space.shape), np.dtype(space.dtype))]
-    if isinstance(space, spaces.Discrete):
-        return [(path, (), np.dtype(getattr(space, "dtype", np.int32)))]
-    if isinstance(space, spaces.Dict):
-        return [leaf for k in sorted(space.spaces) for leaf in space_leaves(space.spaces[k], path + (str(k),))]
-    if isinstance(space, spaces.Tuple):
-        return [leaf for i, sub in enumerate(space.spaces) for leaf in space_leaves(sub, path + (str(i),))]
-    raise ValueError(
-        f"network='auto' cannot read the observation space {space!r}"
-        + (f" at {'/'.join(path)}" if path else "")
-        + ": expected gymnax Box, Discrete, Dict or Tuple spaces."
-    )
+    leaves = []
+    for leaf_path, leaf in _leaf_spaces(space, path):
+        if isinstance(leaf, spaces.Box):
+            leaves.append((leaf_path, tuple(int(d) for d in leaf.shape), np.dtype(leaf.dtype)))
+        elif isinstance(leaf, spaces.Discrete):
+            leaves.append((leaf_path, (), np.dtype(getattr(leaf, "dtype", np.int32))))
+        else:
+            raise ValueError(
+                f"network='auto' cannot read the observation space {leaf!r}"
+                + (f" at {'/'.join(leaf_path)}" if leaf_path else "")
+                + ": expected gymnax Box, Discrete, Dict or Tuple spaces."
+            )
+    return leaves
 
 
 def _describe(leaves: list) -> str:
@@ -372,14 +382,9 @@ def choose_network(network: str, observation_space: Any, action_dim: int, contin
 
 
 def discrete_sizes(space: Any) -> tuple[int, ...]:
-    """Per leaf of an observation space, in `space_leaves`' order, a Discrete leaf's n, else 0."""
-    if isinstance(space, spaces.Discrete):
-        return (int(space.n),)
-    if isinstance(space, spaces.Dict):
-        return tuple(n for k in sorted(space.spaces) for n in discrete_sizes(space.spaces[k]))
-    if isinstance(space, spaces.Tuple):
-        return tuple(n for sub in space.spaces for n in discrete_sizes(sub))
-    return (0,)
+    """Per leaf of an observation space, in `space_leaves`' order, a Discrete leaf's n, else 0 (any other space
+    too: this reads a space, `space_leaves` checks it)."""
+    return tuple(int(leaf.n) if isinstance(leaf, spaces.Discrete) else 0 for _, leaf in _leaf_spaces(space))
 
 
 def grad_norm(opt_state: Any, grads: Any) -> jax.Array:
