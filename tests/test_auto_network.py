@@ -258,3 +258,23 @@ def test_a_discrete_leaf_of_a_dict_observation_is_read_one_hot():
     assert float(metrics.episode_return[-5:].mean()) > 0.9  # 0.94 (0.91-0.98 over 3 seeds); as one number 0.47-0.59
     with pytest.raises(ValueError, match=r"^normalize_observations=True: the env's observation is \(or holds\)"):
         ppo.make_train(ppo.PPOConfig(normalize_observations=True), env=ParityDictEnv())
+
+
+@pytest.mark.parametrize("tuple_space", [False, True], ids=["dict-space", "tuple-space"])
+def test_one_hot_sizes_follow_the_observations_own_leaf_order(tuple_space):
+    """A NamedTuple observation described by a Dict space (every jumanji env's) flattens in field order, the space
+    in sorted-key order: the one-hot size went to the wrong leaf (Snake's step_count was read as one number, its
+    4000 given to the action mask; here the cell's 16 went to `bias`, "obs.bias is read one-hot")."""
+    from jaxrl_rollout.algorithms import ppo
+    from tests.toy_envs import ParityNamedTupleEnv
+
+    env = ParityNamedTupleEnv(tuple_space)
+    made = ppo.make_ppo(ppo.PPOConfig(num_envs=2, num_steps=4, total_timesteps=8, num_minibatches=1,
+                                      update_epochs=1, **TINY), env=env)
+    assert made.module.one_hot == (16, 0)  # leaves in the observation's order: cell, bias
+    obs = env.reset(jax.random.key(0), env.default_params)[0]
+    params = made.module.init(jax.random.key(0), jax.tree.map(lambda x: x[None], obs))
+    assert params["params"]["encoder_cell"]["kernel"].shape[0] == 16
+    assert params["params"]["encoder_bias"]["kernel"].shape[0] == 2
+    # without an observation to order them by, the space's order (bias, cell for the Dict)
+    assert _common.discrete_sizes(env.observation_space()) == ((16, 0) if tuple_space else (0, 16))

@@ -11,6 +11,8 @@ BoxCountingEnv: the same with a Box action in [-1, 3], where an action above
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -208,3 +210,26 @@ class ParityDictEnv(ParityEnv):
 
     def observation_space(self, params=None):
         return spaces.Dict({"cell": spaces.Discrete(self.CELLS), "bias": spaces.Box(0.0, 1.0, (2,), jnp.float32)})
+
+
+class ParityCell(NamedTuple):
+    cell: jax.Array
+    bias: jax.Array
+
+
+class ParityNamedTupleEnv(ParityDictEnv):
+    """`ParityDictEnv` whose observation is a NamedTuple (cell, bias), as jumanji's are: it flattens in field order,
+    the Dict space in sorted-key order (bias, cell). `tuple_space=True` describes it by a Tuple space instead."""
+
+    def __init__(self, tuple_space: bool = False):
+        super().__init__()
+        self.tuple_space = tuple_space
+
+    @staticmethod
+    def _obs(cell):
+        return ParityCell(cell, jnp.ones((2,), jnp.float32))
+
+    def observation_space(self, params=None):
+        if self.tuple_space:
+            return spaces.Tuple([spaces.Discrete(self.CELLS), spaces.Box(0.0, 1.0, (2,), jnp.float32)])
+        return super().observation_space(params)

@@ -317,8 +317,11 @@ def _check_channels_last(network: str, where: str, shape: tuple) -> None:
 
 
 def choose_network(network: str, observation_space: Any, action_dim: int, continuous: bool, hidden_sizes,
-                   activation: str):
+                   activation: str, sample: Any = None):
     """The flax module for a config's network name and the env's observation space (see the module docstring).
+
+    `sample`, an observation as the env gives it (`sample_observation`), orders the multi-input network's
+    one-hot sizes as its leaves come (see `discrete_sizes`); without it they come in the space's order.
 
     Raises:
       ValueError: naming `network`, when the observation space does not fit
@@ -374,17 +377,34 @@ def choose_network(network: str, observation_space: Any, action_dim: int, contin
         return mlp()
     if single and len(shape) == 3:
         return cnn()
-    sizes = discrete_sizes(observation_space)
+    sizes = discrete_sizes(observation_space, sample)
     return networks.ActorCriticMultiInput(
         action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation,
         one_hot=sizes if any(sizes) else (),  # Discrete leaves read one-hot, as a top-level Discrete is
     )
 
 
-def discrete_sizes(space: Any) -> tuple[int, ...]:
-    """Per leaf of an observation space, in `space_leaves`' order, a Discrete leaf's n, else 0 (any other space
-    too: this reads a space, `space_leaves` checks it)."""
-    return tuple(int(leaf.n) if isinstance(leaf, spaces.Discrete) else 0 for _, leaf in _leaf_spaces(space))
+def discrete_sizes(space: Any, sample: Any = None) -> tuple[int, ...]:
+    """Per leaf of an observation space, a Discrete leaf's n, else 0 (any other space too: this reads a space,
+    `space_leaves` checks it).
+
+    In `space_leaves`' order, or with `sample` (an observation, such as `sample_observation`'s) in the order of
+    its own leaves, which is the order a network meets them in: a NamedTuple observation described by a Dict
+    space (every jumanji env's) flattens in field order, the space in sorted-key order. Leaves are matched by
+    their paths' names (a field and a key of the same name match); where they do not all match, the two
+    structures are taken to correspond position by position (a NamedTuple described by a Tuple space).
+    """
+    from jaxrl_rollout.networks.modules import leaf_name
+
+    leaves = _leaf_spaces(space)
+    sizes = tuple(int(leaf.n) if isinstance(leaf, spaces.Discrete) else 0 for _, leaf in leaves)
+    if sample is None:
+        return sizes
+    by_path = dict(zip((path for path, _ in leaves), sizes, strict=True))
+    paths = [tuple(leaf_name([entry]) for entry in path) for path, _ in jax.tree_util.tree_leaves_with_path(sample)]
+    if sorted(paths) != sorted(by_path):
+        return sizes
+    return tuple(by_path[path] for path in paths)
 
 
 def grad_norm(opt_state: Any, grads: Any) -> jax.Array:
@@ -1052,8 +1072,10 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
     if continuous:
         env = envs.ClipAction(env)
     if module is None:
-        module = choose_network(network, env.observation_space(env_params), action_dim, continuous, hidden_sizes,
-                                activation)
+        space = env.observation_space(env_params)
+        if sample is None and isinstance(space, (spaces.Dict, spaces.Tuple)) and any(discrete_sizes(space)):
+            sample = sample_observation(env, env_params)  # the order of the leaves the one-hot sizes go with
+        module = choose_network(network, space, action_dim, continuous, hidden_sizes, activation, sample)
         recurrent = network == "gru"
     else:
         recurrent = check_network(module, env.observation_space(env_params), action_dim, continuous,
