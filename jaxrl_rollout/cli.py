@@ -636,11 +636,17 @@ def _check_time_limit(env_id: str, env, env_params) -> None:
     try:
         episode_limit(env, env_params, None)
     except ValueError:
+        option = _TIME_LIMIT_OPTIONS.get(env_id.split("/", 1)[0], "max_episode_steps")
         raise ValueError(
             f"--env {env_id}: the env has no time limit, and the command line evaluates whole episodes (train's "
             "evaluations, evaluate, rollout), which it then cannot bound; from Python, give it one with "
-            f"envs.make({env_id!r}, max_episode_steps=N) and pass that env to make_train(config, env=...)."
+            f"envs.make({env_id!r}, {option}=N) and pass that env to make_train(config, env=...)."
         ) from None
+
+
+# Each suite's make option for a time limit, where it is not max_episode_steps (jumanji's, gymnasium's, envpool's).
+_TIME_LIMIT_OPTIONS = {"pgx": "max_steps", "navix": "max_steps", "xminigrid": "max_steps", "brax": "episode_length",
+                       "craftax": "max_timesteps"}
 
 
 def _build_algorithm(spec, given: dict | None = None):

@@ -320,7 +320,51 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
     # accepted, then every step truncated (and evaluate bounded at 0 steps)
     ("gymnasium/CartPole-v1", {"max_episode_steps": 0}, r"^max_episode_steps must be a positive int or None, got 0"),
     ("envpool/CartPole-v1", {"max_episode_steps": 0}, r"^max_episode_steps must be a positive int or None, got 0"),
+    ("gymnasium/CartPole-v1", {"max_episode_steps": 5.0}, r"^max_episode_steps must be a positive int or None, got 5.0"),
 ])
 def test_a_host_suites_bad_options_are_a_value_error_naming_them(env_id, options, message):
     with pytest.raises(ValueError, match=message):
         envs.make(env_id, **options)
+
+
+@pytest.mark.parametrize("env_id", ["gymnasium/CartPole-v1", "envpool/CartPole-v1"])
+def test_a_numpy_int_time_limit_is_taken_as_an_int(env_id):
+    """np.int64(5) was refused ("must be a positive int or None"), where brax's, pgx's and xminigrid's limits take
+    it; it reaches the suite as a Python int."""
+    _, params = envs.make(env_id, max_episode_steps=np.int64(5))
+    assert params.max_steps_in_episode == 5 and type(params.max_steps_in_episode) is int
+
+
+class _IntCounter(gymnasium.Env):
+    """Observations from an integer Box written as gymnasium users write it (dtype=int: int64 on Linux)."""
+
+    def __init__(self, high=10):
+        self.observation_space = gymnasium.spaces.Box(0, high, (2,), dtype=int)
+        self.action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0, 0]), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t, int(action)]), 1.0, False, False, {}
+
+
+def test_an_int64_box_observation_is_given_as_int32():
+    """The space kept int64, which JAX (without x64) cannot take back from the host: make_train built, and the
+    jitted train failed in io_callback ("cannot specify 64-bit types"); an int64 bound iinfo.max became -1."""
+    from jaxrl_rollout.algorithms import ppo
+
+    if "IntCounter-v0" not in gymnasium.registry:
+        gymnasium.register("IntCounter-v0", entry_point=_IntCounter, max_episode_steps=10)
+    env, params = envs.make("gymnasium/IntCounter-v0")
+    space = env.observation_space(params)
+    assert space.dtype == jnp.int32 and np.all(np.asarray(space.high) == 10)
+    wide = envs.make("gymnasium/IntCounter-v0", high=np.iinfo(np.int64).max)[0].observation_space(None)
+    assert np.all(np.asarray(wide.low) == 0) and np.all(np.asarray(wide.high) == np.iinfo(np.int32).max)
+    config = ppo.PPOConfig(num_envs=2, num_steps=10, total_timesteps=20, num_minibatches=1, update_epochs=1,
+                           hidden_sizes=(8, 8))
+    _, metrics = jax.jit(ppo.make_train(config, env=env, env_params=params))(jax.random.key(0))
+    assert np.asarray(metrics.episode_return).tolist() == [10.0]  # every step pays 1, truncated at 10

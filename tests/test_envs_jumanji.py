@@ -275,6 +275,46 @@ def test_multi_discrete_actions_as_a_tuple_or_flat():
     assert steps[1][1]
 
 
+def test_flat_actions_come_with_a_flat_joint_action_mask():
+    """With multi_discrete='flat' Tetris's [4, 6] action mask stayed [4, 6] beside Discrete(24) actions, and
+    network='auto' refused it ("must be bool [A=24]"): the option the library itself recommends could not train."""
+    from jaxrl_rollout.algorithms import ppo
+
+    env, _ = envs.make("jumanji/Tetris-v0", num_rows=6, num_cols=6, multi_discrete="flat")
+    raw, _ = envs.make("jumanji/Tetris-v0", num_rows=6, num_cols=6)
+    assert env.action_space().n == 24 and env.observation_space().spaces["action_mask"].shape == (24,)
+    assert raw.observation_space().spaces["action_mask"].shape == (4, 6)  # the tuple actions keep the joint mask
+    key = jax.random.key(3)
+    obs, state = env.reset(key)
+    raw_obs, _ = raw.reset(key)
+    np.testing.assert_array_equal(obs.action_mask, np.asarray(raw_obs.action_mask).reshape(-1))
+    for a in range(24):  # flat action a is (rotation, column) = divmod(a, 6): the mask's row-major entry a
+        np.testing.assert_array_equal(env._to_env_action(jnp.int32(a)), divmod(a, 6))
+    step_obs = env.step(key, state, jnp.int32(int(np.argmax(obs.action_mask))))[0]
+    assert step_obs.action_mask.shape == (24,)
+    config = ppo.PPOConfig(num_envs=2, num_steps=4, total_timesteps=8, num_minibatches=1, update_epochs=1,
+                           hidden_sizes=(8, 8))
+    algo = ppo.make_ppo(config, env=env)
+    assert algo.module.one_hot[-1] == 400  # step_count, read one-hot, last in the observation's field order
+
+
+def test_the_suites_auto_reset_and_vmap_wrappers_are_refused():
+    """After jumanji's AutoResetWrapper the final observation was silently the next episode's first (step_count
+    0 where the raw env ended at 3); BraxEnv refused brax's own, JumanjiEnv did not."""
+    from jumanji.wrappers import AutoResetWrapper, MultiToSingleWrapper, VmapWrapper  # noqa: F401
+
+    base = jumanji.make("Snake-v1", num_rows=6, num_cols=6, time_limit=3)
+    for wrapper in (AutoResetWrapper, VmapWrapper):
+        with pytest.raises(ValueError, match=rf"^env is wrapped in {wrapper.__name__}; pass the env without it: "
+                                             "JumanjiEnv takes one raw env"):
+            JumanjiEnv(wrapper(base))
+    env = JumanjiEnv(base)
+    obs, state = env.reset(jax.random.key(0))
+    for _ in range(3):
+        obs, state, _, terminated, truncated, info = env.step(jax.random.key(1), state, jnp.int32(0))
+    assert bool(terminated | truncated) and int(info["final_observation"].step_count) == 3
+
+
 def test_integer_bounded_actions_count_from_the_minimum_and_floats_are_boxes():
     env = JumanjiEnv(EchoEnv(specs.BoundedArray((2,), jnp.int16, minimum=1, maximum=[2, 4])))
     assert [s.n for s in env.action_space().spaces] == [2, 4]
@@ -308,6 +348,10 @@ def test_make_default_snake():
         ({"multi_discrete": "joint"}, "multi_discrete must be one of"),
         ({"max_episode_steps": 0}, "max_episode_steps must be a positive int"),
         ({"max_episode_steps": 4000}, "must be below the env's own time_limit=4000"),
+        # a value of the wrong type was reported as an option Snake does not take
+        ({"num_rows": "6"}, r"^jumanji 'Snake-v1' could not be built with the options \{'num_rows': '6'\} \(a value "
+                            r"of the wrong type\?\): TypeError: "),
+        ({"time_limit": "100"}, r"^jumanji 'Snake-v1' could not be built with the options \{'time_limit': '100'\}"),
     ],
 )
 def test_bad_options_are_named(kwargs, match):

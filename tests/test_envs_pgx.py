@@ -419,3 +419,15 @@ def test_the_rollout_command_plays_legal_moves_against_the_random_opponent(capsy
     legal = np.asarray(traj.obs["legal_action_mask"])
     assert np.take_along_axis(legal, np.asarray(traj.action)[..., None], -1).all()
     assert int(np.asarray(traj.terminated).sum()) > 8  # whole games were played
+
+
+def test_the_command_lines_time_limit_hint_names_pgxs_own_option(capsys):
+    """It advised envs.make('pgx/2048', max_episode_steps=N), which pgx refuses ("takes no options"): its time
+    limit is max_steps."""
+    from jaxrl_rollout import cli
+
+    assert cli.main(["rollout", "--env", "pgx/2048"]) == 2
+    err = capsys.readouterr().err
+    assert "the env has no time limit" in err and "envs.make('pgx/2048', max_steps=N)" in err, err
+    env, _ = envs.make("pgx/2048", max_steps=100)  # what it advises is taken
+    assert env.max_steps_in_episode() == 100

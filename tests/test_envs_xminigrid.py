@@ -204,6 +204,36 @@ def test_bad_params_are_named():
         envs.make("xminigrid/MiniGrid-Empty-5x5", max_steps=0)
 
 
+@pytest.mark.parametrize("value, kind", [("5", "a positive int"), (2.5, "a positive int"), (0, "a positive int")])
+def test_a_params_override_of_the_wrong_kind_names_its_field(value, kind):
+    """view_size="5" or 2.5 failed inside make_train ("`pad_width` must be of integral type", from jax.numpy);
+    view_size=0 built a [0, 0] view, refused by the network ("kernel_size must be a positive int")."""
+    with pytest.raises(ValueError, match=rf"^xminigrid 'MiniGrid-Empty-5x5': EnvParams field view_size must be "
+                                         rf"{kind} \(its default is 7\), got {value!r}\.$"):
+        envs.make("xminigrid/MiniGrid-Empty-5x5", view_size=value)
+    with pytest.raises(ValueError, match=r"field render_mode must be a str"):
+        envs.make("xminigrid/MiniGrid-Empty-5x5", render_mode=3)
+    _, params = envs.make("xminigrid/MiniGrid-Empty-5x5", view_size=np.int64(5))
+    assert type(params.view_size) is int and params.view_size == 5
+
+
+def test_auto_reset_wrappers_are_refused_and_image_views_are_described():
+    """GymAutoResetWrapper made the truncated step's final observation the reset view, silently; the RGB image
+    wrapper's observation_space failed in a broadcast ("uint8[2] ... uint8[224,224,3]")."""
+    from xminigrid.experimental.img_obs import RGBImgObservationWrapper
+    from xminigrid.wrappers import DmEnvAutoResetWrapper, GymAutoResetWrapper
+
+    env, params = xminigrid.make("MiniGrid-Empty-5x5")
+    for wrapper in (GymAutoResetWrapper, DmEnvAutoResetWrapper):
+        with pytest.raises(ValueError, match=rf"^env is wrapped in {wrapper.__name__}; pass the env without it"):
+            XMiniGridEnv(wrapper(env), params)
+    images = XMiniGridEnv(RGBImgObservationWrapper(env), params)
+    space = images.observation_space(params)
+    obs = images.reset(jax.random.key(0), params)[0]
+    assert space.shape == obs.shape == (224, 224, 3) and space.dtype == obs.dtype == jnp.uint8
+    assert int(space.low) == 0 and int(space.high) == 255
+
+
 def test_missing_suite_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "xminigrid", None)
     with pytest.raises(ImportError, match=r"pip install 'jaxrl-rollout\[xminigrid\]'"):

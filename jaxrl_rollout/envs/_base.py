@@ -58,17 +58,40 @@ def _import_quietly(module: str) -> Any:
             sys.stdout.write("".join(kept))
 
 
-def check_max_episode_steps(value: Any) -> None:
-    """A ValueError naming `max_episode_steps` unless it is a positive int or None (0 truncated every step,
-    and an evaluation bounded by it returned nothing)."""
-    if value is not None and (not _checks.is_int(value, numpy=False) or value <= 0):
+def check_max_episode_steps(value: Any) -> int | None:
+    """`value` as a Python int (a NumPy int too, as brax's, pgx's and xminigrid's limits take), or None; a
+    ValueError naming `max_episode_steps` for anything else (0 truncated every step, and an evaluation bounded
+    by it returned nothing)."""
+    if value is not None and (not _checks.is_int(value) or value <= 0):
         raise ValueError(f"max_episode_steps must be a positive int or None, got {value!r}.")
+    return None if value is None else int(value)
+
+
+def with_max_episode_steps(make_kwargs: dict) -> dict:
+    """`make_kwargs` with its `max_episode_steps` checked and made a Python int, where it has one."""
+    if "max_episode_steps" not in make_kwargs:
+        return make_kwargs
+    return {**make_kwargs, "max_episode_steps": check_max_episode_steps(make_kwargs["max_episode_steps"])}
+
+
+def refuse_wrappers(env: Any, wrapper: type, refused: tuple[str, ...], why: str) -> None:
+    """A ValueError naming `env` when a wrapper in its chain (`wrapper` subclasses, each holding the next in
+    `_env`, as jumanji's and xminigrid's do) is one of `refused` (their class names), saying `why`."""
+    inner = env
+    while isinstance(inner, wrapper):
+        if type(inner).__name__ in refused:
+            raise ValueError(f"env is wrapped in {type(inner).__name__}; pass the env without it: {why}")
+        inner = getattr(inner, "_env", None)
 
 
 def options_error(suite: str, name: str, options: dict, error: BaseException) -> ValueError:
-    """The ValueError for options `suite`'s make does not take (its TypeError), naming them as jumanji's and brax's
-    adapters do."""
-    return ValueError(f"{suite} {name!r} does not take the options {sorted(options)}: {error}")
+    """The ValueError for a TypeError of `suite`'s make given `options`, naming them as jumanji's and brax's
+    adapters do: options it does not take ("unexpected keyword argument"), or else values of a type the env
+    cannot build with (`num_rows="6"` was reported as an option Snake does not take)."""
+    if "keyword argument" in str(error):
+        return ValueError(f"{suite} {name!r} does not take the options {sorted(options)}: {error}")
+    return ValueError(f"{suite} {name!r} could not be built with the options {options!r} (a value of the wrong "
+                      f"type?): {type(error).__name__}: {error}")
 
 
 class UnsupportedEnv(NotImplementedError, ValueError):

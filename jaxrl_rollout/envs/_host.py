@@ -49,13 +49,29 @@ def _to_gymnax_space(space: Any, what: str) -> Any:
             raise ValueError(f"{what} is Discrete(n={space.n}, start={space.start}); only start=0 is supported.")
         return spaces.Discrete(int(space.n))
     if isinstance(space, gym_spaces.Box):
-        dtype = jnp.float32 if np.issubdtype(space.dtype, np.floating) else jnp.dtype(space.dtype)
+        dtype = _jax_dtype(space.dtype)
+        low, high = np.asarray(space.low), np.asarray(space.high)
+        if np.issubdtype(dtype, np.integer):  # int64 bounds past int32's range wrapped ([0, -1] for iinfo.max)
+            info = np.iinfo(dtype)
+            low, high = np.clip(low, info.min, info.max), np.clip(high, info.min, info.max)
         return spaces.Box(
-            jnp.asarray(space.low, dtype), jnp.asarray(space.high, dtype), tuple(space.shape), dtype
+            jnp.asarray(low.astype(dtype)), jnp.asarray(high.astype(dtype)), tuple(space.shape), dtype
         )
     raise ValueError(
         f"{what} is {space!r}; GymnasiumEnv supports Discrete (start=0) and Box spaces."
     )
+
+
+def _jax_dtype(dtype: Any) -> np.dtype:
+    """The dtype a host env's Box values take in JAX: float32 for floats, and 64-bit ints narrowed to 32 bits
+    (JAX has no 64-bit arrays unless jax_enable_x64 is set; `Box(0, 10, (2,), dtype=int)` is int64 on Linux,
+    and its step failed inside io_callback with "cannot specify 64-bit types")."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return np.dtype(np.float32)
+    if np.issubdtype(dtype, np.integer) and dtype.itemsize > 4:
+        return np.dtype(np.int32 if np.issubdtype(dtype, np.signedinteger) else np.uint32)
+    return dtype
 
 
 def _struct(space: Any, batch: Any) -> jax.ShapeDtypeStruct:

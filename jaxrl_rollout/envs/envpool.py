@@ -91,7 +91,7 @@ class EnvpoolEnv(HostEnv):
         fixed = sorted({"num_envs", "batch_size", "seed"} & set(make_kwargs))
         if fixed:
             raise ValueError(f"EnvpoolEnv sets {fixed} itself (num_envs from the keys given to reset); drop them.")
-        _base.check_max_episode_steps(make_kwargs.get("max_episode_steps"))
+        make_kwargs = _base.with_max_episode_steps(make_kwargs)
         with _quiet_box_casts():  # the spaces are made when first read
             try:
                 probe = envpool.make_gymnasium(name, num_envs=1, **make_kwargs)

@@ -60,7 +60,7 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
     gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
     if name not in gymnasium.registry:
         raise _base.unknown_name("gymnasium env id", name, gymnasium.registry, list_known=False)
-    _base.check_max_episode_steps(make_kwargs.get("max_episode_steps"))
+    make_kwargs = _base.with_max_episode_steps(make_kwargs)
     try:
         env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name)
     except TypeError as error:

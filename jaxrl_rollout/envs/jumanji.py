@@ -37,7 +37,9 @@ of shape (A,) or more -> with `multi_discrete="tuple"` (default) a gymnax
 `Tuple` of one `Discrete` per element (row-major order; the action is a tuple
 of ints, each counted from the spec's minimum), with `multi_discrete="flat"`
 a single `Discrete` over all combinations (row-major, as jumanji's joint
-action masks are laid out), usable with `categorical_policy`. Other action
+action masks are laid out), usable with `categorical_policy`; a joint
+`action_mask` ([4, 6] for Tetris) is then given flat ([24]), so that
+`network="auto"` masks the flat actions with it. Other action
 specs (bool, nested) raise `UnsupportedEnv` (a NotImplementedError and a
 ValueError) naming the spec.
 
@@ -72,13 +74,19 @@ from jaxrl_rollout.envs._base import (
     UnsupportedEnv,
     check_max_episode_steps,
     options_error,
+    refuse_wrappers,
     require,
     unknown_name,
 )
 
 __all__ = ["JumanjiEnv", "JumanjiState", "make"]
 
+# jumanji's wrappers that reset episodes (dropping the final observation), add a batch axis, or change the API.
+_REFUSED_WRAPPERS = ("AutoResetWrapper", "VmapAutoResetWrapper", "VmapWrapper", "JumanjiToGymWrapper",
+                     "JumanjiToDMEnvWrapper")
+
 _MULTI_DISCRETE_MODES = ("tuple", "flat")
+_MASK_FIELD = "action_mask"  # jumanji's name for the legal-action mask in its observations
 
 
 class JumanjiState(NamedTuple):
@@ -200,10 +208,14 @@ class JumanjiEnv(SameStepEnv):
     ):
         specs = require("jumanji.specs", "jumanji", "jaxrl_rollout.envs.jumanji.JumanjiEnv")
         self._last = require("jumanji.types", "jumanji").StepType.LAST
+        refuse_wrappers(env, require("jumanji.wrappers", "jumanji").Wrapper, _REFUSED_WRAPPERS,
+                        "JumanjiEnv takes one raw env. It resets finished episodes itself and keeps their true final "
+                        "observation (after jumanji's auto-reset the step returns the next episode's first one), "
+                        "and the rollout vmaps it.")
         if multi_discrete not in _MULTI_DISCRETE_MODES:
             raise ValueError(f"multi_discrete must be one of {_MULTI_DISCRETE_MODES}, got {multi_discrete!r}.")
         if max_episode_steps is not None:
-            check_max_episode_steps(max_episode_steps)
+            max_episode_steps = check_max_episode_steps(max_episode_steps)
             time_limit = getattr(env, "time_limit", None)
             if isinstance(time_limit, int) and max_episode_steps >= time_limit:
                 raise ValueError(
@@ -222,6 +234,27 @@ class JumanjiEnv(SameStepEnv):
         self._name = name or type(env).__name__
         self._action_space, self._to_env_action = _action_codec(env.action_spec, specs, multi_discrete)
         self._observation_space = _observation_space(env.observation_spec, specs, "observation_spec")
+        # With flat actions a joint action mask ([4, 6] over Tetris's rotation x column) is given flat, [24], in
+        # the same row-major order as the actions, so that it masks the one Discrete the policy samples from.
+        self._joint_mask = None
+        mask_spec = getattr(env.observation_spec, _MASK_FIELD, None)
+        if (multi_discrete == "flat" and isinstance(self._action_space, spaces.Discrete)
+                and tuple(getattr(env.action_spec, "shape", ())) != () and isinstance(mask_spec, specs.Array)
+                and len(mask_spec.shape) > 1 and math.prod(mask_spec.shape) == int(self._action_space.n)):
+            self._joint_mask = tuple(mask_spec.shape)
+            mask_space = self._observation_space.spaces[_MASK_FIELD]
+            flat = tuple(np.broadcast_to(np.asarray(x), mask_spec.shape).reshape(-1) for x in (mask_space.low,
+                                                                                                mask_space.high))
+            self._observation_space = spaces.Dict({**self._observation_space.spaces, _MASK_FIELD: spaces.Box(
+                *(x.flat[0] if np.all(x == x.flat[0]) else jnp.asarray(x) for x in flat),
+                (int(self._action_space.n),), mask_space.dtype)})
+
+    def _observation(self, obs: PyTree) -> PyTree:
+        """The env's observation, with a joint action mask flattened (flat actions; see `__init__`)."""
+        if self._joint_mask is None:
+            return obs
+        flat = jnp.reshape(getattr(obs, _MASK_FIELD) if hasattr(obs, "_replace") else obs[_MASK_FIELD], (-1,))
+        return obs._replace(**{_MASK_FIELD: flat}) if hasattr(obs, "_replace") else {**obs, _MASK_FIELD: flat}
 
     def max_steps_in_episode(self, params: Any = None) -> int | None:
         """`max_episode_steps`, else the env's own `time_limit` (None if neither), for `evaluate`."""
@@ -242,7 +275,7 @@ class JumanjiEnv(SameStepEnv):
     def reset_env(self, key: jax.Array, params: Any) -> tuple[PyTree, JumanjiState]:
         """Starts an episode: `(observation, JumanjiState)`, with no auto-reset logic."""
         env_state, timestep = self.env.reset(key)
-        return timestep.observation, JumanjiState(env_state, jnp.zeros((), jnp.int32))
+        return self._observation(timestep.observation), JumanjiState(env_state, jnp.zeros((), jnp.int32))
 
     def step_env(self, key: jax.Array, state: JumanjiState, action: Any, params: Any) -> tuple:
         """One raw jumanji step: `(obs, state, reward, terminated, truncated, info)`.
@@ -259,7 +292,8 @@ class JumanjiEnv(SameStepEnv):
         if self.max_episode_steps is not None:
             truncated = truncated | (step_count >= self.max_episode_steps)
         info = {"discount": timestep.discount, "extras": timestep.extras}
-        return timestep.observation, JumanjiState(env_state, step_count), timestep.reward, terminated, truncated, info
+        return (self._observation(timestep.observation), JumanjiState(env_state, step_count), timestep.reward,
+                terminated, truncated, info)
 
 
 def make(

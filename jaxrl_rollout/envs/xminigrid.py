@@ -48,7 +48,7 @@ import numpy as np
 from gymnax.environments import spaces
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout.envs._base import PyTree, SameStepEnv, require, unknown_name
+from jaxrl_rollout.envs._base import PyTree, SameStepEnv, refuse_wrappers, require, unknown_name
 
 __all__ = ["XMiniGridEnv", "make"]
 
@@ -83,7 +83,9 @@ class XMiniGridEnv(SameStepEnv):
 
     Args:
       env: an xminigrid `Environment` without an auto-reset wrapper (its
-        observation wrappers are fine).
+        observation wrappers are fine: the symbolic view [..., 2] is a Box of
+        tile and colour ids, another view such as `RGBImgObservationWrapper`'s
+        images a Box over its dtype's range).
       env_params: its `EnvParams`, returned by `default_params`.
       name: the name reported by `env.name` (default: the env's class name).
 
@@ -96,6 +98,10 @@ class XMiniGridEnv(SameStepEnv):
         self._last = require("xminigrid.types", "xminigrid", what).StepType.LAST
         constants = require("xminigrid.core.constants", "xminigrid", what)
         self._top_ids = (constants.NUM_TILES - 1, constants.NUM_COLORS - 1)
+        refuse_wrappers(env, require("xminigrid.wrappers", "xminigrid", what).Wrapper,
+                        ("GymAutoResetWrapper", "DmEnvAutoResetWrapper"),
+                        "XMiniGridEnv resets finished episodes itself and keeps their true final observation "
+                        "(after xminigrid's auto-reset the step returns the next episode's first one).")
         max_steps = getattr(env_params, "max_steps", None)
         if not _checks.is_int(max_steps) or max_steps <= 0:
             raise ValueError(f"env_params.max_steps must be a positive int (the time limit), got {max_steps!r}.")
@@ -128,7 +134,10 @@ class XMiniGridEnv(SameStepEnv):
         return self._grid_space(obs)
 
     def _grid_space(self, leaf: jax.ShapeDtypeStruct) -> Any:
-        """A Box of symbolic views [..., 2]: tile ids in layer 0, colour ids in layer 1."""
+        """A Box of symbolic views [..., 2]: tile ids in layer 0, colour ids in layer 1; any other view (rendered
+        RGB images [H, W, 3]) a Box over its dtype's range."""
+        if tuple(leaf.shape[-1:]) != (2,):
+            return _leaf_space(leaf)
         high = jnp.broadcast_to(jnp.asarray(self._top_ids, leaf.dtype), leaf.shape)
         return spaces.Box(0, high, leaf.shape, leaf.dtype)
 
@@ -176,5 +185,23 @@ def make(name: str, **param_overrides: Any) -> tuple[XMiniGridEnv, Any]:
         raise ValueError(
             f"xminigrid {name!r} has no params {unknown}; its {type(env_params).__name__} fields are {fields}."
         )
+    for field, value in param_overrides.items():
+        param_overrides[field] = _checked_override(name, field, value, getattr(env_params, field))
     env_params = env_params.replace(**param_overrides)
     return XMiniGridEnv(env, env_params, name=f"xminigrid/{name}"), env_params
+
+
+def _checked_override(name: str, field: str, value: Any, default: Any) -> Any:
+    """`value` for the `EnvParams` field (a NumPy int as a Python int), or a ValueError naming the field: an int
+    field (the grid's sizes, the view and the time limit, each positive) takes an int, a str field a str. xminigrid
+    itself failed inside make_train ("`pad_width` must be of integral type" for view_size="5"), or built a [0, 0]
+    view (view_size=0). Its own structures (a ruleset) pass as given."""
+    if isinstance(default, int) and not isinstance(default, bool):
+        if not _checks.is_int(value) or value <= 0:
+            raise ValueError(f"xminigrid {name!r}: EnvParams field {field} must be a positive int (its default is "
+                             f"{default!r}), got {value!r}.")
+        return int(value)
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ValueError(f"xminigrid {name!r}: EnvParams field {field} must be a str (its default is {default!r}), "
+                         f"got {value!r}.")
+    return value
