@@ -20,7 +20,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-__all__ = ["Interrupted", "StopSignals"]
+__all__ = ["Interrupted", "StopSignals", "finishing"]
 
 _ACTIVE: StopSignals | None = None
 
@@ -56,12 +56,15 @@ class StopSignals:
     def __init__(self, say: Callable[[str], None]):
         self.requested: str | None = None
         self.saving = False
+        self.at_once = False  # set by `finishing`: no chunk boundary is left to wait for
         self._say = say
         self._previous: dict = {}
         self._outer: StopSignals | None = None
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        if self.at_once and not self.saving:
+            raise Interrupted(name)
         if self.requested is not None and signum == signal.SIGINT and not self.saving:
             raise KeyboardInterrupt
         if self.requested is None:
@@ -92,3 +95,13 @@ class StopSignals:
             signal.signal(sig, previous)
         self._previous = {}
         _ACTIVE = None
+
+
+def finishing() -> str | None:
+    """Training is over and saved: from now on a signal raises `Interrupted` at once (there is no chunk boundary
+    left to stop at, and the closing work, an evaluation, can be long). Returns the signal that arrived during
+    the last chunk (the runner finished and saved that chunk), or None; None too outside `StopSignals`."""
+    if _ACTIVE is None:
+        return None
+    _ACTIVE.at_once = True
+    return _ACTIVE.requested

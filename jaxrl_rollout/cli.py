@@ -50,6 +50,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _folder(text: str) -> str:
+    """A folder name; an empty one (`--resume "$RUN"` with RUN unset) is refused: it read as "not given", so a
+    fresh default run started (the whole main job) in place of the resume the script asked for."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a folder, got {text!r}")
+    return text
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -226,8 +234,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                           "1000000 for sac and td3); with --resume, "
                           "a larger count trains the run longer")
     run.add_argument("--seed", type=_seed, help="root PRNG seed (default: 0)")
-    run.add_argument("--out", metavar="FOLDER", help="output folder for a new run (default: runs/ALGO-ENV-TIME)")
-    run.add_argument("--resume", metavar="FOLDER",
+    run.add_argument("--out", type=_folder, metavar="FOLDER", help="output folder for a new run (default: runs/ALGO-ENV-TIME)")
+    run.add_argument("--resume", type=_folder, metavar="FOLDER",
                      help="continue the run saved in FOLDER (same config; --total-steps may extend it)")
     run.add_argument("--chunk-updates", type=_positive_int,
                      help="updates per jitted chunk (default: a divisor of the updates giving 10-100 chunks, near 20; "
@@ -1038,7 +1046,7 @@ def _say_new_total(folder, saved_config, spec, updates_done: int) -> None:
 def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.ExitStack) -> int:
     import jax
 
-    from jaxrl_rollout import checkpoint, compile_cache, report, runner
+    from jaxrl_rollout import checkpoint, compile_cache, runner
 
     hits_before = compile_cache.hits()  # main() may run more than once in a process
     spec, folder, resume = _prepare_folder(args, given, stack)
@@ -1105,6 +1113,27 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
               f"continue with: {_resume_command(args, folder, unsaved_total)}")
         return 0
+    # From here a signal stops at once: the run is complete and saved, and no chunk boundary is left to wait for
+    # (it was acknowledged with "stopping at the next chunk boundary", then ignored through the evaluation).
+    import shlex
+
+    from jaxrl_rollout._signals import finishing
+
+    try:
+        return _close_run(args, spec, folder, result, finishing())
+    except KeyboardInterrupt as stop:
+        print(f"  {getattr(stop, 'signal_name', 'SIGINT')}: stopped after training; the run is complete and saved in "
+              f"{folder}; evaluate it with: jaxrl-rollout evaluate {shlex.quote(str(folder))}", file=sys.stderr)
+        return getattr(stop, "exit_code", 130)
+
+
+def _close_run(args, spec, folder, result, signalled: str | None) -> int:
+    """A complete run's closing work: its outputs and summary, then its deterministic evaluation, skipped when
+    `signalled` (a signal that arrived during the last chunk)."""
+    import jax
+
+    from jaxrl_rollout import report, runner
+
     # Every process takes part in gathering the runs' states; process 0 alone then evaluates and writes.
     state = runner.gather_state([result.state]) if jax.process_count() > 1 else result.state
     if jax.process_index() != 0:
@@ -1113,6 +1142,10 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     print(f"  mean episode return {_curve_label(result.metrics)}: " + _coarse_curve(result.metrics))
     window = max(1, result.updates_done // 10)
     print(report.format_summary(report.summarize(spec, result.metrics), window))
+    if signalled:
+        from jaxrl_rollout._signals import Interrupted
+
+        raise Interrupted(signalled)
     returns, rates = _closing_evaluation(args, spec, state, result.metrics)
     print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():z.1f} "
           f"(std over runs {returns.std():z.1f}); per run: " + " ".join(_figures(returns)))
@@ -1417,6 +1450,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, except that an option the command does not take is told by the command's parser, so the line
+        points at the help that lists its options (the top parser's lists none)."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(namespace, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            self.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extras)} (see {prog} --help)\n")
+        return namespace
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
@@ -1439,7 +1482,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(the default command)")
     _add_train_arguments(train)
     evaluate = sub.add_parser("evaluate", help="evaluate a saved run's policies per seed")
-    evaluate.add_argument("folder", help="a run folder written by train")
+    evaluate.add_argument("folder", type=_folder, help="a run folder written by train")
     evaluate.add_argument("--num-episodes", type=_positive_int, default=10,
                           help="episodes per run and mode (default: %(default)s)")
     evaluate.add_argument("--seed", type=_seed, default=0, help="PRNG seed of the evaluation (default: %(default)s)")

@@ -1015,7 +1015,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                     last_saved = chunks_done
             if signals.requested and chunks_done < len(lengths):  # arrived during the last chunk of this call
                 raise Interrupted(signals.requested)
-            signals.requested = None  # or during the run's last chunk: it is complete, and saved below
+            # or during the run's last chunk: it is complete, and saved below; the request stays, for a caller
+            # with closing work of its own (the command line's evaluation) to read (`_signals.finishing`)
         except KeyboardInterrupt:
             saved = ""
             if chunks_done > last_saved:

@@ -105,6 +105,65 @@ def test_interrupted_and_resumed_cli_run_ends_identical(sweep_run, tmp_path, cap
         assert np.array_equal(whole[k], resumed[k], equal_nan=whole[k].dtype.kind == "f"), k
 
 
+@pytest.fixture
+def sigint_handled():
+    """SIGINT as a terminal delivers it (a shell's background job, as the test runner may be, ignores it)."""
+    import signal
+
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_ctrl_c_after_training_stops_at_once_and_says_the_run_is_saved(sweep_run, tmp_path, capsys, monkeypatch,
+                                                                      sigint_handled):
+    """A Ctrl-C in the closing evaluation was acknowledged ("stopping at the next chunk boundary"), then ignored
+    through the whole evaluation, and the command exited 0; one during the last chunk likewise."""
+    import os
+    import signal
+
+    from jaxrl_rollout import runner
+
+    evaluations = []
+
+    def evaluate_then_ctrl_c(*args, **kwargs):  # Ctrl-C as the closing evaluation starts
+        evaluations.append(1)
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_evaluation(*args, **kwargs)
+
+    real_evaluation = cli._closing_evaluation
+    monkeypatch.setattr(cli, "_closing_evaluation", evaluate_then_ctrl_c)
+    folder = tmp_path / "closing"
+    assert cli.main(["train", *SWEEP, "--out", str(folder)]) == 130
+    out, err = capsys.readouterr()
+    assert evaluations == [1] and "final return" in out and "deterministic evaluation" not in out
+    assert (f"SIGINT: stopped after training; the run is complete and saved in {folder}; evaluate it with: "
+            f"jaxrl-rollout evaluate {folder}") in err and "next chunk boundary" not in err, err
+    assert _files(folder)["metrics.csv"] == _files(sweep_run)["metrics.csv"]
+
+    progress_line = runner._progress_line
+
+    def ctrl_c_in_the_last_chunk(spec, updates_done, *args):
+        if updates_done == spec.config.num_updates:
+            os.kill(os.getpid(), signal.SIGINT)
+        return progress_line(spec, updates_done, *args)
+
+    monkeypatch.setattr(runner, "_progress_line", ctrl_c_in_the_last_chunk)
+    evaluations.clear()
+    folder = tmp_path / "last"
+    assert cli.main(["train", *SWEEP, "--out", str(folder)]) == 130
+    out, err = capsys.readouterr()
+    assert evaluations == [] and "final return" in out, out
+    assert "the run is complete and saved" in err and "interrupted after chunk" not in err, err
+    monkeypatch.undo()
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "2"]) == 0  # evaluates the complete run
+    assert "deterministic evaluation" in capsys.readouterr().out
+    assert _saved_arrays(folder).keys() == _saved_arrays(sweep_run).keys()
+
+
 def test_evaluate_prints_per_seed_returns(sweep_run, capsys):
     assert cli.main(["evaluate", str(sweep_run), "--num-episodes", "2"]) == 0
     out = capsys.readouterr().out
@@ -305,6 +364,11 @@ def test_bad_values_exit_non_zero(capsys):
         ("train", "--bootstrap-on-truncation", "maybe"): "expected true or false, got 'maybe'",
         ("train", "--hidden-sizes", "64,x"): "expected comma-separated integers",
         ("train", "--no-such-option", "1"): "unrecognized arguments: --no-such-option",
+        ("evaluate", "runs/x", "--bogus"): "unrecognized arguments: --bogus",
+        # an empty folder (`--resume "$RUN"` with RUN unset) read as not given: a fresh default run started
+        ("train", "--resume", ""): "argument --resume: expected a folder, got ''",
+        ("train", "--out", ""): "argument --out: expected a folder, got ''",
+        ("evaluate", ""): "argument folder: expected a folder, got ''",
         ("train", "--host-devices", "0"): "--host-devices: expected a positive int or 'auto', got '0'",
         ("train", "--host-devices", "two"): "--host-devices: expected a positive int or 'auto', got 'two'",
         # a seed jax.random.key cannot take was an OverflowError traceback in all three commands
@@ -319,8 +383,8 @@ def test_bad_values_exit_non_zero(capsys):
         err = capsys.readouterr().err
         # one line: the error and where the help is, not argparse's usage block above it
         assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
-        # the command's own parser, or the top one for arguments no command takes
-        prog = "jaxrl-rollout" if "unrecognized" in message else f"jaxrl-rollout {argv[0]}"
+        # the command's own parser, whose help lists its options (an unknown option pointed at the top one's)
+        prog = f"jaxrl-rollout {argv[0]}"
         assert err.startswith(f"{prog}: error: ") and err.endswith(f" (see {prog} --help)\n"), (argv, err)
 
 
