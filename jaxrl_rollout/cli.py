@@ -312,12 +312,15 @@ def _given(args: argparse.Namespace) -> dict:
 # `train`'s options that belong to the command, not to the run: not saved in the run folder, so a `--resume`
 # uses them only when given again.
 _SESSION_OPTIONS = ("video_every", "video_runs", "num_eval", "tensorboard", "wandb", "wandb_project",
-                    "checkpoint_every", "devices", "host_devices", "compile_cache")
+                    "checkpoint_every", "devices", "host_devices", "compile_cache", "distributed", "coordinator",
+                    "num_processes", "process_id")
+_FLAGS = ("distributed",)  # session options that take no value
 
 
 def _resume_command(args: argparse.Namespace, folder, total_steps: int | None = None) -> str:
     """The command that continues the run in `folder` with this command's own options that differ from their
-    defaults (videos, loggers, devices, ...), e.g. "jaxrl-rollout train --resume runs/x --video-every 10", and
+    defaults (videos, loggers, devices, a multi-process run's --distributed and its process's own options, ...),
+    e.g. "jaxrl-rollout train --resume runs/x --video-every 10", and
     `--total-steps` when given: a new total that the folder does not hold yet (an extension stopped before its
     first save)."""
     import shlex
@@ -330,7 +333,7 @@ def _resume_command(args: argparse.Namespace, folder, total_steps: int | None = 
         value = getattr(args, name, None)
         if value is not None and value != getattr(defaults, name, None):
             shown = str(value).lower() if isinstance(value, bool) else str(value)
-            parts += [f"--{name.replace('_', '-')}", shlex.quote(shown)]
+            parts += [f"--{name.replace('_', '-')}"] + ([] if name in _FLAGS else [shlex.quote(shown)])
     return " ".join(parts)
 
 

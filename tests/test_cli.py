@@ -624,3 +624,17 @@ def test_evaluate_video_says_when_best_and_worst_are_one_run(returns, runs, note
     out = capsys.readouterr().out
     assert out.count("    run ") == len(returns)
     assert ("(best and worst are that one run: every run's episode returned 500.0)" in out) == note, out
+
+
+def test_the_continue_command_keeps_a_multi_process_runs_options():
+    """--distributed and its options are the command's, not the run's: the printed --resume dropped them, so each
+    host pasting it resumed the same folder as an independent single-process run."""
+    argv = ["train", "--distributed", "--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "1",
+            "--out", "x"]
+    assert cli._resume_command(cli.build_parser().parse_args(argv), "x") == (
+        "jaxrl-rollout train --resume x --distributed --coordinator 127.0.0.1:1234 --num-processes 2 --process-id 1")
+    assert cli._resume_command(cli.build_parser().parse_args(["train", "--out", "x"]), "x") == \
+        "jaxrl-rollout train --resume x"
+    resumed = cli.build_parser().parse_args(cli._resume_command(cli.build_parser().parse_args(argv), "x").split()[1:])
+    assert (resumed.distributed, resumed.coordinator, resumed.num_processes, resumed.process_id) == (
+        True, "127.0.0.1:1234", 2, 1)
