@@ -250,8 +250,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--checkpoint-every", type=_positive_int, default=5,
                      help="save a checkpoint every N chunks and at the end (default: %(default)s)")
     run.add_argument("--max-parallel", type=_positive_int,
-                     help="most runs (grid points x seeds) in one program; more run in groups one after another "
-                          "(default: all in one)")
+                     help="most runs (grid points x seeds) in one program; more run in groups one after another, "
+                          "which caps a program's working memory, not the runs' states (nor dqn's, sac's and td3's "
+                          "replay buffers), which all stay on the device (default: all in one)")
     run.add_argument("--devices", type=_positive_int,
                      help="devices to shard runs over (default: the most that divide the runs per group)")
     run.add_argument("--host-devices", type=_host_devices, default="auto", metavar="{N,auto}",
@@ -1684,12 +1685,16 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
 
     what = str(error).strip().splitlines()[0]
     what = what.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().rstrip(".")
-    sizes = "--num-envs or --buffer-size" if getattr(args, "algo", None) in ("dqn", "sac", "td3") else (
-        "--num-envs or --num-steps")
+    off_policy = getattr(args, "algo", None) in ("dqn", "sac", "td3")
+    sizes = "--num-envs or --buffer-size" if off_policy else "--num-envs or --num-steps"
     kept = (f"; {args.out} keeps this run's config, so give the new settings another --out"
             if getattr(args, "out", None) else "")
-    lower = {"train": f"lower {sizes}, or train fewer runs at once (--max-parallel N; grid points x --seeds are "
-                      f"trained together by default){kept}",
+    # --max-parallel N caps one program's working memory (its rollouts, minibatches, activations); every run's
+    # state stays on the device through training, and an off-policy run's state is mostly its replay buffer
+    fewer = ("or train fewer runs (--seeds, the grid: every run keeps its replay buffer on the device, whatever "
+             "--max-parallel)" if off_policy else
+             "or train fewer runs at once (--max-parallel N; grid points x --seeds are trained together by default)")
+    lower = {"train": f"lower {sizes}, {fewer}{kept}",
              "evaluate": "lower --num-episodes (every episode of every run is played at once)",
              "rollout": "lower --num-envs (rollout keeps up to 1,024 steps of every env)"}[args.command]
     return f"out of memory on the {jax.default_backend()} device ({what}): {lower}."

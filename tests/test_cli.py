@@ -290,11 +290,15 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
         "1700000000288 bytes): lower --num-envs (rollout keeps up to 1,024 steps of every env).\n")
     # train: the options that size this algorithm's memory (PPO has no --buffer-size), and the folder it wrote
     monkeypatch.setattr(cli, "_run_train", out_of_memory)
-    for argv, sizes in ((["--out", "runs/x"], "--num-envs or --num-steps"),
-                        (["--algo", "dqn", "--out", "runs/x"], "--num-envs or --buffer-size")):
+    # (--max-parallel does not shrink the replay buffers, which every run keeps on the device)
+    for argv, sizes in ((["--out", "runs/x"], "--num-envs or --num-steps, or train fewer runs at once "
+                                              "(--max-parallel N;"),
+                        (["--algo", "dqn", "--out", "runs/x"], "--num-envs or --buffer-size, or train fewer runs "
+                                                               "(--seeds, the grid: every run keeps its replay buffer "
+                                                               "on the device, whatever --max-parallel)")):
         assert cli.main(["train", *argv]) == 2
         err = capsys.readouterr().err
-        assert f"): lower {sizes}, or train fewer runs at once" in err, err
+        assert f"): lower {sizes}" in err, err
         assert err.endswith("; runs/x keeps this run's config, so give the new settings another --out.\n"), err
 
     def other(*args, **kwargs):
