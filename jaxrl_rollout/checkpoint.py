@@ -30,9 +30,9 @@ words: any single changed word is always detected) after, so a corrupt,
 truncated or mismatched checkpoint is a `CheckpointError`, never a silently
 wrong state.
 
-Run folders of jaxrl_rollout 0.1 (`checkpoint.json` naming a
+Run folders in the first, pre-Orbax format (`checkpoint.json` naming a
 `checkpoint-NNNNNN.npz`) are still read, with their sha256 check; the next save
-writes the Orbax layout and removes the 0.1 files once it has committed.
+writes the Orbax layout and removes the old files once it has committed.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
       meta: JSON-serialisable information stored in the manifest under "meta".
 
     Returns:
-      The step's directory. The previous step (and any 0.1 checkpoint files) are
+      The step's directory. The previous step (and any pre-Orbax checkpoint files) are
       removed once the new step is committed.
     """
     import orbax.checkpoint as ocp
@@ -419,7 +419,7 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
 
 
 def exists(folder) -> bool:
-    """Whether `folder` holds a committed checkpoint (an Orbax step, or a 0.1 checkpoint's manifest)."""
+    """Whether `folder` holds a committed checkpoint (an Orbax step, or a pre-Orbax checkpoint's manifest)."""
     folder = _absolute(folder)
     return _latest_step(folder) is not None or (folder / LEGACY_MANIFEST).exists()
 
@@ -449,14 +449,14 @@ def _on_latest_step(folder: pathlib.Path, read: Callable[[int | None], Any]) -> 
 
 
 def read_manifest(folder) -> dict:
-    """The manifest of the latest checkpoint in `folder` (or of a 0.1 checkpoint), or a CheckpointError."""
+    """The manifest of the latest checkpoint in `folder` (or of a pre-Orbax checkpoint), or a CheckpointError."""
     folder = _absolute(folder)
     _refuse_links(folder)
     return _on_latest_step(folder, lambda step: _manifest_at(folder, step))
 
 
 def _manifest_at(folder: pathlib.Path, step: int | None) -> dict:
-    """The manifest of committed step `step` (None: of a 0.1 checkpoint), or a CheckpointError."""
+    """The manifest of committed step `step` (None: of a pre-Orbax checkpoint), or a CheckpointError."""
     import orbax.checkpoint as ocp
 
     if step is None:
@@ -501,7 +501,7 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -
 
 def _load_step(folder: pathlib.Path, step: int | None, template: Any,
                sharding: jax.sharding.Sharding | None) -> tuple[Any, dict, dict]:
-    """`load`'s one reading, of committed step `step` (None: a 0.1 checkpoint)."""
+    """`load`'s one reading, of committed step `step` (None: a pre-Orbax checkpoint)."""
     import orbax.checkpoint as ocp
 
     manifest = _manifest_at(folder, step)
@@ -549,7 +549,7 @@ def _load_step(folder: pathlib.Path, step: int | None, template: Any,
 
 
 # ---------------------------------------------------------------------------------------------
-# jaxrl_rollout 0.1: checkpoint.json naming an .npz with its sha256 (read only).
+# The first, pre-Orbax format: checkpoint.json naming an .npz with its sha256 (read only).
 
 def _sha256(path: pathlib.Path) -> str:
     digest = hashlib.sha256()

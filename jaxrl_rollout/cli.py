@@ -493,7 +493,8 @@ def _build_spec(given: dict):
 
 def _differences(saved: dict, wanted: dict, names) -> list[str]:
     norm = lambda v: json.loads(json.dumps(v))  # noqa: E731  tuples and lists compare equal
-    return [f"--{n.replace('_', '-')}: {norm(saved.get(n))} there, {norm(wanted.get(n))} here"
+    shown = lambda v: "unset" if v is None else norm(v)  # noqa: E731  (Python's None is no option value)
+    return [f"--{n.replace('_', '-')}: {shown(saved.get(n))} there, {shown(wanted.get(n))} here"
             for n in names if norm(saved.get(n)) != norm(wanted.get(n))]
 
 
@@ -805,6 +806,9 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
 
     option = f"--resume {folder}"
     saved = runner.read_spec(folder)
+    if given.get("eval_every") == "chunk" and saved.eval_every is None and runner.host_env(
+            _make_env(saved.config.env_id)[0]) is not None:
+        given = {k: v for k, v in given.items() if k != "eval_every"}  # the default, which a host env's run is off
     if given.get("eval_every") == "chunk":  # as a new run reads it: after each chunk of the run's (or the given) size
         given = {**given, "eval_every": given.get("chunk_updates", saved.chunk_updates)}
     saved_options = _spec_options(saved)
@@ -819,7 +823,10 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     done = 0
     if has_checkpoint:
         manifest = checkpoint.read_manifest(folder)
-        runner.check_checkpoint_spec(folder, saved, manifest)
+        try:
+            runner.check_checkpoint_spec(folder, saved, manifest)
+        except ValueError as error:
+            raise ValueError(f"{option}: {error}") from None
         done = manifest["meta"]["updates_done"]
     spec = saved
     if "total_steps" in given:

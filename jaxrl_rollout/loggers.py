@@ -5,7 +5,9 @@ under `<run folder>/tensorboard/g{g}_s{s}`, so TensorBoard shows every seed and
 grid point as its own run. The runner calls it between jitted chunks with the
 chunk's metrics, which are already on the host: nothing is logged from inside
 jit. Every metric is a scalar tagged `train/<metric>` at the run's cumulative
-env steps; a grid point's hyperparameters are written once as text.
+env steps, except a periodic evaluation's `eval_return` and `eval_length`,
+tagged `eval/return` and `eval/length` (`metric_tag`); a grid point's
+hyperparameters are written once as text.
 
 Resuming: a logger opened at update U tells TensorBoard to drop events past
 step `run_metrics.steps_at(config, U)` (update U's, which stays) from the earlier

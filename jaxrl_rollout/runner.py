@@ -356,7 +356,7 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
 
     Both are written by `train`, so a difference means config.json was edited
     (or a `--total-steps` extension stopped between its two writes). A
-    checkpoint of jaxrl_rollout 0.1 has no saved spec and is not compared.
+    pre-Orbax checkpoint has no saved spec and is not compared.
 
     Args:
       folder: the run folder (for the message).
@@ -372,8 +372,8 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
     diff = [d for d in spec_differences(spec.to_json(), saved, names) if d.split(":")[0] not in ignore]
     if diff:
         why = (f"the spec given differs from the run in {folder} (only config.total_timesteps may grow, to train "
-               "longer)") if given else (f"{folder}: config.json differs from the spec saved with its checkpoint "
-                                         "(was it edited?)")
+               "longer)") if given else (f"{pathlib.Path(folder) / 'config.json'} differs from the spec saved with "
+                                         "its checkpoint (was it edited?)")
         raise ValueError(f"{why}: " + "; ".join(diff) + ".")
 
 

@@ -240,6 +240,15 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
         err = capsys.readouterr().err
         assert "config.json is not a valid run config: config must be an object of A2CConfig's fields, got []." in err
         assert len(err.strip().splitlines()) == 1, err
+    # config.json edited against its checkpoint: named as the other resume errors are, by the option first
+    changed = tmp_path / "changed"
+    shutil.copytree(sweep_run, changed)
+    saved = json.loads((changed / "config.json").read_text())
+    (changed / "config.json").write_text(json.dumps({**saved, "seed": saved["seed"] + 1}))
+    assert cli.main(["train", "--resume", str(changed)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"jaxrl-rollout: error: --resume {changed}: {changed / 'config.json'} differs from the spec saved with its "
+        "checkpoint (was it edited?): ")
     assert cli.main(["evaluate", str(stranger / "notes.txt")]) == 2
     assert capsys.readouterr().err == f"jaxrl-rollout: error: {stranger / 'notes.txt'} is a file, not a run folder.\n"
 

@@ -300,6 +300,12 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
     assert (folder / "metrics.csv").exists()
     assert cli.main(["evaluate", str(folder), "--num-episodes", "2"]) == 0
     assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("  default")]) == 8
+    # --eval-every chunk, the documented default, which a host env's run has off: it was "off there, 1 here"
+    assert cli.main(["train", "--resume", str(folder), "--eval-every", "chunk", "--num-eval", "2"]) == 0, \
+        capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(folder), "--max-parallel", "1"]) == 2
+    assert "--max-parallel: unset there, 1 here" in capsys.readouterr().err  # not Python's None
     assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--max-parallel", "4",
                      "--out", str(tmp_path / "groups")]) == 2
     assert "max_parallel=4 (--max-parallel)" in capsys.readouterr().err
