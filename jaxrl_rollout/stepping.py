@@ -478,4 +478,5 @@ def _check_policy_arity(policy_fn: Callable, recurrent: bool) -> None:
                             "pass a recurrent policy or init without initial_carry.") from None
         raise TypeError("the rollout state holds no carry, so policy_fn is called as policy_fn(params, obs, key), "
                         f"which {getattr(policy_fn, '__name__', 'it')}{signature} cannot take; a recurrent policy "
-                        "needs rollout_init(..., initial_carry=...).") from None
+                        "needs an initial carry: rollout_init(..., initial_carry=...), or evaluate(..., "
+                        "initial_carry=...) (a learner's: algo.module.initial_carry(num_episodes)).") from None

@@ -224,7 +224,15 @@ class ForgetsCarryShape(TinyRecurrent):
         return carry[:, :2], (categorical_from_logits(nn.Dense(self.action_dim)(obs)), nn.Dense(1)(obs)[:, 0])
 
 
+class ForgetsCarry(TinyRecurrent):
+    @nn.compact
+    def __call__(self, carry, obs):  # (dist, value) alone: the distribution was read as the new carry
+        return categorical_from_logits(nn.Dense(self.action_dim)(obs)), nn.Dense(1)(obs)[:, 0]
+
+
 @pytest.mark.parametrize("module, error, message", [
+    (ForgetsCarry(action_dim=2), TypeError, r"network ForgetsCarry: __call__\(carry, obs\) must return \(new_carry, "
+                                            r"\(dist, value\)\), got "),
     (ReturnsLogits(), TypeError, r"network ReturnsLogits: __call__\(obs\) must return \(dist, value \[B\]\), got an "
                                  r"array float32\[2, 2\]"),
     (WideValue(), ValueError, r"network WideValue: __call__\(obs\): value must have the batch shape \[B\], \[2\] "
@@ -494,3 +502,18 @@ def test_the_readme_example_runs():
     exec(compile(code, "README-own-env-and-network", "exec"), namespace)
     assert namespace["own_metrics"].episode_return.shape == (8,)
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(namespace["own_state"].params))
+
+
+def test_a_recurrent_policys_evaluation_without_a_carry_says_how_to_give_it():
+    """README's evaluate recipe with network='gru' was told to call rollout_init, which the user never called."""
+    from jaxrl_rollout import evaluate
+
+    algo = ppo.make_ppo(ppo.PPOConfig(**TINY_PPO), network=TinyRecurrent(action_dim=2))
+    state = algo.init(jax.random.key(0))
+    args = (algo.env, algo.env_params, algo.eval_policy_fn, algo.policy_params(state), jax.random.key(1), 2)
+    with pytest.raises(TypeError, match=r"a recurrent policy needs an initial carry: rollout_init\(\.\.\., "
+                                        r"initial_carry=\.\.\.\), or evaluate\(\.\.\., initial_carry=\.\.\.\) "
+                                        r"\(a learner's: algo\.module\.initial_carry\(num_episodes\)\)"):
+        evaluate(*args, max_steps=5)
+    result = evaluate(*args, max_steps=5, initial_carry=algo.module.initial_carry(2))  # as README says
+    assert result.returns.shape == (2,)

@@ -991,7 +991,8 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
                              f"{str(error).rstrip('.')}. network must be {NETWORK_CONTRACT}.") from error
         check_only_params(f"network {name}", params)
         if recurrent:
-            if not (isinstance(out, tuple) and len(out) == 2):
+            if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], tuple)):
+                # (dist, value) alone, the new carry forgotten, was told it returned a carry of the wrong shape
                 raise TypeError(f"{call} must return (new_carry, (dist, value)), got {_kind_text(out)}.")
             new_carry, out = out
             same = jax.tree.structure(new_carry) == jax.tree.structure(carry) and all(
