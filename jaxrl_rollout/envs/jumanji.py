@@ -120,6 +120,12 @@ def _bounds(spec: Any) -> tuple[np.ndarray, np.ndarray]:
     return low, high
 
 
+def _counts(spec: Any) -> tuple[int, ...]:
+    """The number of values of each element of an integer bounded action spec, row-major."""
+    low, high = _bounds(spec)
+    return tuple(int(n) for n in (high.astype(np.int64) - low.astype(np.int64) + 1).reshape(-1))
+
+
 def _box(spec: Any) -> Any:
     """A gymnax Box with a bounded spec's bounds (scalars where they are uniform)."""
     low, high = (x.flat[0] if x.size and np.all(x == x.flat[0]) else jnp.asarray(x) for x in _bounds(spec))
@@ -149,9 +155,8 @@ def _action_codec(spec: Any, specs: Any, multi_discrete: str) -> tuple[Any, Call
     if isinstance(spec, specs.DiscreteArray):
         return spaces.Discrete(int(spec.num_values)), lambda a: jnp.asarray(a, dtype)
     if isinstance(spec, specs.BoundedArray) and np.issubdtype(dtype, np.integer):
-        low, high = _bounds(spec)
-        counts = (high.astype(np.int64) - low.astype(np.int64) + 1).reshape(-1)
-        low = jnp.asarray(low, dtype)
+        counts = _counts(spec)
+        low = jnp.asarray(_bounds(spec)[0], dtype)
         if spec.shape == ():
             return spaces.Discrete(int(counts[0])), lambda a: jnp.asarray(a, dtype) + low
         if multi_discrete == "tuple":
@@ -239,8 +244,9 @@ class JumanjiEnv(SameStepEnv):
         self._joint_mask = None
         mask_spec = getattr(env.observation_spec, _MASK_FIELD, None)
         if (multi_discrete == "flat" and isinstance(self._action_space, spaces.Discrete)
-                and tuple(getattr(env.action_spec, "shape", ())) != () and isinstance(mask_spec, specs.Array)
-                and len(mask_spec.shape) > 1 and math.prod(mask_spec.shape) == int(self._action_space.n)):
+                and isinstance(env.action_spec, specs.BoundedArray) and tuple(env.action_spec.shape) != ()
+                and isinstance(mask_spec, specs.Array) and len(mask_spec.shape) > 1
+                and tuple(mask_spec.shape) == _counts(env.action_spec)):  # one mask axis per action element
             self._joint_mask = tuple(mask_spec.shape)
             mask_space = self._observation_space.spaces[_MASK_FIELD]
             flat = tuple(np.broadcast_to(np.asarray(x), mask_spec.shape).reshape(-1) for x in (mask_space.low,
