@@ -198,7 +198,7 @@ def format_summary(rows: list[GridSummary], window_updates: int) -> str:
         seeds = f"{r.num_seeds}" + (f" ({'; '.join(notes)})" if notes else "")
         mean = f"{r.mean:z9.2f}" if math.isfinite(r.mean) else f"{'n/a':>9}"
         lines.append(f"  {r.grid_point:>3}  {r.label:<{width}}  {mean}  {interval}  {seeds}")
-    if any(r.num_seeds == 2 for r in rows):
+    if any(r.num_seeds == 2 and r.high > r.low for r in rows):  # (two equal returns: nothing to misread)
         # Correct, and easily misread: two seeds leave one degree of freedom, whose t quantile is 12.71 (against
         # 2.78 at five seeds), so the interval spans about nine standard deviations of the two returns.
         lines.append("  (an interval from 2 seeds is wide: its t factor is 12.71, against 2.78 with 5 seeds)")

@@ -109,6 +109,8 @@ def test_summary_says_when_an_interval_comes_from_two_seeds():
     assert "seeds is wide" not in report.format_summary(rows[1:], 1)
     one = report.GridSummary(0, "a", 49.0, np.nan, np.nan, 1, 0)  # one seed: no interval, no note
     assert "seeds is wide" not in report.format_summary([one], 1)
+    solved = report.GridSummary(0, "a", 500.0, 500.0, 500.0, 2, 0)  # both seeds at 500: a zero-width interval
+    assert "seeds is wide" not in report.format_summary([solved], 1)
 
 
 def test_returns_that_round_to_zero_print_without_a_minus_sign():
