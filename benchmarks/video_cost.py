@@ -83,7 +83,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="rounds (default: 3)")
     args = p.parse_args()
     sides = checkout_sides(p, args.side)
-    machine = machine_info(here=True)
+    machine = machine_info()
     results, rows = {}, []
     for env_name in args.env.split(","):
         samples = {name: [] for name, _ in sides}

@@ -139,7 +139,7 @@ def main(argv=None) -> dict:
     import jax  # for the machine record only; the timing runs in fresh processes
 
     del jax
-    machine = _common.machine_info(here=True)
+    machine = _common.machine_info()
     sides = ("ours", "purejaxql")
 
     def command(side: str, seeds: int) -> list[str]:

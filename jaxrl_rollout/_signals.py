@@ -16,11 +16,12 @@ while JAX is still importing or compiling is kept until the loop can act on it.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections.abc import Callable
 
-__all__ = ["Interrupted", "StopSignals", "finishing"]
+__all__ = ["Interrupted", "StopSignals", "at_once"]
 
 _ACTIVE: StopSignals | None = None
 
@@ -56,7 +57,7 @@ class StopSignals:
     def __init__(self, say: Callable[[str], None]):
         self.requested: str | None = None
         self.saving = False
-        self.at_once = False  # set by `finishing`: no chunk boundary is left to wait for
+        self.at_once = False  # set by `at_once`: no chunk boundary is left to wait for
         self._say = say
         self._previous: dict = {}
         self._outer: StopSignals | None = None
@@ -97,11 +98,21 @@ class StopSignals:
         _ACTIVE = None
 
 
-def finishing() -> str | None:
-    """Training is over and saved: from now on a signal raises `Interrupted` at once (there is no chunk boundary
-    left to stop at, and the closing work, an evaluation, can be long). Returns the signal that arrived during
-    the last chunk (the runner finished and saved that chunk), or None; None too outside `StopSignals`."""
-    if _ACTIVE is None:
-        return None
-    _ACTIVE.at_once = True
-    return _ACTIVE.requested
+@contextlib.contextmanager
+def at_once():
+    """Within it a signal raises `Interrupted` at once instead of waiting for a chunk boundary: for closing work
+    after training (the command line's evaluation), when the run is complete and saved and no boundary is
+    left. A signal that arrived before (during the last chunk, or the outputs' writing) raises on entry. The
+    work must wait for JAX in Python (`runner._wait_ready`), not in C++, for the handler to run. Outside
+    `StopSignals` nothing changes."""
+    active = _ACTIVE
+    if active is None:
+        yield
+        return
+    if active.requested:
+        raise Interrupted(active.requested)
+    active.at_once = True
+    try:
+        yield
+    finally:
+        active.at_once = False

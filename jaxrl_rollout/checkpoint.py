@@ -104,7 +104,10 @@ def _check_structure(folder, manifest: dict, template: Any) -> None:
     if manifest["leaves"] != specs:
         bad = next(i for i, (a, b) in enumerate(zip(manifest["leaves"], specs)) if a != b)
         raise CheckpointError(
-            f"checkpoint in {folder}: state leaf {bad} is {manifest['leaves'][bad]}, this config expects {specs[bad]}."
+            f"checkpoint in {folder}: state leaf {bad} is {manifest['leaves'][bad]}, this config expects {specs[bad]}"
+            " (where the config is the run's own, the state this version builds for it differs: was the run written "
+            "by an earlier jaxrl_rollout? network='auto' reads a NamedTuple observation's Discrete leaves one-hot "
+            "since 2026-11-30, jumanji's step_count among them)."
         )
 
 

@@ -314,13 +314,13 @@ def _given(args: argparse.Namespace) -> dict:
 # uses them only when given again.
 _SESSION_OPTIONS = ("video_every", "video_runs", "num_eval", "tensorboard", "wandb", "wandb_project",
                     "checkpoint_every", "devices", "host_devices", "compile_cache", "distributed", "coordinator",
-                    "num_processes", "process_id")
+                    "num_processes")
 _FLAGS = ("distributed",)  # session options that take no value
 
 
 def _resume_command(args: argparse.Namespace, folder, total_steps: int | None = None) -> str:
     """The command that continues the run in `folder` with this command's own options that differ from their
-    defaults (videos, loggers, devices, a multi-process run's --distributed and its process's own options, ...),
+    defaults (videos, loggers, devices, a multi-process run's --distributed, --coordinator, --num-processes, ...),
     e.g. "jaxrl-rollout train --resume runs/x --video-every 10", and
     `--total-steps` when given: a new total that the folder does not hold yet (an extension stopped before its
     first save)."""
@@ -335,7 +335,10 @@ def _resume_command(args: argparse.Namespace, folder, total_steps: int | None = 
         if value is not None and value != getattr(defaults, name, None):
             shown = str(value).lower() if isinstance(value, bool) else str(value)
             parts += [f"--{name.replace('_', '-')}"] + ([] if name in _FLAGS else [shlex.quote(shown)])
-    return " ".join(parts)
+    command = " ".join(parts)
+    # Only process 0 prints it, and each process has its own id: the command itself cannot carry it.
+    return command + (" (on each host, with its own --process-id)" if getattr(args, "process_id", None) is not None
+                      else "")
 
 
 def _spec_options(spec) -> dict:
@@ -807,8 +810,10 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     option = f"--resume {folder}"
     saved = runner.read_spec(folder)
     if given.get("eval_every") == "chunk" and saved.eval_every is None and runner.host_env(
-            _make_env(saved.config.env_id)[0]) is not None:
-        given = {k: v for k, v in given.items() if k != "eval_every"}  # the default, which a host env's run is off
+            _make_env(saved.config.env_id)[0]) is not None:  # as a new run refuses it, with the reason
+        raise ValueError(f"{option}: --eval-every chunk: {saved.config.env_id} is a host env, evaluated only after training "
+                         "(its pool of envs cannot be evaluated inside a chunk), so its runs have no periodic "
+                         "evaluation: drop --eval-every.")
     if given.get("eval_every") == "chunk":  # as a new run reads it: after each chunk of the run's (or the given) size
         given = {**given, "eval_every": given.get("chunk_updates", saved.chunk_updates)}
     saved_options = _spec_options(saved)
@@ -934,13 +939,18 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
     import numpy as np
 
     import jaxrl_rollout as jr
-    from jaxrl_rollout.runner import map_runs
+    from jaxrl_rollout.runner import _wait_ready, map_runs
 
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
     run = map_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
                                             num_episodes, initial_carry=carry).returns, algorithm.env)
-    return lambda params, key: np.asarray(run(params, jax.random.split(key, spec.num_runs)))
+    def evaluator(params, key):
+        returns = run(params, jax.random.split(key, spec.num_runs))
+        _wait_ready(returns)  # in Python, where a signal's handler can run (np.asarray waits in C++)
+        return np.asarray(returns)
+
+    return evaluator
 
 
 def _self_play_game(spec) -> bool:
@@ -1057,7 +1067,7 @@ def _say_new_total(folder, saved_config, spec, updates_done: int) -> None:
 def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.ExitStack) -> int:
     import jax
 
-    from jaxrl_rollout import checkpoint, compile_cache, runner
+    from jaxrl_rollout import checkpoint, compile_cache, report, runner
 
     hits_before = compile_cache.hits()  # main() may run more than once in a process
     spec, folder, resume = _prepare_folder(args, given, stack)
@@ -1124,27 +1134,6 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
               f"continue with: {_resume_command(args, folder, unsaved_total)}")
         return 0
-    # From here a signal stops at once: the run is complete and saved, and no chunk boundary is left to wait for
-    # (it was acknowledged with "stopping at the next chunk boundary", then ignored through the evaluation).
-    import shlex
-
-    from jaxrl_rollout._signals import finishing
-
-    try:
-        return _close_run(args, spec, folder, result, finishing())
-    except KeyboardInterrupt as stop:
-        print(f"  {getattr(stop, 'signal_name', 'SIGINT')}: stopped after training; the run is complete and saved in "
-              f"{folder}; evaluate it with: jaxrl-rollout evaluate {shlex.quote(str(folder))}", file=sys.stderr)
-        return getattr(stop, "exit_code", 130)
-
-
-def _close_run(args, spec, folder, result, signalled: str | None) -> int:
-    """A complete run's closing work: its outputs and summary, then its deterministic evaluation, skipped when
-    `signalled` (a signal that arrived during the last chunk)."""
-    import jax
-
-    from jaxrl_rollout import report, runner
-
     # Every process takes part in gathering the runs' states; process 0 alone then evaluates and writes.
     state = runner.gather_state([result.state]) if jax.process_count() > 1 else result.state
     if jax.process_index() != 0:
@@ -1153,11 +1142,20 @@ def _close_run(args, spec, folder, result, signalled: str | None) -> int:
     print(f"  mean episode return {_curve_label(result.metrics)}: " + _coarse_curve(result.metrics))
     window = max(1, result.updates_done // 10)
     print(report.format_summary(report.summarize(spec, result.metrics), window))
-    if signalled:
-        from jaxrl_rollout._signals import Interrupted
+    # The run is complete, saved and written: a signal now (or one that came during the last chunk or the writes)
+    # stops the closing evaluation at once; it was acknowledged with "stopping at the next chunk boundary", then
+    # ignored through the whole evaluation.
+    import shlex
 
-        raise Interrupted(signalled)
-    returns, rates = _closing_evaluation(args, spec, state, result.metrics)
+    from jaxrl_rollout._signals import at_once
+
+    try:
+        with at_once():
+            returns, rates = _closing_evaluation(args, spec, state, result.metrics)
+    except KeyboardInterrupt as stop:
+        print(f"  {getattr(stop, 'signal_name', 'SIGINT')}: stopped after training; the run is complete and saved in "
+              f"{folder}; evaluate it with: jaxrl-rollout evaluate {shlex.quote(str(folder))}", file=sys.stderr)
+        return getattr(stop, "exit_code", 130)
     print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():z.1f} "
           f"(std over runs {returns.std():z.1f}); per run: " + " ".join(_figures(returns)))
     if rates is not None:

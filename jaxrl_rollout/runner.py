@@ -1016,7 +1016,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             if signals.requested and chunks_done < len(lengths):  # arrived during the last chunk of this call
                 raise Interrupted(signals.requested)
             # or during the run's last chunk: it is complete, and saved below; the request stays, for a caller
-            # with closing work of its own (the command line's evaluation) to read (`_signals.finishing`)
+            # with closing work of its own (the command line's evaluation) to act on (`_signals.at_once`)
         except KeyboardInterrupt:
             saved = ""
             if chunks_done > last_saved:

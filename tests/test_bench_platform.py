@@ -53,7 +53,8 @@ def test_a_script_that_times_in_its_own_process_records_its_own_backend(clean_pl
     _common.parser("x").parse_args(["--platform", "cuda"])
     assert _common.machine_info()["timed_on"] == "cuda"
     info = _common.machine_info(here=True)
-    assert info["timed_on"] == jax.default_backend() == info["backend"] == "cpu" and "gpus" not in info
+    assert info["timed_on"] == jax.default_backend() == info["backend"]
+    assert ("gpus" in info) == (info["timed_on"] != "cpu")  # the GPUs are listed only where it ran on one
 
 
 def test_unknown_platform_is_refused(clean_platform, capsys):

@@ -164,6 +164,39 @@ def test_ctrl_c_after_training_stops_at_once_and_says_the_run_is_saved(sweep_run
     assert _saved_arrays(folder).keys() == _saved_arrays(sweep_run).keys()
 
 
+def test_a_signal_in_the_closing_evaluation_is_acted_on_while_jax_computes(sigint_handled):
+    """A handler runs only when the main thread runs Python: the evaluation read its returns with np.asarray,
+    waiting in C++, so a Ctrl-C was acted on only once the whole evaluation had finished. The evaluator waits
+    in Python (`runner._wait_ready`), as the training chunks do."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl_rollout import runner
+    from jaxrl_rollout._signals import Interrupted, StopSignals, at_once
+
+    @jax.jit
+    def slow(x):  # a few seconds of matrix products on 2 cores
+        return jax.lax.fori_loop(0, 200, lambda i, y: jnp.tanh(y @ y), x)
+
+    x = jnp.full((1024, 1024), 1e-3, jnp.float32)
+    slow.lower(x).compile()
+    with StopSignals(lambda line: None), at_once():
+        out = slow(x)
+        sent = time.perf_counter()
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(Interrupted):
+            runner._wait_ready(out)
+        waited, ready = time.perf_counter() - sent, out.is_ready()
+    out.block_until_ready()  # (XLA cannot cancel it: let it end before the next test)
+    finished = time.perf_counter() - sent
+    assert not ready and waited < finished / 2, (waited, finished)
+
+
 def test_evaluate_prints_per_seed_returns(sweep_run, capsys):
     assert cli.main(["evaluate", str(sweep_run), "--num-episodes", "2"]) == 0
     out = capsys.readouterr().out
@@ -644,10 +677,13 @@ def test_the_continue_command_keeps_a_multi_process_runs_options():
     host pasting it resumed the same folder as an independent single-process run."""
     argv = ["train", "--distributed", "--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "1",
             "--out", "x"]
+    # (only process 0 prints it: its --process-id 0 pasted on every host would clash, so each host adds its own)
     assert cli._resume_command(cli.build_parser().parse_args(argv), "x") == (
-        "jaxrl-rollout train --resume x --distributed --coordinator 127.0.0.1:1234 --num-processes 2 --process-id 1")
+        "jaxrl-rollout train --resume x --distributed --coordinator 127.0.0.1:1234 --num-processes 2 (on each host, "
+        "with its own --process-id)")
     assert cli._resume_command(cli.build_parser().parse_args(["train", "--out", "x"]), "x") == \
         "jaxrl-rollout train --resume x"
-    resumed = cli.build_parser().parse_args(cli._resume_command(cli.build_parser().parse_args(argv), "x").split()[1:])
+    command = cli._resume_command(cli.build_parser().parse_args(argv), "x").split(" (")[0]
+    resumed = cli.build_parser().parse_args([*command.split()[1:], "--process-id", "1"])
     assert (resumed.distributed, resumed.coordinator, resumed.num_processes, resumed.process_id) == (
         True, "127.0.0.1:1234", 2, 1)

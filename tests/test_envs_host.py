@@ -300,10 +300,13 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
     assert (folder / "metrics.csv").exists()
     assert cli.main(["evaluate", str(folder), "--num-episodes", "2"]) == 0
     assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("  default")]) == 8
-    # --eval-every chunk, the documented default, which a host env's run has off: it was "off there, 1 here"
-    assert cli.main(["train", "--resume", str(folder), "--eval-every", "chunk", "--num-eval", "2"]) == 0, \
-        capsys.readouterr().err
-    capsys.readouterr()
+    # --eval-every chunk given to a host env's run (off there): refused as a new run refuses it, with the reason
+    # (it was "--eval-every: off there, 1 here")
+    assert cli.main(["train", "--resume", str(folder), "--eval-every", "chunk", "--num-eval", "2"]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxrl-rollout: error: --resume {folder}: --eval-every chunk: gymnasium/CartPole-v1 is a host env, "
+        "evaluated only after training (its pool of envs cannot be evaluated inside a chunk), so its runs have no "
+        "periodic evaluation: drop --eval-every.\n")
     assert cli.main(["train", "--resume", str(folder), "--max-parallel", "1"]) == 2
     assert "--max-parallel: unset there, 1 here" in capsys.readouterr().err  # not Python's None
     assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--max-parallel", "4",
@@ -368,8 +371,12 @@ def test_an_int64_box_observation_is_given_as_int32():
     env, params = envs.make("gymnasium/IntCounter-v0")
     space = env.observation_space(params)
     assert space.dtype == jnp.int32 and np.all(np.asarray(space.high) == 10)
-    wide = envs.make("gymnasium/IntCounter-v0", high=np.iinfo(np.int64).max)[0].observation_space(None)
+    wide_env = envs.make("gymnasium/IntCounter-v0", high=np.iinfo(np.int64).max)[0]
+    wide = wide_env.observation_space(None)
     assert np.all(np.asarray(wide.low) == 0) and np.all(np.asarray(wide.high) == np.iinfo(np.int32).max)
+    wide_env._shape = (2,)  # values past int32's range saturate at the space's bounds (they wrapped to -2**31)
+    np.testing.assert_array_equal(wide_env._obs(np.array([[2**31, 3], [5, 2**40]])),
+                                  [[2**31 - 1, 3], [5, 2**31 - 1]])
     config = ppo.PPOConfig(num_envs=2, num_steps=10, total_timesteps=20, num_minibatches=1, update_epochs=1,
                            hidden_sizes=(8, 8))
     _, metrics = jax.jit(ppo.make_train(config, env=env, env_params=params))(jax.random.key(0))

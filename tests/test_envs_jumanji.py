@@ -301,10 +301,14 @@ def test_flat_actions_come_with_a_flat_joint_action_mask():
 def test_the_suites_auto_reset_and_vmap_wrappers_are_refused():
     """After jumanji's AutoResetWrapper the final observation was silently the next episode's first (step_count
     0 where the raw env ended at 3); BraxEnv refused brax's own, JumanjiEnv did not."""
-    from jumanji.wrappers import AutoResetWrapper, MultiToSingleWrapper, VmapWrapper  # noqa: F401
+    from jumanji.wrappers import AutoResetWrapper, JumanjiToDMEnvWrapper, JumanjiToGymWrapper, VmapWrapper
+
+    class MyAutoReset(AutoResetWrapper):  # a subclass is refused as its base is
+        pass
 
     base = jumanji.make("Snake-v1", num_rows=6, num_cols=6, time_limit=3)
-    for wrapper in (AutoResetWrapper, VmapWrapper):
+    # (the gym and dm_env wrappers are no jumanji Wrapper: they failed on a missing reward_spec, a shape)
+    for wrapper in (AutoResetWrapper, VmapWrapper, JumanjiToGymWrapper, JumanjiToDMEnvWrapper, MyAutoReset):
         with pytest.raises(ValueError, match=rf"^env is wrapped in {wrapper.__name__}; pass the env without it: "
                                              "JumanjiEnv takes one raw env"):
             JumanjiEnv(wrapper(base))

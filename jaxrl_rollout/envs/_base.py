@@ -74,14 +74,17 @@ def with_max_episode_steps(make_kwargs: dict) -> dict:
     return {**make_kwargs, "max_episode_steps": check_max_episode_steps(make_kwargs["max_episode_steps"])}
 
 
-def refuse_wrappers(env: Any, wrapper: type, refused: tuple[str, ...], why: str) -> None:
-    """A ValueError naming `env` when a wrapper in its chain (`wrapper` subclasses, each holding the next in
-    `_env`, as jumanji's and xminigrid's do) is one of `refused` (their class names), saying `why`."""
+def refuse_wrappers(env: Any, module: Any, refused: tuple[str, ...], why: str) -> None:
+    """A ValueError naming `env` when it, or a wrapper inside it, is an instance (subclasses too) of one of the
+    classes `refused` names in the suite's wrappers `module`, saying `why`. The chain is followed through
+    `module.Wrapper`s, each holding the next in `_env` (jumanji's and xminigrid's); a refused class need not be
+    one (jumanji's gym and dm_env wrappers are not)."""
+    classes = tuple(c for c in (getattr(module, name, None) for name in refused) if isinstance(c, type))
     inner = env
-    while isinstance(inner, wrapper):
-        if type(inner).__name__ in refused:
+    while inner is not None:
+        if isinstance(inner, classes):
             raise ValueError(f"env is wrapped in {type(inner).__name__}; pass the env without it: {why}")
-        inner = getattr(inner, "_env", None)
+        inner = getattr(inner, "_env", None) if isinstance(inner, module.Wrapper) else None
 
 
 def options_error(suite: str, name: str, options: dict, error: BaseException) -> ValueError:

@@ -255,7 +255,12 @@ class HostEnv:
 
     def _obs(self, obs: Any) -> np.ndarray:
         target = _struct(self._observation_space, self._shape)
-        return np.asarray(obs).astype(target.dtype, copy=False).reshape(target.shape)
+        obs = np.asarray(obs)
+        if (np.issubdtype(target.dtype, np.integer) and np.issubdtype(obs.dtype, np.integer)
+                and not np.can_cast(obs.dtype, target.dtype)):
+            info = np.iinfo(target.dtype)  # an int64 value past int32's range saturates, as the space's bounds do
+            obs = np.clip(obs, info.min, info.max)
+        return obs.astype(target.dtype, copy=False).reshape(target.shape)
 
     # ---- JAX side ----
 

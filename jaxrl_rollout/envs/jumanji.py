@@ -39,7 +39,10 @@ of ints, each counted from the spec's minimum), with `multi_discrete="flat"`
 a single `Discrete` over all combinations (row-major, as jumanji's joint
 action masks are laid out), usable with `categorical_policy`; a joint
 `action_mask` ([4, 6] for Tetris) is then given flat ([24]), so that
-`network="auto"` masks the flat actions with it. Other action
+`network="auto"` masks the flat actions with it. A mask is taken as joint
+when its shape is the action elements' value counts; a per-element mask of
+that same shape (JobShop with 2 machines and 1 job: 2 x 2) would be misread,
+so keep "tuple" there. Other action
 specs (bool, nested) raise `UnsupportedEnv` (a NotImplementedError and a
 ValueError) naming the spec.
 
@@ -213,7 +216,7 @@ class JumanjiEnv(SameStepEnv):
     ):
         specs = require("jumanji.specs", "jumanji", "jaxrl_rollout.envs.jumanji.JumanjiEnv")
         self._last = require("jumanji.types", "jumanji").StepType.LAST
-        refuse_wrappers(env, require("jumanji.wrappers", "jumanji").Wrapper, _REFUSED_WRAPPERS,
+        refuse_wrappers(env, require("jumanji.wrappers", "jumanji"), _REFUSED_WRAPPERS,
                         "JumanjiEnv takes one raw env. It resets finished episodes itself and keeps their true final "
                         "observation (after jumanji's auto-reset the step returns the next episode's first one), "
                         "and the rollout vmaps it.")

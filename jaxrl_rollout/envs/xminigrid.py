@@ -98,7 +98,7 @@ class XMiniGridEnv(SameStepEnv):
         self._last = require("xminigrid.types", "xminigrid", what).StepType.LAST
         constants = require("xminigrid.core.constants", "xminigrid", what)
         self._top_ids = (constants.NUM_TILES - 1, constants.NUM_COLORS - 1)
-        refuse_wrappers(env, require("xminigrid.wrappers", "xminigrid", what).Wrapper,
+        refuse_wrappers(env, require("xminigrid.wrappers", "xminigrid", what),
                         ("GymAutoResetWrapper", "DmEnvAutoResetWrapper"),
                         "XMiniGridEnv resets finished episodes itself and keeps their true final observation "
                         "(after xminigrid's auto-reset the step returns the next episode's first one).")
