@@ -204,7 +204,7 @@ def test_bad_params_are_named():
         envs.make("xminigrid/MiniGrid-Empty-5x5", max_steps=0)
 
 
-@pytest.mark.parametrize("value, kind", [("5", "a positive int"), (2.5, "a positive int"), (0, "a positive int")])
+@pytest.mark.parametrize("value, kind", [("5", "an int"), (2.5, "an int"), (0, "a positive int")])
 def test_a_params_override_of_the_wrong_kind_names_its_field(value, kind):
     """view_size="5" or 2.5 failed inside make_train ("`pad_width` must be of integral type", from jax.numpy);
     view_size=0 built a [0, 0] view, refused by the network ("kernel_size must be a positive int")."""

@@ -14,11 +14,13 @@ import contextlib
 import difflib
 import importlib
 import io
+import numbers
 import sys
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl_rollout import _checks, prng
 from jaxrl_rollout._extras import missing
@@ -85,6 +87,31 @@ def refuse_wrappers(env: Any, module: Any, refused: tuple[str, ...], why: str) -
         if isinstance(inner, classes):
             raise ValueError(f"env is wrapped in {type(inner).__name__}; pass the env without it: {why}")
         inner = getattr(inner, "_env", None) if isinstance(inner, module.Wrapper) else None
+
+
+def check_param_override(suite: str, name: str, field: str, value: Any, default: Any, positive: bool = False) -> Any:
+    """`value` for an env params field given to `make`, or a ValueError naming the field unless it is of its
+    default's kind: a bool for a bool, an int for an int (a NumPy int too; positive where `positive`, as time
+    limits and sizes are), a number for a float, a str for a str. A field of another kind (a suite's own
+    structure: craftax's noise angles, xminigrid's ruleset) passes as given. The suites themselves failed only
+    inside make_train, or at their first traced step (craftax's max_timesteps="10", xminigrid's view_size="5"),
+    or truncated every step (0)."""
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, (bool, np.bool_)), "a bool"
+    elif isinstance(default, int):
+        ok, kind = _checks.is_int(value), "an int"
+        if ok and positive and value <= 0:
+            ok, kind = False, "a positive int"
+    elif isinstance(default, float):
+        ok, kind = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)), "a number"
+    elif isinstance(default, str):
+        ok, kind = isinstance(value, str), "a str"
+    else:
+        return value
+    if not ok:
+        raise ValueError(f"{suite} {name!r}: EnvParams field {field} must be {kind} (its default is {default!r}), "
+                         f"got {value!r}.")
+    return int(value) if kind == "an int" else value
 
 
 def options_error(suite: str, name: str, options: dict, error: BaseException) -> ValueError:

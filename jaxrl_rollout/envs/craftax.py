@@ -44,7 +44,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxrl_rollout.envs import _base
 
@@ -92,31 +91,11 @@ def make(name: str, *, static_env_params: Any = None, **param_overrides: Any) ->
                 f"unknown EnvParams field(s) {unknown} for {name!r}; its fields are {', '.join(fields)}."
             )
         for field, value in param_overrides.items():
-            _check_override(name, field, value, getattr(params, field))
+            _base.check_param_override("craftax", name, field, value, getattr(params, field),
+                                       positive=field in ("max_timesteps", "day_length"))
         params = params.replace(**param_overrides)
     adapter = CraftaxEnv(env, params=params, name=name)
     return adapter, adapter.default_params
-
-
-def _check_override(name: str, field: str, value: Any, default: Any) -> None:
-    """A ValueError naming the `EnvParams` field unless `value` is of its default's kind (a bool for a bool, an
-    int for an int, a number for a float) and, for the time limits and lengths, positive; craftax itself failed
-    only at the first traced step (max_timesteps="10"), or truncated every step (max_timesteps=0)."""
-    import numbers
-
-    if isinstance(default, bool):
-        ok, kind = isinstance(value, (bool, np.bool_)), "a bool"
-    elif isinstance(default, int):
-        ok, kind = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)), "an int"
-    elif isinstance(default, float):
-        ok, kind = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)), "a number"
-    else:
-        return  # craftax's own structures (fractal_noise_angles): passed as given
-    if ok and field in ("max_timesteps", "day_length") and value <= 0:
-        ok, kind = False, "a positive int"
-    if not ok:
-        raise ValueError(f"craftax {name!r}: EnvParams field {field} must be {kind} (its default is {default!r}), "
-                         f"got {value!r}.")
 
 
 def _texture_cache_modules() -> list:

@@ -48,7 +48,7 @@ import numpy as np
 from gymnax.environments import spaces
 
 from jaxrl_rollout import _checks
-from jaxrl_rollout.envs._base import PyTree, SameStepEnv, refuse_wrappers, require, unknown_name
+from jaxrl_rollout.envs._base import PyTree, SameStepEnv, check_param_override, refuse_wrappers, require, unknown_name
 
 __all__ = ["XMiniGridEnv", "make"]
 
@@ -186,22 +186,9 @@ def make(name: str, **param_overrides: Any) -> tuple[XMiniGridEnv, Any]:
             f"xminigrid {name!r} has no params {unknown}; its {type(env_params).__name__} fields are {fields}."
         )
     for field, value in param_overrides.items():
-        param_overrides[field] = _checked_override(name, field, value, getattr(env_params, field))
+        # the grid's sizes, the view and the time limit, each positive
+        param_overrides[field] = check_param_override("xminigrid", name, field, value, getattr(env_params, field),
+                                                      positive=True)
     env_params = env_params.replace(**param_overrides)
     return XMiniGridEnv(env, env_params, name=f"xminigrid/{name}"), env_params
 
-
-def _checked_override(name: str, field: str, value: Any, default: Any) -> Any:
-    """`value` for the `EnvParams` field (a NumPy int as a Python int), or a ValueError naming the field: an int
-    field (the grid's sizes, the view and the time limit, each positive) takes an int, a str field a str. xminigrid
-    itself failed inside make_train ("`pad_width` must be of integral type" for view_size="5"), or built a [0, 0]
-    view (view_size=0). Its own structures (a ruleset) pass as given."""
-    if isinstance(default, int) and not isinstance(default, bool):
-        if not _checks.is_int(value) or value <= 0:
-            raise ValueError(f"xminigrid {name!r}: EnvParams field {field} must be a positive int (its default is "
-                             f"{default!r}), got {value!r}.")
-        return int(value)
-    if isinstance(default, str) and not isinstance(value, str):
-        raise ValueError(f"xminigrid {name!r}: EnvParams field {field} must be a str (its default is {default!r}), "
-                         f"got {value!r}.")
-    return value
