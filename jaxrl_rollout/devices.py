@@ -41,7 +41,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["largest_dividing", "shard_runs", "usable_cores", "use_host_cores"]
+__all__ = ["forced_host_device_count", "largest_dividing", "shard_runs", "usable_cores", "use_host_cores"]
 
 
 def usable_cores() -> int:
@@ -50,6 +50,12 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - macOS and Windows have no sched_getaffinity
         return os.cpu_count() or 1
+
+
+def forced_host_device_count() -> int | None:
+    """The CPU device count XLA_FLAGS sets with --xla_force_host_platform_device_count, or None."""
+    forced = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(forced.group(1)) if forced else None
 
 
 def use_host_cores(count: int | None = None) -> int:
@@ -72,8 +78,8 @@ def use_host_cores(count: int | None = None) -> int:
       RuntimeError: JAX has already started its backends with another count.
     """
     if count is None:
-        forced = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
-        count = int(forced.group(1)) if forced else usable_cores()  # a set count was silently replaced
+        forced = forced_host_device_count()
+        count = forced if forced is not None else usable_cores()  # a set count was silently replaced
     # Not _checks.is_int: _checks imports gymnax, whose import starts JAX's CPU backend, which this must precede.
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
         raise ValueError(f"use_host_cores: count must be an int >= 1 (or None for one per core), got {count!r}.")
