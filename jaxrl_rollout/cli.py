@@ -809,11 +809,11 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
 
     option = f"--resume {folder}"
     saved = runner.read_spec(folder)
-    if given.get("eval_every") == "chunk" and saved.eval_every is None and runner.host_env(
-            _make_env(saved.config.env_id)[0]) is not None:  # as a new run refuses it, with the reason
-        raise ValueError(f"{option}: --eval-every chunk: {saved.config.env_id} is a host env, evaluated only after training "
-                         "(its pool of envs cannot be evaluated inside a chunk), so its runs have no periodic "
-                         "evaluation: drop --eval-every.")
+    if given.get("eval_every") == "chunk" and saved.eval_every is None:  # a host env's run: refused as a new one is
+        try:
+            runner.check_host_run(dataclasses.replace(saved, eval_every=given.get("chunk_updates", saved.chunk_updates)))
+        except ValueError as error:
+            raise ValueError(f"{option}: {error}") from None
     if given.get("eval_every") == "chunk":  # as a new run reads it: after each chunk of the run's (or the given) size
         given = {**given, "eval_every": given.get("chunk_updates", saved.chunk_updates)}
     saved_options = _spec_options(saved)
@@ -1572,7 +1572,7 @@ def _configure_jax_early(argv: Sequence[str]) -> None:
     from jaxrl_rollout import devices
 
     if known.host_devices == "auto":
-        forced = "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+        forced = devices.forced_host_device_count() is not None
         if not (known.distributed or forced or jax.config.jax_num_cpu_devices != -1):
             try:
                 devices.use_host_cores()
