@@ -107,9 +107,11 @@ def max_seeds(train, budget_bytes: float, start: int = 256, precision: float = 0
     process's peak resident set after compiling one seed (Python, XLA, the
     libraries) is added. On an accelerator the budget is the device's memory
     and the program's bytes are counted alone (the resident set, host memory,
-    is still reported). Doubling from `start`, then bisection to `precision`
-    (2%; each probe is one compile, which on a GPU takes seconds, so a start
-    near the answer and a coarser precision make a short device check fit).
+    is still reported). A probe at 1 seed and one at `start`, then probes
+    aimed where the straight line through the last two meets the budget,
+    until the largest seeds that fit and the smallest that do not are within
+    `precision` (2%) of each other. Each probe is one compile (seconds on a
+    GPU); the footprint is close to linear in the seeds, so about four do.
     """
     import jax
 
@@ -126,19 +128,38 @@ def max_seeds(train, budget_bytes: float, start: int = 256, precision: float = 0
     fits = lambda f: f["total"] + host <= budget_bytes  # noqa: E731
     if not fits(one):
         return {"max_seeds": 0, "process_rss_bytes": rss, "per_seed_total_bytes": one["total"], "probes": [one]}
-    probes, lo, hi = [one], 1, start
+
+    def crossing(a: dict, b: dict) -> float | None:
+        """Seeds where the line through probes a and b meets the budget (None if it does not rise)."""
+        slope = (b["total"] - a["total"]) / (b["seeds"] - a["seeds"])
+        return a["seeds"] + (budget_bytes - host - a["total"]) / slope if slope > 0 else None
+
+    # The footprint grows about linearly in the seeds (each seed's buffers and states), so aim at the line's
+    # crossing just above it, then interpolate inside the bracket (a step that fails to halve it is followed
+    # by a plain bisection): four probes where the program is linear, instead of a doubling and a bisection.
+    probes, lo_p, hi = [one], one, start
     while True:
         probes.append(footprint(hi))
         if not fits(probes[-1]):
+            hi_p = probes[-1]
             break
-        lo, hi = hi, hi * 2
-    while hi - lo > max(1, int(lo * precision)):
-        mid = (lo + hi) // 2
+        aim = crossing(lo_p, probes[-1])
+        lo_p = probes[-1]
+        hi = int(aim * (1 + precision / 2)) + 1 if aim is not None and aim > lo_p["seeds"] else 2 * lo_p["seeds"]
+        hi = min(max(hi, lo_p["seeds"] + 1), 64 * lo_p["seeds"])
+    bisect = False
+    while hi_p["seeds"] - lo_p["seeds"] > max(1, int(lo_p["seeds"] * precision)):
+        lo, hi = lo_p["seeds"], hi_p["seeds"]
+        aim = None if bisect else crossing(lo_p, hi_p)
+        mid = (lo + hi) // 2 if aim is None else min(max(int(aim), lo + 1), hi - 1)
         probes.append(footprint(mid))
-        lo, hi = (mid, hi) if fits(probes[-1]) else (lo, mid)
-    at = next(p for p in probes if p["seeds"] == lo)
-    return {"max_seeds": lo, "process_rss_bytes": rss, "per_seed_total_bytes": one["total"], "at_max": at,
-            "probes": probes}
+        if fits(probes[-1]):
+            lo_p = probes[-1]
+        else:
+            hi_p = probes[-1]
+        bisect = not bisect and hi_p["seeds"] - lo_p["seeds"] > (hi - lo) / 2
+    return {"max_seeds": lo_p["seeds"], "process_rss_bytes": rss, "per_seed_total_bytes": one["total"],
+            "at_max": lo_p, "probes": probes}
 
 
 def timed(train, num_seeds: int, place=None) -> str:
