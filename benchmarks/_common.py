@@ -325,3 +325,45 @@ def command_line() -> str:
     prog = f"python -m {spec.name}" if spec is not None else f"python {os.path.relpath(sys.argv[0], REPO_ROOT)}"
     args = [a.replace(REPO_ROOT + os.sep, "") for a in sys.argv[1:]]
     return " ".join([prog] + args)
+
+
+def search_seeds(footprint, budget: float, start: int, precision: float, one: dict | None = None) -> dict:
+    """The most seeds whose `footprint(seeds)["total"]` is at most `budget`, and the probes taken (the memory benchmarks' search).
+
+    A probe at 1 seed (`one`, if already taken) and one at `start`; while those fit, the next probe goes just
+    past where the straight line through the last two meets the budget; inside the bracket, at that crossing,
+    and where a footprint bends so that such a probe fails to halve the bracket, a plain bisection next. It
+    ends when the largest count that fits and the smallest that does not are within `precision` of the
+    former: four probes for a straight line, never many more than a doubling and a bisection would take.
+    """
+    one = one or footprint(1)
+    fits = lambda f: f["total"] <= budget  # noqa: E731
+    if not fits(one):
+        return {"max_seeds": 0, "per_seed_total_bytes": one["total"], "probes": [one]}
+
+    def crossing(a: dict, b: dict) -> float | None:
+        """Seeds where the line through probes a and b meets the budget (None if it does not rise)."""
+        slope = (b["total"] - a["total"]) / (b["seeds"] - a["seeds"])
+        return a["seeds"] + (budget - a["total"]) / slope if slope > 0 else None
+
+    probes, lo_p, hi = [one], one, start
+    while True:
+        probes.append(footprint(hi))
+        if not fits(probes[-1]):
+            hi_p = probes[-1]
+            break
+        aim = crossing(lo_p, probes[-1])
+        lo_p = probes[-1]
+        hi = int(aim * (1 + precision / 2)) + 1 if aim is not None and aim > lo_p["seeds"] else 2 * lo_p["seeds"]
+        hi = max(hi, lo_p["seeds"] + 1)
+    bisect = False
+    while hi_p["seeds"] - lo_p["seeds"] > max(1, int(lo_p["seeds"] * precision)):
+        lo, hi = lo_p["seeds"], hi_p["seeds"]
+        aim = None if bisect else crossing(lo_p, hi_p)
+        probes.append(footprint((lo + hi) // 2 if aim is None else min(max(int(aim), lo + 1), hi - 1)))
+        if fits(probes[-1]):
+            lo_p = probes[-1]
+        else:
+            hi_p = probes[-1]
+        bisect = not bisect and hi_p["seeds"] - lo_p["seeds"] > (hi - lo) / 2
+    return {"max_seeds": lo_p["seeds"], "per_seed_total_bytes": one["total"], "at_max": lo_p, "probes": probes}

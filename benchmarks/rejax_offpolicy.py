@@ -115,6 +115,8 @@ def max_seeds(train, budget_bytes: float, start: int = 256, precision: float = 0
     """
     import jax
 
+    from benchmarks import _common
+
     def footprint(seeds: int) -> dict:
         keys = jax.random.split(jax.random.PRNGKey(30), seeds)
         m = jax.jit(jax.vmap(train)).lower(keys).compile().memory_analysis()
@@ -125,41 +127,7 @@ def max_seeds(train, budget_bytes: float, start: int = 256, precision: float = 0
     one = footprint(1)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     host = rss if jax.default_backend() == "cpu" else 0
-    fits = lambda f: f["total"] + host <= budget_bytes  # noqa: E731
-    if not fits(one):
-        return {"max_seeds": 0, "process_rss_bytes": rss, "per_seed_total_bytes": one["total"], "probes": [one]}
-
-    def crossing(a: dict, b: dict) -> float | None:
-        """Seeds where the line through probes a and b meets the budget (None if it does not rise)."""
-        slope = (b["total"] - a["total"]) / (b["seeds"] - a["seeds"])
-        return a["seeds"] + (budget_bytes - host - a["total"]) / slope if slope > 0 else None
-
-    # The footprint grows about linearly in the seeds (each seed's buffers and states), so aim at the line's
-    # crossing just above it, then interpolate inside the bracket (a step that fails to halve it is followed
-    # by a plain bisection): four probes where the program is linear, instead of a doubling and a bisection.
-    probes, lo_p, hi = [one], one, start
-    while True:
-        probes.append(footprint(hi))
-        if not fits(probes[-1]):
-            hi_p = probes[-1]
-            break
-        aim = crossing(lo_p, probes[-1])
-        lo_p = probes[-1]
-        hi = int(aim * (1 + precision / 2)) + 1 if aim is not None and aim > lo_p["seeds"] else 2 * lo_p["seeds"]
-        hi = min(max(hi, lo_p["seeds"] + 1), 64 * lo_p["seeds"])
-    bisect = False
-    while hi_p["seeds"] - lo_p["seeds"] > max(1, int(lo_p["seeds"] * precision)):
-        lo, hi = lo_p["seeds"], hi_p["seeds"]
-        aim = None if bisect else crossing(lo_p, hi_p)
-        mid = (lo + hi) // 2 if aim is None else min(max(int(aim), lo + 1), hi - 1)
-        probes.append(footprint(mid))
-        if fits(probes[-1]):
-            lo_p = probes[-1]
-        else:
-            hi_p = probes[-1]
-        bisect = not bisect and hi_p["seeds"] - lo_p["seeds"] > (hi - lo) / 2
-    return {"max_seeds": lo_p["seeds"], "process_rss_bytes": rss, "per_seed_total_bytes": one["total"],
-            "at_max": lo_p, "probes": probes}
+    return dict(_common.search_seeds(footprint, budget_bytes - host, start, precision, one), process_rss_bytes=rss)
 
 
 def timed(train, num_seeds: int, place=None) -> str:

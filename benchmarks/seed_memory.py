@@ -66,22 +66,10 @@ def child(side: str, anchor_dir: str, budget: float, start: int) -> dict:
 
     one = footprint(1)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    fits = lambda f: f["total"] + rss <= budget  # noqa: E731
-    if not fits(one):
+    found = _common.search_seeds(footprint, budget - rss, start, 0.01, one)  # to 1% of S
+    if found["max_seeds"] == 0:
         raise SystemExit(f"{side}: one seed does not fit in {budget / GIB:g} GiB")
-    probes, lo, hi = [one], 1, start
-    while True:  # double until a count does not fit: lo fits, hi does not
-        probes.append(footprint(hi))
-        if not fits(probes[-1]):
-            break
-        lo, hi = hi, hi * 2
-    while hi - lo > max(1, lo // 100):  # bisect to 1% of S
-        mid = (lo + hi) // 2
-        probes.append(footprint(mid))
-        lo, hi = (mid, hi) if fits(probes[-1]) else (lo, mid)
-    best = next(p for p in probes if p["seeds"] == lo)
-    record = {"side": side, "max_seeds": lo, "process_rss_bytes": rss, "per_seed_total_bytes": one["total"],
-              "at_max": best, "probes": probes}
+    record = dict(found, side=side, process_rss_bytes=rss)
     print(json.dumps(record))
     return record
 
@@ -89,7 +77,7 @@ def child(side: str, anchor_dir: str, budget: float, start: int) -> dict:
 def main(argv=None) -> dict:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--budget-gib", type=float, default=8.0)
-    p.add_argument("--start", type=int, default=64, help="first seed count probed; doubled until it no longer fits")
+    p.add_argument("--start", type=int, default=64, help="seed count of the first probe after one (then aimed along the footprint's line)")
     p.add_argument("--no-purejaxrl", action="store_true", help="bisect our side only")
     p.add_argument("--purejaxrl-dir", default=DEFAULT_ANCHOR)
     p.add_argument("--purejaxrl-python", default=DEFAULT_PJR_PYTHON)
