@@ -322,6 +322,42 @@ def unpack_step(result: Any, env: Any, batched: bool = False) -> tuple:
     return obs, state, reward, terminated, truncated, info
 
 
+def check_step_like_reset(env: Any, reset_obs: Any, step_obs: Any, batched: bool = False) -> None:
+    """A ValueError naming `env` when the observations its step returns differ from its reset's in pytree,
+    shape or dtype.
+
+    A rollout carries one observation from step to step and selects between the step's and the reset's at an
+    auto-reset, so they must agree; otherwise the trace fails deep inside `lax.scan` or a select. `batched`:
+    leaves [B, ...].
+    """
+    def leaves(tree):
+        return [(tuple(jnp.shape(x)), jnp.result_type(x)) for x in jax.tree.leaves(tree)]
+
+    if jax.tree.structure(reset_obs) != jax.tree.structure(step_obs) or leaves(reset_obs) != leaves(step_obs):
+        per_env = " per env" if batched else ""
+        raise ValueError(
+            f"env {type(env).__name__}: step returns observations {_tree_text(step_obs, batched)}{per_env}, but "
+            f"reset returns {_tree_text(reset_obs, batched)}; a rollout carries one observation from step to step, "
+            "so make step's observations (and info['final_observation']) the pytree, shapes and dtypes reset's "
+            "are.")
+
+
+def refuse_train_state(name: str, params: Any) -> None:
+    """A TypeError naming `name` when a learner's whole train state (a `*State` NamedTuple of
+    `jaxrl_rollout.algorithms`) is passed where a policy's params go."""
+    cls = type(params)
+    if isinstance(params, tuple) and hasattr(params, "_fields") and cls.__name__.endswith("State") and \
+            cls.__module__.startswith("jaxrl_rollout.algorithms."):
+        raise TypeError(f"{name} is the whole train state, a {cls.__name__}; a policy takes its params: pass "
+                        "policy_params(state), e.g. algo.policy_params(state) of the make_* result that trained "
+                        "it.")
+
+
+def tree_text(tree: Any, batched: bool = False) -> str:
+    """A pytree's leaves as "float32[4]" (without their leading axis when `batched`), joined, or "nothing"."""
+    return _tree_text(tree, batched)
+
+
 def _tree_text(tree: Any, batched: bool = False) -> str:
     """A pytree's leaves as "float32[4]" (without their leading axis when `batched`), joined, or "nothing"."""
     return ", ".join(f"{jnp.result_type(x).name}{list(jnp.shape(x)[1 if batched else 0:])}"

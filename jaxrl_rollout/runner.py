@@ -209,6 +209,9 @@ class RunSpec:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise TypeError(f"grid: {name} must be a number, got {value!r}.")
             check_hparams(h, algorithms.hparam_ranges(self.algo))
+        read = getattr(sys.modules[type(self.config).__module__], "check_hparams_read", None)
+        for h in self.grid if read is not None else ():
+            read(self.config, h)  # SAC's alpha with autotune: a grid point would train the default's run
         if not _checks.is_int(self.seed, numpy=False):
             raise TypeError(f"seed must be an int, got {self.seed!r}.")
         if not -2**63 <= self.seed < 2**63:

@@ -279,23 +279,26 @@ def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
     Raises:
       TypeError: the step's result is not the 6-tuple of the protocol, or its
         info has no "final_observation".
+      ValueError: its observations are not the pytree, shapes and dtypes of
+        the reset's (`_checks.check_step_like_reset`).
     """
 
     def one_step(key, env_params):
-        _, state = env.reset(key, env_params)
+        obs, state = env.reset(key, env_params)
         action = env.action_space(env_params).sample(key)
-        return env.step(key, state, action, env_params)
+        return obs, env.step(key, state, action, env_params)
 
     def all_steps(keys, env_params):  # a vectorized env: all B at once
-        _, state = env.reset(keys, env_params)
+        obs, state = env.reset(keys, env_params)
         actions = jax.vmap(env.action_space(env_params).sample)(keys)
-        return env.step(keys, state, actions, env_params)
+        return obs, env.step(keys, state, actions, env_params)
 
     if is_vectorized(env):
-        result = jax.eval_shape(all_steps, jax.random.split(key, num_envs), env_params)
+        obs, result = jax.eval_shape(all_steps, jax.random.split(key, num_envs), env_params)
     else:
-        result = jax.eval_shape(one_step, key, env_params)
-    _checks.unpack_step(result, env, batched=is_vectorized(env))
+        obs, result = jax.eval_shape(one_step, key, env_params)
+    step_obs = _checks.unpack_step(result, env, batched=is_vectorized(env))[0]
+    _checks.check_step_like_reset(env, obs, step_obs, batched=is_vectorized(env))
 
 
 def takes_fused_keys(env: Any, env_params: Any, num_envs: int) -> bool:
@@ -361,6 +364,7 @@ def _fused_trace(env: Any, env_params: Any, num_envs: int) -> bool | None:
         out = jax.eval_shape(reset_and_step, key, env_params)
     except Exception:  # noqa: BLE001 -- the env then gets JAX's keys, whose errors surface there
         return None
+    _checks.check_step_like_reset(env, out[0], out[2].obs, batched=True)
     return not keeps_a_key(out)
 
 
@@ -450,11 +454,26 @@ def act(
       TypeError, ValueError: the policy's output does not have the promised
         structure, shapes or dtypes (see `_checks`).
     """
+    if not callable(policy_fn):
+        raise TypeError(f"policy_fn must be a function policy_fn(params, obs, key) -> PolicyOutput, got "
+                        f"{type(policy_fn).__name__}; a learner's greedy or deterministic policy is its "
+                        "eval_policy_fn (DQN's policy_fn is None: its exploration belongs to training).")
+    _checks.refuse_train_state("params", params)
     _check_policy_arity(policy_fn, recurrent=carry is not None)
+    try:
+        if carry is None:
+            out = policy_fn(params, obs, key)
+        else:
+            out = policy_fn(params, obs, key, reset_carry(carry, first))
+    except Exception as error:
+        error.add_note(
+            f"jaxrl_rollout: this was raised inside policy_fn(params, obs, key) on observations "
+            f"{_checks.tree_text(obs, batched=True)} per env. params must be what the policy takes: a learner's "
+            "policy_params(state) (PQN's is the pair (q_params, epsilon)). The params of a vmapped sweep carry a "
+            "leading run axis: take run i's with jax.tree.map(lambda x: x[i], params), or vmap over them.")
+        raise
     if carry is None:
-        out = policy_fn(params, obs, key)
         return _checks.check_policy_output(out, batch_size, space), None
-    out = policy_fn(params, obs, key, reset_carry(carry, first))
     return _checks.check_recurrent_output(out, batch_size, space, carry)
 
 

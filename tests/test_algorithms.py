@@ -116,7 +116,7 @@ def test_a_hyperparameter_that_is_not_a_number_is_named(value):
 def test_bad_a2c_config_and_hparams():
     with pytest.raises(ValueError, match=r"rms_alpha must be a number in \[0, 1\], got 1.5"):
         a2c.A2CConfig(rms_alpha=1.5)
-    for field, value in (("rms_alpha", "0.9"), ("rms_alpha", True), ("rms_eps", None)):
+    for field, value in (("rms_alpha", "0.9"), ("rms_alpha", True), ("rms_eps", None), ("rms_eps", float("inf"))):
         with pytest.raises(ValueError, match=rf"^{field} must be a number .*, got {value!r}\.$"):
             a2c.A2CConfig(**{field: value})
     with pytest.raises(ValueError, match=r"^bootstrap_on_truncation must be a bool, got 'no'\.$"):

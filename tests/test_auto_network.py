@@ -238,6 +238,36 @@ def test_a_discrete_observation_is_read_one_hot():
     assert isinstance(pqn.make_pqn(pqn.PQNConfig(), env=ParityEnv()).module, networks.OneHotObservation)
 
 
+def _first_critic(critic_params):
+    """Critic 1's params: SAC stacks the twins on a leading axis, TD3 keeps a pair."""
+    if isinstance(critic_params, tuple):
+        return critic_params[0]
+    return jax.tree.map(lambda x: x[0], critic_params)
+
+
+def test_sac_and_td3_networks_read_a_discrete_observation_one_hot():
+    """SAC's and TD3's own actor and critics read a Discrete index as one number (an input layer of width 1)."""
+    from jaxrl_rollout.algorithms import sac, td3
+    from tests.toy_envs import ParityBoxActionEnv
+
+    cells = jnp.arange(16, dtype=jnp.int32)
+    one_hot = jax.nn.one_hot(cells, 16)
+    action = jnp.zeros((16, 1))
+    small = dict(total_timesteps=40, buffer_size=40, batch_size=8, learning_starts=10, log_interval=10)
+    for made in (sac.make_sac(sac.SACConfig(**small), env=ParityBoxActionEnv()),
+                 td3.make_td3(td3.TD3Config(**small), env=ParityBoxActionEnv())):
+        state = made.init(jax.random.key(0))
+        for module, params, args in ((made.actor, state.actor_params, ()),
+                                     (made.critic, _first_critic(state.critic_params), (action,))):
+            assert params["params"]["Dense_0"]["kernel"].shape[0] == 16 + len(args)  # [one-hot, action]
+            # the module on the index equals its layers on the one-hot vector
+            reference = type(module)(**{**{f: getattr(module, f) for f in module.__dataclass_fields__
+                                           if f not in ("parent", "name")}, "num_obs_values": 0})
+            np.testing.assert_array_equal(np.asarray(jax.tree.leaves(module.apply(params, cells, *args))[0]),
+                                          np.asarray(jax.tree.leaves(reference.apply(params, one_hot, *args))[0]))
+        jax.jit(made.train)(jax.random.key(1))  # and trains
+
+
 def test_a_discrete_leaf_of_a_dict_observation_is_read_one_hot():
     """Only a top-level Discrete was one-hot: a Discrete leaf beside others went into its encoder as one number."""
     from jaxrl_rollout.algorithms import ppo

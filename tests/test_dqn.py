@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import flax.linen as nn
 import jax
@@ -156,6 +157,15 @@ def test_errors_name_the_argument():
         dqn.make_train(SMALL)(jax.random.key(0), dict(lr=1.0))
     with pytest.raises(ValueError, match="bootstrap"):
         dqn.DQNConfig(bootstrap="truncation")
+    with pytest.raises(ValueError, match=r"^adam_eps must be a number >= 0 and finite, got inf"):
+        dqn.DQNConfig(adam_eps=float("inf"))  # failed as the run traced, inside optax
+    # whole updates: 1,999 steps trained 1,000 and said nothing
+    with pytest.warns(UserWarning, match=r"^total_timesteps=1999 trains 1,000 env steps: a run takes whole updates "
+                                         r"of 1,000 env steps"):
+        dqn.DQNConfig(total_timesteps=1999, learning_starts=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dqn.DQNConfig(total_timesteps=2000, learning_starts=100)
     with pytest.raises(ValueError, match="buffer_size"):
         dqn.DQNConfig(buffer_size=0)
     with pytest.raises(ValueError, match=r"batch_size=8 is more than buffer_size=7"):  # flashbax's own words before
@@ -213,7 +223,10 @@ def test_own_network():
         def __call__(self, obs):
             return nn.Dense(2)(nn.tanh(nn.Dense(8)(obs)))
 
-    _, m = jax.jit(dqn.make_train(SMALL, network=Tiny()))(jax.random.key(0))
+    with pytest.raises(ValueError, match=r"^network: a module of your own is given, and config.hidden_sizes="):
+        dqn.make_train(SMALL, network=Tiny())  # the sizes would not be read
+    _, m = jax.jit(dqn.make_train(dataclasses.replace(SMALL, hidden_sizes=dqn.DQNConfig.hidden_sizes),
+                                  network=Tiny()))(jax.random.key(0))
     assert int(m.nonfinite.max()) == 0
 
 

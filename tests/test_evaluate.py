@@ -96,3 +96,29 @@ def test_max_steps_required_when_params_have_no_time_limit():
 
     with pytest.raises(ValueError, match="max_steps"):
         jr.evaluate(CountingEnv(), NoLimitParams(), scripted_policy([0]), None, jax.random.key(0), 1)
+
+
+def test_wrong_policy_or_params_say_what_to_pass():
+    """A learner's policy and params passed the wrong way failed with Python's or flax's own words ("'NoneType'
+    object is not callable", "not enough values to unpack", a kernel of shape (2, 4, 120))."""
+    from jaxrl_rollout.algorithms import dqn, pqn
+
+    d = dqn.make_dqn(dqn.DQNConfig(total_timesteps=2000, learning_starts=100, log_interval=1000,
+                                   hidden_sizes=(8,), buffer_size=100, batch_size=8))
+    key = jax.random.key(0)
+    state = d.init(key)
+    with pytest.raises(TypeError, match=r"^policy_fn must be a function .*got NoneType; .*eval_policy_fn"):
+        jr.evaluate(d.env, d.env_params, d.policy_fn, d.policy_params(state), key, 2)  # DQN's policy_fn is None
+    with pytest.raises(TypeError, match=r"^params is the whole train state, a DQNState; .*policy_params\(state\)"):
+        jr.evaluate(d.env, d.env_params, d.eval_policy_fn, state, key, 2)
+    sweep = jax.vmap(d.init)(jax.random.split(key, 2))
+    with pytest.raises(Exception) as raised:  # flax's own error, with a note on the run axis
+        jr.evaluate(d.env, d.env_params, d.eval_policy_fn, d.policy_params(sweep), key, 2)
+    assert any("leading run axis" in note for note in getattr(raised.value, "__notes__", ())), raised.value
+    p = pqn.make_pqn(pqn.PQNConfig(total_timesteps=256, num_envs=4, num_steps=32, num_minibatches=2,
+                                   hidden_sizes=(8,)))
+    pstate = p.init(key)
+    with pytest.raises(TypeError, match=r"^PQN's policy takes params = \(q_params, epsilon\).*got a dict"):
+        jr.evaluate(p.env, p.env_params, p.eval_policy_fn, pstate.params, key, 2)
+    result = jr.evaluate(p.env, p.env_params, p.eval_policy_fn, p.policy_params(pstate), key, 2)
+    assert result.returns.shape == (2,)

@@ -51,9 +51,10 @@ class TinyRecurrent(nn.Module):
         return carry, (categorical_from_logits(nn.Dense(self.action_dim)(h)), nn.Dense(1)(h)[:, 0])
 
 
-TINY_PPO = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 2, update_epochs=1, num_minibatches=2,
-                hidden_sizes=(8,))
-TINY_A2C = dict(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 3, hidden_sizes=(8,))
+# The built-in network's fields (hidden_sizes, activation) at their defaults: these configs also go with networks of
+# one's own, which refuse them otherwise.
+TINY_PPO = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 2, update_epochs=1, num_minibatches=2)
+TINY_A2C = dict(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 3)
 
 
 @pytest.mark.parametrize("algo, env_id, env", [
@@ -395,6 +396,36 @@ def test_an_observation_space_that_does_not_describe_the_observation_is_refused(
         ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=SaysFive())
 
 
+class StepsInHalf(MyCartPole):
+    """Resets to float32 observations, steps to bfloat16 ones."""
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, terminated, truncated, info = super().step(key, state, action, params)
+        final = info["final_observation"].astype(jnp.bfloat16)
+        return obs.astype(jnp.bfloat16), state, reward, terminated, truncated, {**info, "final_observation": final}
+
+
+def test_a_step_observation_unlike_the_resets_is_refused(monkeypatch):
+    """It failed inside lax.scan ("carry input and carry output must have equal types") or a flashbax assertion."""
+    from jaxrl_rollout import collect
+    from jaxrl_rollout.algorithms import dqn
+
+    message = (r"^env StepsInHalf: step returns observations bfloat16\[4\] per env, but reset returns "
+               r"float32\[4\]; a rollout carries one observation")
+    with pytest.raises(ValueError, match=message):
+        jax.eval_shape(ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=StepsInHalf()), jax.random.key(0))
+    with pytest.raises(ValueError, match=message):  # the off-policy learners trace a step as they are built
+        dqn.make_train(dqn.DQNConfig(total_timesteps=200, learning_starts=10, log_interval=100,
+                                     target_network_frequency=50, buffer_size=100, batch_size=8), env=StepsInHalf())
+    with pytest.raises(ValueError, match=message):
+        collect.rollout_init(jax.random.key(0), StepsInHalf(), None, 2)
+    from jaxrl_rollout import prng
+
+    monkeypatch.setattr(prng, "can_fuse", lambda key: False)  # stepping.check_env's own trace
+    with pytest.raises(ValueError, match=message.replace(" per env", "")):
+        collect.rollout_init(jax.random.key(0), StepsInHalf(), None, 2)
+
+
 def test_bad_env_arguments_name_the_argument():
     config = ppo.PPOConfig(**TINY_PPO)
     with pytest.raises(TypeError, match=r"env must be an env object \(the gymnax protocol\), got the string "
@@ -441,6 +472,12 @@ def test_bad_env_arguments_name_the_argument():
     with pytest.raises(ValueError, match=r"network: a module of your own is given, and config.network='mlp' names "
                                          r"another; leave config.network='auto'"):
         ppo.make_train(ppo.PPOConfig(**TINY_PPO, network="mlp"), network=TinyActorCritic(action_dim=2))
+    # the built-in network's sizes and activation were dropped silently with a network of one's own
+    with pytest.raises(ValueError, match=r"^network: a module of your own is given, and config.hidden_sizes=\(8,\) "
+                                         r"shapes only the built-in network, so it would not be read"):
+        ppo.make_train(ppo.PPOConfig(**TINY_PPO, hidden_sizes=(8,)), network=TinyActorCritic(action_dim=2))
+    with pytest.raises(ValueError, match=r"^network: a module of your own is given, and config.activation='relu'"):
+        a2c.make_train(a2c.A2CConfig(**TINY_A2C, activation="relu"), network=TinyActorCritic(action_dim=2))
 
 
 def _pendulum_with_box(low, high):

@@ -1,6 +1,8 @@
 """PQN: jit and vmap over seeds and hyperparameters, metrics, the epsilon schedule, checks, your own env and
 network, and a short CartPole learning run (the longer solve check is benchmarks/pqn_learning.py)."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -173,11 +175,12 @@ class MyCartPole(CartPole):
 
 
 def test_your_own_env_and_network():
-    state, m = jax.jit(pqn.make_train(SMALL, env=MyCartPole(), network=TinyQ(2)))(jax.random.key(0))
+    own = dataclasses.replace(SMALL, hidden_sizes=pqn.PQNConfig.hidden_sizes)  # the built-in network's fields unset
+    state, m = jax.jit(pqn.make_train(own, env=MyCartPole(), network=TinyQ(2)))(jax.random.key(0))
     assert set(state.params["params"]) == {"Dense_0", "Dense_1"}
     assert np.all(np.isfinite(m.loss))
     # The id route and a user's copy of the same env give the same run.
-    a = jax.jit(pqn.make_train(SMALL, network=TinyQ(2)))(jax.random.key(0))[1]
+    a = jax.jit(pqn.make_train(own, network=TinyQ(2)))(jax.random.key(0))[1]
     np.testing.assert_array_equal(a.loss, m.loss)
 
 
@@ -205,6 +208,12 @@ def test_network_and_config_network_together_are_refused():
     with pytest.raises(ValueError, match="leave config.network='auto'"):
         pqn.make_pqn(pqn.PQNConfig(network="mlp", num_minibatches=2, num_envs=4, num_steps=8,
                                    total_timesteps=64), network=TinyQ(2))
+    # the built-in network's fields were dropped silently with a network of one's own
+    for field, value in (("hidden_sizes", (16, 16)), ("activation", "tanh"), ("layer_norm", False)):
+        with pytest.raises(ValueError, match=rf"^network: a module of your own is given, and config.{field}="
+                                             rf".* shapes only the built-in network"):
+            base = dataclasses.replace(SMALL, hidden_sizes=pqn.PQNConfig.hidden_sizes)
+            pqn.make_pqn(dataclasses.replace(base, **{field: value}), network=TinyQ(2))
 
 
 def test_policies_act_epsilon_greedy_and_greedy():

@@ -130,6 +130,28 @@ def test_errors_name_the_argument():
     sac.SACConfig(total_timesteps=5_004, log_interval=1)  # critic steps after 5,001 to 5,003, an actor step after 5,002
     with pytest.raises(ValueError, match=r"target_entropy=-2.0 is read only when the temperature is learned"):
         sac.SACConfig(autotune=False, target_entropy=-2.0)
+    with pytest.raises(ValueError, match=r"temperature_loss='sb3' is read only when the temperature is learned"):
+        sac.SACConfig(autotune=False, temperature_loss="sb3")
+    for eps in (float("inf"), -1.0, float("nan")):  # inf failed only as the run traced, inside optax
+        with pytest.raises(ValueError, match=r"^adam_eps must be a number >= 0 and finite"):
+            sac.SACConfig(adam_eps=eps)
+    # a learned temperature never reads alpha: another alpha trained the default's run under its own label
+    with pytest.raises(ValueError, match=r"^hparams.alpha=0.5 is not read: with config.autotune=True"):
+        sac.make_train(SMALL)(jax.random.key(0), sac.SACHParams(alpha=0.5))
+    with pytest.raises(ValueError, match=r"^hparams.alpha=0.05 is not read"):
+        sac.make_sac(SMALL).init(jax.random.key(0), stack_hparams([sac.SACHParams(), sac.SACHParams(alpha=0.05)]))
+    with pytest.raises(ValueError, match=r"^hparams.alpha=0.1 is not read"):
+        sac.check_hparams_read(SMALL, sac.SACHParams(alpha=0.1))
+    sac.check_hparams_read(dataclasses.replace(SMALL, autotune=False), sac.SACHParams(alpha=0.1))
+    from jaxrl_rollout import runner
+
+    with pytest.raises(ValueError, match=r"^hparams.alpha=0.1 is not read"):
+        runner.RunSpec("sac", SMALL, grid=(sac.SACHParams(), sac.SACHParams(alpha=0.1)), num_seeds=1)
+    runner.RunSpec("sac", dataclasses.replace(SMALL, autotune=False), grid=(sac.SACHParams(alpha=0.1),), num_seeds=1)
+    # the built-in networks' sizes are not read with a network of one's own
+    with pytest.raises(ValueError, match=r"^network: a module of your own is given, and config.hidden_sizes=\(16, "
+                                         r"16\) shapes only the built-in network"):
+        sac.make_sac(SMALL, network=(_Actor(), _Critic()))
     with pytest.raises(ValueError, match=r"target_network_frequency=10000000 leaves the target network as "
                                          r"initialised"):
         sac.SACConfig(target_network_frequency=10**7)
@@ -185,7 +207,7 @@ class _Critic(nn.Module):
 
 
 def test_own_network_and_fixed_alpha():
-    cfg = dataclasses.replace(SMALL, autotune=False)
+    cfg = dataclasses.replace(SMALL, autotune=False, hidden_sizes=sac.SACConfig.hidden_sizes)
     algo = sac.make_sac(cfg, network=(_Actor(), _Critic()))
     state, m = jax.jit(algo.train)(jax.random.key(0), sac.SACHParams(alpha=0.05))
     assert int(m.nonfinite.max()) == 0 and np.asarray(m.trained).any()

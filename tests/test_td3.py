@@ -133,7 +133,10 @@ def test_own_networks():
         def __call__(self, obs, action):
             return nn.Dense(1)(nn.tanh(nn.Dense(8)(jnp.concatenate([obs, action], -1))))  # [B, 1] is accepted
 
-    algo = td3.make_td3(SMALL, network=(Actor(), Critic()))
+    with pytest.raises(ValueError, match=r"^network: a module of your own is given, and config.hidden_sizes=\(16, "
+                                         r"16\) shapes only the built-in network"):
+        td3.make_td3(SMALL, network=(Actor(), Critic()))  # the sizes would not be read
+    algo = td3.make_td3(dataclasses.replace(SMALL, hidden_sizes=td3.TD3Config.hidden_sizes), network=(Actor(), Critic()))
     state, m = jax.jit(algo.train)(jax.random.key(0))
     assert int(m.nonfinite.max()) == 0 and np.isfinite(np.asarray(m.actor_loss)[np.asarray(m.actor_updated)]).all()
     assert state.critic_params[0]["params"]["Dense_1"]["kernel"].shape == (4, 8)

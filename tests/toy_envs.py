@@ -193,6 +193,17 @@ class ParityEnv(environment.Environment):
         return spaces.Discrete(self.CELLS)
 
 
+class ParityBoxActionEnv(ParityEnv):
+    """`ParityEnv` with a Box action in [-1, 1]: an action of the sign of (cell % 2 - 0.5) pays 1, else 0."""
+
+    def step_env(self, key, state, action, params):
+        reward = ((action[0] > 0) == (state.cell % 2 == 1)).astype(jnp.float32)
+        return state.cell, state, reward, jnp.bool_(True), {}
+
+    def action_space(self, params=None):
+        return spaces.Box(-1.0, 1.0, (1,), jnp.float32)
+
+
 class ParityDictEnv(ParityEnv):
     """`ParityEnv` whose observation is a dict: the Discrete cell beside a constant Box leaf."""
 

@@ -36,6 +36,7 @@ episode, and the algorithm's `env` is the game against `envs.pgx.random_opponent
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -158,6 +159,13 @@ def check_positive(name: str, value: Any) -> None:
     """A positive Python int, or a ValueError naming the field."""
     if not _checks.is_int(value, numpy=False) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}.")
+
+
+def check_eps(name: str, value: Any) -> None:
+    """A finite number >= 0 (an optimiser's epsilon), or a ValueError naming the field: an inf epsilon would
+    fail inside optax as the run traces, or (RMSprop) silently turn every update into zero."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < np.inf:
+        raise ValueError(f"{name} must be a number >= 0 and finite, got {value!r}.")
 
 
 def hidden_sizes_tuple(value: Any) -> tuple[int, ...]:
@@ -572,6 +580,18 @@ class LearnerSizes:
                     + (f" or {period}" if period else ""))
         return ValueError(f"total_timesteps={self.total_timesteps} gives no update: it needs at least {product} = "
                           f"{self.steps_per_update} env steps ({hint}).")
+
+    def warn_partial_run(self) -> None:
+        """A UserWarning when whole updates leave some of `total_timesteps` untaken (the command line's header
+        says the steps it trains instead)."""
+        taken = self.iterations_taken * self.num_envs
+        if taken < self.total_timesteps:
+            per_update = self.steps_per_update
+            warnings.warn(
+                f"total_timesteps={self.total_timesteps} trains {taken:,} env steps: a run takes whole updates of "
+                f"{per_update:,} env steps (log_interval={self.log_interval} iterations of num_envs={self.num_envs}); "
+                f"for all of them make total_timesteps a multiple of {per_update:,}, or lower log_interval.",
+                UserWarning, stacklevel=4)
 
     @property
     def iterations_taken(self) -> int:
@@ -1096,6 +1116,27 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
     return Setup(train_env, None, module, policy_fn, eval_policy_fn, True, eval_env, eval_params, recurrent)
 
 
+BUILT_IN_NETWORK_FIELDS = ("hidden_sizes", "activation", "layer_norm")
+"""Config fields that shape only a learner's built-in network (those a config has)."""
+
+
+def refuse_unread_network_fields(config: Any, network: Any) -> None:
+    """A ValueError naming `network` when a module of one's own meets a built-in network field set off its default.
+
+    `hidden_sizes`, `activation` and `layer_norm` size the network the learner builds; with `network=` they are
+    not read, and a config that sets them would train the given module under a label it does not have.
+    """
+    if network is None:
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for name in BUILT_IN_NETWORK_FIELDS:
+        if name in defaults and getattr(config, name) != defaults[name]:
+            raise ValueError(
+                f"network: a module of your own is given, and config.{name}={getattr(config, name)!r} shapes only "
+                f"the built-in network, so it would not be read; leave {name} at its default "
+                f"({defaults[name]!r}) when you pass network.")
+
+
 def build(config: Any, *, env: Any = None, env_params: Any = None, network: Any = None) -> Setup:
     """`setup` for an algorithm's config and `make_train`'s keyword arguments.
 
@@ -1113,8 +1154,10 @@ def build(config: Any, *, env: Any = None, env_params: Any = None, network: Any 
     if network is not None and config.network != "auto":
         raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
                          "another; leave config.network='auto' (the default) when you pass network.")
-    return setup(config.env_id, config.network, config.hidden_sizes, config.activation, env=env,
-                 env_params=env_params, module=network)
+    built = setup(config.env_id, config.network, config.hidden_sizes, config.activation, env=env,
+                  env_params=env_params, module=network)
+    refuse_unread_network_fields(config, network)  # after the module's own checks
+    return built
 
 
 def rollout_env_params(s: Setup, params: Any) -> Any:
@@ -1267,18 +1310,35 @@ def torch_linear_kernel_init():
     return nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 
 
+def flat_observation(obs: Any, num_obs_values: int = 0) -> jax.Array:
+    """float32 [B, -1]: the observation flattened, or with `num_obs_values` n > 0 the one-hot [B, n] of a
+    Discrete(n) index [B] (an index read as one number would put FrozenLake's cell 3 between 2 and 4; SB3
+    one-hot encodes Discrete observations, as `networks.OneHotObservation` does for DQN and PQN)."""
+    if num_obs_values:
+        return jax.nn.one_hot(jnp.reshape(obs, (jnp.shape(obs)[0],)), num_obs_values, dtype=jnp.float32)
+    return jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+
+
+def num_obs_values(observation_space: Any) -> int:
+    """n for a Discrete(n) observation space (`flat_observation` one-hot encodes it), else 0."""
+    return int(observation_space.n) if isinstance(observation_space, spaces.Discrete) else 0
+
+
 class ObsActionCritic(nn.Module):
     """CleanRL's continuous-action Q-network (SAC's `SoftQNetwork`, TD3's `QNetwork`).
 
     concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]; kernels drawn
-    as torch's `nn.Linear` default (`torch_linear_kernel_init`), biases 0.
+    as torch's `nn.Linear` default (`torch_linear_kernel_init`), biases 0. A
+    Discrete(n) observation is one-hot encoded when `num_obs_values` is n
+    (`flat_observation`).
     """
 
     hidden_sizes: tuple = (256, 256)
+    num_obs_values: int = 0
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        x = flat_observation(obs, self.num_obs_values)
         x = jnp.concatenate([x, jnp.asarray(action, jnp.float32)], axis=-1)
         for h in self.hidden_sizes:
             x = nn.relu(nn.Dense(h, kernel_init=torch_linear_kernel_init())(x))

@@ -71,8 +71,7 @@ class A2CConfig(_common.ConfigSizes):
         number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
         if not (number(self.rms_alpha) and 0.0 <= self.rms_alpha <= 1.0):
             raise ValueError(f"rms_alpha must be a number in [0, 1], got {self.rms_alpha!r}.")
-        if not (number(self.rms_eps) and self.rms_eps >= 0.0):
-            raise ValueError(f"rms_eps must be a number >= 0, got {self.rms_eps!r}.")
+        _common.check_eps("rms_eps", self.rms_eps)
 
 
 class A2CHParams(NamedTuple):

@@ -97,8 +97,8 @@ class DQNConfig(_common.LearnerSizes):
       bootstrap: "time_limits" (bootstrap through truncations from the true
         final observation: SB3's `handle_timeout_termination`, and CleanRL's
         scripts since their gymnasium port, which store terminations) or
-        "done" (a truncation ends the bootstrap too: CleanRL's older gym
-        scripts and most JAX ports); see `replay`.
+        "done" (a truncation ends the bootstrap too: most JAX ports, and
+        SB3's buffer with handle_timeout_termination=False); see `replay`.
     """
 
     env_id: str = "CartPole-v1"
@@ -129,10 +129,10 @@ class DQNConfig(_common.LearnerSizes):
         if self.num_updates < 1:
             raise self.no_update_error("train_frequency")
         self.check_learning_starts(self.train_frequency)
+        self.warn_partial_run()
         self.check_target_updates()
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
-        if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
-            raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
+        _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
         envs.check_id(self.env_id)
 
@@ -390,6 +390,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     module = (_common.one_hot_if_discrete(QNetwork(action_dim, config.hidden_sizes), env.observation_space(env_params))
               if network is None else network)
     _check_q_network(module, env.observation_space(env_params), action_dim, sample)
+    _common.refuse_unread_network_fields(config, network)
     apply_fn = module.apply
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
     B, A = config.num_envs, action_dim

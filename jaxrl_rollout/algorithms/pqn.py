@@ -304,6 +304,10 @@ def epsilon_greedy_policy(module: Any, action_dim: int, deterministic: bool = Fa
     """
 
     def policy_fn(params, obs, key):
+        if not isinstance(params, (tuple, list)) or len(params) != 2:
+            what = (f"a dict with keys {sorted(params)}" if isinstance(params, dict) else type(params).__name__)
+            raise TypeError(f"PQN's policy takes params = (q_params, epsilon), what make_pqn(config)."
+                            f"policy_params(state) gives; got {what}.")
         q_params, epsilon = params
         q = module.apply(q_params, obs)
         greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
@@ -399,6 +403,7 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
             QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm), obs_space)
     else:
         module = _check_network(network, obs_space, action_dim, sample)
+        _common.refuse_unread_network_fields(config, network)
     return env, env_params, module, action_dim
 
 

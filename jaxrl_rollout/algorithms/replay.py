@@ -25,8 +25,11 @@ where a target bootstraps:
   (https://github.com/DLR-RM/stable-baselines3, `ReplayBuffer`) and CleanRL's
   `dqn.py` since its gymnasium port, which stores `terminations` and the final
   observation (https://github.com/vwxyzjn/cleanrl/blob/master/cleanrl/dqn.py);
-- `"done"`: stop at `terminated | truncated`, as CleanRL's older gym scripts,
-  whose targets used `dones`, and most JAX ports.
+- `"done"`: stop at `terminated | truncated`, as most JAX ports do, and SB3's
+  `ReplayBuffer` with `handle_timeout_termination=False`. (CleanRL's older gym
+  scripts are not among them: their targets used `dones`, but from SB3's
+  buffer with `handle_timeout_termination=True`, which clears a timeout's
+  done, so they bootstrapped through time limits too.)
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from jaxrl_rollout.stepping import env_reset, env_step, reset_keys, step_keys, t
 
 __all__ = [
     "HPARAM_RANGES", "SAC", "SACActor", "SACConfig", "SACCritic", "SACHParams", "SACMetrics", "SACState",
-    "check_hparams", "make_sac", "make_train",
+    "check_hparams", "check_hparams_read", "make_sac", "make_train",
 ]
 
 HPARAM_RANGES = {
@@ -145,6 +145,7 @@ class SACConfig(_common.LearnerSizes):
         if self.num_updates < 1:
             raise self.no_update_error("policy_frequency")
         self.check_learning_starts()
+        self.warn_partial_run()
         self.check_target_updates()
         self.check_policy_updates()
         if not isinstance(self.autotune, bool):
@@ -156,9 +157,11 @@ class SACConfig(_common.LearnerSizes):
             raise ValueError(f"target_entropy={self.target_entropy!r} is read only when the temperature is learned "
                              "(autotune=True); with autotune=False alpha is fixed (SACHParams.alpha).")
         _common.check_choice("temperature_loss", self.temperature_loss, TEMPERATURE_FORMS)
+        if self.temperature_loss != "cleanrl" and not self.autotune:
+            raise ValueError(f"temperature_loss={self.temperature_loss!r} is read only when the temperature is "
+                             "learned (autotune=True); with autotune=False alpha is fixed (SACHParams.alpha).")
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
-        if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
-            raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
+        _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
         envs.check_id(self.env_id)
 
@@ -173,7 +176,9 @@ class SACHParams(NamedTuple):
 
     Valid values (`HPARAM_RANGES`): policy_lr and q_lr > 0, gamma in [0, 1],
     tau in (0, 1], alpha >= 0. `alpha` is read only when `config.autotune`
-    is False (the tuned temperature starts at exp(0) = 1, as CleanRL's). The
+    is False (the tuned temperature starts at exp(0) = 1, as CleanRL's);
+    with autotune, a concrete alpha other than the default is refused
+    (`check_hparams_read`), as are such grids in a `runner.RunSpec`. The
     temperature's Adam uses `q_lr`, as CleanRL's. `init`, `update` and
     `train` raise a ValueError naming a concrete field out of range; traced
     values are not checked.
@@ -272,14 +277,17 @@ class SACActor(nn.Module):
 
     log_std is bounded to [-5, 2] by `actor_critic_losses.tanh_squash_log_std`
     (§21.1). Kernels are drawn as torch's `nn.Linear` default; biases start at 0.
+    A Discrete(n) observation is one-hot encoded when `num_obs_values` is n
+    (`_common.flat_observation`).
     """
 
     action_dim: int
     hidden_sizes: tuple = (256, 256)
+    num_obs_values: int = 0
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        x = _common.flat_observation(obs, self.num_obs_values)
         for h in self.hidden_sizes:
             x = nn.relu(nn.Dense(h, kernel_init=_common.torch_linear_kernel_init())(x))
         mean = nn.Dense(self.action_dim, kernel_init=_common.torch_linear_kernel_init())(x)
@@ -296,15 +304,41 @@ def check_hparams(hparams: SACHParams) -> None:
     _common.check_hparams(hparams, HPARAM_RANGES)
 
 
-def resolve_hparams(hparams: SACHParams | None) -> SACHParams:
-    """`SACHParams()` for None, else the record, checked; a TypeError for another type."""
+def resolve_hparams(hparams: SACHParams | None, config: SACConfig | None = None) -> SACHParams:
+    """`SACHParams()` for None, else the record, checked; a TypeError for another type.
+
+    With `config`, also `check_hparams_read(config, hparams)`.
+    """
     if hparams is None:
         return SACHParams()
     if not isinstance(hparams, SACHParams):
         raise TypeError(f"hparams must be a SACHParams, got {type(hparams).__name__}.")
     check_hparams(hparams)
+    if config is not None:
+        check_hparams_read(config, hparams)
     _common.check_hparam_shapes(hparams)
     return hparams
+
+
+def check_hparams_read(config: SACConfig, hparams: SACHParams) -> None:
+    """A ValueError when a concrete `hparams.alpha` other than its default meets `config.autotune`.
+
+    A learned temperature starts at exp(0) = 1 (CleanRL's) and never reads
+    `alpha`, so a record (or a stacked grid) with another alpha would train
+    exactly the default's run under its label. Traced values (a grid inside
+    your own `jax.vmap`) cannot be read: check the grid with this first.
+    """
+    if not config.autotune:
+        return
+    value = _checks.concrete(hparams.alpha)
+    if value is None:
+        return
+    default = np.float32(SACHParams._field_defaults["alpha"])
+    other = [float(v) for v in np.asarray(value, np.float64).ravel() if np.float32(v) != default]
+    if other:
+        raise ValueError(f"hparams.alpha={other[0]:g} is not read: with config.autotune=True (the default) SAC learns "
+                         "its temperature, starting at 1 as CleanRL's; pass SACConfig(autotune=False) to train with "
+                         f"a fixed alpha, or leave alpha at its default {float(default):g}.")
 
 
 NETWORK_CONTRACT = ("a pair (actor, critic) of flax linen Modules: actor.apply(params, obs [B, ...]) -> "
@@ -420,10 +454,12 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
     A = int(space.shape[0])
     if network is None:
         _common.check_single_array_obs("SAC", "SACActor and SACCritic", env, env.observation_space(env_params))
-        actor, critic = SACActor(A, config.hidden_sizes), SACCritic(config.hidden_sizes)
+        n = _common.num_obs_values(env.observation_space(env_params))  # one-hot a Discrete observation
+        actor, critic = SACActor(A, config.hidden_sizes, n), SACCritic(config.hidden_sizes, n)
     else:
         actor, critic = _check_network(network, env.observation_space(env_params), A,
                                        sample)
+        _common.refuse_unread_network_fields(config, network)
     action_scale, action_bias = acl.action_scale_and_bias(low, high)
     low_j, high_j = jnp.asarray(low), jnp.asarray(high)
     target_entropy = float(-A if config.target_entropy is None else config.target_entropy)
@@ -465,9 +501,12 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
             episode_length=jnp.where(done, 0, length), iteration=g + 1, key=key)
         return state, stats
 
+    def resolve(hparams):
+        return resolve_hparams(hparams, config)
+
     def init(key: jax.Array, hparams: SACHParams | None = None) -> SACState:
         _common.check_init_key(key)
-        hp = resolve_hparams(hparams)
+        hp = resolve(hparams)
         actor_key, critic_key, env_key, key = prng.split(key, 4)
         obs, env_state = env_reset(env, reset_keys(env_key, B, fused_env_keys), env_params)
         one_obs = jax.tree.map(lambda x: x[:1], obs)
@@ -609,9 +648,9 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
                                      jax.lax.bitwise_or, (0,)))
         return state, metrics
 
-    update = _common.merged_update(learner_step, config.learner_steps_per_update, resolve_hparams)
+    update = _common.merged_update(learner_step, config.learner_steps_per_update, resolve)
 
-    train = _common.make_train_loop(init, update, config.num_updates, resolve_hparams)
+    train = _common.make_train_loop(init, update, config.num_updates, resolve)
 
     def eval_policy_fn(actor_params, obs, key):
         mean, _ = actor.apply(actor_params, obs)

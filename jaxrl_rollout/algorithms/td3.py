@@ -134,10 +134,10 @@ class TD3Config(_common.LearnerSizes):
         if self.num_updates < 1:
             raise self.no_update_error()
         self.check_learning_starts()
+        self.warn_partial_run()
         self.check_policy_updates()
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
-        if isinstance(self.adam_eps, bool) or not isinstance(self.adam_eps, (int, float)) or not self.adam_eps >= 0:
-            raise ValueError(f"adam_eps must be a number >= 0, got {self.adam_eps!r}.")
+        _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
         envs.check_id(self.env_id)
 
@@ -236,17 +236,19 @@ class TD3Metrics(NamedTuple):
 class TD3Actor(nn.Module):
     """CleanRL's TD3 actor: obs [B, ...] flattened -> Dense+ReLU layers -> tanh -> scaled to the Box [B, A].
 
-    `action_scale`, `action_bias` are `actor_critic_losses.action_scale_and_bias(low, high)`.
+    `action_scale`, `action_bias` are `actor_critic_losses.action_scale_and_bias(low, high)`. A Discrete(n)
+    observation is one-hot encoded when `num_obs_values` is n (`_common.flat_observation`).
     """
 
     action_dim: int
     action_scale: Any
     action_bias: Any
     hidden_sizes: tuple = (256, 256)
+    num_obs_values: int = 0
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
+        x = _common.flat_observation(obs, self.num_obs_values)
         for h in self.hidden_sizes:
             x = nn.relu(nn.Dense(h, kernel_init=_common.torch_linear_kernel_init())(x))
         x = jnp.tanh(nn.Dense(self.action_dim, kernel_init=_common.torch_linear_kernel_init())(x))
@@ -375,13 +377,16 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), (action_dim,))
     _common.check_scaled_box("TD3", env, low, high)
     action_scale, action_bias = acl.action_scale_and_bias(low, high)
+    own_network = network
     if network is None:
         _common.check_single_array_obs("TD3", "TD3Actor and TD3Critic", env, env.observation_space(env_params))
+        n = _common.num_obs_values(env.observation_space(env_params))  # one-hot a Discrete observation
         network = (TD3Actor(action_dim, tuple(np.asarray(action_scale).tolist()),
-                            tuple(np.asarray(action_bias).tolist()), config.hidden_sizes),
-                   TD3Critic(config.hidden_sizes))
+                            tuple(np.asarray(action_bias).tolist()), config.hidden_sizes, n),
+                   TD3Critic(config.hidden_sizes, n))
     actor, critic = _check_networks(network, env.observation_space(env_params), action_dim,
                                     sample)
+    _common.refuse_unread_network_fields(config, own_network)
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
     B, A = config.num_envs, action_dim
     fused_env_keys = takes_fused_keys(env, env_params, B)

@@ -6,9 +6,10 @@ batch, not copied from it:
 
 * the Q-network: Linear(obs, 120) ReLU Linear(120, 84) ReLU Linear(84, A);
 * the target: `max_a' Q_target(s', a')`, times gamma and `(1 - done)`, plus
-  r, under `torch.no_grad()`; `done` is `terminated | truncated` for
-  CleanRL's bootstrap ("done") and `terminated` alone for SB3's
-  `handle_timeout_termination` ("time_limits");
+  r, under `torch.no_grad()`; `done` is `terminated | truncated` where a
+  truncation ends the bootstrap ("done") and `terminated` alone as with
+  SB3's `handle_timeout_termination` and CleanRL's stored terminations
+  ("time_limits");
 * the loss: `F.mse_loss(td_target, Q(s, a))`, then one `torch.optim.Adam`
   step (torch's defaults apart from lr);
 * `linear_schedule(start_e, end_e, duration, t)`, the epsilon schedule;
