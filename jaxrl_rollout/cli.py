@@ -284,7 +284,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--video-every", type=_positive_int, metavar="N",
                      help="after every N updates (at the end of the chunk that reaches them), record one "
                           "deterministic evaluation episode of the --video-runs runs into FOLDER/videos/training "
-                          "(update<U>_seed<S>_return<R>.mp4) and send it to TensorBoard (Images tab) and W&B as "
+                          "(update<U>_seed<S>_return<R>.mp4, replaced atomically when written again) and send it "
+                          "to TensorBoard (Images tab) and W&B as "
                           "eval/video; single-process runs, envs that can be drawn; needs the video extra "
                           "(default: no videos)")
     run.add_argument("--video-runs", metavar="SELECTOR",
@@ -560,13 +561,18 @@ def _check_video(args, spec, env=None, updates_done: int = 0) -> None:
     from jaxrl_rollout.runner import make_algorithm
 
     try:
-        video.select_runs(args.video_runs or "0", spec.num_runs, np.zeros(spec.num_runs))
+        video.select_runs(_video_runs(args), spec.num_runs, np.zeros(spec.num_runs))
     except ValueError as error:
         raise ValueError(f"--video-runs: {error}") from None
     try:
         video.check_recordable(env if env is not None else make_algorithm(spec).env)
     except (ImportError, ValueError) as error:
         raise ValueError(f"--video-every: {error}") from None
+
+
+def _video_runs(args) -> str:
+    """--video-runs as given (an empty one is refused by `video.select_runs`, naming the option), or "0"."""
+    return "0" if args.video_runs is None else args.video_runs
 
 
 def _with_total_steps(spec, total_steps: int):
@@ -615,17 +621,19 @@ def _rechunked(spec, total_steps: int):
     return rechunked
 
 
-def _check_devices(spec, devices, env=None) -> None:
+def _check_devices(spec, devices, env=None, given: dict | None = None) -> None:
     """Refuses a `--devices` count the runs cannot shard over, before anything is written.
 
     Args:
       spec: the run's spec.
       devices: the `--devices` count, or None.
       env: the spec's env if already built (`_build_algorithm`), else built here only if there is something to refuse.
+      given: the options given, whose --eval-every leads a host env's refusal as it was typed ("--eval-every chunk").
     """
     from jaxrl_rollout import runner
 
-    runner.check_host_run(spec, devices=devices, env=env)
+    typed = _typed("eval_every", given["eval_every"]) if given and "eval_every" in given else None
+    runner.check_host_run(spec, devices=devices, env=env, eval_every_option=typed)
     try:
         runner.choose_devices([b - a for a, b in spec.groups], devices)
     except ValueError as error:
@@ -738,7 +746,7 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
                                  "env, evaluated only after training (its pool of envs cannot be evaluated inside "
                                  f"a chunk), with --num-eval episodes: use --num-eval {given['eval_episodes']}.")
             spec = dataclasses.replace(spec, eval_every=None, eval_episodes=10)
-    _check_devices(spec, args.devices, env=env)  # before the folder is written
+    _check_devices(spec, args.devices, env=env, given=given)  # before the folder is written
     _check_video(args, spec, env)
     if args.out:
         folder = pathlib.Path(args.out)
@@ -812,7 +820,8 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     saved = runner.read_spec(folder)
     if given.get("eval_every") == "chunk" and saved.eval_every is None:  # a host env's run: refused as a new one is
         try:
-            runner.check_host_run(dataclasses.replace(saved, eval_every=given.get("chunk_updates", saved.chunk_updates)))
+            runner.check_host_run(dataclasses.replace(saved, eval_every=given.get("chunk_updates", saved.chunk_updates)),
+                                  eval_every_option="--eval-every chunk")
         except ValueError as error:
             raise ValueError(f"{option}: {error}") from None
     if given.get("eval_every") == "chunk":  # as a new run reads it: after each chunk of the run's (or the given) size
@@ -1226,8 +1235,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise ValueError(f"--runs: {error}") from None
         try:
-            video.check_recordable(algorithm.env)
-        except ValueError as error:
+            video.check_recordable(algorithm.env)  # the renderer's own packages too (pygame, cairosvg)
+        except (ImportError, ValueError) as error:
             raise ValueError(f"--video: {error}") from None
         _check_writable(pathlib.Path(args.folder) / "videos", "--video")
     det, sto = evaluate_both(spec, state, args.num_episodes, [jax.random.fold_in(key, i) for i in (0, 1)], algorithm)
@@ -1256,7 +1265,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         stochastic = f"  {sto[r].mean():z9.2f} ({sto[r].std():z5.1f})" if sto is not None else ""
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f}){stochastic}{wdl}")
     if args.video:
-        _write_videos(args, spec, state, jax.random.fold_in(key, 2), algorithm)
+        _write_videos(args, spec, state, jax.random.fold_in(key, 2), algorithm, updates_done)
     return 0
 
 
@@ -1275,7 +1284,7 @@ def _training_videos(args, spec, folder: pathlib.Path, sinks: list, first_update
     keys = jax.vmap(lambda k: jax.random.fold_in(k, video.VIDEO_KEY_TAG))(spec.run_keys())
     record = video.TrainingVideos(
         folder / "videos" / "training", algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
-        algorithm.policy_params, keys, args.video_every, args.video_runs or "0", names=_video_names(spec),
+        algorithm.policy_params, keys, args.video_every, _video_runs(args), names=_video_names(spec),
         first_update=first_update, sinks=[log for log in sinks if hasattr(log, "log_video")],
         num_updates=spec.config.num_updates,
         initial_carry=algorithm.module.initial_carry(1) if algorithm.recurrent else None)
@@ -1286,7 +1295,7 @@ def _training_videos(args, spec, folder: pathlib.Path, sinks: list, first_update
             return
         try:
             record(state, updates_done)
-        except (OSError, RuntimeError, ValueError) as error:
+        except (ImportError, OSError, RuntimeError, ValueError) as error:
             failed.append(error)
             print(f"  --video-every: no more videos ({type(error).__name__}: {error}); training goes on",
                   file=sys.stderr)
@@ -1320,8 +1329,14 @@ def _check_writable(folder: pathlib.Path, option: str) -> None:
         raise ValueError(f"{option}: cannot write in {folder} ({error.strerror or error}).") from None
 
 
-def _write_videos(args, spec, state, key, algorithm) -> None:
-    """`evaluate --video`: one deterministic episode per selected run, drawn and encoded into FOLDER/videos."""
+def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
+    """`evaluate --video`: one deterministic episode per selected run, drawn and encoded into FOLDER/videos.
+
+    The files are "update<U>_evalseed<E>_<run name>_return<R>.mp4": the
+    checkpoint's update U (zero-padded as `train --video-every`'s) and the
+    --seed E tell apart the videos of different checkpoints and seeds; the
+    same checkpoint and seed give the same episode, whose file is replaced.
+    """
     import jax
 
     from jaxrl_rollout import video
@@ -1329,14 +1344,16 @@ def _write_videos(args, spec, state, key, algorithm) -> None:
     folder = pathlib.Path(args.folder) / "videos"
     names = _video_names(spec)
     carry = algorithm.module.initial_carry(1) if algorithm.recurrent else None
+    update = f"{updates_done:0{len(str(spec.config.num_updates))}d}"
     try:
         videos = video.write_episode_videos(
             folder, algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
             jax.vmap(algorithm.policy_params)(state), jax.random.split(key, spec.num_runs), args.runs,
-            names=names, initial_carry=carry)
-    except ImportError as error:
-        raise ValueError(str(error)) from None
-    except RuntimeError as error:  # e.g. no OpenGL for MuJoCo's renderer: what the machine lacks, in one line
+            names=names, prefix=f"update{update}_evalseed{args.seed}_", caption=f"  update {updates_done}",
+            initial_carry=carry)
+    except (ImportError, OSError, RuntimeError) as error:
+        # a missing extra, a video that cannot be written (a folder of its name, a full disk), no OpenGL for
+        # MuJoCo's renderer: one line
         raise ValueError(f"--video: {error}") from None
     print(f"  videos of one deterministic episode per run in {folder}:")
     for v in videos:
@@ -1498,8 +1515,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=_seed, default=0, help="PRNG seed of the evaluation (default: %(default)s)")
     evaluate.add_argument("--video", action="store_true",
                           help="also write a video of one deterministic episode per selected run to FOLDER/videos "
-                               "(mp4, or gif without ffmpeg; the return in the file name and on the frames; the "
-                               "video extra)")
+                               "as update<U>_evalseed<E>_seed<S>_return<R>.mp4 (U: the checkpoint's update, E: "
+                               "--seed; mp4, or gif without ffmpeg; the return also on the frames; the video extra)")
     evaluate.add_argument("--compile-cache", default="auto", metavar="{auto,off,FOLDER}", help=_COMPILE_CACHE_HELP)
     evaluate.add_argument("--runs", default="all", metavar="SELECTOR",
                           help="with --video: which runs, e.g. best,worst,0,3 (run r = grid point x seeds + seed; "

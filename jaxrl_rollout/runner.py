@@ -431,7 +431,8 @@ def choose_devices(group_sizes: Sequence[int], requested: int | None = None) -> 
 _COMPILED: dict = {}
 
 
-def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None) -> None:
+def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None,
+                   eval_every_option: str | None = None) -> None:
     """Refuses what a host env's sweep cannot do, in one line naming the argument; nothing for a JAX env.
 
     A host env's R runs share one host pool stepped by one ordered callback per
@@ -444,6 +445,8 @@ def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None
       spec: the sweep.
       devices: `train`'s devices argument.
       env: the spec's env if already built (else built here from its env_id).
+      eval_every_option: the command-line option that set `spec.eval_every`,
+        as typed ("--eval-every chunk"): the refusal leads with it.
     """
     if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1
             and spec.eval_every is None) or host_env(
@@ -455,10 +458,11 @@ def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None
             f"{jax.process_count()} processes (--distributed); run it in one process."
         )
     if spec.eval_every is not None:
+        what, drop = ((f"{eval_every_option}: the periodic evaluation runs", eval_every_option.split()[0])
+                      if eval_every_option else (f"eval_every={spec.eval_every} (--eval-every) evaluates", "eval_every"))
         raise ValueError(
-            f"eval_every={spec.eval_every} (--eval-every) evaluates inside the jitted chunk, but {spec.config.env_id} "
-            "is a host env, stepped by one host pool that the training runs share: drop eval_every and evaluate "
-            "after training (jaxrl-rollout evaluate FOLDER)."
+            f"{what} inside the jitted chunk, but {spec.config.env_id} is a host env, stepped by one host pool that "
+            f"the training runs share: drop {drop} and evaluate after training (jaxrl-rollout evaluate FOLDER)."
         )
     if len(spec.groups) > 1:
         raise ValueError(

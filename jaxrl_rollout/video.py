@@ -10,15 +10,20 @@ Three steps, each usable on its own:
 2. `render_frames(env, env_params, states)` draws one episode's states
    [T, ...] (`episode_states(recording, i)`) as uint8 frames [T, H, W, 3]
    with the env's render hook (below).
-3. `write_video(path, frames, fps)` encodes them as mp4 with imageio's
-   ffmpeg plugin, or as a gif (Pillow) where ffmpeg is unavailable;
-   `gif_bytes(frames)` gives a gif's bytes (TensorBoard's Images tab plays
-   them). A gif keeps each frame's colours exactly when it has at most 256.
+3. `write_video(path, frames, fps)` encodes them as mp4 with imageio-ffmpeg's
+   ffmpeg, or as a gif (Pillow) for a ".gif" name or where ffmpeg is
+   unavailable; other extensions are refused. It writes a temporary file
+   next to `path` and renames it into place when complete, so a failure or a
+   Ctrl-C leaves no partial video, and a symlink at `path` is replaced, not
+   followed. `gif_bytes(frames)` gives a gif's bytes (TensorBoard's Images
+   tab plays them). A gif keeps each frame's colours exactly when it has at
+   most 256.
 
 `write_episode_videos(folder, env, env_params, policy_fn, params_per_run,
 keys, runs)` does all three for the runs a selector such as "best,worst,0,3"
 picks (`select_runs`), one video per run, the episode's return in the file
-name (`seed3_return-154.2.mp4`) and, with the step, on the frames.
+name (`seed3_return-154.2.mp4`, after an optional `prefix`) and, with the
+step, on the frames.
 `html(paths, captions)` plays videos inline, side by side, in a notebook.
 `TrainingVideos` is a `runner.train` hook (`on_state`) that does the same
 for the current policies every N updates of a training run (`train
@@ -60,16 +65,18 @@ one-line RuntimeError from the brax/MuJoCo hook saying what is needed.
 
 The `video` extra (`pip install 'jaxrl-rollout[video]'`) installs imageio,
 imageio-ffmpeg, pygame (gymnax classic control) and cairosvg (pgx); a
-missing one gives an ImportError naming the extra. Importing this module
-imports neither them nor any suite.
+missing one gives an ImportError naming the extra, from `check_recordable`
+(and `write_episode_videos`, `TrainingVideos`) before anything runs.
+Importing this module imports neither them nor any suite.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -397,6 +404,7 @@ def find_renderer(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
     # the built-in hooks and `render` methods (stacked here) give a new array at every call, which a video may draw
     # its label on; a registered hook's array might be one its owner keeps
     draw.new_frames = not any(hook is registered for registered in _REGISTERED.values())
+    draw.hook, draw.target = hook, chain[-1]
     return draw
 
 
@@ -454,12 +462,53 @@ def _imageio() -> Any:
 def check_recordable(env: Any) -> None:
     """Checks, without running anything, that episodes of `env` can be drawn and written to video files.
 
+    Besides the render hook and imageio, the packages a built-in hook draws
+    with are imported: pygame for gymnax classic control, cairosvg (and the
+    cairo library) for pgx. So a missing one fails here, before a training
+    run or an evaluation, not at the first video. (An OpenGL context for
+    brax/MuJoCo is only made when drawing.)
+
     Raises:
       ValueError: `env` has no render hook (see `find_renderer`).
-      ImportError: the `video` extra (imageio) is missing, naming the install command.
+      ImportError: the `video` extra (imageio, pygame, cairosvg) is missing, naming the install command.
     """
-    find_renderer(env)
+    _recordable(env)
+
+
+def _recordable(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
+    """`find_renderer(env)` once the packages it draws with and imageio are checked (`check_recordable`)."""
+    draw = find_renderer(env)
+    needs = _HOOK_NEEDS.get(draw.hook)
+    if needs is not None:
+        needs(draw.target)
     _imageio()
+    return draw
+
+
+def _needs_pygame(env: Any) -> None:
+    """gymnax classic control draws with gymnasium's renderer, on pygame (imported as `render_gymnax_classic` does)."""
+    # pygame's greeting on stdout at its import, as `_render_suites.render_gymnax_classic` keeps it quiet
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    try:
+        import pygame  # noqa: F401
+    except ImportError as err:
+        raise _extras.missing(f"drawing gymnax's {_name(env)}", "video", f"pygame could not be imported: {err}") \
+            from err
+
+
+def _needs_cairosvg(env: Any) -> None:
+    """pgx's boards are SVG, rasterised by cairosvg (as `render_pgx` imports it)."""
+    try:
+        import cairosvg  # noqa: F401
+    except (ImportError, OSError) as err:  # OSError: the cairo library itself is missing
+        raise _extras.MissingExtra(
+            f"rendering pgx games needs cairosvg and the cairo library ({err}); "
+            "pip install 'jaxrl-rollout[video]' (and apt install libcairo2 where cairo is missing)"
+        ) from err
+
+
+# The packages of the `video` extra that a built-in hook imports when it draws, checked before anything runs.
+_HOOK_NEEDS = {_render_suites.render_gymnax_classic: _needs_pygame, _render_suites.render_pgx: _needs_cairosvg}
 
 
 def _ffmpeg() -> str | None:
@@ -495,12 +544,27 @@ def _padded(frames: np.ndarray, multiple: int) -> Iterator[np.ndarray]:
         yield buffer
 
 
-def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
-    """Encodes frames as an mp4 (H.264, via imageio-ffmpeg), or a gif where ffmpeg is unavailable.
+# The kinds of file `write_video` writes, by the name's extension (matched without case).
+_SUFFIXES = (".mp4", ".gif")
+# H.264's quality: imageio's default (quality 5 of 10) for libx264, which this module used to write through.
+_CRF = 25
 
-    Frames are extended (edge pixels repeated) to sizes divisible by 16 for
-    the mp4 encoder. A path ending in ".gif" always gives a gif; without ffmpeg any
-    other path becomes the same name with ".gif" (a warning says why).
+
+def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
+    """Encodes frames as an mp4 (H.264, with imageio-ffmpeg's ffmpeg) or a gif, atomically, as the name's extension says.
+
+    The extension picks the format: ".mp4" or ".gif" (any case); another
+    one, or none, is refused (a ValueError), since ffmpeg would write an mp4
+    under a name that says otherwise, or nothing. Without ffmpeg an ".mp4"
+    name becomes the same name with ".gif" (a warning says why). Frames are
+    extended (edge pixels repeated) to sizes divisible by 16 for the mp4
+    encoder.
+
+    The video is written to a temporary file in the same folder
+    (".<name>.<random>.part") and renamed onto `path` once it is complete
+    (`os.replace`), so `path` holds the previous file or the whole new video,
+    never part of one: an error or a Ctrl-C midway removes the temporary file.
+    A symlink at `path` is replaced by the video, never followed.
 
     Args:
       path: the file to write (its folder must exist).
@@ -512,31 +576,147 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
 
     Raises:
       ImportError: imageio is missing (names `pip install 'jaxrl-rollout[video]'`).
-      ValueError: frames that are not [T, H, W, 3], or no frames.
+      ValueError: frames that are not [T, H, W, 3], no frames, a bad fps, or
+        a name that does not end in .mp4 or .gif.
+      OSError: the file cannot be written (`path` is a folder, its folder is
+        missing or not writable, ffmpeg failed, a full disk): one line naming
+        `path` and why; nothing is left under `path` or the temporary name.
     """
-    iio = _imageio()
+    _imageio()
     frames = _check_frames(frames, "write_video")
     if frames.shape[0] == 0:
         raise ValueError("write_video needs at least one frame, got none.")
     if not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
         raise ValueError(f"fps must be a positive number, got {fps!r}.")
     path = Path(path)
-    if path.suffix.lower() != ".gif":
+    suffix = path.suffix.lower()
+    if suffix not in _SUFFIXES:
+        has = f"ends in {path.suffix!r}" if path.suffix else "has no extension"
+        raise ValueError(f"cannot write the video {path}: its name {has}; write_video writes .mp4 (H.264) and .gif "
+                         "files, chosen by the extension.")
+    if suffix == ".mp4":
         missing = _ffmpeg()
-        if missing is None:
-            with warnings.catch_warnings():
-                # JAX warns at every fork; ffmpeg's is a fork-exec, with no JAX code in the child
-                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-                iio.imwrite(
-                    path, _padded(frames, 16), is_batch=True, extension=".mp4", plugin="FFMPEG", fps=fps,
-                    codec="libx264", pixelformat="yuv420p", macro_block_size=1,
-                )
-            return path
-        warnings.warn(f"writing a gif instead of {path.name}: {missing}; {_EXTRA_HINT} installs ffmpeg.", stacklevel=2)
-        path = path.with_suffix(".gif")
-    with path.open("wb") as file:
-        _write_gif(file, frames, fps)
+        if missing is not None:
+            warnings.warn(f"writing a gif instead of {path.name}: {missing}; {_EXTRA_HINT} installs ffmpeg.",
+                          stacklevel=2)
+            path, suffix = path.with_suffix(".gif"), ".gif"
+    if path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(f"cannot write the video {path}: a folder of that name is there.")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write the video {path}: its folder {path.parent} "
+                                f"{'is not a folder' if path.parent.exists() else 'does not exist'}.")
+    temporary, fd = _temporary_file(path)
+    try:
+        if suffix == ".mp4":
+            os.close(fd)
+            _encode_mp4(temporary, frames, fps, path)
+        else:
+            _one_line(path, _write_gif_file, fd, frames, fps)
+        _one_line(path, os.replace, temporary, path)  # a symlink named `path` is replaced itself, not its target
+    except BaseException:  # a failure, a Ctrl-C: no partial file is left, under either name
+        _remove(temporary)
+        raise
     return path
+
+
+def _one_line(path: Path, write: Callable, *args: Any) -> None:
+    """`write(*args)`, its OSError (a full disk, a folder that appeared at `path`) made one line naming `path`."""
+    try:
+        write(*args)
+    except OSError as error:
+        raise OSError(f"cannot write the video {path}: {error.strerror or error}.") from error
+
+
+def _write_gif_file(fd: int, frames: np.ndarray, fps: float) -> None:
+    with os.fdopen(fd, "wb") as file:
+        _write_gif(file, frames, fps)
+
+
+def _temporary_file(path: Path) -> tuple[Path, int]:
+    """A new empty file next to `path` (".<name>.<random>.part") and its open descriptor; OSError naming `path`."""
+    import secrets
+
+    for _ in range(100):
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+        try:
+            # O_EXCL: a file or symlink already of that name is never opened (nor followed)
+            return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise OSError(f"cannot write the video {path}: {error.strerror or error} (in {path.parent}).") from error
+    raise OSError(f"cannot write the video {path}: no free temporary name in {path.parent}.")
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _encode_mp4(target: Path, frames: np.ndarray, fps: float, shown: Path) -> None:
+    """Frames [T, H, W, 3] uint8 as an H.264 mp4 at `target`, by ffmpeg; an OSError naming `shown` if ffmpeg fails.
+
+    ffmpeg (imageio-ffmpeg's binary) reads the padded frames on its stdin, as
+    imageio's ffmpeg writer runs it, but its exit status is checked (imageio
+    returned success when ffmpeg had failed) and its messages are kept to
+    report the first error in one line. It runs in a session of its own, so
+    a Ctrl-C reaches this process only, which then kills it.
+    """
+    import subprocess
+    import tempfile
+    from fractions import Fraction
+
+    import imageio_ffmpeg
+
+    height, width = (-(-n // 16) * 16 for n in frames.shape[1:3])
+    command = [
+        imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-v", "error", "-f", "rawvideo", "-vcodec", "rawvideo",
+        "-s", f"{width}x{height}", "-pix_fmt", "rgb24", "-r", str(Fraction(fps).limit_denominator()), "-i", "-",
+        "-an", "-vcodec", "libx264", "-pix_fmt", "yuv420p", "-crf", str(_CRF), "-f", "mp4", str(target),
+    ]
+    with tempfile.TemporaryFile() as log, warnings.catch_warnings():
+        # JAX warns at every fork; ffmpeg's is a fork-exec, with no JAX code in the child
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        try:
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                       start_new_session=True)
+        except OSError as error:
+            raise OSError(f"cannot write the video {shown}: ffmpeg could not start ({error.strerror or error}).") \
+                from error
+        try:
+            try:
+                for frame in _padded(frames, 16):
+                    process.stdin.write(np.ascontiguousarray(frame).data)
+                process.stdin.close()
+            except BrokenPipeError:  # ffmpeg stopped reading: its status and messages say why
+                pass
+            status = process.wait()
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        finally:
+            try:
+                process.stdin.close()
+            except OSError:
+                pass
+        if status != 0:
+            log.seek(0)
+            reason = _ffmpeg_reason(log.read(), status).replace(str(target), str(shown))
+            raise OSError(f"cannot write the video {shown}: ffmpeg failed ({reason}).")
+
+
+def _ffmpeg_reason(messages: bytes, status: int) -> str:
+    """ffmpeg's first error line, without its "[muxer @ 0x...]" prefix, or its exit status."""
+    import re
+
+    for line in messages.decode("utf-8", "replace").splitlines():
+        line = re.sub(r"^\[[^\]]*\]\s*", "", line.strip())
+        if line:
+            return line[:300]
+    return f"exit status {status}"
 
 
 def gif_bytes(frames: Any, fps: float = 30) -> bytes:
@@ -739,9 +919,15 @@ def select_runs(selector: str | Sequence[str | int], num_runs: int, returns: Any
     num_runs = _checks.check_positive_int("num_runs", num_runs)
     if isinstance(selector, (int, np.integer)) and not isinstance(selector, (bool, np.bool_)):
         selector = [int(selector)]  # one run index (it was "'int' object is not iterable")
+    if isinstance(selector, (bool, np.bool_)) or not isinstance(selector, (str, Iterable)):
+        raise TypeError(f"a run selector is a string such as 'best,worst,0,3', a run index or a sequence of them, "
+                        f"got {selector!r}.")
     tokens = selector.split(",") if isinstance(selector, str) else list(selector)
     tokens = [t.strip().lower() if isinstance(t, str) else t for t in tokens]
-    if not tokens or any(t == "" for t in tokens):
+    if not tokens or all(t == "" for t in tokens):
+        raise ValueError(f"empty run selector {selector!r}: it takes 'all', 'best', 'worst' or run indices "
+                         f"0..{num_runs - 1}, comma-separated (e.g. 'best,worst,0,3').")
+    if any(t == "" for t in tokens):
         raise ValueError(f"empty run in selector {selector!r}; use e.g. 'best,worst,0,3' or 'all'.")
     chosen: list[int] = []
     for token in tokens:
@@ -776,9 +962,11 @@ def write_episode_videos(
     policy_fn: Any,
     params_per_run: PyTree,
     keys: jax.Array,
-    runs: str | Sequence[str | int] = "all",
+    runs: str | int | Sequence[str | int] = "all",
     *,
     names: Sequence[str] | None = None,
+    prefix: str = "",
+    caption: str = "",
     max_steps: int | None = None,
     fps: float = 30,
     initial_carry: PyTree | None = None,
@@ -799,9 +987,16 @@ def write_episode_videos(
         deterministic evaluation (an algorithm's `eval_policy_fn`).
       params_per_run: policy params with a leading runs axis R on every leaf.
       keys: [R] PRNG keys, one per run.
-      runs: a selector, see `select_runs` ("all", "best,worst,0,3", ...).
+      runs: a selector, see `select_runs` ("all", "best,worst,0,3", a run
+        index, a sequence of them, ...).
       names: R names for the files ("run<r>" by default, e.g. "seed3");
-        the return is appended: "<name>_return<return>.mp4".
+        the return is appended: "<prefix><name>_return<return>.mp4".
+      prefix: put before each file name, to tell apart the videos of
+        different calls in one folder (the command line's `evaluate --video`
+        gives "update<U>_evalseed<S>_": the checkpoint's update and its
+        --seed). A file of the same name is replaced (atomically, see
+        `write_video`).
+      caption: put after the run's name on the frames (e.g. "  update 976").
       max_steps: the most steps per episode (None: the env's time limit).
       fps: the videos' frames per second.
       initial_carry: a recurrent policy's carry for one episode, leaves
@@ -816,11 +1011,12 @@ def write_episode_videos(
     Raises:
       ValueError: the env cannot be rendered, a bad selector or names, or
         params and keys of different run counts.
-      ImportError: the `video` extra is missing.
+      ImportError: the `video` extra is missing (checked before anything runs).
+      OSError: a video cannot be written (see `write_video`).
     """
     writer = _EpisodeWriter(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
                             initial_carry=initial_carry, label=label)
-    return [v for v, _ in writer.write(folder, params_per_run, keys, runs, names=names)]
+    return [v for v, _ in writer.write(folder, params_per_run, keys, runs, names=names, prefix=prefix, caption=caption)]
 
 
 class _EpisodeWriter:
@@ -832,8 +1028,7 @@ class _EpisodeWriter:
 
     def __init__(self, env: Any, env_params: Any, policy_fn: Any, *, max_steps: int | None = None, fps: float = 30,
                  initial_carry: PyTree | None = None, label: bool = True):
-        self._draw = find_renderer(env)
-        _imageio()  # the missing extra is reported before any episode runs
+        self._draw = _recordable(env)  # a missing extra is reported before any episode runs
         self._env_params, self._fps, self._label = env_params, fps, label
         self._returns = jax.jit(jax.vmap(lambda p, k: collect.evaluate(
             env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
@@ -864,7 +1059,7 @@ class _EpisodeWriter:
         names = [f"run{r}" for r in range(num_runs)] if names is None else [str(n) for n in names]
         if len(names) != num_runs:
             raise ValueError(f"names must give one name per run ({num_runs}), got {len(names)}.")
-        tokens = runs.split(",") if isinstance(runs, str) else list(runs)
+        tokens = runs.split(",") if isinstance(runs, str) else [runs] if _checks.is_int(runs) else list(runs)
         returns = None
         if any(isinstance(t, str) and t.strip().lower() in ("best", "worst") for t in tokens):
             returns = np.asarray(self._returns(params_per_run, keys))

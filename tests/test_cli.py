@@ -2,6 +2,7 @@
 
 import csv
 import json
+import pathlib
 import re
 import shutil
 
@@ -601,6 +602,88 @@ def test_evaluate_checks_its_videos_folder_before_evaluating(sweep_run, tmp_path
     assert err.count("\n") == 1, err
 
 
+def test_evaluate_videos_are_named_by_checkpoint_and_seed_and_a_folder_in_their_way_is_one_line(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """`evaluate --video` wrote seed0_return<R>.mp4 whatever the checkpoint and --seed: the videos of a stopped run,
+    of the same run finished, and of another --seed lay side by side under names that did not tell them apart."""
+    monkeypatch.chdir(tmp_path)  # a relative folder, as typed
+    assert cli.main(["train", *SWEEP, "--out", "part", "--stop-after-chunks", "1", "--tensorboard", "false"]) == 0
+    evaluate = ["evaluate", "part", "--num-episodes", "1", "--video", "--runs", "0"]
+    assert cli.main(evaluate) == 0  # after chunk 1: update 3 of 7
+    assert cli.main(["train", "--resume", "part", "--num-eval", "2"]) == 0
+    assert cli.main(evaluate) == 0 and cli.main([*evaluate, "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    names = sorted(p.name for p in (tmp_path / "part" / "videos").iterdir())
+    assert [n.split("_return")[0] for n in names] == ["update3_evalseed0_lr=0.001_seed0", "update7_evalseed0_lr=0.001_seed0",
+                                                      "update7_evalseed1_lr=0.001_seed0"], names
+    assert "run 0: return " in out and names[1] in out
+    # a folder in the way of a video: one line naming it (it was ffmpeg's messages and a BrokenPipe traceback)
+    (tmp_path / "part" / "videos" / names[1]).unlink()
+    (tmp_path / "part" / "videos" / names[1]).mkdir()
+    assert cli.main(evaluate) == 2
+    err = capsys.readouterr().err
+    assert err == (f"jaxrl-rollout: error: --video: cannot write the video {pathlib.Path('part', 'videos', names[1])}: "
+                   "a folder of that name is there.\n"), err
+
+
+def test_an_empty_video_run_selector_is_refused_naming_its_option(sweep_run, tmp_path, capsys):
+    """`--video-runs ''` recorded run 0 (`args.video_runs or "0"`)."""
+    folder = tmp_path / "run"
+    assert cli.main(["train", *SWEEP, "--video-every", "1", "--video-runs", "", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("jaxrl-rollout: error: --video-runs: empty run selector '': it takes 'all', 'best', 'worst' or run "
+                   "indices 0..3, comma-separated (e.g. 'best,worst,0,3').\n"), err
+    assert not folder.exists()
+    assert cli.main(["evaluate", str(sweep_run), "--video", "--runs", ""]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("jaxrl-rollout: error: --runs: empty run selector ''") and err.count("\n") == 1
+
+
+def test_a_renderers_missing_package_stops_train_and_evaluate_before_they_run(sweep_run, tmp_path, capsys, monkeypatch):
+    """Without pygame, `train --video-every` trained chunks, then died at its first video without a checkpoint
+    (only imageio was checked), and `evaluate --video` failed after evaluating every run."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pygame", None)  # as if not installed
+    folder = tmp_path / "run"
+    assert cli.main(["train", *SWEEP, "--video-every", "1", "--out", str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert "chunk" not in out and not folder.exists()
+    assert err.startswith("jaxrl-rollout: error: --video-every: drawing gymnax's CartPole-v1 needs the optional "
+                          "`video` extra (pygame could not be imported") and err.count("\n") == 1, err
+    assert "pip install 'jaxrl-rollout[video]'" in err
+    assert cli.main(["evaluate", str(sweep_run), "--video"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("jaxrl-rollout: error: --video: drawing gymnax's CartPole-v1") \
+        and err.count("\n") == 1, (out, err)
+    assert not (sweep_run / "videos").exists()
+
+
+def test_a_video_that_fails_mid_run_ends_the_videos_not_the_run(tmp_path, capsys, monkeypatch):
+    """The `train --video-every` hook let an ImportError (a package gone mid-run) through, ending the run."""
+    from jaxrl_rollout import _extras, video
+
+    calls = []
+
+    class Failing:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, state, updates_done):
+            calls.append(updates_done)
+            raise _extras.missing("drawing gymnax's CartPole-v1", "video", "pygame could not be imported")
+
+    monkeypatch.setattr(video, "TrainingVideos", Failing)
+    args = cli.build_parser().parse_args(["train", *SWEEP, "--video-every", "1"])
+    spec = cli._build_spec(cli._given(args))
+    on_state = cli._training_videos(args, spec, tmp_path, [], 0)
+    on_state(None, 1)
+    on_state(None, 2)  # no more videos after the first failure
+    assert calls == [1]
+    err = capsys.readouterr().err
+    assert err.count("--video-every: no more videos (MissingExtra: drawing gymnax's CartPole-v1") == 1, err
+
+
 def test_evaluate_compiles_both_columns_once_and_each_equals_its_own_policy(sweep_run):
     """`evaluate`'s one program gives, bit for bit, the deterministic and stochastic columns of two separate calls."""
     import jax
@@ -665,8 +748,8 @@ def test_evaluate_video_says_when_best_and_worst_are_one_run(returns, runs, note
     spec = runner.RunSpec("ppo", ppo.PPOConfig(), (ppo.PPOHParams(),), 4)
     algorithm = types.SimpleNamespace(recurrent=False, env=None, env_params=None, eval_policy_fn=None,
                                       policy_params=lambda state: state)
-    cli._write_videos(types.SimpleNamespace(folder=str(tmp_path), runs=runs), spec, jnp.zeros(4), jax.random.key(0),
-                    algorithm)
+    cli._write_videos(types.SimpleNamespace(folder=str(tmp_path), runs=runs, seed=0), spec, jnp.zeros(4),
+                      jax.random.key(0), algorithm, spec.config.num_updates)
     out = capsys.readouterr().out
     assert out.count("    run ") == len(returns)
     assert ("(best and worst are that one run: every run's episode returned 500.0)" in out) == note, out

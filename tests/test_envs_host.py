@@ -304,9 +304,9 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
     # (it was "--eval-every: off there, 1 here")
     assert cli.main(["train", "--resume", str(folder), "--eval-every", "chunk", "--num-eval", "2"]) == 2
     assert capsys.readouterr().err == (
-        f"jaxrl-rollout: error: --resume {folder}: eval_every=1 (--eval-every) evaluates inside the jitted chunk, but "
-        "gymnasium/CartPole-v1 is a host env, stepped by one host pool that the training runs share: drop eval_every "
-        "and evaluate after training (jaxrl-rollout evaluate FOLDER).\n")
+        f"jaxrl-rollout: error: --resume {folder}: --eval-every chunk: the periodic evaluation runs inside the jitted "
+        "chunk, but gymnasium/CartPole-v1 is a host env, stepped by one host pool that the training runs share: drop "
+        "--eval-every and evaluate after training (jaxrl-rollout evaluate FOLDER).\n")
     assert cli.main(["train", "--resume", str(folder), "--max-parallel", "1"]) == 2
     assert "--max-parallel: unset there, 1 here" in capsys.readouterr().err  # not Python's None
     assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--max-parallel", "4",

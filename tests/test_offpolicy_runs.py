@@ -218,7 +218,8 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
         assert "stochastic" in header and "n/a" not in out
     videos = sorted((tmp_path / "run" / "videos").iterdir())
     assert "videos of one deterministic episode per run in run/videos" in out
-    assert 1 <= len(videos) <= 2 and all(v.name.startswith("seed") and "_return" in v.name for v in videos), videos
+    # named by the checkpoint's update and evaluate's --seed (0), so another checkpoint's or seed's are told apart
+    assert 1 <= len(videos) <= 2 and all(re.match(r"update\d+_evalseed0_seed\d_return", v.name) for v in videos), videos
     import imageio.v3 as iio
 
     frames = iio.imread(videos[0])
@@ -257,8 +258,10 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     # options the run would not read: a sweep over alpha with the learned temperature trains one run per label
     (["--algo", "sac", "--alpha", "0.05,0.2"], "--alpha 0.05,0.2: SAC learns its temperature (autotune, the "
                                                 "default), so alpha is not read; add --autotune false"),
-    (["--algo", "sac", "--autotune", "false", "--temperature-loss", "sb3"],
-     "--temperature-loss sb3: read only when SAC learns its temperature, which --autotune false turns off."),
+    (["--algo", "sac", "--autotune", "false", "--temperature-loss", "sb3"],  # SACConfig's own check, led by both
+     "--autotune false --temperature-loss sb3: temperature_loss='sb3' is read only when the temperature is learned"),
+    (["--algo", "sac", "--autotune", "false", "--temperature-loss", "cleanrl"],  # the default, typed: not read
+     "--temperature-loss cleanrl: read only when SAC learns its temperature, which --autotune false turns off."),
     (["--algo", "sac", "--autotune", "false", "--target-entropy", "-2"],  # SACConfig's own check, led by both
      "--autotune false --target-entropy -2.0: target_entropy=-2.0 is read only when the temperature is learned"),
     (["--algo", "dqn", "--target-network-frequency", "600000"],

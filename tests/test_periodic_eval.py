@@ -125,6 +125,20 @@ def test_a_host_env_refuses_eval_every_in_one_line():
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("typed", ["chunk", "3"])
+def test_a_host_envs_eval_every_is_refused_led_by_what_was_typed(typed, capsys, tmp_path):
+    """`--eval-every chunk` on a host env was refused as "eval_every=1 (--eval-every)", a value never typed."""
+    pytest.importorskip("gymnasium")
+    folder = tmp_path / "run"
+    assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--eval-every", typed, "--total-steps", "2048",
+                     "--seeds", "1", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"jaxrl-rollout: error: --eval-every {typed}: the periodic evaluation runs inside the jitted chunk, "
+                   "but gymnasium/CartPole-v1 is a host env, stepped by one host pool that the training runs share: "
+                   "drop --eval-every and evaluate after training (jaxrl-rollout evaluate FOLDER).\n"), err
+    assert not folder.exists()
+
+
 def _rows(folder, metric):
     with open(folder / "metrics.csv", newline="") as f:
         return [row for row in csv.DictReader(f) if row["metric"] == metric]

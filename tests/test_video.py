@@ -7,6 +7,8 @@ when its package is not installed; navix needs Python >= 3.12 and runs under CI'
 navix's test uses imports imageio.
 """
 
+import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -111,6 +113,98 @@ def test_without_ffmpeg_a_gif_is_written_with_a_warning(tmp_path, monkeypatch):
     np.testing.assert_array_equal(decoded[..., :3], frames)  # gif is lossless for these few colours
     with pytest.raises(ValueError, match="RGB"):
         video.write_video(tmp_path / "bad.gif", np.zeros((3, 20, 30)), fps=10)
+
+
+def _leftovers(folder):
+    """Files in `folder` a write left behind: temporary ".<name>.<random>.part" files."""
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".part"))
+
+
+@pytest.mark.parametrize("name", ["clip.mp4", "clip.gif"])
+def test_a_symlink_at_the_videos_name_is_replaced_never_written_through(name, tmp_path):
+    """ffmpeg (and open()) followed a symlink planted at the video's name and wrote outside the folder."""
+    pytest.importorskip("imageio.v3")
+    frames = np.zeros((3, 16, 16, 3), np.uint8)
+    folder, outside = tmp_path / "videos", tmp_path / "outside"
+    folder.mkdir()
+    outside.write_bytes(b"keep me")
+    (folder / name).symlink_to(outside)
+    (folder / f"dangling_{name}").symlink_to(tmp_path / "nowhere" / "x")
+    for target in (folder / name, folder / f"dangling_{name}"):
+        assert video.write_video(target, frames, fps=5) == target
+        assert target.is_file() and not target.is_symlink() and target.stat().st_size > 0
+    assert outside.read_bytes() == b"keep me" and not (tmp_path / "nowhere").exists()
+    assert _leftovers(folder) == []
+
+
+def test_write_video_refuses_in_one_line_what_it_cannot_write_and_leaves_no_file(tmp_path, monkeypatch, capfd):
+    """ffmpeg's failures were returned as success (a folder of the video's name, a name without an extension) with
+    ffmpeg's messages on stderr; an .avi got an mp4 inside."""
+    pytest.importorskip("imageio.v3")
+    import imageio_ffmpeg
+
+    frames = np.zeros((8, 64, 64, 3), np.uint8)  # more than a pipe's buffer: a stopped ffmpeg breaks the pipe
+    (tmp_path / "taken.mp4").mkdir()
+    (tmp_path / "taken.gif").mkdir()
+    (tmp_path / "file").write_text("")
+
+    def refused(path, error, match):
+        with pytest.raises(error, match=match) as info:
+            video.write_video(path, frames, fps=5)
+        assert "\n" not in str(info.value) and str(path) in str(info.value)
+        assert capfd.readouterr() == ("", "")  # no ffmpeg messages
+        assert _leftovers(tmp_path) == []
+
+    refused(tmp_path / "taken.mp4", IsADirectoryError, r": a folder of that name is there\.$")
+    refused(tmp_path / "taken.gif", IsADirectoryError, r": a folder of that name is there\.$")
+    refused(tmp_path / "noext", ValueError, r"its name has no extension; write_video writes \.mp4 \(H\.264\) and \.gif")
+    refused(tmp_path / "clip.avi", ValueError, r"its name ends in '\.avi'")
+    refused(tmp_path / "missing" / "clip.mp4", FileNotFoundError, r"its folder .*missing does not exist\.$")
+    refused(tmp_path / "file" / "clip.gif", FileNotFoundError, r"its folder .*file is not a folder\.$")
+    assert not (tmp_path / "noext").exists() and not (tmp_path / "clip.avi").exists()
+    if os.geteuid() != 0:  # root writes in any folder
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        refused(locked / "clip.mp4", OSError, "Permission denied")
+    # ffmpeg itself fails (a full disk, ...): its first error line, not success
+    fake = tmp_path / "fake-ffmpeg"
+    fake.write_text("#!/bin/sh\necho '[out#0/mp4 @ 0x55] Error opening output: No space left on device' >&2\n"
+                    "echo 'Error opening output files: No space left on device' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(imageio_ffmpeg, "get_ffmpeg_exe", lambda: str(fake))
+    refused(tmp_path / "full.mp4", OSError, r"full\.mp4: ffmpeg failed \(Error opening output: No space left on "
+                                            r"device\)\.$")
+    assert not (tmp_path / "full.mp4").exists()
+
+
+def test_an_interrupted_write_leaves_the_previous_file_and_no_partial_one(tmp_path, monkeypatch):
+    """A Ctrl-C while encoding left a 48-byte .mp4 under the video's own name."""
+    pytest.importorskip("imageio.v3")
+    frames = np.zeros((6, 16, 16, 3), np.uint8)
+    for name in ("clip.mp4", "clip.gif"):
+        (tmp_path / name).write_bytes(b"the previous video")
+    padded, gif = video._padded, video._write_gif
+
+    def ctrl_c_after_two_frames(frames, multiple):
+        for t, frame in enumerate(padded(frames, multiple)):
+            if t == 2:
+                raise KeyboardInterrupt
+            yield frame
+
+    def ctrl_c_midway(file, frames, fps):
+        file.write(b"GIF89a")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(video, "_padded", ctrl_c_after_two_frames)
+    monkeypatch.setattr(video, "_write_gif", ctrl_c_midway)
+    for name in ("clip.mp4", "clip.gif"):
+        with pytest.raises(KeyboardInterrupt):
+            video.write_video(tmp_path / name, frames, fps=5)
+        assert (tmp_path / name).read_bytes() == b"the previous video"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.gif", "clip.mp4"]  # no temporary file either
+    monkeypatch.setattr(video, "_padded", padded)
+    monkeypatch.setattr(video, "_write_gif", gif)
+    assert video.write_video(tmp_path / "clip.mp4", frames, fps=5).read_bytes() != b"the previous video"
 
 
 def test_a_gif_keeps_every_frames_colours_exactly_and_reduces_a_frame_of_more_than_256():
@@ -393,6 +487,52 @@ def test_a_videos_label_is_drawn_on_new_frames_never_on_a_registered_hooks_own_a
     finally:
         video.register_renderer(CountingEnv, None)
     assert written.path.is_file() and (kept == 90).all()
+
+
+def test_write_episode_videos_takes_a_run_index_or_a_sequence_of_them_and_a_prefix(tmp_path):
+    """runs=1 was a TypeError ("'int' object is not iterable"), though select_runs takes one int."""
+    pytest.importorskip("imageio.v3")
+    env = DrawnCountingEnv()
+    policy_fn = jr.uniform_random_policy(env.action_space(None))
+    keys = jax.random.split(jax.random.key(0), 3)
+    for runs, want in ((1, [1]), (np.int64(2), [2]), ([2, 0], [2, 0]), ((0, "1"), [0, 1])):
+        written = video.write_episode_videos(tmp_path / str(want), env, None, policy_fn, None, keys, runs,
+                                             names=["a", "b", "c"], max_steps=4)
+        assert [v.run for v in written] == want
+        assert [v.path.name for v in written] == [f"{'abc'[r]}_return{v.episode_return:.1f}.mp4"
+                                                  for r, v in zip(want, written)]
+        assert all(v.path.is_file() for v in written)
+    # a prefix tells apart the videos of different calls (`evaluate --video`: the checkpoint's update, its --seed)
+    (written,) = video.write_episode_videos(tmp_path, env, None, policy_fn, None, keys, 2, names=["a", "b", "c"],
+                                            prefix="update7_evalseed3_", max_steps=4)
+    assert written.path == tmp_path / f"update7_evalseed3_c_return{written.episode_return:.1f}.mp4"
+    with pytest.raises(TypeError, match="^a run selector is a string such as 'best,worst,0,3'"):
+        video.select_runs(True, 3)
+
+
+def test_the_packages_a_renderer_draws_with_are_checked_before_anything_runs(tmp_path, monkeypatch):
+    """Without pygame, `train --video-every` trained chunks and then died at its first video: only imageio was
+    checked. check_recordable, write_episode_videos and TrainingVideos import what the env's hook draws with."""
+    env, params = gymnax.make("CartPole-v1")
+    video.check_recordable(env)
+    monkeypatch.setitem(sys.modules, "pygame", None)  # unimportable
+    policy_fn = jr.uniform_random_policy(env.action_space(params))
+    keys = jax.random.split(jax.random.key(0), 1)
+    match = r"^drawing gymnax's CartPole-v1 needs the optional `video` extra \(pygame could not be imported"
+    monkeypatch.setattr(video, "record_episodes", lambda *a, **k: pytest.fail("an episode ran"))
+    for call in (lambda: video.check_recordable(env),
+                 lambda: video.check_recordable(PassThrough(env)),  # through a wrapper
+                 lambda: video.write_episode_videos(tmp_path / "v", env, params, policy_fn, None, keys, 0),
+                 lambda: video.TrainingVideos(tmp_path / "t", env, params, policy_fn, lambda s: s, keys, 1)):
+        with pytest.raises(ImportError, match=match):
+            call()
+    assert not (tmp_path / "v").exists() and not (tmp_path / "t").exists()
+    if importlib.util.find_spec("pgx") is not None:
+        pgx_env, _ = envs.make("pgx/tic_tac_toe")
+        video.check_recordable(pgx_env)
+        monkeypatch.setitem(sys.modules, "cairosvg", None)
+        with pytest.raises(ImportError, match=r"^rendering pgx games needs cairosvg .*pip install 'jaxrl-rollout\[video\]'"):
+            video.check_recordable(pgx_env)
 
 
 def test_a_render_method_may_draw_a_matplotlib_figure():
