@@ -286,10 +286,9 @@ def render_jumanji(env: Any, env_params: Any, states: Any) -> np.ndarray:
     return _rgb(np.stack(frames))
 
 
-def render_pgx(env: Any, env_params: Any, states: Any) -> np.ndarray:
-    """A `PgxEnv`'s games (`PgxState.game`) as pgx's SVG drawings, rasterised by cairosvg."""
-    import io
-
+def import_cairosvg() -> Any:
+    """cairosvg, which rasterises pgx's SVG boards; a `MissingExtra` naming the video extra (and the cairo
+    library, whose absence is an OSError at the import) otherwise."""
     try:
         import cairosvg
     except (ImportError, OSError) as err:  # OSError: the cairo library itself is missing
@@ -297,6 +296,14 @@ def render_pgx(env: Any, env_params: Any, states: Any) -> np.ndarray:
             f"rendering pgx games needs cairosvg and the cairo library ({err}); "
             "pip install 'jaxrl-rollout[video]' (and apt install libcairo2 where cairo is missing)"
         ) from err
+    return cairosvg
+
+
+def render_pgx(env: Any, env_params: Any, states: Any) -> np.ndarray:
+    """A `PgxEnv`'s games (`PgxState.game`) as pgx's SVG drawings, rasterised by cairosvg."""
+    import io
+
+    cairosvg = import_cairosvg()
     from PIL import Image
 
     frames = []

@@ -497,14 +497,8 @@ def _needs_pygame(env: Any) -> None:
 
 
 def _needs_cairosvg(env: Any) -> None:
-    """pgx's boards are SVG, rasterised by cairosvg (as `render_pgx` imports it)."""
-    try:
-        import cairosvg  # noqa: F401
-    except (ImportError, OSError) as err:  # OSError: the cairo library itself is missing
-        raise _extras.MissingExtra(
-            f"rendering pgx games needs cairosvg and the cairo library ({err}); "
-            "pip install 'jaxrl-rollout[video]' (and apt install libcairo2 where cairo is missing)"
-        ) from err
+    """pgx's boards are SVG, rasterised by cairosvg (imported as `render_pgx` imports it)."""
+    _render_suites.import_cairosvg()
 
 
 # The packages of the `video` extra that a built-in hook imports when it draws, checked before anything runs.
