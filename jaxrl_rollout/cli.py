@@ -1632,14 +1632,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not argv or argv[0] not in {*commands, "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
-    # The header line says the env steps a run trains; the configs' warning for Python users repeats it.
-    warnings.filterwarnings("ignore", message=r"total_timesteps=\d+ trains ", category=UserWarning)
     # During `train`, SIGINT and SIGTERM (SLURM, Kubernetes) ask the run to stop at the next chunk
     # boundary with a checkpoint, from now on: a signal during the imports or the compile waits for it.
     stop = StopSignals(lambda line: print(line, file=sys.stderr, flush=True)) if argv[0] == "train" else (
         contextlib.nullcontext())
     try:
-        with stop:
+        # The header line says the env steps a run trains; the configs' warning for Python users repeats it.
+        with stop, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"total_timesteps=\d+ trains ", category=UserWarning)
             return _main(argv)
     except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or Ctrl-C in another command
         print(f"jaxrl-rollout: interrupted ({getattr(interrupt, 'signal_name', 'SIGINT')})", file=sys.stderr)

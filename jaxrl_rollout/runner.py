@@ -39,6 +39,7 @@ import os
 import pathlib
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -311,7 +312,10 @@ class RunSpec:
                 raise ValueError(f"saved grid has hyperparameters {sorted(unknown)} that {hparams_cls.__name__} "
                                  "does not know.")
             grid.append(hparams_cls(**point))
-        return cls(algo, config_cls(**fields), tuple(grid), data["num_seeds"], data["seed"], data["chunk_updates"],
+        with warnings.catch_warnings():  # a saved run's whole updates (warn_partial_run) are not the reader's to change
+            warnings.filterwarnings("ignore", message=r"total_timesteps=\d+ trains ", category=UserWarning)
+            config = config_cls(**fields)
+        return cls(algo, config, tuple(grid), data["num_seeds"], data["seed"], data["chunk_updates"],
                    data["max_parallel"], data.get("eval_every"), data.get("eval_episodes", 10))
 
 

@@ -468,9 +468,10 @@ def act(
     except Exception as error:
         error.add_note(
             f"jaxrl_rollout: this was raised inside policy_fn(params, obs, key) on observations "
-            f"{_checks.tree_text(obs, batched=True)} per env. params must be what the policy takes: a learner's "
-            "policy_params(state) (PQN's is the pair (q_params, epsilon)). The params of a vmapped sweep carry a "
-            "leading run axis: take run i's with jax.tree.map(lambda x: x[i], params), or vmap over them.")
+            f"{_checks.tree_text(obs, batched=True)} per env. If the params are the cause: they must be what the "
+            "policy takes, a learner's policy_params(state) (PQN's is the pair (q_params, epsilon)), and the params "
+            "of a vmapped sweep carry a leading run axis: take run i's with jax.tree.map(lambda x: x[i], params), or "
+            "vmap over them.")
         raise
     if carry is None:
         return _checks.check_policy_output(out, batch_size, space), None

@@ -478,9 +478,9 @@ def check_recordable(env: Any) -> None:
 def _recordable(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
     """`find_renderer(env)` once the packages it draws with and imageio are checked (`check_recordable`)."""
     draw = find_renderer(env)
-    needs = _HOOK_NEEDS.get(draw.hook)
-    if needs is not None:
-        needs(draw.target)
+    for hook, needs in _HOOK_NEEDS:  # by identity: a registered hook need not be hashable
+        if draw.hook is hook:
+            needs(draw.target)
     _imageio()
     return draw
 
@@ -502,7 +502,7 @@ def _needs_cairosvg(env: Any) -> None:
 
 
 # The packages of the `video` extra that a built-in hook imports when it draws, checked before anything runs.
-_HOOK_NEEDS = {_render_suites.render_gymnax_classic: _needs_pygame, _render_suites.render_pgx: _needs_cairosvg}
+_HOOK_NEEDS = ((_render_suites.render_gymnax_classic, _needs_pygame), (_render_suites.render_pgx, _needs_cairosvg))
 
 
 def _ffmpeg() -> str | None:
@@ -540,8 +540,9 @@ def _padded(frames: np.ndarray, multiple: int) -> Iterator[np.ndarray]:
 
 # The kinds of file `write_video` writes, by the name's extension (matched without case).
 _SUFFIXES = (".mp4", ".gif")
-# H.264's quality: imageio's default (quality 5 of 10) for libx264, which this module used to write through.
-_CRF = 25
+# H.264's quality: libx264's own default, CRF 23, which the videos had when this module wrote through imageio (it
+# passed ffmpeg no quality).
+_CRF = 23
 
 
 def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
@@ -558,6 +559,8 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
     (".<name>.<random>.part") and renamed onto `path` once it is complete
     (`os.replace`), so `path` holds the previous file or the whole new video,
     never part of one: an error or a Ctrl-C midway removes the temporary file.
+    (A process killed outright, by SIGKILL or an unhandled SIGTERM, cannot
+    clean up: it may leave the hidden ".part" file, never a partial `path`.)
     A symlink at `path` is replaced by the video, never followed.
 
     Args:
@@ -631,7 +634,9 @@ def _temporary_file(path: Path) -> tuple[Path, int]:
     import secrets
 
     for _ in range(100):
-        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+        # the name cut to 200 bytes, so a name near the 255-byte limit still has a temporary one
+        stem = path.name.encode()[:200].decode("utf-8", "ignore")
+        temporary = path.with_name(f".{stem}.{secrets.token_hex(4)}.part")
         try:
             # O_EXCL: a file or symlink already of that name is never opened (nor followed)
             return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)

@@ -166,6 +166,22 @@ def test_errors_name_the_argument():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dqn.DQNConfig(total_timesteps=2000, learning_starts=100)
+    # an update of one learner step: the way out is a multiple of it (log_interval is already as low as it goes)
+    with pytest.warns(UserWarning, match=r"updates of 30 env steps \(1 learner step \(log_interval=1\) of 10 "
+                                         r"iterations of num_envs=3\); for all of them make total_timesteps a "
+                                         r"multiple of 30\.$"):
+        partial = dqn.DQNConfig(num_envs=3, total_timesteps=21002, learning_starts=100, log_interval=1)
+    from jaxrl_rollout import cli, runner
+
+    with warnings.catch_warnings():  # a saved run's config, read back, is not the reader's to change
+        warnings.simplefilter("error")
+        spec = runner.RunSpec("dqn", partial, grid=(dqn.DQNHParams(),), num_seeds=1)
+        assert runner.RunSpec.from_json(spec.to_json()) == spec
+    # the command line hides the warning (its header says the steps) only while it runs
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--algo", "nope"])
+    with pytest.warns(UserWarning, match=r"^total_timesteps=1999 trains"):
+        dqn.DQNConfig(total_timesteps=1999, learning_starts=100)
     with pytest.raises(ValueError, match="buffer_size"):
         dqn.DQNConfig(buffer_size=0)
     with pytest.raises(ValueError, match=r"batch_size=8 is more than buffer_size=7"):  # flashbax's own words before

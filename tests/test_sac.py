@@ -142,6 +142,10 @@ def test_errors_name_the_argument():
         sac.make_sac(SMALL).init(jax.random.key(0), stack_hparams([sac.SACHParams(), sac.SACHParams(alpha=0.05)]))
     with pytest.raises(ValueError, match=r"^hparams.alpha=0.1 is not read"):
         sac.check_hparams_read(SMALL, sac.SACHParams(alpha=0.1))
+    with pytest.raises(ValueError, match=r"^hparams.alpha=0.21 is not read.* leave alpha at its default 0.2\.$"):
+        sac.check_hparams_read(SMALL, sac.SACHParams(alpha=0.21))
+    for default in (jnp.bfloat16(0.2), np.float16(0.2), np.float32(0.2), jnp.full(3, 0.2)):  # its roundings
+        sac.check_hparams_read(SMALL, sac.SACHParams(alpha=default))
     sac.check_hparams_read(dataclasses.replace(SMALL, autotune=False), sac.SACHParams(alpha=0.1))
     from jaxrl_rollout import runner
 

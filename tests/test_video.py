@@ -137,6 +137,14 @@ def test_a_symlink_at_the_videos_name_is_replaced_never_written_through(name, tm
     assert _leftovers(folder) == []
 
 
+def test_a_name_near_the_file_name_limit_is_written(tmp_path):
+    """The temporary name (".<name>.<hex>.part") went past the 255-byte limit for a legal 249-byte name."""
+    pytest.importorskip("imageio.v3")
+    target = tmp_path / ("n" * 245 + ".gif")
+    assert video.write_video(target, np.zeros((2, 8, 8, 3), np.uint8), fps=5) == target
+    assert target.stat().st_size > 0 and _leftovers(tmp_path) == []
+
+
 def test_write_video_refuses_in_one_line_what_it_cannot_write_and_leaves_no_file(tmp_path, monkeypatch, capfd):
     """ffmpeg's failures were returned as success (a folder of the video's name, a name without an extension) with
     ffmpeg's messages on stderr; an .avi got an mp4 inside."""
@@ -449,6 +457,31 @@ def test_a_users_env_renders_through_its_render_method_and_through_wrappers():
     assert isinstance(states, LogState)
     np.testing.assert_array_equal(video.render_frames(wrapped, None, states)[:, 0, :, 0].astype(bool).sum(axis=-1),
                                   np.arange(int(rec.lengths[0])) + 1)
+
+
+def test_an_unhashable_registered_renderer_is_checked_and_used():
+    """check_recordable looked the hook up in a dict: a dataclass hook (eq=True, so unhashable) was a TypeError."""
+    import dataclasses
+
+    pytest.importorskip("imageio.v3")
+
+    @dataclasses.dataclass
+    class Hook:
+        size: int = 4
+
+        def __call__(self, env, params, states):
+            return np.zeros((len(states.time), self.size, self.size, 3), np.uint8)
+
+    class Drawn(DrawnCountingEnv):
+        pass
+
+    assert video.register_renderer(Drawn, Hook()) is None
+    try:
+        video.check_recordable(Drawn())
+        _, states = random_episode(Drawn(), None, 3)
+        assert video.render_frames(Drawn(), None, states).shape[1:] == (4, 4, 3)
+    finally:
+        video.register_renderer(Drawn, None)
 
 
 def test_a_registered_renderer_takes_precedence_and_can_be_removed():

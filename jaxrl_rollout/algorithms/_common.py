@@ -586,12 +586,14 @@ class LearnerSizes:
         says the steps it trains instead)."""
         taken = self.iterations_taken * self.num_envs
         if taken < self.total_timesteps:
-            per_update = self.steps_per_update
+            per_update, steps = self.steps_per_update, self.learner_steps_per_update
+            made_of = (f"{steps} learner step{'s' * (steps > 1)} (log_interval={self.log_interval}) of "
+                       f"{self.learner_period} iteration{'s' * (self.learner_period > 1)} of num_envs={self.num_envs}")
+            lower = ", or lower log_interval" if steps > 1 else ""
             warnings.warn(
                 f"total_timesteps={self.total_timesteps} trains {taken:,} env steps: a run takes whole updates of "
-                f"{per_update:,} env steps (log_interval={self.log_interval} iterations of num_envs={self.num_envs}); "
-                f"for all of them make total_timesteps a multiple of {per_update:,}, or lower log_interval.",
-                UserWarning, stacklevel=4)
+                f"{per_update:,} env steps ({made_of}); for all of them make total_timesteps a multiple of "
+                f"{per_update:,}{lower}.", UserWarning, stacklevel=4)
 
     @property
     def iterations_taken(self) -> int:

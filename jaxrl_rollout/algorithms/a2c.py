@@ -175,7 +175,8 @@ def make_a2c(config: A2CConfig, *, env: Any = None, env_params: Any = None, netw
         `sample(key)`, `mode()`, `log_prob(action)` and `entropy()` (a
         `distributions.Categorical` is rebuilt from its probabilities, as
         the agent's loss does). See `ppo.make_ppo` and
-        `_common.NETWORK_CONTRACT`. Leave `config.network` "auto".
+        `_common.NETWORK_CONTRACT`. Leave `config.network` "auto", and
+        `hidden_sizes` and `activation` at their defaults (refused otherwise).
 
     Returns:
       The `A2C` functions (`_common.Algorithm`).

@@ -369,6 +369,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         Dict or Tuple space) needs yours. Exploration draws uniformly over
         all A actions: an action mask in the observation is not read (mask
         the greedy action in your network's Q-values if the env has one).
+        With yours, leave `hidden_sizes` at its default: it is refused
+        otherwise (it would not be read).
 
     Returns:
       The `DQN` functions.

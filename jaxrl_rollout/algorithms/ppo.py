@@ -62,7 +62,8 @@ class PPOConfig(_common.ConfigSizes):
         observations), "mlp", "cnn" (image observations) or "gru" (recurrent).
         Leave it "auto" when `make_train` is given a `network` of your own.
       hidden_sizes: MLP hidden layers; the GRU uses hidden_sizes[0] units.
-      activation: "tanh" or "relu" (MLP). Neither is read for your own `network`.
+      activation: "tanh" or "relu" (MLP). Neither is read for your own
+        `network`: set off their defaults with one, `make_train` refuses them.
       bootstrap_on_truncation: bootstrap time limits from V(final observation)
         (True) or treat them as terminations like CleanRL and PureJaxRL (False).
       anneal_lr: CleanRL's linear learning-rate annealing per update.
@@ -322,7 +323,8 @@ def make_ppo(config: PPOConfig, *, env: Any = None, env_params: Any = None, netw
         `distributions.diag_gaussian`); actions are int [B] for Discrete,
         float [B, A] for a Box. Initialised with `module.init(key, obs [1,
         ...])` (recurrent: `(key, initial_carry(1), obs)`). Leave
-        `config.network` "auto"; hidden_sizes and activation are not read.
+        `config.network` "auto", and hidden_sizes and activation at their
+        defaults: they are not read, and refused when set off them.
 
     Returns:
       The `PPO` functions (`_common.Algorithm`).

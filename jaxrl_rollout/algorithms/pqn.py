@@ -444,6 +444,8 @@ def make_pqn(config: PQNConfig, *, env: Any = None, env_params: Any = None, netw
         Dict or Tuple space) needs yours. Exploration draws uniformly over
         all A actions: an action mask in the observation is not read (mask
         the greedy action in your network's Q-values if the env has one).
+        With yours, leave `hidden_sizes`, `activation` and `layer_norm` at
+        their defaults: they are refused otherwise (they would not be read).
 
     Returns:
       The `PQN` functions (`_common.Algorithm`). Its policies take

@@ -333,12 +333,13 @@ def check_hparams_read(config: SACConfig, hparams: SACHParams) -> None:
     value = _checks.concrete(hparams.alpha)
     if value is None:
         return
-    default = np.float32(SACHParams._field_defaults["alpha"])
-    other = [float(v) for v in np.asarray(value, np.float64).ravel() if np.float32(v) != default]
+    default = SACHParams._field_defaults["alpha"]
+    # within bfloat16's rounding of the default: the default, in whatever precision it was given
+    other = [float(v) for v in np.asarray(value, np.float64).ravel() if not np.isclose(v, default, rtol=4e-3, atol=0)]
     if other:
-        raise ValueError(f"hparams.alpha={other[0]:g} is not read: with config.autotune=True (the default) SAC learns "
+        raise ValueError(f"hparams.alpha={other[0]:.7g} is not read: with config.autotune=True (the default) SAC learns "
                          "its temperature, starting at 1 as CleanRL's; pass SACConfig(autotune=False) to train with "
-                         f"a fixed alpha, or leave alpha at its default {float(default):g}.")
+                         f"a fixed alpha, or leave alpha at its default {default!r}.")
 
 
 NETWORK_CONTRACT = ("a pair (actor, critic) of flax linen Modules: actor.apply(params, obs [B, ...]) -> "
@@ -433,6 +434,8 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         obs [B, ...]) -> (mean [B, A], log_std [B, A])`, log_std already
         bounded, and `critic.apply(params, obs, action [B, A]) -> Q [B]` (or
         [B, 1]), initialised twice for the twin critics.
+        With yours, leave `hidden_sizes` at its default: it is refused
+        otherwise (it would not be read).
 
     Returns:
       The `SAC` functions.

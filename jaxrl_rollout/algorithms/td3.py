@@ -357,6 +357,8 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
         added and clipped outside), and `critic(obs [B, ...], action [B, A])
         -> Q [B]` (or [B, 1]). The two critics are two param sets of
         `critic_module`, initialised with different keys.
+        With yours, leave `hidden_sizes` at its default: it is refused
+        otherwise (it would not be read).
 
     Returns:
       The `TD3` functions.
