@@ -317,8 +317,8 @@ def unpack_step(result: Any, env: Any, batched: bool = False) -> tuple:
         per_env = " per env" if batched else ""
         raise ValueError(
             f"env.step of {type(env).__name__}: info['final_observation'] must be an observation like the obs it "
-            f"returns (the one before any reset), {_tree_text(obs, batched)}{per_env}, got "
-            f"{_tree_text(final, batched)}.")
+            f"returns (the one before any reset), {tree_text(obs, batched)}{per_env}, got "
+            f"{tree_text(final, batched)}.")
     return obs, state, reward, terminated, truncated, info
 
 
@@ -336,8 +336,8 @@ def check_step_like_reset(env: Any, reset_obs: Any, step_obs: Any, batched: bool
     if jax.tree.structure(reset_obs) != jax.tree.structure(step_obs) or leaves(reset_obs) != leaves(step_obs):
         per_env = " per env" if batched else ""
         raise ValueError(
-            f"env {type(env).__name__}: step returns observations {_tree_text(step_obs, batched)}{per_env}, but "
-            f"reset returns {_tree_text(reset_obs, batched)}; a rollout carries one observation from step to step, "
+            f"env {type(env).__name__}: step returns observations {tree_text(step_obs, batched)}{per_env}, but "
+            f"reset returns {tree_text(reset_obs, batched)}; a rollout carries one observation from step to step, "
             "so make step's observations (and info['final_observation']) the pytree, shapes and dtypes reset's "
             "are.")
 
@@ -354,11 +354,6 @@ def refuse_train_state(name: str, params: Any) -> None:
 
 
 def tree_text(tree: Any, batched: bool = False) -> str:
-    """A pytree's leaves as "float32[4]" (without their leading axis when `batched`), joined, or "nothing"."""
-    return _tree_text(tree, batched)
-
-
-def _tree_text(tree: Any, batched: bool = False) -> str:
     """A pytree's leaves as "float32[4]" (without their leading axis when `batched`), joined, or "nothing"."""
     return ", ".join(f"{jnp.result_type(x).name}{list(jnp.shape(x)[1 if batched else 0:])}"
                      for x in jax.tree.leaves(tree)) or "nothing"

@@ -61,6 +61,20 @@ def _rgb(frames: Any) -> np.ndarray:
 # ---- gymnax: classic control and MinAtar ----
 
 
+def import_pygame(name: str) -> None:
+    """Imports pygame, quietly and headless, for drawing gymnax's env `name`; a `MissingExtra` naming the video extra
+    otherwise (gymnasium's renderer draws with pygame, and without it gymnasium would name its own extra, not ours)."""
+    # pygame's greeting on stdout when gymnasium imports it, and ALSA's complaints on a machine without sound
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    try:
+        import pygame  # noqa: F401
+    except ImportError as err:
+        raise _extras.missing(f"drawing gymnax's {name}", "video", f"pygame could not be imported: {err}") from err
+
+
 def render_gymnax_classic(env: Any, env_params: Any, states: Any) -> np.ndarray:
     """CartPole, Pendulum, Acrobot, MountainCar(+Continuous) with gymnasium's classic-control renderer.
 
@@ -77,15 +91,7 @@ def render_gymnax_classic(env: Any, env_params: Any, states: Any) -> np.ndarray:
         )
     import gymnasium
 
-    # pygame's greeting on stdout when gymnasium imports it, and ALSA's complaints on a machine without sound
-    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    try:  # gymnasium's renderer draws with pygame; without it gymnasium would name its own extra, not ours
-        import pygame  # noqa: F401
-    except ImportError as err:
-        raise _extras.missing(f"drawing gymnax's {name}", "video", f"pygame could not be imported: {err}") from err
+    import_pygame(name)
     gym_env = gymnasium.make(name, render_mode="rgb_array")
     try:
         gym_env.reset(seed=0)

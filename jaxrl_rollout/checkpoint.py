@@ -331,23 +331,39 @@ def _refuse_links(folder: pathlib.Path) -> None:
                               "lie inside its folder; replace the link with what it points to.")
 
 
-def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
+def write_atomic(folder: pathlib.Path, name: str, write, *, to_path: bool = False) -> pathlib.Path:
     """Writes via `write(file)` to a temporary file in `folder`, fsyncs, then renames it to `name`.
 
-    A failed write (a full disk, an error in `write`) leaves any earlier file
-    `name` whole. The rename replaces a symbolic link at `name` itself, so a
-    link pointing out of the folder is never written through.
+    A failed write (a full disk, an error in `write`, a Ctrl-C) leaves any
+    earlier file `name` whole and removes the temporary one
+    (".<name>.<random>.tmp", the name cut to 200 bytes so that one near the
+    255-byte limit still has a temporary name). The rename replaces a symbolic
+    link at `name` itself, so a link pointing out of the folder is never
+    written through. With `to_path`, `write` gets the temporary file's path
+    instead of an open file, for a writer that opens it itself (ffmpeg).
+    A system error (one with an errno) names the file written; an OSError of
+    `write`'s own, without an errno, passes as it is.
     """
     folder = pathlib.Path(folder)
+    prefix = "." + name.encode()[:200].decode("utf-8", "ignore") + "."
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
     except OSError as error:  # no folder (or not one): it named the temporary file it could not make
         raise OSError(error.errno, error.strerror or str(error), str(folder / name)) from error
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        if to_path:
+            os.close(fd)
+            write(pathlib.Path(tmp))
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make checkpoints private
@@ -356,7 +372,8 @@ def write_atomic(folder: pathlib.Path, name: str, write) -> pathlib.Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
         # a failed write() names no file, a failed rename the temporary one (gone now): name the file written
-        if isinstance(error, OSError) and (not error.filename or str(error.filename) == tmp):
+        if isinstance(error, OSError) and error.errno is not None and (not error.filename or
+                                                                      str(error.filename) == tmp):
             raise OSError(error.errno, error.strerror or str(error), str(folder / name)) from error
         raise
     return folder / name

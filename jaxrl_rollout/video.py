@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -84,7 +83,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_rollout import _checks, _extras, _render_suites, collect, prng, stepping
+from jaxrl_rollout import _checks, _extras, _render_suites, checkpoint, collect, prng, stepping
 from jaxrl_rollout.types import PyTree, RolloutState
 
 __all__ = [
@@ -485,24 +484,9 @@ def _recordable(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
     return draw
 
 
-def _needs_pygame(env: Any) -> None:
-    """gymnax classic control draws with gymnasium's renderer, on pygame (imported as `render_gymnax_classic` does)."""
-    # pygame's greeting on stdout at its import, as `_render_suites.render_gymnax_classic` keeps it quiet
-    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    try:
-        import pygame  # noqa: F401
-    except ImportError as err:
-        raise _extras.missing(f"drawing gymnax's {_name(env)}", "video", f"pygame could not be imported: {err}") \
-            from err
-
-
-def _needs_cairosvg(env: Any) -> None:
-    """pgx's boards are SVG, rasterised by cairosvg (imported as `render_pgx` imports it)."""
-    _render_suites.import_cairosvg()
-
-
 # The packages of the `video` extra that a built-in hook imports when it draws, checked before anything runs.
-_HOOK_NEEDS = ((_render_suites.render_gymnax_classic, _needs_pygame), (_render_suites.render_pgx, _needs_cairosvg))
+_HOOK_NEEDS = ((_render_suites.render_gymnax_classic, lambda env: _render_suites.import_pygame(_name(env))),
+               (_render_suites.render_pgx, lambda env: _render_suites.import_cairosvg()))
 
 
 def _ffmpeg() -> str | None:
@@ -556,11 +540,12 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
     encoder.
 
     The video is written to a temporary file in the same folder
-    (".<name>.<random>.part") and renamed onto `path` once it is complete
-    (`os.replace`), so `path` holds the previous file or the whole new video,
-    never part of one: an error or a Ctrl-C midway removes the temporary file.
-    (A process killed outright, by SIGKILL or an unhandled SIGTERM, cannot
-    clean up: it may leave the hidden ".part" file, never a partial `path`.)
+    (".<name>.<random>.tmp") and renamed onto `path` once it is complete
+    (`checkpoint.write_atomic`, as the run's other files), so `path` holds
+    the previous file or the whole new video, never part of one: an error or
+    a Ctrl-C midway removes the temporary file. (A process killed outright,
+    by SIGKILL or an unhandled SIGTERM, cannot clean up: it may leave the
+    hidden ".tmp" file, never a partial `path`.)
     A symlink at `path` is replaced by the video, never followed.
 
     Args:
@@ -602,56 +587,18 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
     if not path.parent.is_dir():
         raise FileNotFoundError(f"cannot write the video {path}: its folder {path.parent} "
                                 f"{'is not a folder' if path.parent.exists() else 'does not exist'}.")
-    temporary, fd = _temporary_file(path)
     try:
         if suffix == ".mp4":
-            os.close(fd)
-            _encode_mp4(temporary, frames, fps, path)
+            checkpoint.write_atomic(path.parent, path.name, lambda temporary: _encode_mp4(temporary, frames, fps, path),
+                                    to_path=True)
         else:
-            _one_line(path, _write_gif_file, fd, frames, fps)
-        _one_line(path, os.replace, temporary, path)  # a symlink named `path` is replaced itself, not its target
-    except BaseException:  # a failure, a Ctrl-C: no partial file is left, under either name
-        _remove(temporary)
-        raise
-    return path
-
-
-def _one_line(path: Path, write: Callable, *args: Any) -> None:
-    """`write(*args)`, its OSError (a full disk, a folder that appeared at `path`) made one line naming `path`."""
-    try:
-        write(*args)
+            checkpoint.write_atomic(path.parent, path.name, lambda file: _write_gif(file, frames, fps))
     except OSError as error:
+        if error.errno is None:  # ffmpeg's failure: one line naming `path` already
+            raise
+        # a full disk, a folder that appeared at `path`, a folder not writable: one line naming `path`
         raise OSError(f"cannot write the video {path}: {error.strerror or error}.") from error
-
-
-def _write_gif_file(fd: int, frames: np.ndarray, fps: float) -> None:
-    with os.fdopen(fd, "wb") as file:
-        _write_gif(file, frames, fps)
-
-
-def _temporary_file(path: Path) -> tuple[Path, int]:
-    """A new empty file next to `path` (".<name>.<random>.part") and its open descriptor; OSError naming `path`."""
-    import secrets
-
-    for _ in range(100):
-        # the name cut to 200 bytes, so a name near the 255-byte limit still has a temporary one
-        stem = path.name.encode()[:200].decode("utf-8", "ignore")
-        temporary = path.with_name(f".{stem}.{secrets.token_hex(4)}.part")
-        try:
-            # O_EXCL: a file or symlink already of that name is never opened (nor followed)
-            return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            continue
-        except OSError as error:
-            raise OSError(f"cannot write the video {path}: {error.strerror or error} (in {path.parent}).") from error
-    raise OSError(f"cannot write the video {path}: no free temporary name in {path.parent}.")
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
+    return path
 
 
 def _encode_mp4(target: Path, frames: np.ndarray, fps: float, shown: Path) -> None:

@@ -94,6 +94,24 @@ def test_a_write_that_cannot_replace_its_file_names_the_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]  # no temporary file left
 
 
+def test_write_atomic_takes_a_writer_by_path_a_long_name_and_passes_a_writers_own_error(tmp_path):
+    """What the videos needed of it: ffmpeg writes to a path, a legal 249-byte name got a temporary name past the
+    255-byte limit, and a writer's own one-line OSError (no errno) was rewritten as "[Errno None] ...: 'name'"."""
+    long = "n" * 249
+    assert checkpoint.write_atomic(tmp_path, long, lambda path: path.write_bytes(b"by path"), to_path=True) == \
+        tmp_path / long
+    assert (tmp_path / long).read_bytes() == b"by path"
+
+    def fails(path):
+        path.write_bytes(b"half")
+        raise OSError("cannot write it: the encoder failed.")
+
+    with pytest.raises(OSError) as caught:
+        checkpoint.write_atomic(tmp_path, "clip.mp4", fails, to_path=True)
+    assert str(caught.value) == "cannot write it: the encoder failed."
+    assert sorted(p.name for p in tmp_path.iterdir()) == [long]  # no temporary file, no clip.mp4
+
+
 def test_symlinked_outputs_are_replaced_not_written_through(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()

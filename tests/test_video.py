@@ -116,8 +116,8 @@ def test_without_ffmpeg_a_gif_is_written_with_a_warning(tmp_path, monkeypatch):
 
 
 def _leftovers(folder):
-    """Files in `folder` a write left behind: temporary ".<name>.<random>.part" files."""
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".part"))
+    """Files in `folder` a write left behind: temporary ".<name>.<random>.tmp" files (any hidden file)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
 
 
 @pytest.mark.parametrize("name", ["clip.mp4", "clip.gif"])
@@ -138,7 +138,7 @@ def test_a_symlink_at_the_videos_name_is_replaced_never_written_through(name, tm
 
 
 def test_a_name_near_the_file_name_limit_is_written(tmp_path):
-    """The temporary name (".<name>.<hex>.part") went past the 255-byte limit for a legal 249-byte name."""
+    """The temporary name (".<name>.<random>.tmp") went past the 255-byte limit for a legal 249-byte name."""
     pytest.importorskip("imageio.v3")
     target = tmp_path / ("n" * 245 + ".gif")
     assert video.write_video(target, np.zeros((2, 8, 8, 3), np.uint8), fps=5) == target
