@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Interrupted", "StopSignals", "at_once"]
 
@@ -103,7 +105,7 @@ def at_once():
     """Within it a signal raises `Interrupted` at once instead of waiting for a chunk boundary: for closing work
     after training (the command line's evaluation), when the run is complete and saved and no boundary is
     left. A signal that arrived before (during the last chunk, or the outputs' writing) raises on entry. The
-    work must wait for JAX in Python (`runner._wait_ready`), not in C++, for the handler to run. Outside
+    work must wait for JAX in Python (`wait_ready`), not in C++, for the handler to run. Outside
     `StopSignals` nothing changes."""
     active = _ACTIVE
     if active is None:
@@ -116,3 +118,24 @@ def at_once():
         yield
     finally:
         active.at_once = False
+
+
+def wait_ready(tree: Any, longest_sleep: float = 0.02) -> None:
+    """Waits until every array of `tree` (dispatched asynchronously) is computed, in short sleeps.
+
+    A wait inside XLA (`np.asarray`, `block_until_ready`) holds the main thread
+    in C++, where Python runs no signal handler: a Ctrl-C during a chunk of an
+    off-policy learner's default run (minutes on a CPU) would not even print
+    its notice until the chunk ended. Sleeping in Python instead lets the
+    handler print at once, and a second Ctrl-C raise KeyboardInterrupt here
+    (the last whole chunk is then saved while the one in flight is dropped).
+    The sleeps grow from 1 ms to `longest_sleep`, so a chunk ends at most that
+    much later than it would have.
+    """
+    import jax  # here: the command line imports this module before it imports JAX
+
+    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "is_ready")]
+    sleep = 0.001
+    while not all(x.is_ready() for x in leaves):
+        time.sleep(sleep)
+        sleep = min(2 * sleep, longest_sleep)

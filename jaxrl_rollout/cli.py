@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Sequence
 
 from jaxrl_rollout._signals import StopSignals
+from jaxrl_rollout._warnings import PartialRunWarning
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_SEEDS = 8
@@ -949,7 +950,8 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
     import numpy as np
 
     import jaxrl_rollout as jr
-    from jaxrl_rollout.runner import _wait_ready, map_runs
+    from jaxrl_rollout._signals import wait_ready
+    from jaxrl_rollout.runner import map_runs
 
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
@@ -957,7 +959,7 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
                                             num_episodes, initial_carry=carry).returns, algorithm.env)
     def evaluator(params, key):
         returns = run(params, jax.random.split(key, spec.num_runs))
-        _wait_ready(returns)  # in Python, where a signal's handler can run (np.asarray waits in C++)
+        wait_ready(returns)  # in Python, where a signal's handler can run (np.asarray waits in C++)
         return np.asarray(returns)
 
     return evaluator
@@ -1639,7 +1641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # The header line says the env steps a run trains; the configs' warning for Python users repeats it.
         with stop, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"total_timesteps=\d+ trains ", category=UserWarning)
+            warnings.simplefilter("ignore", PartialRunWarning)
             return _main(argv)
     except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or Ctrl-C in another command
         print(f"jaxrl-rollout: interrupted ({getattr(interrupt, 'signal_name', 'SIGINT')})", file=sys.stderr)

@@ -48,8 +48,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_rollout import _checks, algorithms, checkpoint, envs, prng
+from jaxrl_rollout import _checks, _signals, algorithms, checkpoint, envs, prng
 from jaxrl_rollout._signals import Interrupted, StopSignals
+from jaxrl_rollout._warnings import PartialRunWarning
 from jaxrl_rollout.algorithms import stack_hparams
 from jaxrl_rollout.algorithms._common import (
     NONFINITE_GRADIENTS,
@@ -313,7 +314,7 @@ class RunSpec:
                                  "does not know.")
             grid.append(hparams_cls(**point))
         with warnings.catch_warnings():  # a saved run's whole updates (warn_partial_run) are not the reader's to change
-            warnings.filterwarnings("ignore", message=r"total_timesteps=\d+ trains ", category=UserWarning)
+            warnings.simplefilter("ignore", PartialRunWarning)
             config = config_cls(**fields)
         return cls(algo, config, tuple(grid), data["num_seeds"], data["seed"], data["chunk_updates"],
                    data["max_parallel"], data.get("eval_every"), data.get("eval_episodes", 10))
@@ -663,25 +664,6 @@ def gather_state(states: Sequence[Any]) -> Any:
     return checkpoint.unflatten(treedef, leaves, impls)
 
 
-def _wait_ready(tree: Any, longest_sleep: float = 0.02) -> None:
-    """Waits until every array of `tree` (dispatched asynchronously) is computed, in short sleeps.
-
-    A wait inside XLA (`np.asarray`, `block_until_ready`) holds the main thread
-    in C++, where Python runs no signal handler: a Ctrl-C during a chunk of an
-    off-policy learner's default run (minutes on a CPU) would not even print
-    its notice until the chunk ended. Sleeping in Python instead lets the
-    handler print at once, and a second Ctrl-C raise KeyboardInterrupt here
-    (the last whole chunk is then saved while the one in flight is dropped).
-    The sleeps grow from 1 ms to `longest_sleep`, so a chunk ends at most that
-    much later than it would have.
-    """
-    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "is_ready")]
-    sleep = 0.001
-    while not all(x.is_ready() for x in leaves):
-        time.sleep(sleep)
-        sleep = min(2 * sleep, longest_sleep)
-
-
 def _metric_arrays(metrics: Any) -> dict:
     return {k: _to_host(v) for k, v in metrics._asdict().items() if k != "env_steps"}
 
@@ -979,7 +961,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                     between_s, between_n = between_s + dispatched - computed, between_n + 1
                 outputs = [executables[b - a, length](s, h, *e, *at_update(updates_done))
                            for (a, b), s, h, e in zip(groups, states, group_hparams, group_eval)]
-                _wait_ready(outputs)  # signals are handled while the chunk runs, not only after it
+                _signals.wait_ready(outputs)  # signals are handled while the chunk runs, not only after it
                 chunk = [_metric_arrays(m) for _, m in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
                 computed = time.perf_counter()

@@ -168,7 +168,7 @@ def test_ctrl_c_after_training_stops_at_once_and_says_the_run_is_saved(sweep_run
 def test_a_signal_in_the_closing_evaluation_is_acted_on_while_jax_computes(sigint_handled):
     """A handler runs only when the main thread runs Python: the evaluation read its returns with np.asarray,
     waiting in C++, so a Ctrl-C was acted on only once the whole evaluation had finished. The evaluator waits
-    in Python (`runner._wait_ready`), as the training chunks do."""
+    in Python (`_signals.wait_ready`), as the training chunks do."""
     import os
     import signal
     import threading
@@ -177,8 +177,7 @@ def test_a_signal_in_the_closing_evaluation_is_acted_on_while_jax_computes(sigin
     import jax
     import jax.numpy as jnp
 
-    from jaxrl_rollout import runner
-    from jaxrl_rollout._signals import Interrupted, StopSignals, at_once
+    from jaxrl_rollout._signals import Interrupted, StopSignals, at_once, wait_ready
 
     @jax.jit
     def slow(x):  # a few seconds of matrix products on 2 cores
@@ -191,7 +190,7 @@ def test_a_signal_in_the_closing_evaluation_is_acted_on_while_jax_computes(sigin
         sent = time.perf_counter()
         threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
         with pytest.raises(Interrupted):
-            runner._wait_ready(out)
+            wait_ready(out)
         waited, ready = time.perf_counter() - sent, out.is_ready()
     out.block_until_ready()  # (XLA cannot cancel it: let it end before the next test)
     finished = time.perf_counter() - sent

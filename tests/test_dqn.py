@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_rollout import stepping
+from jaxrl_rollout import algorithms, stepping
 from jaxrl_rollout.algorithms import dqn, replay, stack_hparams
 from tests.toy_envs import CountingEnv
 
@@ -160,7 +160,7 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match=r"^adam_eps must be a number >= 0 and finite, got inf"):
         dqn.DQNConfig(adam_eps=float("inf"))  # failed as the run traced, inside optax
     # whole updates: 1,999 steps trained 1,000 and said nothing
-    with pytest.warns(UserWarning, match=r"^total_timesteps=1999 trains 1,000 env steps: a run takes whole updates "
+    with pytest.warns(algorithms.PartialRunWarning, match=r"^total_timesteps=1999 trains 1,000 env steps: a run takes whole updates "
                                          r"of 1,000 env steps"):
         dqn.DQNConfig(total_timesteps=1999, learning_starts=100)
     with warnings.catch_warnings():
@@ -180,7 +180,7 @@ def test_errors_name_the_argument():
     # the command line hides the warning (its header says the steps) only while it runs
     with pytest.raises(SystemExit):
         cli.main(["train", "--algo", "nope"])
-    with pytest.warns(UserWarning, match=r"^total_timesteps=1999 trains"):
+    with pytest.warns(algorithms.PartialRunWarning, match=r"^total_timesteps=1999 trains"):
         dqn.DQNConfig(total_timesteps=1999, learning_starts=100)
     with pytest.raises(ValueError, match="buffer_size"):
         dqn.DQNConfig(buffer_size=0)

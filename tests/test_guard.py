@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_rollout import checkpoint, cli, runner
+from jaxrl_rollout import _signals, checkpoint, cli, runner
 from jaxrl_rollout._lock import LOCK_NAME, FolderLock, FolderLocked
 from jaxrl_rollout.algorithms import a2c, ppo, stack_hparams
 
@@ -365,7 +365,7 @@ def test_an_interrupt_before_a_resumed_run_trains_says_where_its_checkpoint_is(s
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "_wait_ready", interrupted)  # as Ctrl-C during the first chunk of the resumed run
+    monkeypatch.setattr(_signals, "wait_ready", interrupted)  # as Ctrl-C during the first chunk of the resumed run
     assert cli.main(["train", "--resume", str(folder), "--total-steps", "128"]) == 130
     captured = capsys.readouterr()
     assert f"  interrupted after chunk 2; its checkpoint is in {folder}\n" in captured.err, captured

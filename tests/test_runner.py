@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_rollout import checkpoint, runner
+from jaxrl_rollout import _signals, checkpoint, runner
 from jaxrl_rollout.algorithms import a2c
 
 # 7 updates in chunks of 3: two full chunks and a tail of 1. 2 grid points x 2 seeds
@@ -504,13 +504,13 @@ def test_a_terminal_gets_a_progress_bar_with_eta_and_the_lines(uninterrupted):
 
 def test_the_progress_line_rate_is_the_last_chunks(monkeypatch):
     """steps/s is the chunk's own rate, not the average since the start (which a slow first chunk would drag)."""
-    clock, durations, wait = [0.0], iter([10.0, 1.0, 1.0]), runner._wait_ready
+    clock, durations, wait = [0.0], iter([10.0, 1.0, 1.0]), _signals.wait_ready
 
     def timed_wait(tree, *args, **kwargs):  # each chunk "takes" its duration on a fake clock
         wait(tree, *args, **kwargs)
         clock[0] += next(durations)
 
-    monkeypatch.setattr(runner, "_wait_ready", timed_wait)
+    monkeypatch.setattr(_signals, "wait_ready", timed_wait)
     monkeypatch.setattr(runner.time, "perf_counter", lambda: clock[0])
     pipe = io.StringIO()
     runner.train(SPEC, progress=pipe)
@@ -523,7 +523,7 @@ def test_the_progress_line_rate_is_the_last_chunks(monkeypatch):
 
 def test_host_work_between_chunks_is_in_the_time_left_not_in_the_rate(monkeypatch):
     """Videos, loggers and checkpoints between chunks: left out of a chunk's steps/s, added to the time left."""
-    clock, wait = [0.0], runner._wait_ready
+    clock, wait = [0.0], _signals.wait_ready
 
     def timed_wait(tree, *args, **kwargs):  # every chunk "takes" 1 s on a fake clock
         wait(tree, *args, **kwargs)
@@ -532,7 +532,7 @@ def test_host_work_between_chunks_is_in_the_time_left_not_in_the_rate(monkeypatc
     def on_chunk(chunk, first_update):  # a 4 s video after the first chunk only
         clock[0] += 4.0 if first_update == 0 else 0.0
 
-    monkeypatch.setattr(runner, "_wait_ready", timed_wait)
+    monkeypatch.setattr(_signals, "wait_ready", timed_wait)
     monkeypatch.setattr(runner.time, "perf_counter", lambda: clock[0])
     pipe = io.StringIO()
     runner.train(SPEC, progress=pipe, on_chunk=on_chunk)

@@ -20,7 +20,9 @@ from typing import Any, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Entry", "NAMES", "REGISTRY", "check_hparams", "get", "hparam_ranges", "stack_hparams"]
+from jaxrl_rollout._warnings import PartialRunWarning
+
+__all__ = ["Entry", "NAMES", "PartialRunWarning", "REGISTRY", "check_hparams", "get", "hparam_ranges", "stack_hparams"]
 
 H = TypeVar("H")
 

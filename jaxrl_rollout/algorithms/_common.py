@@ -48,6 +48,7 @@ import optax
 from gymnax.environments import spaces
 
 from jaxrl_rollout import _checks, envs, prng
+from jaxrl_rollout._warnings import PartialRunWarning
 
 __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
@@ -582,8 +583,8 @@ class LearnerSizes:
                           f"{self.steps_per_update} env steps ({hint}).")
 
     def warn_partial_run(self) -> None:
-        """A UserWarning when whole updates leave some of `total_timesteps` untaken (the command line's header
-        says the steps it trains instead)."""
+        """A `PartialRunWarning` (a UserWarning) when whole updates leave some of `total_timesteps` untaken
+        (the command line's header says the steps it trains instead)."""
         taken = self.iterations_taken * self.num_envs
         if taken < self.total_timesteps:
             per_update, steps = self.steps_per_update, self.learner_steps_per_update
@@ -593,7 +594,7 @@ class LearnerSizes:
             warnings.warn(
                 f"total_timesteps={self.total_timesteps} trains {taken:,} env steps: a run takes whole updates of "
                 f"{per_update:,} env steps ({made_of}); for all of them make total_timesteps a multiple of "
-                f"{per_update:,}{lower}.", UserWarning, stacklevel=4)
+                f"{per_update:,}{lower}.", PartialRunWarning, stacklevel=4)
 
     @property
     def iterations_taken(self) -> int:
