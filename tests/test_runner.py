@@ -1,5 +1,6 @@
 """The chunked runner and its checkpoints: bit-identical resume, corrupt and mismatched checkpoints."""
 
+import dataclasses
 import gc
 import io
 import json
@@ -49,6 +50,12 @@ def test_spec_layout_and_chunks():
     keys = jax.random.key_data(SPEC.run_keys())
     np.testing.assert_array_equal(keys[0], keys[2])  # seed s is the same key at every grid point
     assert not np.array_equal(keys[0], keys[1])
+    # seed s's key is split(key(seed), seeds)[s], as the README says, so seed s of a sweep can be trained alone in
+    # Python; and --seeds N trains the first N seeds of any larger --seeds (JAX's partitionable threefry split)
+    split = jax.random.key_data(jax.random.split(jax.random.key(SPEC.seed), SPEC.num_seeds))
+    np.testing.assert_array_equal(keys, np.concatenate([split] * len(SPEC.grid)))
+    more = jax.random.key_data(dataclasses.replace(SPEC, num_seeds=5).run_keys())
+    np.testing.assert_array_equal(more[:SPEC.num_seeds], keys[:SPEC.num_seeds])
     assert runner.RunSpec.from_json(json.loads(json.dumps(SPEC.to_json()))) == SPEC
     assert runner.default_chunk_updates(976) == 61 and runner.default_chunk_updates(7) == 1
 
@@ -102,6 +109,19 @@ def test_run_completes_with_metrics_per_run_and_update(uninterrupted):
     assert not np.array_equal(result.metrics["value_loss"][0], result.metrics["value_loss"][2])
     # one Orbax step, the latest: the earlier ones were removed once it was committed
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["3"]
+
+
+def test_one_run_of_a_saved_sweep_trains_alone_as_the_readme_says(uninterrupted):
+    """README (Checkpoints): run r = g x seeds + s of a saved sweep is `make_algorithm(spec).train` on
+    `spec.run_keys()[r]` and `spec.grid[g]`, equal to the sweep's run r to float32 rounding."""
+    folder, result = uninterrupted
+    spec = runner.read_spec(folder)
+    g, s = 1, 1
+    r = g * spec.num_seeds + s
+    alone, metrics = jax.jit(runner.make_algorithm(spec).train)(spec.run_keys()[r], spec.grid[g])
+    for a, b in zip(_leaves(jax.tree.map(lambda x: x[r], result.state)), _leaves(alone), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(result.metrics["value_loss"][r], np.asarray(metrics.value_loss), rtol=1e-5)
 
 
 def test_a_run_state_has_no_weakly_typed_leaf(uninterrupted):
