@@ -84,6 +84,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_rollout import _checks, _extras, _render_suites, checkpoint, collect, prng, stepping
+from jaxrl_rollout._warnings import user_stacklevel
 from jaxrl_rollout.types import PyTree, RolloutState
 
 __all__ = [
@@ -580,7 +581,7 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
         missing = _ffmpeg()
         if missing is not None:
             warnings.warn(f"writing a gif instead of {path.name}: {missing}; {_EXTRA_HINT} installs ffmpeg.",
-                          stacklevel=2)
+                          stacklevel=user_stacklevel())
             path, suffix = path.with_suffix(".gif"), ".gif"
     if path.is_dir() and not path.is_symlink():
         raise IsADirectoryError(f"cannot write the video {path}: a folder of that name is there.")

@@ -166,6 +166,12 @@ def test_errors_name_the_argument():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dqn.DQNConfig(total_timesteps=2000, learning_starts=100)
+    # the warning names the line that built the config, directly or through dataclasses.replace (it named
+    # dataclasses.py's line inside replace)
+    with pytest.warns(algorithms.PartialRunWarning) as warned:
+        built = dqn.DQNConfig(total_timesteps=1999, learning_starts=100)
+        dataclasses.replace(built, total_timesteps=2999)
+    assert [w.filename for w in warned] == [__file__, __file__], [(w.filename, w.lineno) for w in warned]
     # an update of one learner step: the way out is a multiple of it (log_interval is already as low as it goes)
     with pytest.warns(UserWarning, match=r"updates of 30 env steps \(1 learner step \(log_interval=1\) of 10 "
                                          r"iterations of num_envs=3\); for all of them make total_timesteps a "

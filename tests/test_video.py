@@ -105,9 +105,10 @@ def test_without_ffmpeg_a_gif_is_written_with_a_warning(tmp_path, monkeypatch):
     frames = np.zeros((3, 20, 30, 3), np.uint8)
     frames[1, 5:10], frames[2, 10:15] = 255, 128
     monkeypatch.setattr(video, "_ffmpeg", lambda: "no ffmpeg binary (simulated)")
-    with pytest.warns(UserWarning, match="no ffmpeg binary"):
+    with pytest.warns(UserWarning, match="no ffmpeg binary") as warned:
         path = video.write_video(tmp_path / "clip.mp4", frames, fps=10)
     assert path == tmp_path / "clip.gif"
+    assert [w.filename for w in warned] == [__file__]  # the caller's line, not the package's
     decoded = imageio.imread(path, index=None)
     assert decoded.shape[0] == 3 and decoded.shape[1:3] == (20, 30)
     np.testing.assert_array_equal(decoded[..., :3], frames)  # gif is lossless for these few colours

@@ -48,7 +48,7 @@ import optax
 from gymnax.environments import spaces
 
 from jaxrl_rollout import _checks, envs, prng
-from jaxrl_rollout._warnings import PartialRunWarning
+from jaxrl_rollout._warnings import PartialRunWarning, user_stacklevel
 
 __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
@@ -594,7 +594,7 @@ class LearnerSizes:
             warnings.warn(
                 f"total_timesteps={self.total_timesteps} trains {taken:,} env steps: a run takes whole updates of "
                 f"{per_update:,} env steps ({made_of}); for all of them make total_timesteps a multiple of "
-                f"{per_update:,}{lower}.", PartialRunWarning, stacklevel=4)
+                f"{per_update:,}{lower}.", PartialRunWarning, stacklevel=user_stacklevel())
 
     @property
     def iterations_taken(self) -> int:
