@@ -1,6 +1,7 @@
-"""The package's own warning classes, in a module that imports nothing.
+"""The package's own warning classes, and the stacklevel that points its warnings at the user's line.
 
-The command line filters them before it imports JAX. Users filter them by
+The module imports only the standard library, so the command line filters
+these classes before it imports JAX. Users filter them by
 class instead of by the words of a message: `warnings.simplefilter("ignore",
 jaxrl_rollout.algorithms.PartialRunWarning)`.
 """
