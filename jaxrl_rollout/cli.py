@@ -473,6 +473,8 @@ def _build_spec(given: dict):
     try:
         config = config_cls(**fields)
     except ValueError as err:
+        if "env" in given:  # an env the algorithm cannot train is the first thing to fix, before other options
+            _refuse_unfit_env(algo, config_cls, given)
         raise ValueError(_led_by_options(str(err), given)) from None
     _check_options_are_read(given, config)
     _check_decay_is_read(given, hparams_cls)
@@ -642,14 +644,13 @@ def _check_devices(spec, devices, env=None, given: dict | None = None) -> None:
 
 
 def _make_env(env_id: str, **options):
-    """`envs.make(env_id, **options)`, an env the adapters cannot give (`envs._base.UnsupportedEnv`: a multi-agent
-    jumanji env) refused as `--env ID: ...`, as every other env the command line cannot take."""
+    """`envs.make(env_id, **options)`, an env it refuses (an unknown name in a suite, `envs._base.UnsupportedEnv`: a
+    multi-agent jumanji env) refused as `--env ID: ...`, as every other env the command line cannot take."""
     from jaxrl_rollout import envs
-    from jaxrl_rollout.envs._base import UnsupportedEnv
 
     try:
         return envs.make(env_id, **options)
-    except UnsupportedEnv as error:
+    except ValueError as error:  # UnsupportedEnv is one
         raise ValueError(f"--env {env_id}: {error}") from None
 
 
@@ -675,6 +676,23 @@ _TIME_LIMIT_OPTIONS = {"pgx": "max_steps", "navix": "max_steps", "xminigrid": "m
                        "craftax": "max_timesteps"}
 
 
+def _refuse_unfit_env(algo: str, config_cls, given: dict) -> None:
+    """A ValueError naming --env when the algorithm cannot train that env even with its default config (SAC on
+    CartPole's Discrete actions, an unknown or uninstalled env), else nothing: called when the options' config
+    was refused, so that the env, which the other options would be tuned for, is the first error the user meets
+    (`--algo sac --env CartPole-v1 --total-steps 1000` named learning_starts first, then the actions)."""
+    try:
+        config = config_cls(env_id=given["env"])
+    except ValueError as err:  # the env alone is refused (an unknown gymnax name)
+        raise ValueError(_led_by_options(str(err), given)) from None
+    try:
+        _build_algorithm_of(algo, config)
+    except ValueError as error:
+        if str(error).startswith(f"--env {config.env_id}:"):
+            raise
+        # anything else is the default config's (another option of the user's may mend it): not the user's error
+
+
 def _build_algorithm(spec, given: dict | None = None):
     """The spec's algorithm (its `.env` as the algorithm steps it), built once before a new run's folder is written.
 
@@ -682,22 +700,27 @@ def _build_algorithm(spec, given: dict | None = None):
     gymnax name); another suite's unknown name, or its missing extra, and an
     env the algorithm cannot train are refused here, before anything is written.
     """
+    return _build_algorithm_of(spec.algo, spec.config, given)
+
+
+def _build_algorithm_of(algo: str, config, given: dict | None = None):
+    """`_build_algorithm` for an algorithm's name and config."""
     from jaxrl_rollout.algorithms import _common, get
 
-    env, env_params = _make_env(spec.config.env_id)
+    env, env_params = _make_env(config.env_id)
     if not _common.is_self_play(env):
-        _check_time_limit(spec.config.env_id, env, env_params)
+        _check_time_limit(config.env_id, env, env_params)
     # The algorithm is built once too, so that an env it cannot train (DQN on continuous actions,
     # SAC on discrete ones, a network that does not fit) is refused before anything is written.
-    make = get(spec.algo).make
+    make = get(algo).make
     try:
         if _common.is_self_play(env):
-            return make(spec.config)  # a self-play game is set up from its id
-        return make(spec.config, env=env, env_params=env_params)
+            return make(config)  # a self-play game is set up from its id
+        return make(config, env=env, env_params=env_params)
     except ValueError as error:  # "env CartPole: SAC needs ...": named as the option was typed
         named = f"env {type(env).__name__}: "
         if str(error).startswith(named):
-            raise ValueError(f"--env {spec.config.env_id}: {str(error)[len(named):]}") from None
+            raise ValueError(f"--env {config.env_id}: {str(error)[len(named):]}") from None
         if given is not None:  # "network='mlp' needs ...": led by the options it names, as typed
             raise ValueError(_led_by_options(str(error), given)) from None
         raise

@@ -358,6 +358,19 @@ def test_unknown_env_suggests_close_names(capsys, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_an_env_the_algorithm_cannot_train_is_named_before_other_options(capsys, tmp_path):
+    # Two faults: the env is named first, since the other options would be tuned for the env the user settles on.
+    out = str(tmp_path / "x")
+    assert cli.main(["train", "--algo", "sac", "--env", "CartPole-v1", "--total-steps", "1000", "--out", out]) == 2
+    assert capsys.readouterr().err.startswith("jaxrl-rollout: error: --env CartPole-v1: SAC needs continuous actions")
+    assert cli.main(["train", "--algo", "dqn", "--env", "brax/nope", "--total-steps", "1000", "--out", out]) == 2
+    assert capsys.readouterr().err.startswith("jaxrl-rollout: error: --env brax/nope: unknown brax env name 'nope'")
+    # a fitting env leaves the other option's error
+    assert cli.main(["train", "--algo", "sac", "--env", "Pendulum-v1", "--total-steps", "1000", "--out", out]) == 2
+    assert capsys.readouterr().err.startswith("jaxrl-rollout: error: --total-steps 1000: learning_starts=5000 leaves")
+    assert not (tmp_path / "x").exists()
+
+
 def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
     out = str(tmp_path / "x")
     cases = {
