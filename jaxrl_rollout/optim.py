@@ -100,8 +100,8 @@ def _static_float(name: str, value, low: float, high: float = math.inf, high_ope
     return value
 
 
-def _check_scalar(name: str, value, positive: bool = False) -> None:
-    """A finite real scalar >= 0 (> 0 when `positive`), unless traced; else raise naming it."""
+def _check_scalar(name: str, value, positive: bool = False, inf: bool = False) -> None:
+    """A finite real scalar >= 0 (> 0 when `positive`; +inf too when `inf`), unless traced; else raise naming it."""
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a real scalar, got {value!r}.")
     if jnp.ndim(value) != 0:
@@ -113,8 +113,12 @@ def _check_scalar(name: str, value, positive: bool = False) -> None:
     if not (jnp.issubdtype(array.dtype, jnp.floating) or jnp.issubdtype(array.dtype, jnp.integer)):
         raise ValueError(f"{name} must be a real scalar, got {value!r}.")
     v = float(array)
+    if inf and v == math.inf:
+        return
     if not math.isfinite(v) or v < 0 or (positive and v == 0):
         bound = "> 0" if positive else ">= 0"
+        if inf:
+            raise ValueError(f"{name} must be {bound} (inf: no limit), got {v!r}.")
         raise ValueError(f"{name} must be finite and {bound}, got {v!r}.")
 
 
@@ -230,13 +234,14 @@ def clip_grad_norm(
     Args:
       grads: pytree of gradients (any float dtype; the norm is computed in
         float32 and each leaf keeps its dtype).
-      max_norm: clipping threshold, > 0; a Python float or a traced scalar.
+      max_norm: clipping threshold, > 0 (inf: no clipping, as torch's); a Python float or a
+        traced scalar.
 
     Returns:
       (clipped_grads, total_norm): the scaled pytree and the [] float32 norm
       before clipping, which `clip_grad_norm_` returns.
     """
-    _check_scalar("max_norm", max_norm, positive=True)
+    _check_scalar("max_norm", max_norm, positive=True, inf=True)
     leaves = jax.tree.leaves(grads)
     if not leaves:
         return grads, jnp.zeros([], _F32)
@@ -253,9 +258,10 @@ def clip_grad_norm_torch(max_norm: float | jax.Array) -> optax.GradientTransform
     The state keeps the pre-clip norm of the last update for logging.
 
     Args:
-      max_norm: clipping threshold, > 0; a Python float or a traced scalar.
+      max_norm: clipping threshold, > 0 (inf: no clipping, as torch's); a Python float or a
+        traced scalar.
     """
-    _check_scalar("max_norm", max_norm, positive=True)
+    _check_scalar("max_norm", max_norm, positive=True, inf=True)
 
     def init_fn(params):
         del params

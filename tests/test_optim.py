@@ -369,6 +369,8 @@ def test_jit_vmap_over_a_traced_learning_rate(make_tx):
         (lambda: optim.torch_rmsprop(1e-3, eps=-1.0), "eps"),
         (lambda: optim.clip_grad_norm_torch(0.0), "max_norm"),
         (lambda: optim.clip_grad_norm({"a": jnp.ones(2)}, -1.0), "max_norm"),
+        (lambda: optim.clip_grad_norm_torch(float("nan")), "max_norm"),
+        (lambda: optim.clip_grad_norm_torch(-float("inf")), "max_norm"),
         (lambda: optim.linear_annealing(1e-3, 0, 4), "num_iterations"),
         (lambda: optim.linear_annealing(1e-3, 2.5, 4), "num_iterations"),
         (lambda: optim.linear_annealing(1e-3, 10, 0), "updates_per_iteration"),
@@ -378,3 +380,20 @@ def test_jit_vmap_over_a_traced_learning_rate(make_tx):
 def test_argument_errors_name_the_argument(build, name):
     with pytest.raises(ValueError, match=name):
         build()
+
+
+def test_an_infinite_max_norm_is_no_clipping_eager_and_jitted():
+    # torch's clip_grad_norm_(p, inf) scales by min(inf / (norm + 1e-6), 1) = 1; the algorithms' ranges say
+    # max_grad_norm=inf is "no limit", and an eager PPO init refused it (naming max_norm) where jit took it.
+    grads = {"a": jnp.array([3.0, 4.0e6]), "b": jnp.array([-1.0])}
+    for clip_fn in (optim.clip_grad_norm, jax.jit(optim.clip_grad_norm)):
+        clipped, norm = clip_fn(grads, float("inf"))
+        assert jax.tree.all(jax.tree.map(lambda x, y: bool(jnp.array_equal(x, y)), clipped, grads))
+        assert float(norm) == pytest.approx(4.0e6)
+    tx = optim.clip_grad_norm_torch(float("inf"))
+    updates, _ = tx.update(grads, tx.init(grads))
+    assert jax.tree.all(jax.tree.map(lambda x, y: bool(jnp.array_equal(x, y)), updates, grads))
+    from jaxrl_rollout.algorithms import ppo
+
+    algo = ppo.make_ppo(ppo.PPOConfig(total_timesteps=512, num_envs=4, num_steps=128))
+    algo.init(jax.random.key(0), ppo.PPOHParams(max_grad_norm=float("inf")))  # eager: no error
