@@ -78,6 +78,10 @@ def test_metrics_are_per_update_and_nan_without_episodes():
     [
         (dict(num_minibatches=3), r"num_envs \* num_steps = 512 does not divide into num_minibatches=3"),
         (dict(network="gru", num_envs=4, num_minibatches=8), r"keeps env sequences whole, so num_envs=4"),
+        # one transition per minibatch: its advantages' std (ddof=1) is NaN, and so was every update
+        (dict(num_minibatches=512), r"num_minibatches=512 leaves one transition per minibatch .* every update would "
+                                    r"be NaN; use fewer minibatches or normalize_advantages=False"),
+        (dict(network="gru", num_envs=4, num_steps=1, num_minibatches=4), r"num_minibatches=4 leaves one transition"),
         (dict(env_id="CartPole-v2"), r"unknown env_id 'CartPole-v2'. Did you mean CartPole-v1"),
         # another suite's name without its prefix: the SUITE/NAME form was never said
         (dict(env_id="ant"), r"unknown env_id 'ant'\. Known ids: .* another suite's env is named SUITE/NAME "
@@ -98,6 +102,10 @@ def test_metrics_are_per_update_and_nan_without_episodes():
 def test_bad_configs_are_rejected_at_construction(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ppo.PPOConfig(**kwargs)
+
+
+def test_one_transition_per_minibatch_is_taken_without_advantage_normalisation():
+    assert ppo.PPOConfig(num_minibatches=512, normalize_advantages=False).minibatch_size == 1
 
 
 @pytest.mark.parametrize("value", ["3e-4", None, True, [1e-3, "x"]])

@@ -125,7 +125,9 @@ def check_minibatches(config: PPOConfig, recurrent: bool) -> None:
       recurrent: the network steps a carry.
 
     Raises:
-      ValueError: naming num_minibatches and what it must divide.
+      ValueError: naming num_minibatches and what it must divide; or a
+        minibatch of one transition with `normalize_advantages`, whose
+        advantages' std (ddof=1, torch's) is NaN: every update would be NaN.
     """
     if recurrent:
         if config.num_envs % config.num_minibatches:
@@ -137,6 +139,13 @@ def check_minibatches(config: PPOConfig, recurrent: bool) -> None:
         raise ValueError(
             f"the batch num_envs * num_steps = {config.batch_size} does not divide into "
             f"num_minibatches={config.num_minibatches}."
+        )
+    if config.normalize_advantages and config.batch_size == config.num_minibatches:
+        raise ValueError(
+            f"num_minibatches={config.num_minibatches} leaves one transition per minibatch of the batch "
+            f"num_envs * num_steps = {config.batch_size}, and normalize_advantages divides by the minibatch's "
+            "advantage std (ddof=1, as torch's), which is NaN for one value: every update would be NaN; use "
+            "fewer minibatches or normalize_advantages=False."
         )
 
 
