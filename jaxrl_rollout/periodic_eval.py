@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jaxrl_rollout import _checks
 from jaxrl_rollout.algorithms._common import Algorithm, check_train_key, is_self_play
 from jaxrl_rollout.collect import evaluate
+from jaxrl_rollout.envs._host import host_env
 
 __all__ = ["EVAL_FIELDS", "EVAL_KEY_TAG", "eval_key", "eval_metric_names", "make_train", "make_update"]
 
@@ -83,9 +84,21 @@ def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_st
       update number. The metrics are `algorithm.update`'s fields followed by
       `eval_metric_names(algorithm)`, float32 scalars, NaN without an
       evaluation. The state is exactly `algorithm.update`'s.
+
+    Raises:
+      ValueError: naming `every`, `num_episodes`, or `algorithm` when its
+        env is a host env (gymnasium, envpool), whose one host pool
+        training steps: evaluate those after training.
     """
     every = _checks.check_positive_int("every", every)
     num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
+    host = host_env(algorithm.env)
+    if host is not None:  # it reopened the pool training steps, and the next update failed on a stale state
+        raise ValueError(
+            f"algorithm: its env {host!r} is a host env, stepped by one host pool that training uses; an "
+            "evaluation inside the jitted program would reopen that pool under the training's envs. Evaluate "
+            "after training instead (collect.evaluate on another env object, or jaxrl-rollout evaluate FOLDER)."
+        )
     names = eval_metric_names(algorithm)
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
 

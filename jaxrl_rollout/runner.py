@@ -61,7 +61,7 @@ from jaxrl_rollout.algorithms._common import (
     plain_record,
 )
 from jaxrl_rollout.devices import largest_dividing
-from jaxrl_rollout.envs._host import HostEnv, HostStats
+from jaxrl_rollout.envs._host import HostStats, host_env
 from jaxrl_rollout.normalization import RewardScaleState
 from jaxrl_rollout.run_metrics import chunk_return, returns_text, steps_at, total_steps
 from jaxrl_rollout.stepping import is_vectorized
@@ -480,13 +480,6 @@ def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None
             f"devices={devices} (--devices), but {spec.config.env_id} is a host env, stepped by one ordered host "
             "callback that runs on one device: drop devices (or pass 1)."
         )
-
-
-def host_env(env: Any) -> HostEnv | None:
-    """The `HostEnv` that `env` is or wraps (through wrappers' `.env`), or None for a JAX env."""
-    while env is not None and not isinstance(env, HostEnv):
-        env = getattr(env, "env", None)
-    return env
 
 
 def reopen_host_envs(algorithm: Any, state: Any) -> Any:

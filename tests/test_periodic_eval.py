@@ -125,6 +125,19 @@ def test_a_host_env_refuses_eval_every_in_one_line():
     assert "\n" not in str(info.value)
 
 
+def test_periodic_eval_refuses_a_host_env_from_python():
+    """From Python it built, and the first evaluation reopened the host pool under training's envs: the next
+    update failed mid-run on a 'stale env state' (the command line refused it already)."""
+    pytest.importorskip("gymnasium")
+    env, env_params = envs.make("gymnasium/CartPole-v1")
+    algorithm = ppo.make_ppo(ppo.PPOConfig(total_timesteps=1024, num_steps=128), env=env, env_params=env_params)
+    for build in (lambda: periodic_eval.make_update(algorithm, every=2),
+                  lambda: periodic_eval.make_train(algorithm, None, every=2, num_episodes=2)):
+        with pytest.raises(ValueError, match=r"^algorithm: its env GymnasiumEnv\('CartPole-v1'.* is a host env.*"
+                                             r"Evaluate after training instead"):
+            build()
+
+
 @pytest.mark.parametrize("typed", ["chunk", "3"])
 def test_a_host_envs_eval_every_is_refused_led_by_what_was_typed(typed, capsys, tmp_path):
     """`--eval-every chunk` on a host env was refused as "eval_every=1 (--eval-every)", a value never typed."""

@@ -303,3 +303,10 @@ class HostEnv:
             self._step_callback, result, tick, action.astype(expected.dtype)
         )
         return obs, tick, reward, terminated, truncated, {"final_observation": final_obs}
+
+
+def host_env(env: Any) -> HostEnv | None:
+    """The `HostEnv` that `env` is or wraps (through wrappers' `.env`), or None for a JAX env."""
+    while env is not None and not isinstance(env, HostEnv):
+        env = getattr(env, "env", None)
+    return env
