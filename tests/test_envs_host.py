@@ -187,6 +187,27 @@ def test_ppo_trains_through_a_host_env_in_one_jit():
     assert np.asarray(metrics.env_steps)[-1] == 64
 
 
+def test_a_sweep_with_one_unbatched_key_is_refused_when_traced_and_stacked_keys_train():
+    """`jax.vmap(train, in_axes=(None, 0))(key, grid)` opened one pool for every grid point (the reset was not
+    batched), then failed at run time on a 'stale env state'; it is refused when traced, naming the way that
+    works, which is checked to train run r as `train(key, grid[r])` alone."""
+    from jaxrl_rollout.algorithms import ppo, stack_hparams
+
+    config = ppo.PPOConfig(env_id="gymnasium/CartPole-v1", num_envs=2, num_steps=16, total_timesteps=64,
+                           num_minibatches=2, update_epochs=1)
+    train = ppo.make_train(config)
+    points = [ppo.PPOHParams(lr=lr) for lr in (1e-3, 2.5e-4)]
+    grid, key = stack_hparams(points), jax.random.key(2)
+    with pytest.raises(ValueError, match=r"is stepped under jax.vmap with one env state for a batch of 2 runs' "
+                                         r"actions.*\(jax.vmap\(train\)\(jnp.stack\(\[key\] \* 2\)"):
+        jax.jit(jax.vmap(train, in_axes=(None, 0))).lower(key, grid)  # traced only: nothing ran
+    _, swept = jax.jit(jax.vmap(train))(jnp.stack([key] * 2), grid)
+    _, alone = jax.jit(train)(key, points[1])
+    np.testing.assert_array_equal(np.asarray(swept.episode_return)[1], np.asarray(alone.episode_return))
+    np.testing.assert_array_equal(np.asarray(swept.num_episodes)[1], np.asarray(alone.num_episodes))
+    assert int(np.asarray(alone.num_episodes).sum()) > 0
+
+
 def test_unknown_ids_and_a_missing_extra(monkeypatch):
     with pytest.raises(ValueError, match="CartPole-v1"):
         envs.make("gymnasium/CartPoel-v1")

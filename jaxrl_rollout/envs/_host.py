@@ -100,6 +100,16 @@ def _host_call(callback: Callable, result_fn: Callable, *args: jax.Array) -> Any
 
     @call.def_vmap
     def _rule(axis_size, in_batched, *args):
+        if len(args) > 1 and not in_batched[0] and any(in_batched[1:]):  # a step: one env state, a batch of actions
+            env = getattr(callback, "__self__", "a host env")
+            raise ValueError(
+                f"{env!r} is stepped under jax.vmap with one env state for a batch of {axis_size} runs' actions: "
+                "the runs would share the host envs that one reset opened, which is what a vmap over "
+                "hyperparameters with the key unbatched gives (jax.vmap(train, in_axes=(None, 0))(key, grid)). "
+                f"Give every run a key of its own, the same one at each grid point if you like "
+                f"(jax.vmap(train)(jnp.stack([key] * {axis_size}), grid)), so that the reset opens the host envs "
+                "of each run."
+            )
         args = [x if mapped else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))) for x, mapped in zip(args, in_batched)]
         out = _host_call(callback, result_fn, *args)
         return out, jax.tree.map(lambda _: True, out)
