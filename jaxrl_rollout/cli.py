@@ -1142,7 +1142,16 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
                 logs.append(loggers.TensorBoardLogger(folder, spec, first_update=done))
             if args.wandb != "off":
                 logs.append(loggers.WandbLogger(folder, spec, mode=args.wandb,
-                                                      project=args.wandb_project or "jaxrl_rollout"))
+                                                project=args.wandb_project or "jaxrl_rollout"))
+                try:  # now, not after the first chunk: an online run without a W&B login is refused before training
+                    logs[-1].start()
+                except ValueError as error:
+                    for log in logs[:-1]:
+                        log.close()
+                    login = "; or train with --wandb offline and `wandb sync` its runs later" if (
+                        args.wandb == "online") else ""
+                    raise ValueError(f"--wandb {args.wandb}: {error}{login}; nothing was trained by this command; "
+                                     f"continue with: {_resume_command(args, folder, unsaved_total)}") from None
         videos = _training_videos(args, spec, folder, logs, done) if args.video_every is not None else None
         try:
             result = runner.train(spec, folder, resume=resume, devices=args.devices,

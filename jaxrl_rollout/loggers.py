@@ -333,9 +333,18 @@ class WandbLogger:
         self._config = spec.config
         self._runs = None
 
+    def start(self) -> None:
+        """Starts the W&B runs now rather than at the first chunk, so that a W&B that cannot start (an online
+        run without an API key) is refused before training rather than after its first chunk.
+
+        Raises:
+          ValueError: W&B's own error (`wandb.errors.Error`) in one line, naming the run it could not start.
+        """
+        self._start()
+
     def _start(self) -> list:
-        # Started at the first chunk, like the TensorBoard writers: a run that fails before one logs nothing;
-        # later calls return the started runs.
+        # Started at the first chunk (or by `start`), like the TensorBoard writers: a run that fails before one
+        # logs nothing; later calls return the started runs.
         if self._runs is not None:
             return self._runs
         import dataclasses
@@ -354,11 +363,18 @@ class WandbLogger:
             g, s = divmod(r, spec.num_seeds)
             config = {"algo": spec.algo, "grid_point": g, "seed": s, "root_seed": spec.seed,
                       **dataclasses.asdict(spec.config), **spec.grid[g]._asdict()}
-            self._runs.append(wandb.init(
-                mode=mode, dir=str(folder), project=project, group=name, name=f"g{g}_s{s}",
-                id=wandb_run_id(f"{prefix}-g{g}-s{s}"), resume="allow", config=config,
-                reinit="create_new", settings=self._settings(),
-            ))
+            try:
+                self._runs.append(wandb.init(
+                    mode=mode, dir=str(folder), project=project, group=name, name=f"g{g}_s{s}",
+                    id=wandb_run_id(f"{prefix}-g{g}-s{s}"), resume="allow", config=config,
+                    reinit="create_new", settings=self._settings(),
+                ))
+            except wandb.errors.Error as error:  # "No API key configured. Use `wandb login` to log in.", ...
+                started, self._runs = self._runs, None
+                for run in started:
+                    run.finish(exit_code=1)
+                text = " ".join(str(error).split()).rstrip(".") or type(error).__name__
+                raise ValueError(f"W&B could not start its {mode} run g{g}_s{s}: {text}") from None
         return self._runs
 
     def _settings(self):

@@ -224,6 +224,27 @@ def test_wandb_offline_makes_no_network_call_and_runs_no_git(tmp_path):
     assert _outside_calls(text) == []
 
 
+def test_wandb_online_without_a_login_is_one_line_before_training(tmp_path):
+    """W&B's runs started at the first chunk: without an API key the run trained a chunk, then ended in W&B's
+    UsageError traceback (exit 1). They start before training now, and the refusal is one line, exit 2."""
+    pytest.importorskip("wandb")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    # no key anywhere W&B looks (the environment, ~/.netrc, its settings); a network call would meet a closed port
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_BASE_URL="http://127.0.0.1:9")
+    out = subprocess.run([sys.executable, "-m", "jaxrl_rollout", "train", "--total-steps", "1024", "--seeds", "1",
+                          "--wandb", "online", "--out", "runs/wo"], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2, out.stdout + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "step " not in out.stderr, out.stderr[-3000:]  # nothing trained
+    line = out.stderr.strip().splitlines()[-1]
+    assert line.startswith("jaxrl-rollout: error: --wandb online: W&B could not start its online run g0_s0: "), line
+    assert line.endswith("nothing was trained by this command; continue with: jaxrl-rollout train --resume runs/wo "
+                         "--wandb online"), line
+    assert not (tmp_path / "runs/wo/checkpoints").exists()
+
+
 def test_grid_labels_tell_distinct_values_apart():
     """lr 1e-3 and 1.000001e-3 (distinct in float32) were both 'lr=0.001' in the summary, the CSV's lr column,
     TensorBoard and the plot's legend."""
