@@ -891,6 +891,8 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
                   + (" (and the evaluation runs after each)" if spec.eval_every != saved.eval_every else ""))
         if spec.config.num_updates < done:
             raise too_few
+        if spec is not saved and done == spec.config.num_updates == saved.config.num_updates:
+            spec = saved  # a complete run the new total gives no update: the schedule it moves has none to follow
         if spec is saved and total != saved.config.total_timesteps:  # config.json keeps its total
             steps = spec.config.num_updates * spec.config.steps_per_update
             print(f"jaxrl_rollout: --total-steps {total} gives the run in {folder} the same "
@@ -1080,13 +1082,22 @@ def _say_new_total(folder, saved_config, spec, updates_done: int) -> None:
     updates, DQN's over its env-step iterations); a schedule the new total leaves as it was gets no line.
     Updates are counted from 1, as in the progress lines: the first that the new schedule moves is
     `updates_done + 1`."""
+    from jaxrl_rollout.run_metrics import total_steps
+
     new_config = spec.config
     longer = new_config.total_timesteps > saved_config.total_timesteps
     updates = new_config.num_updates
     updates_move = updates != saved_config.num_updates
-    same = "" if updates_move else " (the same number of updates)"
-    print(f"jaxrl_rollout: {'extending' if longer else 'shortening'} the run in {folder} from "
-          f"{saved_config.total_timesteps:,} to {new_config.total_timesteps:,} steps per run{same}")
+    steps = total_steps(new_config)  # what the run trains: whole updates (it said 5,000 for a run of 4,608)
+    if updates_move:
+        whole = (f" (--total-steps {new_config.total_timesteps:,} in whole updates of {new_config.steps_per_update:,})"
+                 if steps != new_config.total_timesteps else "")
+        print(f"jaxrl_rollout: {'extending' if longer else 'shortening'} the run in {folder} from "
+              f"{total_steps(saved_config):,} to {steps:,} steps per run{whole}")
+    else:  # DQN: its epsilon follows the iterations, which a total can move within the same updates
+        print(f"jaxrl_rollout: --total-steps {new_config.total_timesteps:,} keeps the run in {folder} at its {updates} "
+              f"update{'s' if updates != 1 else ''} ({steps:,} steps per run) and moves what follows the total "
+              f"(saved: {saved_config.total_timesteps:,})")
     if getattr(new_config, "anneal_lr", False) and updates_move:
         print(f"  anneal_lr: from update {updates_done + 1} on, the learning rate follows the new total's linear schedule "
               f"over {updates} update{'s' if updates != 1 else ''} "

@@ -152,16 +152,22 @@ def continued_lengths(spec: RunSpec, chunks_done: int, updates_done: int) -> lis
     `spec.chunk_updates` (the last one shorter). For a run resumed with the spec
     it was started with this is `spec.chunk_lengths`; a run extended to more
     total steps (`train --resume F --total-steps N`) continues in whole chunks
-    after the ones it has done, even when its last chunk was a short one.
+    after the ones it has done, even when its last chunk was a short one. The
+    checkpoint keeps how many chunks and updates were done, not each chunk's
+    size: an extended run's done chunks are given as full ones and a last one
+    with the rest, which sums right but is not their history when the run was
+    extended more than once (its sizes are not to be reported).
     """
     if updates_done > spec.config.num_updates:
         raise ValueError(f"the run has done {updates_done} updates, more than the {spec.config.num_updates} of "
                          f"total_timesteps={spec.config.total_timesteps}.")
     planned = spec.chunk_lengths
-    if sum(planned[:chunks_done]) == updates_done:
-        return planned
+    if chunks_done <= len(planned) and sum(planned[:chunks_done]) == updates_done:
+        return planned  # (an extended run can have done more chunks than the spec's plan has, all its updates)
     c = spec.chunk_updates
-    done = [c] * (chunks_done - 1) + [updates_done - c * (chunks_done - 1)] if chunks_done else []
+    full = min(chunks_done - 1, (updates_done - 1) // c) if chunks_done else 0  # every chunk has an update at least
+    done = [c] * full + [1] * (chunks_done - 1 - full) + [updates_done - c * full - (chunks_done - 1 - full)] if (
+        chunks_done) else []
     return done + split_updates(spec.config.num_updates - updates_done, c)
 
 
@@ -903,11 +909,16 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         jax.block_until_ready(states)
         compile_s = time.perf_counter() - compile_start
         updates_done = sum(lengths[:chunks_done])
+        if chunks_done and lengths != spec.chunk_lengths:  # an extended run: its done chunks' sizes are not kept
+            left = lengths[chunks_done:]
+            chunks = (f"{chunks_done} chunk{'s' if chunks_done != 1 else ''} done ({updates_done:,} update"
+                      f"{'s' if updates_done != 1 else ''})" + (f", {_chunks_text(left)} to go" if left else ""))
+        else:
+            chunks = _chunks_text(lengths) + (f", resuming after chunk {chunks_done}" if chunks_done else "")
         say(f"  compile {compile_s:.1f} s; network {network_name(algorithm.module)}"
             + (" (chosen by network=auto)" if getattr(spec.config, "network", None) == "auto" else "")
             + f"; {spec.num_runs} run{'s' if spec.num_runs != 1 else ''} in {len(groups)} group(s) over {mesh.size} "
-            f"{mesh.devices.flat[0].platform} device(s); {_chunks_text(lengths)}"
-            + (f", resuming after chunk {chunks_done}" if chunks_done else ""))
+            f"{mesh.devices.flat[0].platform} device(s); {chunks}")
         if chunks_done and chunks_done == len(lengths):
             say(f"  the run is complete ({updates_done:,} update{'s' if updates_done != 1 else ''}): nothing left to "
                 f"train; its summary follows (to train it longer: jaxrl-rollout train --resume {folder} "

@@ -286,8 +286,33 @@ def test_an_extended_run_continues_in_whole_chunks_after_a_short_last_one():
     spec = runner.RunSpec("a2c", config, (a2c.A2CHParams(),), num_seeds=1, chunk_updates=3)
     assert runner.continued_lengths(spec, 3, 7) == [3, 3, 1, 3]  # 7 updates were [3, 3, 1]
     assert runner.continued_lengths(spec, 2, 6) == spec.chunk_lengths == [3, 3, 3, 1]
+    # extended twice, [3, 1] then [3, 1]: the sizes are not kept, but they sum right and none is below 1
+    # (it gave [3, 3, 3, -1], printed as "1 of -1 updates")
+    twice = runner.continued_lengths(spec, 4, 8)
+    assert twice[4:] == [2] and sum(twice) == 10 and min(twice) >= 1, twice
+    # all ten updates done in more chunks than the plan's four: none left (it took the plan, and said nothing)
+    assert runner.continued_lengths(spec, 6, 10)[6:] == []
     with pytest.raises(ValueError, match="done 11 updates"):
         runner.continued_lengths(spec, 4, 11)
+
+
+def test_extending_twice_says_what_is_done_and_what_is_left_in_trained_steps(tmp_path, capsys):
+    """The done chunks' sizes are not kept: the line says how many chunks and updates are done and the chunks to
+    go; and the total is the whole updates trained, not the --total-steps typed (it said 'to 5,000' for 4,608)."""
+    folder = str(tmp_path / "run")
+    small = ["--num-envs", "4", "--num-steps", "8", "--seeds", "1", "--num-eval", "1", "--eval-every", "off",
+             "--tensorboard", "false"]
+    assert cli.main(["train", *small, "--total-steps", "128", "--chunk-updates", "3", "--out", folder]) == 0  # [3, 1]
+    assert cli.main(["train", "--resume", folder, "--total-steps", "256"]) == 0  # [3, 1]
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", folder, "--total-steps", "400"]) == 0  # 12 updates: [3, 1]
+    out, err = capsys.readouterr()
+    assert (f"extending the run in {folder} from 256 to 384 steps per run (--total-steps 400 in whole updates of "
+            "32)\n") in out, out
+    assert "; 4 chunks done (8 updates), 2 chunks of 3 updates (the last of 1 update) to go\n" in err, err
+    assert cli.main(["train", "--resume", folder]) == 0
+    err = capsys.readouterr().err
+    assert "; 6 chunks done (12 updates)\n" in err and "the run is complete (12 updates)" in err, err
 
 
 def test_a_corrupt_checkpoint_is_one_line_even_at_exit(small_run, tmp_path):

@@ -226,10 +226,22 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     assert frames.ndim == 4 and frames.shape[0] > 1 and frames.shape[-1] == 3
     assert np.abs(frames[-1].astype(int) - frames[0].astype(int)).max() > 0  # the pictures change over time
     if algo == "dqn":  # train longer: epsilon's decay is a fraction of the whole run, and the command says so
-        assert cli.main(["train", "--resume", "run", "--total-steps", "1500", "--stop-after-chunks", "1"]) == 0
+        # a total that adds no update to the complete run changes nothing (it said "extending" and moved epsilon
+        # from an update 13 that never came)
+        assert cli.main(["train", "--resume", "run", "--total-steps", "1250", "--num-eval", "1"]) == 0
+        out, err = capsys.readouterr()
+        assert ("--total-steps 1250 gives the run in run the same 12 updates (1,200 steps per run) as its saved "
+                "1,200: nothing changes") in out and "epsilon" not in out and "the run is complete (12 updates)" in err
+        assert cli.main(["train", "--resume", "run", "--total-steps", "1800", "--stop-after-chunks", "1"]) == 0
         out = capsys.readouterr().out
-        assert "extending the run in run from 1,200 to 1,500 steps per run" in out
+        assert "extending the run in run from 1,200 to 1,800 steps per run\n" in out
         assert "epsilon: from update 13 on, the exploration rate follows the new total's schedule" in out
+        # with updates left (15 of 18 done), a total that moves the iterations but not the updates says just that
+        assert cli.main(["train", "--resume", "run", "--total-steps", "1850", "--stop-after-chunks", "1"]) == 0
+        out = capsys.readouterr().out
+        assert ("--total-steps 1,850 keeps the run in run at its 18 updates (1,800 steps per run) and moves what "
+                "follows the total (saved: 1,800)") in out and "extending" not in out, out
+        assert "epsilon: from update 16 on" in out
 
 
 @pytest.mark.parametrize("argv, words", [
