@@ -154,9 +154,10 @@ def continued_lengths(spec: RunSpec, chunks_done: int, updates_done: int) -> lis
     total steps (`train --resume F --total-steps N`) continues in whole chunks
     after the ones it has done, even when its last chunk was a short one. The
     checkpoint keeps how many chunks and updates were done, not each chunk's
-    size: an extended run's done chunks are given as full ones and a last one
-    with the rest, which sums right but is not their history when the run was
-    extended more than once (its sizes are not to be reported).
+    size: an extended run's done chunks are placeholders (full chunks, then
+    chunks of one update, then the rest), each of at least one update and
+    summing to `updates_done`, but not their history when the run was extended
+    more than once (their sizes are not to be reported).
     """
     if updates_done > spec.config.num_updates:
         raise ValueError(f"the run has done {updates_done} updates, more than the {spec.config.num_updates} of "
@@ -165,7 +166,7 @@ def continued_lengths(spec: RunSpec, chunks_done: int, updates_done: int) -> lis
     if chunks_done <= len(planned) and sum(planned[:chunks_done]) == updates_done:
         return planned  # (an extended run can have done more chunks than the spec's plan has, all its updates)
     c = spec.chunk_updates
-    full = min(chunks_done - 1, (updates_done - 1) // c) if chunks_done else 0  # every chunk has an update at least
+    full = max(0, min(chunks_done - 1, (updates_done - 1) // c))  # every chunk has an update at least
     done = [c] * full + [1] * (chunks_done - 1 - full) + [updates_done - c * full - (chunks_done - 1 - full)] if (
         chunks_done) else []
     return done + split_updates(spec.config.num_updates - updates_done, c)
