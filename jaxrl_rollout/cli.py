@@ -869,7 +869,7 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
         done = manifest["meta"]["updates_done"]
     spec = saved
     if "total_steps" in given:
-        from jaxrl_rollout.run_metrics import steps_at
+        from jaxrl_rollout.run_metrics import steps_at, total_steps
 
         total, trained = given["total_steps"], steps_at(saved.config, done)
         too_few = ValueError(f"--total-steps {total}: the run in {folder} has already trained {trained:,} steps "
@@ -894,7 +894,7 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
         if spec is not saved and done == spec.config.num_updates == saved.config.num_updates:
             spec = saved  # a complete run the new total gives no update: the schedule it moves has none to follow
         if spec is saved and total != saved.config.total_timesteps:  # config.json keeps its total
-            steps = spec.config.num_updates * spec.config.steps_per_update
+            steps = total_steps(spec.config)
             print(f"jaxrl_rollout: --total-steps {total} gives the run in {folder} the same "
                   f"{spec.config.num_updates} updates ({steps:,} steps per run) as its saved "
                   f"{saved.config.total_timesteps:,}: nothing changes")
@@ -1110,6 +1110,17 @@ def _say_new_total(folder, saved_config, spec, updates_done: int) -> None:
               + ("can rise again)" if longer else "falls faster from here on)"))
 
 
+def _start_wandb(args: argparse.Namespace, log, folder, unsaved_total) -> None:
+    """Starts `log`'s W&B runs before training rather than at the first chunk, so that W&B's refusal (an online
+    run without a login) is one line naming --wandb, and how to continue, before anything trains."""
+    try:
+        log.start()
+    except ValueError as error:
+        login = "; or train with --wandb offline and `wandb sync` its runs later" if args.wandb == "online" else ""
+        raise ValueError(f"--wandb {args.wandb}: {error}{login}; nothing was trained by this command; "
+                         f"continue with: {_resume_command(args, folder, unsaved_total)}") from None
+
+
 def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.ExitStack) -> int:
     import jax
 
@@ -1154,17 +1165,11 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
             if args.wandb != "off":
                 logs.append(loggers.WandbLogger(folder, spec, mode=args.wandb,
                                                 project=args.wandb_project or "jaxrl_rollout"))
-                try:  # now, not after the first chunk: an online run without a W&B login is refused before training
-                    logs[-1].start()
-                except ValueError as error:
-                    for log in logs[:-1]:
-                        log.close()
-                    login = "; or train with --wandb offline and `wandb sync` its runs later" if (
-                        args.wandb == "online") else ""
-                    raise ValueError(f"--wandb {args.wandb}: {error}{login}; nothing was trained by this command; "
-                                     f"continue with: {_resume_command(args, folder, unsaved_total)}") from None
         videos = _training_videos(args, spec, folder, logs, done) if args.video_every is not None else None
         try:
+            for log in logs:
+                if isinstance(log, loggers.WandbLogger):
+                    _start_wandb(args, log, folder, unsaved_total)
             result = runner.train(spec, folder, resume=resume, devices=args.devices,
                                   checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks,
                                   on_chunk=loggers.chain(*(log.log_chunk for log in logs)), on_save=on_save,

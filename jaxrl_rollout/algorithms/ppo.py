@@ -140,7 +140,7 @@ def check_minibatches(config: PPOConfig, recurrent: bool) -> None:
             f"the batch num_envs * num_steps = {config.batch_size} does not divide into "
             f"num_minibatches={config.num_minibatches}."
         )
-    if config.normalize_advantages and config.batch_size == config.num_minibatches:
+    if config.normalize_advantages and config.minibatch_size == 1:
         raise ValueError(
             f"num_minibatches={config.num_minibatches} leaves one transition per minibatch of the batch "
             f"num_envs * num_steps = {config.batch_size}, and normalize_advantages divides by the minibatch's "
