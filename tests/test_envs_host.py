@@ -198,7 +198,8 @@ def test_a_sweep_with_one_unbatched_key_is_refused_when_traced_and_stacked_keys_
     train = ppo.make_train(config)
     points = [ppo.PPOHParams(lr=lr) for lr in (1e-3, 2.5e-4)]
     grid, key = stack_hparams(points), jax.random.key(2)
-    with pytest.raises(ValueError, match=r"is stepped under jax.vmap with one env state for a batch of 2 runs' "
+    with pytest.raises(ValueError, match=r"^GymnasiumEnv\('CartPole-v1'\) is stepped under jax.vmap with one env "
+                                         r"state for a batch of 2 runs' "
                                          r"actions.*\(jax.vmap\(train\)\(jnp.stack\(\[key\] \* 2\)"):
         jax.jit(jax.vmap(train, in_axes=(None, 0))).lower(key, grid)  # traced only: nothing ran
     _, swept = jax.jit(jax.vmap(train))(jnp.stack([key] * 2), grid)

@@ -174,8 +174,9 @@ class HostEnv:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        shape = " x ".join(map(str, self._shape)) if self._shape else "unset"
-        return f"{type(self).__name__}({self._name!r}, envs={shape})"
+        if not self._shape:  # closed: nothing opened yet (at trace time), or closed since
+            return f"{type(self).__name__}({self._name!r})"
+        return f"{type(self).__name__}({self._name!r}, envs={' x '.join(map(str, self._shape))})"
 
     @property
     def name(self) -> str:
