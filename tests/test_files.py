@@ -224,15 +224,19 @@ def test_wandb_offline_makes_no_network_call_and_runs_no_git(tmp_path):
     assert _outside_calls(text) == []
 
 
-def test_wandb_online_without_a_login_is_one_line_before_training(tmp_path):
+@pytest.mark.parametrize("login", [False, True], ids=["no-key", "key-but-no-server"])
+def test_wandb_online_without_a_login_is_one_line_before_training(tmp_path, login):
     """W&B's runs started at the first chunk: without an API key the run trained a chunk, then ended in W&B's
-    UsageError traceback (exit 1). They start before training now, and the refusal is one line, exit 2."""
+    UsageError traceback (exit 1). They start before training now, and the refusal is one line, exit 2. With a
+    key but no W&B server to reach (a closed port on 127.0.0.1), the same line once W&B's init times out."""
     pytest.importorskip("wandb")
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     # no key anywhere W&B looks (the environment, ~/.netrc, its settings); a network call would meet a closed port
     env.update(HOME=str(home), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_BASE_URL="http://127.0.0.1:9")
+    if login:  # a well-formed key: W&B tries the server, is refused, and gives up after its init time-out
+        env.update(WANDB_API_KEY="0" * 40, WANDB_INIT_TIMEOUT="3")
     out = subprocess.run([sys.executable, "-m", "jaxrl_rollout", "train", "--total-steps", "1024", "--seeds", "1",
                           "--wandb", "online", "--out", "runs/wo"], capture_output=True, text=True, timeout=300,
                          env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
