@@ -68,10 +68,12 @@ def _int(text: str) -> int:
 
 
 def _seed(text: str) -> int:
-    """A PRNG seed: an integer that `jax.random.key` takes, from -2**63 to 2**63 - 1."""
+    """A PRNG seed, from 0 to 2**32 - 1: `jax.random.key` keeps a seed's low 32 bits, so any other integer
+    would silently give the keys of one of these (2**32 those of 0, -1 those of 2**32 - 1)."""
     value = _int(text)
-    if not -2**63 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"expected an integer from -2**63 to 2**63 - 1, got {text!r}")
+    if not 0 <= value <= 2**32 - 1:  # runner.MAX_SEED (not imported here: it would import jax to parse a flag)
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**32 - 1 = {2**32 - 1:,} (jax.random.key "
+                                         f"keeps a seed's low 32 bits), got {text!r}")
     return value
 
 

@@ -122,6 +122,9 @@ def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
 
 
 DEFAULT_CHUNKS = 20
+# Root seeds: jax.random.key keeps a seed's low 32 bits (without jax_enable_x64), so a seed outside these would
+# silently repeat one inside (2**32 gave seed 0's runs, -1 those of 2**32 - 1); they are refused instead.
+MAX_SEED = 2**32 - 1
 """The chunk count `default_chunk_updates` aims for unless a config's `default_chunks` says otherwise."""
 
 
@@ -223,8 +226,9 @@ class RunSpec:
             read(self.config, h)  # SAC's alpha with autotune: a grid point would train the default's run
         if not _checks.is_int(self.seed, numpy=False):
             raise TypeError(f"seed must be an int, got {self.seed!r}.")
-        if not -2**63 <= self.seed < 2**63:
-            raise ValueError(f"seed must be from -2**63 to 2**63 - 1 (what jax.random.key takes), got {self.seed}.")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be from 0 to 2**32 - 1 (jax.random.key keeps a seed's low 32 bits, so "
+                             f"another would repeat one of these), got {self.seed}.")
         optional = tuple(n for n in ("max_parallel", "eval_every") if getattr(self, n) is not None)
         for name in ("num_seeds", "chunk_updates", "eval_episodes") + optional:
             value = getattr(self, name)

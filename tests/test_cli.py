@@ -430,10 +430,14 @@ def test_bad_values_exit_non_zero(capsys):
         ("evaluate", ""): "argument folder: expected a folder, got ''",
         ("train", "--host-devices", "0"): "--host-devices: expected a positive int or 'auto', got '0'",
         ("train", "--host-devices", "two"): "--host-devices: expected a positive int or 'auto', got 'two'",
-        # a seed jax.random.key cannot take was an OverflowError traceback in all three commands
-        ("train", "--seed", str(2**63)): f"--seed: expected an integer from -2**63 to 2**63 - 1, got '{2**63}'",
-        ("evaluate", "runs/x", "--seed", "99999999999999999999"): "--seed: expected an integer from -2**63",
-        ("rollout", "--seed", str(-2**63 - 1)): "--seed: expected an integer from -2**63 to 2**63 - 1",
+        # a seed jax.random.key cannot take was an OverflowError traceback in all three commands; one it takes
+        # but cuts to its low 32 bits silently repeated another (2**32 trained and evaluated seed 0's runs)
+        ("train", "--seed", str(2**63)): f"--seed: expected an integer from 0 to 2**32 - 1 = 4,294,967,295 "
+                                         f"(jax.random.key keeps a seed's low 32 bits), got '{2**63}'",
+        ("train", "--seed", str(2**32)): f"--seed: expected an integer from 0 to 2**32 - 1 = 4,294,967,295",
+        ("evaluate", "runs/x", "--seed", "99999999999999999999"): "--seed: expected an integer from 0 to 2**32 - 1",
+        ("evaluate", "runs/x", "--seed", "-1"): "--seed: expected an integer from 0 to 2**32 - 1",
+        ("rollout", "--seed", str(-2**63 - 1)): "--seed: expected an integer from 0 to 2**32 - 1",
     }
     for argv, message in cases.items():
         with pytest.raises(SystemExit) as info:

@@ -153,7 +153,8 @@ def test_python_init_checks_concrete_hparams_and_skips_traced_ones():
     (lambda d: d["grid"][0].update(lr=0.5), ["grid[0].lr: 0.5 in config.json, 0.00025 in the checkpoint"]),
     (lambda d: d["grid"][0].update(lr=math.nan), ["lr must be > 0 and finite, got nan"]),
     (lambda d: d["config"].update(total_timesteps=128), ["config.total_timesteps: 128 in config.json, 64 in"]),
-    (lambda d: d.update(seed="abc"), ['seed must be an integer, got "abc"'])])
+    (lambda d: d.update(seed="abc"), ['seed must be an integer, got "abc"']),
+    (lambda d: d.update(seed=2**32), ["seed must be from 0 to 2**32 - 1 (jax.random.key keeps a seed's low 32 bits"])])
 def test_edited_config_json_is_refused_naming_the_fields(edit, words, small_run, tmp_path, capsys):
     folder = tmp_path / "run"
     shutil.copytree(small_run, folder)
