@@ -91,6 +91,25 @@ class FolderLock:
                 return text or "another process (pid and host not yet written)"
             time.sleep(0.02)
 
+    def held_by(self) -> str | None:
+        """Who holds the lock now (as `holder` says), or None when nobody does; takes no lock and creates nothing.
+
+        For readers such as `evaluate`, to tell a run that a train is writing from one that stopped.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no lock file (or no folder): nobody holds it
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            return self.holder()
+        finally:
+            os.close(fd)  # also releases the shared lock if it was taken
+        return None
+
     def release(self, remove: bool = False) -> None:
         """Releases the lock; `remove` deletes the lock file first (for a refused command that created it)."""
         if self._fd is None:

@@ -1270,8 +1270,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     read_spec(args.folder)  # a folder without a run says so first
     if not checkpoint.exists(args.folder):
+        from jaxrl_rollout._lock import FolderLock
+
+        writer = FolderLock(args.folder).held_by()
+        if writer is not None:  # a train is compiling or running its first chunks: resuming it would be refused
+            raise ValueError(f"{args.folder} is being trained by {writer}, which has not saved its first "
+                             "checkpoint yet (one at the end of the first chunk, or of every --checkpoint-every "
+                             "chunks); evaluate it once that is written.")
         raise ValueError(f"{args.folder} holds a run with nothing trained yet (no checkpoint: its train stopped "
-                         "before the first chunk ended, or is still compiling or running it); continue it with: "
+                         "before the first chunk ended); continue it with: "
                          f"jaxrl-rollout train --resume {args.folder}")
     spec, state, _, manifest = load_run(args.folder)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]

@@ -2,9 +2,11 @@
 
 import csv
 import json
+import os
 import pathlib
 import re
 import shutil
+import socket
 
 import numpy as np
 import pytest
@@ -261,8 +263,21 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert cli.main(["evaluate", str(fresh)]) == 2
     assert capsys.readouterr().err == (
         f"jaxrl-rollout: error: {fresh} holds a run with nothing trained yet (no checkpoint: its train stopped before "
-        "the first chunk ended, or is still compiling or running it); continue it with: jaxrl-rollout train "
-        f"--resume {fresh}\n")
+        f"the first chunk ended); continue it with: jaxrl-rollout train --resume {fresh}\n")
+    # the same while a train holds the folder (compiling, or before its first checkpoint): not "--resume", which
+    # the lock would refuse, but who writes it and when to come back; evaluate takes no lock and leaves none
+    from jaxrl_rollout._lock import LOCK_NAME, FolderLock
+
+    assert not (fresh / LOCK_NAME).exists()
+    with FolderLock(fresh).acquire("test"):
+        assert cli.main(["evaluate", str(fresh)]) == 2
+        assert capsys.readouterr().err == (
+            f"jaxrl-rollout: error: {fresh} is being trained by pid {os.getpid()} on host {socket.gethostname()}, "
+            "which has not saved its first checkpoint yet (one at the end of the first chunk, or of every "
+            "--checkpoint-every chunks); evaluate it once that is written.\n")
+    assert cli.main(["evaluate", str(fresh)]) == 2  # released: the folder's lock file is no lock
+    assert "holds a run with nothing trained yet" in capsys.readouterr().err
+    (fresh / LOCK_NAME).unlink()
     # a hand-edited config.json whose config is not an object: one line, not an AttributeError
     edited = tmp_path / "edited"
     edited.mkdir()
@@ -434,7 +449,7 @@ def test_bad_values_exit_non_zero(capsys):
         # but cuts to its low 32 bits silently repeated another (2**32 trained and evaluated seed 0's runs)
         ("train", "--seed", str(2**63)): f"--seed: expected an integer from 0 to 2**32 - 1 = 4,294,967,295 "
                                          f"(jax.random.key keeps a seed's low 32 bits), got '{2**63}'",
-        ("train", "--seed", str(2**32)): f"--seed: expected an integer from 0 to 2**32 - 1 = 4,294,967,295",
+        ("train", "--seed", str(2**32)): "--seed: expected an integer from 0 to 2**32 - 1 = 4,294,967,295",
         ("evaluate", "runs/x", "--seed", "99999999999999999999"): "--seed: expected an integer from 0 to 2**32 - 1",
         ("evaluate", "runs/x", "--seed", "-1"): "--seed: expected an integer from 0 to 2**32 - 1",
         ("rollout", "--seed", str(-2**63 - 1)): "--seed: expected an integer from 0 to 2**32 - 1",
