@@ -499,7 +499,7 @@ def test_action_bounds_that_no_actor_can_scale_to_are_refused(low, high):
         with pytest.raises(ValueError) as refused:
             module.make_train(config, env=env)
         name = module.__name__.rpartition(".")[2].upper()
-        if high < low and name == "TD3":  # TD3 reads the space through the shared check first
+        if high < low:  # the shared check of every learner, before SAC's and TD3's own
             assert str(refused.value).startswith("env OddBounds: its action Box has high < low"), refused.value
         else:
             assert str(refused.value).startswith(f"env OddBounds: {name} scales actions to the Box bounds, which "
@@ -508,6 +508,23 @@ def test_action_bounds_that_no_actor_can_scale_to_are_refused(low, high):
         with pytest.raises(ValueError, match=r"env OddBounds: its action Box has high < low \(low=2.0, high=-2.0\); "
                                              r"a Box's bounds must have low <= high"):
             ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=env)
+
+
+def test_an_integer_action_box_is_refused_by_every_continuous_learner():
+    """A Box of int32 actions trained silently: the env's step got the policy's float actions, clipped to the Box
+    but never rounded."""
+    from jaxrl_rollout.algorithms import sac, td3
+
+    class IntActions(MyPendulum):
+        def action_space(self, params=None):
+            return spaces.Box(0, 10, (1,), jnp.int32)
+
+    words = (r"^env IntActions: its action Box has dtype int32, but a continuous policy draws float actions \(clipped "
+             r"to the Box, not rounded\); give the env a Discrete action space, or a float Box that its step rounds")
+    for module, config in ((ppo, ppo.PPOConfig(**TINY_PPO)), (a2c, a2c.A2CConfig(**TINY_A2C)), (sac, sac.SACConfig()),
+                           (td3, td3.TD3Config())):
+        with pytest.raises(ValueError, match=words):
+            module.make_train(config, env=IntActions())
 
 
 @pytest.mark.parametrize("env_id", ["envpool/CartPole-v1", "gymnasium/CartPole-v1", "brax/ant", "pgx/tic_tac_toe"])

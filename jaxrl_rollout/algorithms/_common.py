@@ -198,6 +198,11 @@ def action_info(env, env_params) -> tuple[int, bool]:
         if reversed_bounds:
             raise ValueError(f"env {type(env).__name__}: its action Box has high < low (low={space.low}, "
                              f"high={space.high}); a Box's bounds must have low <= high.")
+        dtype = np.dtype(getattr(space, "dtype", np.float32))
+        if not np.issubdtype(dtype, np.floating):  # clipped float actions would reach the env, never rounded
+            raise ValueError(f"env {type(env).__name__}: its action Box has dtype {dtype.name}, but a continuous "
+                             "policy draws float actions (clipped to the Box, not rounded); give the env a Discrete "
+                             "action space, or a float Box that its step rounds.")
         return int(space.shape[0]), True
     raise ValueError(f"env {type(env).__name__}: unsupported action space {space!r}: expected Discrete or a 1-D "
                      f"Box.{tuple_actions_hint(space)}")
