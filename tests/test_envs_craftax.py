@@ -248,3 +248,6 @@ def test_a_bad_env_params_override_is_refused_naming_the_field(options, message)
         envs.make("craftax/Craftax-Classic-Symbolic-v1", **options)
     env, params = envs.make("craftax/Craftax-Classic-Symbolic-v1", max_timesteps=50, spawn_cow_chance=0.2)
     assert params.max_timesteps == 50
+    # a NumPy int is taken as the Python int it checks as (it reached craftax's EnvParams as given)
+    env, params = envs.make("craftax/Craftax-Classic-Symbolic-v1", max_timesteps=np.int64(50))
+    assert type(params.max_timesteps) is int and params.max_timesteps == 50

@@ -90,10 +90,10 @@ def make(name: str, *, static_env_params: Any = None, **param_overrides: Any) ->
             raise ValueError(
                 f"unknown EnvParams field(s) {unknown} for {name!r}; its fields are {', '.join(fields)}."
             )
-        for field, value in param_overrides.items():
-            _base.check_param_override("craftax", name, field, value, getattr(params, field),
-                                       positive=field in ("max_timesteps", "day_length"))
-        params = params.replace(**param_overrides)
+        checked = {field: _base.check_param_override("craftax", name, field, value, getattr(params, field),
+                                                     positive=field in ("max_timesteps", "day_length"))
+                   for field, value in param_overrides.items()}  # a NumPy int as a Python int, as xminigrid's
+        params = params.replace(**checked)
     adapter = CraftaxEnv(env, params=params, name=name)
     return adapter, adapter.default_params
 
