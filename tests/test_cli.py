@@ -371,6 +371,12 @@ def test_unknown_env_suggests_close_names(capsys, tmp_path):
     assert "Did you mean CartPole-v1" in capsys.readouterr().err
     assert cli.main(["rollout", "--env", "CartPol-v1"]) == 2
     assert not (tmp_path / "x").exists()
+    capsys.readouterr()
+    # a colon for the slash: the suite's id, not the gymnax names that look most like "brax:ant"
+    assert cli.main(["train", "--env", "brax:ant", "--out", str(tmp_path / "x")]) == 2
+    assert "--env brax:ant: unknown env_id 'brax:ant'. Did you mean 'brax/ant'? Known ids:" in capsys.readouterr().err
+    assert cli.main(["train", "--env", "gymnax:CartPole-v1", "--out", str(tmp_path / "x")]) == 2
+    assert "Did you mean 'gymnax/CartPole-v1'? Known ids:" in capsys.readouterr().err
 
 
 def test_an_env_the_algorithm_cannot_train_is_named_before_other_options(capsys, tmp_path):

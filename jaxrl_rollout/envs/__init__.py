@@ -38,8 +38,12 @@ def _check_gymnax_name(env_id: str) -> None:
     import gymnax
 
     if env_id not in gymnax.registered_envs:
-        close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        suite, colon, name = env_id.partition(":")
+        if colon and name and suite in SUITES:  # "brax:ant": a suite's env named with a colon for the slash
+            hint = f" Did you mean {f'{suite}/{name}'!r}?"
+        else:
+            close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
         others = ", ".join(suite for suite in SUITES if suite != "gymnax")
         raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(gymnax.registered_envs)}. Those are "
                          f"gymnax's; another suite's env is named SUITE/NAME (suites: {others}; e.g. brax/ant, "
