@@ -358,10 +358,10 @@ def normalize_advantages(advantages: jax.Array, ddof: int = 1, eps: float = 1e-8
     ddof=1 is torch's unbiased `std` (CleanRL, SB3); ddof=0 is `jnp.std`'s
     default. With ddof=1 and one element the std is NaN, as in torch.
     """
-    if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
+    if not _checks.is_int(ddof) or ddof < 0:  # a NumPy int too, as the other sizes and counts take
         raise ValueError(f"ddof must be a non-negative int (1: torch's unbiased std), got {ddof!r}.")
     advantages = jnp.asarray(advantages)
-    return (advantages - advantages.mean()) / (jnp.std(advantages, ddof=ddof) + eps)
+    return (advantages - advantages.mean()) / (jnp.std(advantages, ddof=int(ddof)) + eps)
 
 
 def starts_to_ends(starts: jax.Array, next_start: jax.Array) -> jax.Array:

@@ -221,6 +221,8 @@ def test_normalize_advantages_ddof():
     assert np.isnan(adv.normalize_advantages(jnp.ones(1))[0])  # torch's std of one element
     with pytest.raises(ValueError, match="ddof"):
         adv.normalize_advantages(x, ddof=-1)
+    # a NumPy int (as the sizes and counts elsewhere) is the int it holds; it was refused
+    np.testing.assert_array_equal(adv.normalize_advantages(x, ddof=np.int64(1)), unbiased)
 
 
 def test_start_and_end_flag_conversions():

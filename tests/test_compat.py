@@ -9,7 +9,7 @@ import pytest
 
 import jaxrl_rollout as jr
 from jaxrl_rollout import advantages
-from jaxrl_rollout.compat import a2c, arena, cleanrl, ilpyt, rlplay, sb3
+from jaxrl_rollout.compat import a2c, arena, cleanrl, ilpyt, rlplay, sb3, torch_ac
 from tests.toy_envs import CountingEnv, scripted_policy
 
 G, L = 0.9, 0.8
@@ -200,6 +200,20 @@ def test_lower_level_functions_refuse_what_they_would_get_wrong():
         (lambda: acl.polyak_update({"w": jnp.ones(2)}, {"w": jnp.zeros(2)}, 2.0), r"^tau must be in \[0, 1\]"),
         (lambda: losses.ppo_loss(*(jnp.zeros(4),) * 7, -0.2, 0.5, 0.01), r"^clip_eps must be"),
         (lambda: advantages.vtrace(*(jnp.zeros((3, 2)),) * 3, t2 > 1, t2 > 1, -jnp.ones((3, 2)), 0.9, 0.9), r"^rhos must be"),
+        # SB3's time-limit bonus checked nothing: [B] flags gave every step the bonus, 0.5 flags read as True
+        (lambda: sb3.timeout_rewards(t2, jnp.array([True, False]), t2, 0.99),
+         r"^sb3.timeout_rewards: truncated has shape \(2,\), but rewards has shape \(3, 2\)"),
+        (lambda: sb3.timeout_rewards(t2, jnp.full((3, 2), 0.5), t2, 0.99), r"^truncated must be bool or \{0, 1\}"),
+        (lambda: sb3.timeout_rewards(t2, t2 > 1, t2, 5.0), r"^gamma must be in \[0, 1\]"),
+        # torch-ac's masks were checked as end flags made from them: named terminated, 2 reported as -1.0
+        (lambda: torch_ac.compute_gae(t2, t2, jnp.full((3, 2), 0.5), jnp.zeros(2), jnp.ones(2), 0.9, 0.9),
+         r"^masks must be bool or \{0, 1\}, got the value 0.5"),
+        (lambda: torch_ac.compute_gae(t2, t2, t2, jnp.zeros(2), jnp.full(2, 2.0), 0.9, 0.9),
+         r"^next_mask must be bool or \{0, 1\}, got the value 2.0"),
+        # rlplay's discount is one float: a [B] one was read per env, a [T] one failed in a broadcast
+        (lambda: rlplay.returns(t2, t2 > 1, t2, jnp.full(2, 0.9)), r"^gamma must be a float, as rlplay's is"),
+        (lambda: rlplay.gae(jnp.zeros((5, 3)), jnp.zeros((5, 3), bool), jnp.zeros((5, 3)), jnp.full(4, 0.9), 0.9),
+         r"^gamma must be a float, as rlplay's is .* got an array of shape \(4,\)"),
     ]
     for call, message in cases:
         with pytest.raises((TypeError, ValueError), match=message):  # a key of the wrong type is a TypeError
@@ -209,6 +223,9 @@ def test_lower_level_functions_refuse_what_they_would_get_wrong():
     np.testing.assert_allclose(rlplay.returns(jnp.array([[0], [1], [1]]), fin, val, 0.9), [[10.0], [10.0]], rtol=1e-6)
     np.testing.assert_allclose(rlplay.gae(jnp.array([[0], [1], [1]]), fin, val, 0.9, 0.95),
                                rlplay.gae(jnp.array([[0.0], [1.0], [1.0]]), fin, val, 0.9, 0.95))
+    # SB3's bonus with int rewards: V(terminal) was cast to the rewards' int (0.75 -> 0), the bonus lost
+    np.testing.assert_allclose(sb3.timeout_rewards(jnp.array([[1], [0]]), jnp.array([[True], [False]]),
+                                                   jnp.array([[0.75], [0.5]]), 0.99), [[1.7425], [0.0]], rtol=1e-6)
     # sizes from NumPy (np.prod(shape)) are the ints they hold
     assert jr.batching.minibatch_indices(jax.random.key(0), np.int64(8), np.int64(2)).shape == (1, 2, 4)
     assert arena.get_minibatch_indices(jax.random.key(0), np.int64(8), np.int64(4)).shape == (2, 4)

@@ -70,10 +70,14 @@ class Fragment(NamedTuple):
 
 def _check_fragment(rew, fin, value, **coefficients):
     """The fragment's rows 1.. of rew and fin and all of value, in the estimators' float dtype (at least float32:
-    integer rewards, half precision), after checking their shapes, fin's flags and the coefficients in [0, 1]."""
+    integer rewards, half precision), after checking their shapes, fin's flags and the coefficients (floats in
+    [0, 1])."""
     _checks.check_flags(fin=fin)
     for name, x in coefficients.items():
         _checks.check_coefficient(x, name)
+        if jnp.ndim(x) != 0:  # a [B] gamma was read per env, a [T] one failed in a broadcast
+            raise ValueError(f"{name} must be a float, as rlplay's is (advantages.gae takes per-step "
+                             f"coefficients), got an array of shape {tuple(jnp.shape(x))}.")
     dtype = _checks.float_dtype(rew, value)
     rew, fin, value = jnp.asarray(rew, dtype), jnp.asarray(fin, bool), jnp.asarray(value, dtype)
     if rew.ndim < 1 or rew.shape[0] < 2 or fin.shape != rew.shape or value.shape != rew.shape:

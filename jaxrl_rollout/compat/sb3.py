@@ -55,9 +55,28 @@ def compute_returns_and_advantage(
 def timeout_rewards(
     rewards: jax.Array, truncated: jax.Array, terminal_values: jax.Array, gamma: float
 ) -> jax.Array:
-    """r_t + gamma V(terminal_obs_t) where the step was truncated by a time limit, else r_t."""
-    rewards = jnp.asarray(rewards)
-    bonus = gamma * jnp.asarray(terminal_values, rewards.dtype)
+    """r_t + gamma V(terminal_obs_t) where the step was truncated by a time limit, else r_t.
+
+    Args:
+      rewards: [T, B] rewards (integers are computed in float, as the estimators do).
+      truncated: [T, B] flags, bool or {0, 1}: the step hit a time limit.
+      terminal_values: [T, B] V(terminal observation), read where truncated.
+      gamma: a float in [0, 1].
+
+    Returns:
+      [T, B] rewards in the inputs' float dtype (at least float32).
+
+    Raises:
+      ValueError: the three arrays of different shapes (a [B] flag beside [T, B] rewards would broadcast to
+        every step), a flag other than 0 and 1, or gamma outside [0, 1].
+    """
+    _checks.check_same_shapes("sb3.timeout_rewards", rewards=rewards, truncated=truncated,
+                              terminal_values=terminal_values)
+    _checks.check_flags(truncated=truncated)
+    _checks.check_coefficient(gamma, "gamma")
+    dtype = _checks.float_dtype(rewards, terminal_values)  # int rewards: V(terminal) was cast to int (0.75 -> 0)
+    rewards = jnp.asarray(rewards, dtype)
+    bonus = gamma * jnp.asarray(terminal_values, dtype)
     return jnp.where(jnp.asarray(truncated, bool), rewards + bonus, rewards)
 
 

@@ -77,6 +77,7 @@ def compute_gae(
       (advantages, returnn), each [T, P] (time-major; flatten env-major for exps).
     """
     _checks.check_last_step("torch_ac.compute_gae", "values", values, next_value=next_value, next_mask=next_mask)
+    _checks.check_flags(masks=masks, next_mask=next_mask)  # by their own names, before they become end flags
     masks = jnp.asarray(masks)
     ends = 1.0 - jnp.concatenate([masks[1:], jnp.asarray(next_mask, masks.dtype)[None]])
     values = jnp.asarray(values)
