@@ -177,7 +177,8 @@ def bootstrap_done(terminated: jax.Array, truncated: jax.Array, *, bootstrap_on_
     and CleanRL's current scripts, which store `terminations`).
     `False` gives `terminated | truncated`: a time limit ends the bootstrap
     (SB3 with `handle_timeout_termination=False` and a buffer fed gymnasium's
-    `done`, CleanRL before its gymnasium port).
+    `done`, and most JAX ports; not CleanRL before its gymnasium port, whose
+    SB3 buffer cleared the `dones` of time limits).
 
     Args:
       terminated, truncated: [B] bool (or 0/1 floats).

@@ -106,13 +106,17 @@ def _eval_every(text: str):
             from None
 
 
-def _float(text: str) -> float:
+def _float(text: str, no_limit: bool = False) -> float:
+    """A finite number; with `no_limit` also inf (a threshold whose inf means no limit: --max-grad-norm)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if no_limit and value == math.inf:
+        return value
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number{' or inf (no limit)' if no_limit else ''}, "
+                                         f"got {text!r}")
     return value
 
 
@@ -132,17 +136,22 @@ def _int_tuple(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-def _float_list(text: str) -> list:
-    """A sweep value: one number or a comma list (duplicates, in float32 too, are an error)."""
+def _float_list(text: str, no_limit: bool = False) -> list:
+    """A sweep value: one number or a comma list (duplicates, in float32 too, are an error); `no_limit` as
+    `_float`'s."""
     import numpy as np
 
-    values = [_float(t.strip()) for t in text.split(",")]
+    values = [_float(t.strip(), no_limit) for t in text.split(",")]
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"expected distinct values, got {text!r}")
     if len(set(np.float32(values).tolist())) != len(values):  # the hyperparameters train in float32
         raise argparse.ArgumentTypeError(f"expected distinct values, got {text!r}, which are not all distinct in "
                                          "float32, the precision they train in (their runs would be the same)")
     return values
+
+
+def _float_list_no_limit(text: str) -> list:
+    return _float_list(text, no_limit=True)
 
 
 def _algorithms():
@@ -303,9 +312,13 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                             help=f"default: {_defaults_text(defaults)}"
                             + ("; 'none' sets None" if getattr(parse, "takes_none", False) else ""))
     sweep = train.add_argument_group("hyperparameters (comma lists; the grid is their cartesian product)")
+    from jaxrl_rollout.algorithms._common import NO_LIMIT
+
     for name, defaults in _hparam_fields().items():
-        sweep.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_float_list, metavar="X[,X...]",
-                           help=f"default: {_defaults_text(defaults)}")
+        limit = name in NO_LIMIT  # inf is "no limit", as in Python (PPOHParams(max_grad_norm=inf))
+        sweep.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_float_list_no_limit if limit else _float_list,
+                           metavar="X[,X...]", help=f"default: {_defaults_text(defaults)}"
+                           + ("; inf: no limit" if limit else ""))
 
 
 def _given(args: argparse.Namespace) -> dict:

@@ -430,6 +430,21 @@ def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_inf_is_no_limit_for_the_thresholds_that_take_it(capsys):
+    """Python took PPOHParams(max_grad_norm=inf) and TD3HParams(noise_clip=inf) (no limit); the command line
+    refused them as not finite. Every other hyperparameter stays finite."""
+    parser = cli.build_parser()
+    args = parser.parse_args(["train", "--max-grad-norm", "inf,0.5", "--noise-clip", "inf"])
+    assert args.max_grad_norm == [float("inf"), 0.5] and args.noise_clip == [float("inf")]
+    for argv, words in ((["--lr", "inf"], "--lr: expected a finite number, got 'inf'"),
+                        (["--max-grad-norm", "nan"], "--max-grad-norm: expected a finite number or inf (no limit), "
+                                                     "got 'nan'"),
+                        (["--noise-clip=-inf"], "--noise-clip: expected a finite number or inf (no limit)")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["train", *argv])
+        assert words in capsys.readouterr().err, argv
+
+
 def test_bad_values_exit_non_zero(capsys):
     cases = {
         ("rollout", "--num-steps", "0"): "expected a positive integer",

@@ -171,8 +171,9 @@ def discount_mask(terminated: jax.Array, truncated: jax.Array, bootstrap: str) -
     Args:
       terminated, truncated: bool [N].
       bootstrap: "time_limits" (stop only at `terminated`; SB3's
-        `handle_timeout_termination`) or "done" (stop at `terminated |
-        truncated`; CleanRL).
+        `handle_timeout_termination` and CleanRL) or "done" (stop at
+        `terminated | truncated`; most JAX ports, SB3 with
+        `handle_timeout_termination=False`; see the module docstring).
 
     Returns:
       float32 [N], the `(1 - done)` factor of `r + gamma * (1 - done) * max_a Q'(s', a)`.
