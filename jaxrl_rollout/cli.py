@@ -526,8 +526,8 @@ def _prepare_folder(args, given: dict, stack: contextlib.ExitStack):
 
     Process 0 takes the folder's lock (`_lock.FolderLock`) first and holds it
     until `stack` closes, at the end of the command. With several processes,
-    process 0 checks and writes the folder while the others wait at a barrier,
-    then read the same spec (so `--out` or `--resume` must be given: a
+    process 0 checks and writes the folder while the others wait for its word
+    (`_broadcast_text`: its refusal ends them too, exit 2), then read the same spec (so `--out` or `--resume` must be given: a
     time-stamped default name could differ).
     """
     import jax
@@ -536,12 +536,21 @@ def _prepare_folder(args, given: dict, stack: contextlib.ExitStack):
         return _prepare_folder_here(args, given, stack)
     if not (args.out or args.resume):
         raise ValueError("a multi-process run needs --out FOLDER (or --resume FOLDER), the same on every process.")
-    from jax.experimental import multihost_utils
-
     from jaxrl_rollout.runner import read_spec
 
-    prepared = _prepare_folder_here(args, given, stack) if jax.process_index() == 0 else None
-    multihost_utils.sync_global_devices("jaxrl_rollout: run folder prepared")
+    # Process 0 checks and writes the folder; the others wait for what it says, the refusal it made included
+    # (they waited at a barrier that process 0, refusing, never reached: a Gloo time-out and a traceback).
+    prepared, refused, text = None, None, ""
+    if jax.process_index() == 0:
+        try:
+            prepared = _prepare_folder_here(args, given, stack)
+        except Exception as error:  # every process ends on it: process 0 with its own error, as in one process
+            refused, text = error, " ".join(str(error).split()) or type(error).__name__
+    text = _broadcast_text(text)
+    if refused is not None:
+        raise refused
+    if text:
+        raise ValueError(f"process 0 refused the run: {text}")
     if prepared is not None:
         return prepared
     folder = pathlib.Path(args.resume or args.out)
@@ -551,6 +560,18 @@ def _prepare_folder(args, given: dict, stack: contextlib.ExitStack):
     if args.resume and "total_steps" in given:  # an extension's config.json is rewritten at its first save
         spec = _with_total_steps(spec, given["total_steps"])
     return spec, folder, bool(args.resume) and checkpoint.exists(folder)
+
+
+def _broadcast_text(text: str, size: int = 4096) -> str:
+    """Process 0's `text` on every process of a multi-process run (UTF-8, at most `size` bytes); a barrier too."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    data = np.zeros(size, np.uint8)
+    raw = text.encode()[:size]
+    data[:len(raw)] = np.frombuffer(raw, np.uint8)
+    received = np.asarray(multihost_utils.broadcast_one_to_all(data))
+    return bytes(received).rstrip(b"\0").decode(errors="replace")
 
 
 def _check_video(args, spec, env=None, updates_done: int = 0) -> None:
@@ -654,8 +675,9 @@ def _check_devices(spec, devices, env=None, given: dict | None = None) -> None:
     runner.check_host_run(spec, devices=devices, env=env, eval_every_option=typed)
     try:
         runner.choose_devices([b - a for a, b in spec.groups], devices)
-    except ValueError as error:
-        raise ValueError(f"--devices {devices}: {error}") from None
+    except ValueError as error:  # without --devices: the runs of a multi-process run that its processes cannot share
+        raise ValueError(f"--devices {devices}: {error}" if devices is not None else
+                         f"--seeds / --max-parallel: {error}") from None
 
 
 def _make_env(env_id: str, **options):
@@ -1685,8 +1707,21 @@ def _configure_jax_early(argv: Sequence[str]) -> None:
         process_id = None if known.process_id is None else int(known.process_id)
     except ValueError:
         return  # build_parser's parser reports it
-    jax.distributed.initialize(coordinator_address=known.coordinator, num_processes=num_processes,
-                               process_id=process_id)
+    if known.coordinator is not None:  # without a port, JAX failed on an IndexError
+        host, colon, port = known.coordinator.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"--coordinator {known.coordinator}: expected HOST:PORT, process 0's address and a free "
+                             "port on it, such as 127.0.0.1:12345.")
+    try:
+        jax.distributed.initialize(coordinator_address=known.coordinator, num_processes=num_processes,
+                                   process_id=process_id)
+    except ValueError as error:
+        if known.coordinator is not None:
+            raise
+        # JAX reads the coordinator from a cluster it knows (SLURM, Open MPI, ...) and found none
+        text = " ".join(str(error).split()).rstrip(".")
+        raise ValueError(f"--distributed: JAX found no cluster to read the coordinator from ({text}); off a cluster, "
+                         "give --coordinator HOST:PORT --num-processes N --process-id I on every process.") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,6 +32,7 @@ progress lines add the host env's steps/s and its share of the time.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -429,8 +430,14 @@ class RunResult(NamedTuple):
 
 
 def choose_devices(group_sizes: Sequence[int], requested: int | None = None) -> list:
-    """The devices to shard over: `requested` of them, or the most that divide every group size."""
+    """The devices to shard over: `requested` of them, or the most that divide every group size.
+
+    In a multi-process run (`jax.distributed`) every process holds a share of each group: the devices are as
+    many of every process's own, so the count is a multiple of the processes. (The first d of the global list
+    were process 0's alone, and a process without a shard failed while the others waited.)
+    """
     available = jax.devices()
+    processes = jax.process_count()
     if requested is not None:
         bad = [g for g in group_sizes if g % requested]
         if bad:
@@ -440,8 +447,31 @@ def choose_devices(group_sizes: Sequence[int], requested: int | None = None) -> 
             )
         if requested > len(available):
             raise ValueError(f"devices={requested} but only {len(available)} are available ({available[0].platform}).")
-        return available[:requested]
-    return largest_dividing(math.gcd(*group_sizes), available)
+        if processes > 1 and requested % processes:
+            raise ValueError(f"devices={requested} does not spread over the run's {processes} processes, which each "
+                             f"train an equal share of every group: pass a multiple of {processes}.")
+        return available[:requested] if processes == 1 else _per_process(available, requested // processes)
+    if processes == 1:
+        return largest_dividing(math.gcd(*group_sizes), available)
+    bad = [g for g in group_sizes if g % processes]
+    if bad:
+        raise ValueError(f"a group of {bad[0]} runs (grid points x seeds, or max_parallel) does not divide over the "
+                         f"run's {processes} processes, which each train an equal share of every group: make the "
+                         f"runs per group a multiple of {processes}.")
+    local = min(collections.Counter(d.process_index for d in available).values())
+    each = max(k for k in range(1, local + 1) if math.gcd(*group_sizes) % (k * processes) == 0)
+    return _per_process(available, each)
+
+
+def _per_process(available: Sequence[Any], each: int) -> list:
+    """The first `each` devices of every process, in the global order (all of them: `available` as it is)."""
+    taken: dict = collections.defaultdict(int)
+    chosen = []
+    for device in available:
+        if taken[device.process_index] < each:
+            taken[device.process_index] += 1
+            chosen.append(device)
+    return chosen
 
 
 _COMPILED: dict = {}

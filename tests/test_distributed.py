@@ -119,3 +119,46 @@ def test_only_process_zero_prints_and_writes(runs):
 def test_a_multi_process_run_needs_an_explicit_folder(tmp_path):
     outputs = _two_processes(RUN, tmp_path, "nofolder", expect=2)
     assert all("a multi-process run needs --out FOLDER" in out for out in outputs)
+
+
+def test_a_refusal_by_process_zero_ends_every_process_in_one_line(tmp_path):
+    """Process 0 alone checks the folder and options; the others waited at a barrier it never reached, and
+    ended after about 30 s in a Gloo time-out's traceback (exit 1). Three runs over two processes were not
+    refused at all: one process had no shard, failed, and the other hung for minutes."""
+    for extra, words in ((["--seeds", "3"], "--seeds / --max-parallel: a group of 3 runs (grid points x seeds, or "
+                                            "max_parallel) does not divide over the run's 2 processes"),
+                         (["--seeds", "4", "--devices", "3"], "--devices 3: a group of 4 runs")):
+        outputs = _two_processes(["train", "--total-steps", "2048", *extra, "--out", str(tmp_path / "x")], tmp_path,
+                                 "refused", expect=2)
+        lines = [out.strip().splitlines()[-1] for out in outputs]
+        assert lines[0].startswith(f"jaxrl-rollout: error: {words}"), outputs[0]
+        assert lines[1] == lines[0].replace("error: ", "error: process 0 refused the run: ", 1), outputs[1]
+        assert not any("Traceback" in out for out in outputs) and not (tmp_path / "x").exists()
+
+
+def test_a_group_smaller_than_the_devices_is_shared_by_every_process(runs, tmp_path):
+    """Two runs on two processes of two devices each: the first two of the four devices, both process 0's,
+    were chosen, and process 1 failed without a shard. One device of each process trains them, and they are
+    the first two seeds of the four-seed single-process run."""
+    tmp, _, _ = runs
+    _two_processes([*RUN[:2], "2", *RUN[3:], "--out", str(tmp_path / "two")], tmp_path, "two")
+    single, two = _metrics(tmp / "single"), _metrics(tmp_path / "two")
+    assert two.keys() == {k for k in single if k[1] in ("0", "1")} and len(two) > 0
+    for key, value in two.items():
+        if np.isfinite(single[key]):
+            np.testing.assert_allclose(value, single[key], rtol=2e-5, atol=1e-6, err_msg=str(key))
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--coordinator", "127.0.0.1", "--num-processes", "1", "--process-id", "0"],
+     "--coordinator 127.0.0.1: expected HOST:PORT, process 0's address and a free port on it"),  # an IndexError
+    ([], "--distributed: JAX found no cluster to read the coordinator from (coordinator_address should be defined); "
+         "off a cluster, give --coordinator HOST:PORT --num-processes N --process-id I on every process.")])
+def test_a_coordinator_that_cannot_be_used_is_one_line(options, words, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}  # no cluster
+    out = subprocess.run([sys.executable, "-m", "jaxrl_rollout", "train", "--distributed", *options, "--seeds", "2",
+                          "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(f"jaxrl-rollout: error: {words}"), \
+        out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "x").exists()
+
