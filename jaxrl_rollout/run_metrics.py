@@ -58,7 +58,10 @@ def returns_text(returns: np.ndarray, ended: np.ndarray) -> str:
 
 
 def grid_label(spec: Any, g: int) -> str:
-    """Grid point g's swept hyperparameters, e.g. 'lr=0.001, ent_coef=0' ('default' without a sweep).
+    """Grid point g's swept hyperparameters, e.g. 'lr=0.001, ent_coef=0'.
+
+    Without a sweep (one grid point), the hyperparameters it sets apart from their defaults, or 'default'
+    where it sets none (`--lr 3e-4 --ent-coef 0.01` was labelled 'default').
 
     Args:
       spec: a sweep (`runner.RunSpec`, or anything with its `grid` and `swept()`).
@@ -68,7 +71,12 @@ def grid_label(spec: Any, g: int) -> str:
       The label text.
     """
     swept = spec.swept()
-    return ", ".join(f"{k}={swept_texts(spec, k)[g]}" for k in swept) if swept else "default"
+    if swept:
+        return ", ".join(f"{k}={swept_texts(spec, k)[g]}" for k in swept)
+    point = spec.grid[g]
+    defaults = getattr(type(point), "_field_defaults", {})
+    changed = [k for k in point._fields if k in defaults and getattr(point, k) != defaults[k]]
+    return ", ".join(f"{k}={getattr(point, k):g}" for k in changed) or "default"
 
 
 def swept_texts(spec: Any, name: str) -> list[str]:

@@ -257,6 +257,11 @@ def test_grid_labels_tell_distinct_values_apart():
     assert [report.grid_label(spec, g) for g in range(3)] == ["lr=0.001", "lr=0.001000001", "lr=0.002"]
     plain = runner.RunSpec("ppo", SPEC.config, (ppo.PPOHParams(lr=1e-3), ppo.PPOHParams(lr=2.5e-4)), 1)
     assert [report.grid_label(plain, g) for g in range(2)] == ["lr=0.001", "lr=0.00025"]
+    # one grid point: what it sets apart from the defaults (`--lr 3e-4 --ent-coef 0.01` was 'default'; 0.01 is
+    # PPO's default ent_coef), or 'default'
+    single = runner.RunSpec("ppo", SPEC.config, (ppo.PPOHParams(lr=3e-4, ent_coef=0.01, gamma=0.9),), 1)
+    assert report.grid_label(single, 0) == "lr=0.0003, gamma=0.9"
+    assert report.grid_label(SPEC, 0) == "default"
 
 
 def test_reports_name_metrics_that_are_not_the_specs(tmp_path):
