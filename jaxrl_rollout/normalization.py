@@ -23,7 +23,12 @@ clipped, and `R` is zeroed where the episode ended (terminated or truncated).
 This is gym 0.23's `NormalizeReward`, the version CleanRL pins.
 
 Statistics are float32; `count` starts at 1e-4, as gymnasium's
-`RunningMeanStd`.
+`RunningMeanStd` (which keeps float64). Two limits follow from float32: the
+count stops growing exactly once one batch is under its rounding step (from
+2**24 samples for batches of 1, 2**27 for batches of 8), where a new batch
+moves the statistics by about 1/count anyway; and observations whose squares
+overflow float32 (|x| above about 1e19) make the variance inf or NaN. Scale
+such observations before they reach the statistics.
 """
 
 from __future__ import annotations
