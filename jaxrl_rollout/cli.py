@@ -900,9 +900,14 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     if has_checkpoint:
         manifest = checkpoint.read_manifest(folder)
         try:
-            runner.check_checkpoint_spec(folder, saved, manifest)
+            behind, saved = saved, runner.run_spec(folder, saved, manifest)
         except ValueError as error:
             raise ValueError(f"{option}: {error}") from None
+        if saved != behind:  # an extension stopped between its checkpoint and config.json: config.json catches up
+            print(f"jaxrl_rollout: {folder}/config.json says {behind.config.total_timesteps:,} steps per run, its "
+                  f"checkpoint {saved.config.total_timesteps:,} (an extension stopped before it rewrote config.json); "
+                  "config.json is rewritten from the checkpoint")
+            _write_config(folder, saved, option)
         done = manifest["meta"]["updates_done"]
     spec = saved
     if "total_steps" in given:

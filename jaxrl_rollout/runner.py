@@ -375,7 +375,8 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
     """Refuses a config.json `spec` that differs from the spec saved in the checkpoint's manifest.
 
     Both are written by `train`, so a difference means config.json was edited
-    (or a `--total-steps` extension stopped between its two writes). A
+    (a `--total-steps` extension stopped between its two writes is told apart
+    by `run_spec`, which reads the run from its checkpoint then). A
     pre-Orbax checkpoint has no saved spec and is not compared.
 
     Args:
@@ -395,6 +396,30 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
                "longer)") if given else (f"{pathlib.Path(folder) / 'config.json'} differs from the spec saved with "
                                          "its checkpoint (was it edited?)")
         raise ValueError(f"{why}: " + "; ".join(diff) + ".")
+
+
+def run_spec(folder, spec: RunSpec, manifest: dict) -> RunSpec:
+    """The run's spec: config.json's `spec`, checked against its checkpoint's (`check_checkpoint_spec`).
+
+    An extension (`--total-steps` more) saves its checkpoint, then rewrites config.json; one stopped between the
+    two (killed, or config.json not writable) leaves config.json one total behind. Where that is the only
+    difference, the checkpoint's spec is the run's, and it is returned (the folder was refused for good, as if
+    config.json had been edited).
+
+    Args:
+      folder: the run folder (for messages).
+      spec: the spec read from its config.json.
+      manifest: `checkpoint.read_manifest(folder)`.
+    """
+    saved = manifest.get("meta", {}).get("spec")
+    if isinstance(saved, dict) and isinstance(saved.get("config"), dict):
+        total = saved["config"].get("total_timesteps")
+        behind = _checks.is_int(total) and total > spec.config.total_timesteps
+        if behind and not [d for d in spec_differences(spec.to_json(), saved)
+                           if d.split(":")[0] != "config.total_timesteps"]:
+            return RunSpec.from_json(saved)
+    check_checkpoint_spec(folder, spec, manifest)
+    return spec
 
 
 def make_algorithm(spec: RunSpec):
@@ -1159,7 +1184,7 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
         corrupt or mismatched checkpoint.
     """
     spec = read_spec(folder)
-    check_checkpoint_spec(folder, spec, checkpoint.read_manifest(folder))
+    spec = run_spec(folder, spec, checkpoint.read_manifest(folder))
     algorithm = make_algorithm(spec)
     template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
     state, extras, manifest = checkpoint.load(folder, template)

@@ -1,8 +1,10 @@
 """No run lost, none silently wrong (#25): one writer per folder, checks before writing, resume and extension."""
 
+import errno
 import json
 import math
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -223,6 +225,43 @@ def test_resume_with_more_total_steps_trains_longer(small_run, tmp_path, capsys,
     assert (f"interrupted; continue with: jaxrl-rollout train --resume {folder} --total-steps 320\n"
             in capsys.readouterr().err)
     assert runner.read_spec(folder).config.total_timesteps == 192
+
+
+def test_an_extension_stopped_between_its_checkpoint_and_config_json_still_resumes(small_run, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """An extension saves its checkpoint, then rewrites config.json. With config.json not writable there (or the
+    process killed between the two), the folder was refused for good by train --resume, evaluate and load_run
+    ("differs from the spec saved with its checkpoint (was it edited?)"). The checkpoint's spec is the run's:
+    evaluate reads it, and --resume rewrites config.json and ends where an uninterrupted extension ends."""
+    plain, folder = tmp_path / "plain", tmp_path / "run"
+    shutil.copytree(small_run, plain)
+    shutil.copytree(small_run, folder)
+    assert cli.main(["train", "--resume", str(plain), "--total-steps", "128"]) == 0
+    real = runner.write_spec
+
+    def unwritable(where, spec):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(pathlib.Path(where) / "config.json"))
+
+    monkeypatch.setattr(runner, "write_spec", unwritable)
+    assert cli.main(["train", "--resume", str(folder), "--total-steps", "128"]) == 2
+    monkeypatch.setattr(runner, "write_spec", real)
+    assert runner.read_spec(folder).config.total_timesteps == 64  # one total behind its checkpoint
+    assert checkpoint.read_manifest(folder)["meta"]["spec"]["config"]["total_timesteps"] == 128
+    capsys.readouterr()
+    assert runner.load_run(folder)[0].config.total_timesteps == 128
+    assert cli.main(["evaluate", str(folder)]) == 0 and "checkpoint final" in capsys.readouterr().out  # 4 of 4
+    assert cli.main(["train", "--resume", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert (f"jaxrl_rollout: {folder}/config.json says 64 steps per run, its checkpoint 128 (an extension stopped "
+            "before it rewrote config.json); config.json is rewritten from the checkpoint") in out, out
+    assert runner.read_spec(folder) == runner.read_spec(plain)
+    assert (folder / "metrics.csv").read_bytes() == (plain / "metrics.csv").read_bytes()
+    # a config.json edited in anything else is still refused
+    data = json.loads((folder / "config.json").read_text())
+    data["config"]["total_timesteps"], data["grid"][0]["lr"] = 64, 0.5
+    (folder / "config.json").write_text(json.dumps(data))
+    assert cli.main(["evaluate", str(folder)]) == 2
+    assert "grid[0].lr: 0.5 in config.json, 0.00025 in the checkpoint" in capsys.readouterr().err
 
 
 def test_resume_reads_eval_every_as_a_new_run_does(small_run, tmp_path, capsys):
