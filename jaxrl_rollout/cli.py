@@ -785,7 +785,11 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         try:
             read_spec(folder)  # a folder without a run is refused before a lock file is put in it
         except ValueError as error:
-            raise ValueError(f"{option}: {error}") from None
+            from jaxrl_rollout import checkpoint
+
+            missing = folder.is_dir() and not (folder / "config.json").exists()
+            if not (missing and checkpoint.exists(folder)):  # a checkpoint without config.json: _prepare_resume
+                raise ValueError(f"{option}: {error}") from None
         lock = FolderLock(folder).acquire(option)
         try:
             prepared = _prepare_resume(folder, given, args)
@@ -878,6 +882,14 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     from jaxrl_rollout import checkpoint, runner
 
     option = f"--resume {folder}"
+    if folder.is_dir() and not (folder / "config.json").exists() and checkpoint.exists(folder):
+        try:  # config.json removed: the checkpoint's spec is the run's
+            saved = runner.RunSpec.from_json(checkpoint.read_manifest(folder)["meta"]["spec"])
+        except (KeyError, TypeError, ValueError):
+            saved = None  # a pre-Orbax checkpoint (no spec), or an unreadable one: read_spec says what is missing
+        if saved is not None:
+            print(f"jaxrl_rollout: {folder} holds no config.json: it is written again from its checkpoint's spec")
+            _write_config(folder, saved, option)
     saved = runner.read_spec(folder)
     if given.get("eval_every") == "chunk" and saved.eval_every is None:  # a host env's run: refused as a new one is
         try:

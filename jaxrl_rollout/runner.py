@@ -1162,6 +1162,9 @@ def read_spec(folder) -> RunSpec:
     path = pathlib.Path(folder) / "config.json"
     if not path.exists():
         given = pathlib.Path(folder)
+        if given.is_dir() and checkpoint.exists(given):  # the spec is saved with the checkpoint too
+            raise ValueError(f"{folder} holds a checkpoint but no config.json (removed?); jaxrl-rollout train "
+                             f"--resume {folder} writes config.json again from the spec saved with the checkpoint.")
         what = ("is a file, not a run folder" if given.is_file() else
                 "holds no run: config.json is missing" if given.exists() else "does not exist")
         raise ValueError(f"{folder} {what}.{_runs_near(given)}")

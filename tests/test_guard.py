@@ -256,6 +256,17 @@ def test_an_extension_stopped_between_its_checkpoint_and_config_json_still_resum
             "before it rewrote config.json); config.json is rewritten from the checkpoint") in out, out
     assert runner.read_spec(folder) == runner.read_spec(plain)
     assert (folder / "metrics.csv").read_bytes() == (plain / "metrics.csv").read_bytes()
+    # config.json removed: evaluate says how to get it back, and --resume writes it from the checkpoint's spec
+    # (both said the folder "holds no run: config.json is missing")
+    (folder / "config.json").unlink()
+    assert cli.main(["evaluate", str(folder)]) == 2
+    assert capsys.readouterr().err == (f"jaxrl-rollout: error: {folder} holds a checkpoint but no config.json "
+                                       f"(removed?); jaxrl-rollout train --resume {folder} writes config.json again "
+                                       "from the spec saved with the checkpoint.\n")
+    assert cli.main(["train", "--resume", str(folder)]) == 0
+    assert (f"jaxrl_rollout: {folder} holds no config.json: it is written again from its checkpoint's spec"
+            in capsys.readouterr().out)
+    assert runner.read_spec(folder) == runner.read_spec(plain)
     # a config.json edited in anything else is still refused
     data = json.loads((folder / "config.json").read_text())
     data["config"]["total_timesteps"], data["grid"][0]["lr"] = 64, 0.5
