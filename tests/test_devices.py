@@ -68,8 +68,9 @@ def test_host_cores_shard_runs_and_equal_one_device():
 
 
 def test_cli_splits_the_host_and_keeps_an_explicit_count(tmp_path):
-    common = ["-m", "jaxrl_rollout", "--seeds", "2", "--total-steps", "1024", "--num-eval", "1",
-              "--tensorboard", "false"]
+    # The device line comes after the compile: one chunk, saved, is enough (no periodic or closing evaluation)
+    common = ["-m", "jaxrl_rollout", "--seeds", "2", "--total-steps", "1024", "--stop-after-chunks", "1",
+              "--eval-every", "off", "--tensorboard", "false"]
     auto = _run([*common, "--out", str(tmp_path / "auto")])
     assert f"over {min(2, devices.usable_cores())} cpu device(s)" in auto.stderr
     one = _run([*common, "--host-devices", "1", "--out", str(tmp_path / "one")])

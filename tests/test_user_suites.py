@@ -34,7 +34,7 @@ def test_every_suite_trains_and_evaluates_from_the_command_line(env_id, tmp_path
     N is 2048 (four chunks of one update, CleanRL's 4 x 128 steps each) for the main job's CartPole, whose row
     checks the chunks' outputs, and 1024 (two chunks: a chunk boundary with its checkpoint and periodic
     evaluation) for the other suites, whose periodic evaluations of long episodes (craftax, jumanji) took
-    most of their run time at four chunks.
+    most of their run time at four chunks (the jitted suites among them also evaluate 2 episodes per run, not 10).
     """
     if not _suite_runs_here(env_id):
         pytest.skip(f"{env_id}'s extra does not install on Python {sys.version_info[0]}.{sys.version_info[1]}; "
@@ -43,16 +43,22 @@ def test_every_suite_trains_and_evaluates_from_the_command_line(env_id, tmp_path
     work = tmp_path / "work"
     work.mkdir()
     folder = "runs/" + env_id.replace("/", "-")
-    steps = "2048" if env_id == "CartPole-v1" else "1024"
-    trained = run_as_user([str(CLI), "train", "--env", env_id, "--seeds", "2", "--total-steps", steps, "--out", folder],
-                   cwd=work, timeout=900)
+    main_job = env_id == "CartPole-v1"
+    # The jitted suites' rows evaluate 2 episodes per run (periodic, closing and `evaluate`): every episode of
+    # every run is played at once, and 10 of craftax's long ones took a third of its row's time. (A host env's
+    # row keeps the defaults: it is evaluated after training only, one short CartPole episode at a time.)
+    host = env_id.startswith(("gymnasium/", "envpool/"))
+    small_eval = [] if main_job or host else ["--eval-episodes", "2", "--num-eval", "2"]
+    trained = run_as_user([str(CLI), "train", "--env", env_id, "--seeds", "2", "--total-steps",
+                           "2048" if main_job else "1024", *small_eval, "--out", folder], cwd=work, timeout=900)
     assert trained.returncode == 0, explain(trained)
     assert "deterministic evaluation" in trained.stdout and "Traceback" not in trained.stderr, explain(trained)
     assert {"config.json", "metrics.csv", "learning_curve.png", "checkpoints"} <= {
         p.name for p in (work / folder).iterdir()}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    evaluated = run_as_user([str(CLI), "evaluate", f"../work/{folder}", "--num-episodes", "4"], cwd=elsewhere, timeout=900)
+    evaluated = run_as_user([str(CLI), "evaluate", f"../work/{folder}", "--num-episodes", "2" if small_eval else "4"],
+                            cwd=elsewhere, timeout=900)
     assert evaluated.returncode == 0, explain(evaluated)
     assert "checkpoint final" in evaluated.stdout and "Traceback" not in evaluated.stderr, explain(evaluated)
     _ROW_CHECKS.get(env_id, lambda *a: None)(trained, evaluated, work / folder)
