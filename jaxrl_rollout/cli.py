@@ -1178,7 +1178,7 @@ def _start_wandb(args: argparse.Namespace, log, folder, unsaved_total) -> None:
 def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.ExitStack) -> int:
     import jax
 
-    from jaxrl_rollout import checkpoint, compile_cache, report, runner
+    from jaxrl_rollout import checkpoint, compile_cache, runner
 
     hits_before = compile_cache.hits()  # main() may run more than once in a process
     spec, folder, resume = _prepare_folder(args, given, stack)
@@ -1240,6 +1240,41 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     except KeyboardInterrupt as stop:
         print(f"interrupted; continue with: {_resume_command(args, folder, unsaved_total)}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
+    try:
+        return _after_training(args, spec, folder, result, resume, hits_before, unsaved_total)
+    except OSError as error:  # the output stream closed (`| head`), or an output file that cannot be written
+        return _output_failed(error, args, folder, result, unsaved_total)
+
+
+def _output_failed(error: OSError, args, folder, result, unsaved_total) -> int:
+    """One line for an OSError after training: what failed, and that the run is saved (it said only
+    "error: Broken pipe" or "error: FOLDER/metrics.csv: Permission denied", as if the run were lost)."""
+    if isinstance(error, BrokenPipeError) and not error.filename:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
+        what = "the output stream closed (Broken pipe)"
+    else:
+        what = f"{error.filename}: {error.strerror or error}" if error.filename else str(error.strerror or error)
+    if result.complete:
+        import shlex
+
+        saved = (f"the run is complete and saved in {folder}: `jaxrl-rollout train --resume {shlex.quote(str(folder))}` "
+                 "writes its metrics.csv and learning_curve.png and prints its summary again, and `jaxrl-rollout "
+                 f"evaluate {shlex.quote(str(folder))}` evaluates it")
+    else:
+        saved = (f"the run is saved after chunk {result.chunks_done} of {result.num_chunks} in {folder}; continue "
+                 f"with: {_resume_command(args, folder, unsaved_total)}")
+    print(f"jaxrl-rollout: error: {what}, after training: {saved}.", file=sys.stderr)
+    return 2
+
+
+def _after_training(args, spec, folder, result, resume: bool, hits_before: int, unsaved_total) -> int:
+    """`train`'s outputs after the run is saved: the timing line, metrics.csv and learning_curve.png, the summary,
+    the closing evaluation. Returns the exit status."""
+    import jax
+
+    from jaxrl_rollout import compile_cache, report, runner
+
+    cfg = spec.config
     speed = (f"{result.updates_run * cfg.steps_per_update * spec.num_runs / max(result.run_s, 1e-9):,.0f} env steps/s "
              "over all runs" + (", this session" if resume else "")) if result.updates_run else "nothing trained"
     print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s ({speed}"
@@ -1865,6 +1900,10 @@ def entry() -> None:
 
     _deferred.defer()
     code = main()
+    try:
+        sys.stdout.flush()  # what a pipe's buffer still holds (a reader that closed early: `| head`)
+    except BrokenPipeError:  # the command's work is done; Python's own flush at exit would print a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if code in (130, 143):
         sys.stdout.flush()
         sys.stderr.flush()

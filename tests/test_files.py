@@ -275,3 +275,65 @@ def test_reports_name_metrics_that_are_not_the_specs(tmp_path):
     with pytest.raises(ValueError, match=r"^metrics must be a run's metrics"):
         report.write_learning_curve(tmp_path / "c.png", SPEC, {"episode_return": METRICS["episode_return"]})
     assert not list(tmp_path.iterdir())
+
+
+_SMALL_TRAIN = [sys.executable, "-m", "jaxrl_rollout", "train", "--num-envs", "4", "--num-steps", "8", "--total-steps",
+                "64", "--seeds", "1", "--chunk-updates", "1", "--tensorboard", "false", "--host-devices", "1",
+                "--num-eval", "1", "--out", "run"]
+
+
+def _user_env(**changes):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update(PYTHONPATH=ROOT, **changes)
+    return env
+
+
+def test_an_output_that_fails_after_training_says_the_run_is_saved_and_how_to_get_its_outputs(tmp_path):
+    """The output stream closed by its reader (`train | head -2`) or an output file that cannot be written, once
+    the run is saved: one error line says so, and what writes the outputs again (it said only "error: Broken pipe"
+    or "error: run/metrics.csv: Is a directory", as if the run were lost)."""
+    proc = subprocess.Popen(_SMALL_TRAIN, cwd=tmp_path, env=_user_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("jaxrl_rollout: PPO on CartPole-v1")
+        assert proc.stdout.readline().startswith("  deterministic evaluation every update")  # then it trains
+        proc.stdout.close()  # as `| head -2` does
+        err = proc.stderr.read()
+        assert proc.wait(timeout=300) == 2, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = err.strip().splitlines()
+    assert lines[-1] == ("jaxrl-rollout: error: the output stream closed (Broken pipe), after training: the run is "
+                         "complete and saved in run: `jaxrl-rollout train --resume run` writes its metrics.csv and "
+                         "learning_curve.png and prints its summary again, and `jaxrl-rollout evaluate run` "
+                         "evaluates it."), err
+    assert "Traceback" not in err and "Exception" not in err and "step 64/64" in err, err
+    assert not (tmp_path / "run" / "metrics.csv").exists()
+    (tmp_path / "run" / "learning_curve.png").mkdir()  # an output that cannot be replaced
+    again = subprocess.run([*_SMALL_TRAIN[:4], "--resume", "run"], cwd=tmp_path, env=_user_env(), capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 2 and again.stderr.strip().splitlines()[-1] == (
+        "jaxrl-rollout: error: run/learning_curve.png: Is a directory, after training: the run is complete and saved "
+        "in run: `jaxrl-rollout train --resume run` writes its metrics.csv and learning_curve.png and prints its "
+        "summary again, and `jaxrl-rollout evaluate run` evaluates it."), again.stderr
+    (tmp_path / "run" / "learning_curve.png").rmdir()
+    assert cli.main(["train", "--resume", str(tmp_path / "run")]) == 0  # as the line says
+    assert {"metrics.csv", "learning_curve.png"} <= {p.name for p in (tmp_path / "run").iterdir()}
+
+
+def test_a_reader_that_closes_a_buffered_output_early_gets_no_traceback(tmp_path):
+    """Without PYTHONUNBUFFERED a pipe's output is buffered, and a reader gone before the end (`| head -1`) made
+    Python's flush at exit print "Exception ignored ... BrokenPipeError" and exit 120; the run had trained and
+    written everything, so it ends as it would have."""
+    proc = subprocess.Popen(_SMALL_TRAIN, cwd=tmp_path, env=_user_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=300) == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err and "Exception" not in err and "BrokenPipe" not in err, err
+    assert {"metrics.csv", "learning_curve.png", "checkpoints"} <= {p.name for p in (tmp_path / "run").iterdir()}
