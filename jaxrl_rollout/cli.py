@@ -780,15 +780,12 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
             raise ValueError("--out and --resume both given: a resumed run writes to its own folder.")
         folder = pathlib.Path(args.resume)
         option = f"--resume {folder}"
-        from jaxrl_rollout.runner import read_spec
+        from jaxrl_rollout.runner import config_removed, read_spec
 
         try:
             read_spec(folder)  # a folder without a run is refused before a lock file is put in it
         except ValueError as error:
-            from jaxrl_rollout import checkpoint
-
-            missing = folder.is_dir() and not (folder / "config.json").exists()
-            if not (missing and checkpoint.exists(folder)):  # a checkpoint without config.json: _prepare_resume
+            if not config_removed(folder):  # a checkpoint without config.json: _prepare_resume writes it again
                 raise ValueError(f"{option}: {error}") from None
         lock = FolderLock(folder).acquire(option)
         try:
@@ -882,7 +879,7 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     from jaxrl_rollout import checkpoint, runner
 
     option = f"--resume {folder}"
-    if folder.is_dir() and not (folder / "config.json").exists() and checkpoint.exists(folder):
+    if runner.config_removed(folder):
         try:  # config.json removed: the checkpoint's spec is the run's
             saved = runner.RunSpec.from_json(checkpoint.read_manifest(folder)["meta"]["spec"])
         except (KeyError, TypeError, ValueError):
@@ -1250,10 +1247,10 @@ def _output_failed(error: OSError, args, folder, result, unsaved_total) -> int:
     """One line for an OSError after training: what failed, and that the run is saved (it said only
     "error: Broken pipe" or "error: FOLDER/metrics.csv: Permission denied", as if the run were lost)."""
     if isinstance(error, BrokenPipeError) and not error.filename:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
+        _stdout_to_devnull()
         what = "the output stream closed (Broken pipe)"
     else:
-        what = f"{error.filename}: {error.strerror or error}" if error.filename else str(error.strerror or error)
+        what = _os_error_text(error)
     if result.complete:
         import shlex
 
@@ -1265,6 +1262,18 @@ def _output_failed(error: OSError, args, folder, result, unsaved_total) -> int:
                  f"with: {_resume_command(args, folder, unsaved_total)}")
     print(f"jaxrl-rollout: error: {what}, after training: {saved}.", file=sys.stderr)
     return 2
+
+
+def _os_error_text(error: OSError) -> str:
+    """An OSError as one line: the file it names, then what went wrong."""
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{error.strerror or error}"
+
+
+def _stdout_to_devnull() -> None:
+    """Points stdout at /dev/null once its reader has closed it (`| head`), so that no later write or flush (Python's
+    own at exit) raises BrokenPipeError again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _after_training(args, spec, folder, result, resume: bool, hits_before: int, unsaved_total) -> int:
@@ -1852,8 +1861,7 @@ def _main(argv: list) -> int:
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # a file the run reads or writes: one line naming it, not a traceback
-        where = f"{error.filename}: " if error.filename else ""
-        print(f"jaxrl-rollout: error: {where}{error.strerror or error}", file=sys.stderr)
+        print(f"jaxrl-rollout: error: {_os_error_text(error)}", file=sys.stderr)
         return 2
     except RuntimeError as error:  # jax's JaxRuntimeError (XlaRuntimeError before it): XLA's out of memory
         if "RESOURCE_EXHAUSTED" not in str(error):
@@ -1903,9 +1911,8 @@ def entry() -> None:
     try:
         sys.stdout.flush()  # what a pipe's buffer still holds (a reader that closed early: `| head`)
     except BrokenPipeError:  # the command's work is done; Python's own flush at exit would print a traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
     if code in (130, 143):
-        sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)

@@ -1157,12 +1157,19 @@ def write_spec(folder, spec: RunSpec) -> None:
     checkpoint.write_atomic(pathlib.Path(folder), "config.json", lambda f: f.write(text.encode()))
 
 
+def config_removed(folder) -> bool:
+    """Whether `folder` holds a checkpoint but no config.json (removed?): its spec is saved with the checkpoint too,
+    and `train --resume` writes config.json again from it."""
+    folder = pathlib.Path(folder)
+    return folder.is_dir() and not (folder / "config.json").exists() and checkpoint.exists(folder)
+
+
 def read_spec(folder) -> RunSpec:
     """The `RunSpec` saved in `folder`/config.json; a ValueError says what is wrong."""
     path = pathlib.Path(folder) / "config.json"
     if not path.exists():
         given = pathlib.Path(folder)
-        if given.is_dir() and checkpoint.exists(given):  # the spec is saved with the checkpoint too
+        if config_removed(given):
             raise ValueError(f"{folder} holds a checkpoint but no config.json (removed?); jaxrl-rollout train "
                              f"--resume {folder} writes config.json again from the spec saved with the checkpoint.")
         what = ("is a file, not a run folder" if given.is_file() else
