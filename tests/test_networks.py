@@ -75,7 +75,17 @@ def run_once(fn, *args):
     return compiled(*args)
 
 
-INIT = run_once(_init_all, jax.random.key(0))
+class _InitOnFirstUse(dict):
+    """`_init_all`'s parameters, computed by the first test that reads one, not when the module is imported:
+    every worker of a `-n 2` run imports every test module to collect it, and the compile (8 s on 2 cores) was
+    paid by both, once for nothing."""
+
+    def __missing__(self, name):
+        self.update(run_once(_init_all, jax.random.key(0)))
+        return self[name]
+
+
+INIT = _InitOnFirstUse()
 
 
 def random_params(module, obs_shape, seed=0, scale=0.5):
