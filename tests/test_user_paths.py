@@ -10,6 +10,7 @@ can put it beside this one).
 
 import contextlib
 import csv
+import json
 import os
 import pathlib
 import re
@@ -21,6 +22,8 @@ import types
 
 import numpy as np
 import pytest
+
+from jaxrl_rollout.algorithms import ppo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -86,8 +89,27 @@ def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
     folder = re.search(r"output in (runs/ppo-CartPole-v1-\d{8}-\d{6})\n", out)
     assert folder, out  # the default run folder is relative, under runs/
     folder = folder.group(1)
-    assert {"config.json", "metrics.csv", "learning_curve.png"} <= {p.name for p in (clone / folder).iterdir()}
+    # This run is also the README suite table's CartPole-v1 row (tests/test_user_suites.py trains the others): the
+    # chunks' outputs a row shows, at the main job's size (976 updates of 512 steps in 16 chunks, 8 seeds).
+    err = result.stderr
+    assert "PPO on CartPole-v1, 8 seeds x 499,712 steps in one vmapped call" in out, out
+    assert "env steps/s over all runs" in out and "mean episode return by tenth of training: " in out, out
+    assert "step 499,712/499,712 (100.0%)" in err and "steps/s  return" in err and "eval " in err, err
+    assert {"config.json", "metrics.csv", "learning_curve.png", "tensorboard"} <= {
+        p.name for p in (clone / folder).iterdir()}
     assert [p.name for p in (clone / folder / "checkpoints").iterdir()] == ["16"]  # all 16 chunks, committed
+    saved = json.loads((clone / folder / "config.json").read_text())
+    assert saved["config"]["total_timesteps"] == 500_000 and saved["num_seeds"] == 8, saved
+    assert (clone / folder / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(clone / folder / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["grid_point", "seed", "update", "step", "metric", "value"]
+    # seeds x updates x metrics (env_steps left out; eval_return and eval_length: the default --eval-every chunk)
+    assert len(rows) == 8 * 976 * (len(ppo.PPOMetrics._fields) - 1 + 2), len(rows)
+    assert {r["metric"] for r in rows} >= {"eval_return", "eval_length"}
+    assert {int(r["step"]) for r in rows} == {512 * u for u in range(1, 977)}
+    evaluations = {int(r["update"]) for r in rows if r["metric"] == "eval_return" and r["value"] != "nan"}
+    assert evaluations == {61 * c - 1 for c in range(1, 17)}, sorted(evaluations)  # after each chunk's last update
     ret = float(re.search(r"0  default\s+([\d.]+)", out).group(1))
     assert ret > 400, out  # CleanRL's config solves CartPole-v1 in 5e5 steps
     # PPO's learning test on its default config (8 vmapped seeds, as tests/test_learning.py's others): per seed,
