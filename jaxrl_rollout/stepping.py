@@ -248,6 +248,8 @@ def env_step(
     """
     if is_vectorized(env):
         result = env.step(keys, env_state, action, env_params)
+    elif _resets_only_done(env):
+        result = _step_resetting_done(env, env_params, keys, env_state, action, batch_size)
     else:
         result = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, env_params)
     obs, env_state, reward, terminated, truncated, info = _checks.unpack_step(result, env, batched=True)
@@ -265,6 +267,77 @@ def env_step(
         jnp.asarray(truncated, dtype=bool),
         info["final_observation"],
     )
+
+
+def _resets_only_done(env: Any) -> bool:
+    """Whether `env_step` resets only the envs that are done: an adapter built on `envs._base.SameStepEnv` whose
+    `step` is the base's (its `step_env`, then its `reset_env` for an env that is done), not one of its own, and
+    whose `resets_only_done` is True."""
+    from jaxrl_rollout.envs._base import SameStepEnv
+
+    return isinstance(env, SameStepEnv) and type(env).step is SameStepEnv.step and env.resets_only_done is True
+
+
+def reset_group(batch_size: int) -> int:
+    """How many resets `env_step` computes at a time for a `SameStepEnv` adapter's B envs: ceil(B / 8)."""
+    return -(-batch_size // 8)
+
+
+def _step_resetting_done(
+    env: Any, env_params: Any, keys: jax.Array, env_state: PyTree, action: PyTree, batch_size: int
+) -> tuple:
+    """`jax.vmap(env.step)` for a `SameStepEnv` adapter, with only the done envs' resets computed.
+
+    The vmapped `step` computes every env's reset at every step (a select
+    cannot skip one) and keeps the done envs' only. A reset can cost far more
+    than a step: craftax's generates a world (64 envs of Craftax-Classic
+    stepped 64 times: 9.0 s with every reset, 0.49 s so, on 2 CPU cores;
+    `benchmarks/reset_only_done.py`). Here each env's step key and reset key
+    are split as `SameStepEnv.step` splits them, `step_env` runs vmapped, and
+    the done envs, in index order, reset in groups of `reset_group(B)` inside
+    a `lax.while_loop` that runs no group when no env is done (under an outer
+    vmap, as many as the run with the most done envs needs). Each done env
+    resets from its own reset key, as in the vmapped `step`: the results are
+    its results, bit for bit where the env's reset computes an env alike in a
+    batch of any size (craftax's world generation rounds some values
+    differently in a batch of 16 than of 8 or fewer, which changes tiles of
+    the world: the same key gives another valid world). An env whose reset
+    returns other shapes or dtypes than its step (a select would promote them)
+    takes the vmapped step's select instead.
+    """
+    params = env.default_params if env_params is None else env_params
+    split = jax.vmap(jax.random.split)(keys)
+    obs, state, reward, terminated, truncated, info = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
+        split[:, 0], env_state, action, params)
+    terminated = jnp.asarray(terminated, dtype=bool)
+    truncated = jnp.asarray(truncated, dtype=bool)
+    done, reset_keys_ = terminated | truncated, split[:, 1]
+    info = {**info, "final_observation": obs}
+    step_out = (obs, state)
+    reset_out = jax.eval_shape(lambda key: env.reset_env(key, params), reset_keys_[0])
+    if jax.tree.structure(step_out) != jax.tree.structure(reset_out) or any(
+        jnp.shape(a)[1:] != b.shape or jnp.result_type(a) != b.dtype
+        for a, b in zip(jax.tree.leaves(step_out), jax.tree.leaves(reset_out))
+    ):
+        reset_obs, reset_state = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys_, params)
+        obs, state = batch_where(done, reset_obs, obs), batch_where(done, reset_state, state)
+    else:
+        group = reset_group(batch_size)
+        rank = jnp.cumsum(done, dtype=jnp.int32) - 1  # a done env's place among the done envs
+        count = rank[-1] + 1
+
+        def reset_next_group(carry):
+            # Group g: the done envs ranked g * group to g * group + group - 1 (found here, in the loop, so a step
+            # without a done env does not pay for it: jnp.nonzero before the loop took half of xminigrid's step).
+            g, tree = carry
+            hit = (rank == (g * group + jnp.arange(group, dtype=jnp.int32))[:, None]) & done  # [group, B]
+            ids = jnp.where(hit.any(axis=1), jnp.argmax(hit, axis=1), batch_size)  # B past the last: dropped
+            reset = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys_[jnp.minimum(ids, batch_size - 1)], params)
+            return g + 1, jax.tree.map(lambda x, r: x.at[ids].set(r, mode="drop"), tree, reset)
+
+        _, (obs, state) = jax.lax.while_loop(lambda carry: carry[0] * group < count, reset_next_group,
+                                             (jnp.int32(0), step_out))
+    return obs, state, jnp.asarray(reward, dtype=jnp.float32), terminated, truncated, info
 
 
 def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:

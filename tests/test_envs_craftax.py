@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 import jaxrl_rollout as jr
-from jaxrl_rollout import envs
+from jaxrl_rollout import envs, stepping
 
 NAME = "craftax/Craftax-Classic-Symbolic-v1"
 T, B = 5, 2
@@ -93,6 +93,8 @@ def test_make_returns_craftax_params_and_gymnax_spaces(made):
     assert isinstance(env.action_space(params), spaces.Discrete) and env.action_space(params).n == 17
     obs_space = env.observation_space(None)
     assert isinstance(obs_space, spaces.Box) and tuple(obs_space.shape) == (1345,)
+    # the rollout computes only the done envs' resets (worlds): the scenarios below step through that path
+    assert stepping._resets_only_done(env)
 
 
 def test_flags_first_and_step_counts_step_by_step(result):

@@ -5,8 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import struct
+from gymnax.environments import spaces
 
 from jaxrl_rollout import stepping
+from jaxrl_rollout.envs._base import SameStepEnv
 from tests.toy_envs import CountingEnv, CountingState, OldApiEnv, counting_recurrent_policy, obs_time, scripted_policy
 
 B = 3
@@ -169,3 +171,109 @@ def test_act_calls_feedforward_and_recurrent_policies():
     out, carry = stepping.act(policy, None, obs, jax.random.key(1), start, first, B, space)
     np.testing.assert_array_equal(out.value, [0.0, 5.0, 5.0])
     np.testing.assert_array_equal(carry[:, 0], [1.0, 6.0, 6.0])
+
+
+class _Resets:
+    """Counts the resets a program computes (a `jax.debug.callback` in `_LazyResetEnv.reset_env`; XLA may call it
+    from several threads at once, so each call appends, which the GIL keeps whole, and `count` sums)."""
+
+    calls: list = []
+
+    @classmethod
+    def add(cls, ones):
+        cls.calls.append(int(np.sum(ones)))
+
+    @classmethod
+    def count(cls):
+        jax.effects_barrier()
+        return sum(cls.calls)
+
+
+class _LazyResetEnv(SameStepEnv):
+    """An adapter on SameStepEnv: an episode ends with action 1 (terminated) or at step 5 (truncated); a typed
+    key in its state; a count of the resets computed."""
+
+    resets_only_done = True
+
+    def __init__(self, reset_obs_dtype=jnp.float32):
+        self.reset_obs_dtype = reset_obs_dtype
+
+    def reset_env(self, key, params):
+        jax.debug.callback(_Resets.add, jax.random.key_data(key)[0] * 0 + 1)  # one per env reset (batched)
+        key, draw = jax.random.split(key)
+        obs = jnp.stack([jnp.float32(0), jax.random.uniform(draw)]).astype(self.reset_obs_dtype)
+        return obs, {"time": jnp.int32(0), "key": key}
+
+    def step_env(self, key, state, action, params):
+        time = state["time"] + 1
+        obs = jnp.stack([time.astype(jnp.float32), jax.random.uniform(key)])
+        return obs, {"time": time, "key": state["key"]}, jnp.float32(time), action == 1, time >= 5, {"t": time}
+
+    def action_space(self, params=None):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params=None):
+        return spaces.Box(0.0, 1e6, (2,), jnp.float32)
+
+
+def _run_both_ways(env, num_envs, steps, runs=None):
+    """Per step: `stepping.env_step`'s results and `jax.vmap(env.step)`'s, in one jitted scan each (a vmap over
+    `runs` runs around it when given), from the same keys and random actions."""
+
+    def run(key, lazy):
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), None)
+
+        def one(state, key):
+            act_key, step_key = jax.random.split(key)
+            action = jax.random.bernoulli(act_key, 0.05, (num_envs,)).astype(jnp.int32)
+            keys = jax.random.split(step_key, num_envs)
+            if lazy:
+                out = stepping.env_step(env, None, keys, state, action, num_envs)
+            else:
+                out = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, action, None)
+                out = (*out[:5], out[5]["final_observation"])
+            return out[1], (out[0], out[2], out[3], out[4], out[5], out[1]["time"],
+                            jax.random.key_data(out[1]["key"]))
+
+        return jax.lax.scan(one, state, jax.random.split(key, steps))[1]
+
+    if runs is None:
+        return [jax.jit(run, static_argnums=1)(jax.random.key(7), lazy) for lazy in (True, False)]
+    keys = jax.random.split(jax.random.key(7), runs)
+    return [jax.jit(jax.vmap(run, in_axes=(0, None)), static_argnums=1)(keys, lazy) for lazy in (True, False)]
+
+
+@pytest.mark.parametrize("runs", [None, 3])
+def test_env_step_computes_only_the_done_envs_resets_and_equals_the_vmapped_step(runs):
+    """For an adapter on SameStepEnv the rollout's step resets the done envs only, in groups of ceil(B / 8), and
+    gives `jax.vmap(env.step)`'s results bit for bit, a typed key in the state included; under a vmap over runs
+    too (each group then as many times as the run with the most done envs needs)."""
+    env, num_envs, steps = _LazyResetEnv(), 10, 12
+    assert stepping._resets_only_done(env) and stepping.reset_group(num_envs) == 2
+    _Resets.calls.clear()
+    lazy, plain = _run_both_ways(env, num_envs, steps, runs)
+    jax.block_until_ready((lazy, plain))
+    for a, b in zip(lazy, plain):
+        np.testing.assert_array_equal(a, b)
+    done = np.asarray(lazy[2] | lazy[3]).reshape(-1, steps, num_envs).sum(-1)  # [runs, steps]
+    assert done.min() == 0 and done.max() >= 3, done  # steps without a reset and steps with several groups
+    groups = np.ceil(done / 2).max(axis=0)  # per step, the run with the most done envs
+    lazy_resets = (runs or 1) * (num_envs + 2 * groups.sum())  # the initial resets, then the groups of 2
+    plain_resets = (runs or 1) * num_envs * (1 + steps)
+    assert _Resets.count() == lazy_resets + plain_resets, (_Resets.count(), lazy_resets, plain_resets)
+
+
+def test_env_step_resets_every_env_where_the_reset_differs_from_the_step_or_the_adapter_says_so():
+    """A reset whose obs dtype is not its step's takes the vmapped step's select (which promotes), and an adapter
+    with `resets_only_done = False` the vmapped step itself: the same results either way."""
+    env = _LazyResetEnv(reset_obs_dtype=jnp.bfloat16)
+    lazy, plain = _run_both_ways(env, 4, 6)
+    assert lazy[0].dtype == plain[0].dtype == jnp.float32
+    for a, b in zip(lazy, plain):
+        np.testing.assert_array_equal(a, b)
+    env = _LazyResetEnv()
+    env.resets_only_done = False
+    assert not stepping._resets_only_done(env)
+    _Resets.calls.clear()
+    jax.block_until_ready(_run_both_ways(env, 4, 6))
+    assert _Resets.count() == 2 * 4 * (1 + 6)  # both programs: every env's reset at every step

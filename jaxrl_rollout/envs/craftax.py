@@ -187,6 +187,8 @@ class CraftaxEnv(_base.SameStepEnv):
       name: a name for messages; defaults to the env's class name.
     """
 
+    resets_only_done = True  # a reset generates a world: the rollout computes only the done envs' (`stepping`)
+
     def __init__(self, env: Any, *, params: Any = None, name: str | None = None):
         bases = _base.require("craftax.environment_base.environment_bases", "craftax", "CraftaxEnv")
         if isinstance(env, bases.EnvironmentAutoReset):
