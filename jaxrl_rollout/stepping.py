@@ -228,6 +228,11 @@ def env_step(
 ) -> EnvStep:
     """Steps every env once, env i with `keys[i]` and `action[i]`.
 
+    `jax.vmap(env.step)`, or a vectorized env's own `step`; for an adapter
+    that asks for it (`SameStepEnv.resets_only_done`: craftax's, whose reset
+    generates a world), the same step with only the done envs' resets
+    computed (`_step_resetting_done`).
+
     Args:
       env: the environment (static).
       env_params: the env's params (shared by the B envs).
