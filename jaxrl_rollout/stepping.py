@@ -297,8 +297,8 @@ def _step_resetting_done(
     cannot skip one) and keeps the done envs' only. A reset can cost far more
     than a step: craftax's generates a world (64 envs of Craftax-Classic
     stepped 64 times: 9.0 s with every reset, 0.49 s so, on 2 CPU cores;
-    `benchmarks/reset_only_done.py`). Here each env's step key and reset key
-    are split as `SameStepEnv.step` splits them, `step_env` runs vmapped, and
+    `benchmarks/reset_only_done.py`). Here `SameStepEnv.step_until_reset`
+    (`step` up to its reset, with each env's reset key) runs vmapped, and
     the done envs, in index order, reset in groups of `reset_group(B)` inside
     a `lax.while_loop` that runs no group when no env is done (under an outer
     vmap, as many as the run with the most done envs needs). Each done env
@@ -311,13 +311,9 @@ def _step_resetting_done(
     takes the vmapped step's select instead.
     """
     params = env.default_params if env_params is None else env_params
-    split = jax.vmap(jax.random.split)(keys)
-    obs, state, reward, terminated, truncated, info = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
-        split[:, 0], env_state, action, params)
-    terminated = jnp.asarray(terminated, dtype=bool)
-    truncated = jnp.asarray(truncated, dtype=bool)
-    done, reset_keys_ = terminated | truncated, split[:, 1]
-    info = {**info, "final_observation": obs}
+    obs, state, reward, terminated, truncated, info, reset_keys_ = jax.vmap(
+        env.step_until_reset, in_axes=(0, 0, 0, None))(keys, env_state, action, params)
+    done = terminated | truncated
     step_out = (obs, state)
     reset_out = jax.eval_shape(lambda key: env.reset_env(key, params), reset_keys_[0])
     if jax.tree.structure(step_out) != jax.tree.structure(reset_out) or any(
@@ -342,7 +338,7 @@ def _step_resetting_done(
 
         _, (obs, state) = jax.lax.while_loop(lambda carry: carry[0] * group < count, reset_next_group,
                                              (jnp.int32(0), step_out))
-    return obs, state, jnp.asarray(reward, dtype=jnp.float32), terminated, truncated, info
+    return obs, state, reward, terminated, truncated, info
 
 
 def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:

@@ -214,18 +214,21 @@ class SameStepEnv:
 
     def step(self, key: jax.Array, state: PyTree, action: Any, params: Any = None) -> tuple:
         params = self.default_params if params is None else params
+        obs, next_state, reward, terminated, truncated, info, reset_key = self.step_until_reset(key, state, action, params)
+        reset_obs, reset_state = self.reset_env(reset_key, params)
+        done = terminated | truncated
+        return select_tree(done, reset_obs, obs), select_tree(done, reset_state, next_state), reward, terminated, truncated, info
+
+    def step_until_reset(self, key: jax.Array, state: PyTree, action: Any, params: Any) -> tuple:
+        """`step` up to its auto-reset: `(obs, next_state, reward, terminated, truncated, info, reset_key)`.
+
+        The step key and the reset key are one split of `key`; `step_env`
+        runs with the first, flags come back bool, the reward float32, and
+        `info["final_observation"]` is `obs`. `step` resets from `reset_key`
+        and selects; `stepping.env_step` (for `resets_only_done`) vmaps this
+        and resets only the done envs, from the same keys.
+        """
         step_key, reset_key = jax.random.split(key)
         obs, next_state, reward, terminated, truncated, info = self.step_env(step_key, state, action, params)
-        terminated = jnp.asarray(terminated, dtype=bool)
-        truncated = jnp.asarray(truncated, dtype=bool)
-        done = terminated | truncated
-        reset_obs, reset_state = self.reset_env(reset_key, params)
-        info = {**info, "final_observation": obs}
-        return (
-            select_tree(done, reset_obs, obs),
-            select_tree(done, reset_state, next_state),
-            jnp.asarray(reward, dtype=jnp.float32),
-            terminated,
-            truncated,
-            info,
-        )
+        return (obs, next_state, jnp.asarray(reward, dtype=jnp.float32), jnp.asarray(terminated, dtype=bool),
+                jnp.asarray(truncated, dtype=bool), {**info, "final_observation": obs}, reset_key)
