@@ -93,7 +93,8 @@ def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
     # chunks' outputs a row shows, at the main job's size (976 updates of 512 steps in 16 chunks, 8 seeds).
     err = result.stderr
     assert "PPO on CartPole-v1, 8 seeds x 499,712 steps in one vmapped call" in out, out
-    assert "env steps/s over all runs" in out and "mean episode return by tenth of training: " in out, out
+    assert "compile " in out and "env steps/s over all runs" in out, out
+    assert "mean episode return by tenth of training: " in out, out
     assert "step 499,712/499,712 (100.0%)" in err and "steps/s  return" in err and "eval " in err, err
     assert {"config.json", "metrics.csv", "learning_curve.png", "tensorboard"} <= {
         p.name for p in (clone / folder).iterdir()}
@@ -114,23 +115,22 @@ def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
     assert ret > 400, out  # CleanRL's config solves CartPole-v1 in 5e5 steps
     # PPO's learning test on its default config (8 vmapped seeds, as tests/test_learning.py's others): per seed,
     # the mean return of the episodes completed in the last 20 updates, from the run's metrics.csv
-    final = _last_updates_return(clone / folder / "metrics.csv", 20)
+    final = _last_updates_return(rows, 20)
     assert len(final) == 8 and final.mean() >= 470, final  # PureJaxRL's reference reaches about 490
     evaluated = run_as_user([str(clone / ".venv" / "bin" / "jaxrl-rollout"), "evaluate", folder], cwd=clone, timeout=600)
     assert evaluated.returncode == 0, explain(evaluated)
     assert "checkpoint final" in evaluated.stdout and len(re.findall(r"default\s+\d+\s", evaluated.stdout)) == 8
 
 
-def _last_updates_return(metrics_csv: pathlib.Path, updates: int) -> np.ndarray:
+def _last_updates_return(rows: list[dict], updates: int) -> np.ndarray:
     """Per seed: the mean return of the episodes completed in the run's last `updates` updates
-    (tests/test_learning.py's `episode_weighted`, on the [seeds, updates] arrays of a run's metrics.csv)."""
+    (tests/test_learning.py's `episode_weighted`, on the [seeds, updates] arrays of a run's metrics.csv rows)."""
     from tests.test_learning import episode_weighted
 
     values = {"episode_return": {}, "num_episodes": {}}
-    with open(metrics_csv) as f:
-        for r in csv.DictReader(f):
-            if r["metric"] in values:
-                values[r["metric"]][int(r["seed"]), int(r["update"])] = float(r["value"])
+    for r in rows:
+        if r["metric"] in values:
+            values[r["metric"]][int(r["seed"]), int(r["update"])] = float(r["value"])
     seeds, steps = (1 + max(k[i] for k in values["num_episodes"]) for i in (0, 1))
     arrays = {name: np.full((seeds, steps), np.nan) for name in values}
     for name, cells in values.items():
