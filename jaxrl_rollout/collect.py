@@ -542,7 +542,9 @@ def evaluate(
     `generate_test_episodes`): no reward or length is added and the auto-reset
     episode is never counted. A `lax.while_loop` stops as soon as every episode
     is done or `max_steps` steps have run, so the call is jittable and
-    vmappable.
+    vmappable. Since nothing after an episode's end is read, a suite
+    adapter's finished env is not reset (`stepping.env_step(...,
+    reset_done=False)`: no reset compiled into the loop).
 
     For deterministic evaluation pass a policy that acts with the mode of its
     action distribution, e.g. `categorical_policy(apply_fn, deterministic=True)`.
@@ -582,7 +584,7 @@ def evaluate(
             policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space
         )
         obs, env_state, reward, terminated, truncated, _ = stepping.env_step(
-            env, env_params, env_keys, state.env_state, out.action, num_episodes
+            env, env_params, env_keys, state.env_state, out.action, num_episodes, reset_done=False
         )
         done = terminated | truncated
         state = RolloutState(

@@ -224,7 +224,8 @@ _compiled_reset = jax.jit(_reset_batch, static_argnums=0)
 
 
 def env_step(
-    env: Any, env_params: Any, keys: jax.Array, env_state: PyTree, action: PyTree, batch_size: int
+    env: Any, env_params: Any, keys: jax.Array, env_state: PyTree, action: PyTree, batch_size: int,
+    *, reset_done: bool = True,
 ) -> EnvStep:
     """Steps every env once, env i with `keys[i]` and `action[i]`.
 
@@ -232,6 +233,15 @@ def env_step(
     that asks for it (`SameStepEnv.resets_only_done`: craftax's, whose reset
     generates a world), the same step with only the done envs' resets
     computed (`_step_resetting_done`).
+
+    `reset_done=False` is for a caller that discards whatever an env does
+    after its episode ends (`evaluate`, `video.record_episodes`): an adapter
+    built on `SameStepEnv` (with the base's `step`) is then stepped without its
+    auto-reset, `step_until_reset` vmapped, so no reset is computed or
+    compiled into the step (craftax's evaluation compiled in 8.5 s against
+    15.6 s so, on 2 CPU cores). Every output of an env whose episode goes on
+    is the same bit for bit (the same step key); a done env keeps its final
+    state and observation. Other envs reset themselves as usual.
 
     Args:
       env: the environment (static).
@@ -253,6 +263,9 @@ def env_step(
     """
     if is_vectorized(env):
         result = env.step(keys, env_state, action, env_params)
+    elif not reset_done and _steps_until_reset(env):
+        params = env.default_params if env_params is None else env_params
+        result = jax.vmap(env.step_until_reset, in_axes=(0, 0, 0, None))(keys, env_state, action, params)[:6]
     elif _resets_only_done(env):
         result = _step_resetting_done(env, env_params, keys, env_state, action, batch_size)
     else:
@@ -274,13 +287,18 @@ def env_step(
     )
 
 
-def _resets_only_done(env: Any) -> bool:
-    """Whether `env_step` resets only the envs that are done: an adapter built on `envs._base.SameStepEnv` whose
-    `step` is the base's (its `step_env`, then its `reset_env` for an env that is done), not one of its own, and
-    whose `resets_only_done` is True."""
+def _steps_until_reset(env: Any) -> bool:
+    """Whether `env` is an adapter built on `envs._base.SameStepEnv` whose `step` is the base's (its
+    `step_until_reset`, then its `reset_env` for an env that is done), not one of its own."""
     from jaxrl_rollout.envs._base import SameStepEnv
 
-    return isinstance(env, SameStepEnv) and type(env).step is SameStepEnv.step and env.resets_only_done is True
+    return isinstance(env, SameStepEnv) and type(env).step is SameStepEnv.step
+
+
+def _resets_only_done(env: Any) -> bool:
+    """Whether `env_step` resets only the envs that are done: a `_steps_until_reset` adapter whose
+    `resets_only_done` is True."""
+    return _steps_until_reset(env) and env.resets_only_done is True
 
 
 def reset_group(batch_size: int) -> int:

@@ -227,7 +227,7 @@ def record_episodes(
         key, policy_key, env_keys = stepping.step_keys(state.key, num_episodes)
         out, carry = stepping.act(policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space)
         obs, env_state, reward, terminated, truncated, _ = stepping.env_step(
-            env, env_params, env_keys, state.env_state, out.action, num_episodes
+            env, env_params, env_keys, state.env_state, out.action, num_episodes, reset_done=False
         )
         done = terminated | truncated
         reward = jnp.where(active, reward, 0.0)

@@ -7,6 +7,7 @@ import pytest
 from flax import struct
 from gymnax.environments import spaces
 
+import jaxrl_rollout as jr
 from jaxrl_rollout import stepping
 from jaxrl_rollout.envs._base import SameStepEnv
 from tests.toy_envs import CountingEnv, CountingState, OldApiEnv, counting_recurrent_policy, obs_time, scripted_policy
@@ -277,3 +278,61 @@ def test_env_step_resets_every_env_where_the_reset_differs_from_the_step_or_the_
     _Resets.calls.clear()
     jax.block_until_ready(_run_both_ways(env, 4, 6))
     assert _Resets.count() == 2 * 4 * (1 + 6)  # both programs: every env's reset at every step
+
+
+class _OwnStepLazyResetEnv(_LazyResetEnv):
+    """`_LazyResetEnv` with a `step` of its own (the base's, called): stepped as any env, every env reset by itself
+    at every step."""
+
+    def step(self, key, state, action, params=None):
+        return SameStepEnv.step(self, key, state, action, params)
+
+
+def _coin_policy(params, obs, key):
+    """Action 1 (which ends the toy's episode) with probability 0.2."""
+    action = jax.random.bernoulli(key, 0.2, (obs.shape[0],)).astype(jnp.int32)
+    return jr.PolicyOutput(action, jnp.zeros(obs.shape[0]), jnp.zeros(obs.shape[0]))
+
+
+@pytest.mark.parametrize("only_done", [True, False])
+def test_evaluate_and_recordings_compute_no_reset_after_an_episode_ends(only_done):
+    """`evaluate` and `video.record_episodes` discard what an env does after its episode: an adapter on SameStepEnv
+    is stepped there without its auto-reset (only the initial resets are computed), with the same episodes, bit for
+    bit, as the env stepped with every reset."""
+    from jaxrl_rollout import video
+
+    n, limit = 6, 8
+    lazy, plain = _LazyResetEnv(), _OwnStepLazyResetEnv()
+    lazy.resets_only_done = plain.resets_only_done = only_done
+    assert stepping._steps_until_reset(lazy) and not stepping._steps_until_reset(plain)
+
+    def both(env):
+        key = jax.random.key(3)
+        evaluated = jr.evaluate(env, None, _coin_policy, None, key, n, max_steps=limit)
+        recorded = video.record_episodes(env, None, _coin_policy, None, key, n, max_steps=limit)
+        return evaluated, recorded
+
+    _Resets.calls.clear()
+    evaluated, recorded = jax.block_until_ready(jax.jit(both, static_argnums=0)(lazy))
+    assert _Resets.count() == 2 * n  # the initial resets of each, nothing after
+    _Resets.calls.clear()
+    plain_evaluated, plain_recorded = jax.block_until_ready(jax.jit(both, static_argnums=0)(plain))
+    steps = int(np.max(np.asarray(evaluated.lengths)))
+    assert 1 < steps <= limit and np.asarray(evaluated.completed).any()
+    assert _Resets.count() == 2 * n * (1 + steps)  # an env that resets itself: every env at every step
+    for a, b in zip(evaluated, plain_evaluated):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip((recorded.returns, recorded.lengths, recorded.completed, recorded.rewards),
+                    (plain_recorded.returns, plain_recorded.lengths, plain_recorded.completed, plain_recorded.rewards)):
+        np.testing.assert_array_equal(a, b)
+    lengths = np.asarray(recorded.lengths)
+    for episode, length in enumerate(lengths):  # every state of every episode, up to its end
+        for a, b in zip(jax.tree.leaves(video.episode_states(recorded, episode)),
+                        jax.tree.leaves(video.episode_states(plain_recorded, episode))):
+            assert len(a) == length
+            np.testing.assert_array_equal(*map(_raw, (a, b)))
+
+
+def _raw(x):
+    """An array's values, a typed key's as its raw data."""
+    return np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
