@@ -394,7 +394,10 @@ class WandbLogger:
                 row = {metric_tag(k): float(v[r, u]) for k, v in arrays.items() if np.isfinite(v[r, u])}
                 run.log(row, step=steps_at(self._config, first_update + u + 1))
 
-    def log_video(self, run: int, video: Any, frames: np.ndarray, update: int) -> None:
+    needs_frames = False
+    """`log_video` reads the video's file, not its frames (`video.TrainingVideos` then draws it a block at a time)."""
+
+    def log_video(self, run: int, video: Any, frames: np.ndarray | None, update: int) -> None:
         """Logs an evaluation episode's video file (`video.path`, mp4 or gif) to W&B run `run` as "eval/video"."""
         runs = self._start()
         clip = self._wandb.Video(str(video.path), caption=f"update {update}: return {video.episode_return:.1f}")

@@ -404,6 +404,9 @@ def find_renderer(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
     # the built-in hooks and `render` methods (stacked here) give a new array at every call, which a video may draw
     # its label on; a registered hook's array might be one its owner keeps
     draw.new_frames = not any(hook is registered for registered in _REGISTERED.values())
+    # they also draw each state on its own, so an episode may be drawn a block of states at a time; a registered
+    # hook is given the whole episode (it may draw one state with another in view)
+    draw.per_state = draw.new_frames
     draw.hook, draw.target = hook, chain[-1]
     return draw
 
@@ -503,19 +506,20 @@ def _ffmpeg() -> str | None:
     return None
 
 
-def _padded(frames: np.ndarray, multiple: int) -> Iterator[np.ndarray]:
+def _padded(frames: Iterable[np.ndarray], multiple: int, size: tuple[int, int] | None = None) -> Iterator[np.ndarray]:
     """Each frame extended at the bottom and right (edge pixels repeated) to sizes divisible by `multiple`, for H.264.
 
     One frame at a time, in one buffer reused for every frame (each is consumed
     before the next is made): a padded copy of a whole episode, hundreds of
     megabytes, would cost more in fresh memory than the encoder does.
+    `frames` is an array [T, H, W, 3], or frames [H, W, 3] of one `size` (H, W).
     """
-    height, width = frames.shape[1:3]
+    height, width = frames.shape[1:3] if size is None else size
     pad_h, pad_w = -height % multiple, -width % multiple
     if not (pad_h or pad_w):
         yield from frames
         return
-    buffer = np.empty((height + pad_h, width + pad_w, frames.shape[3]), frames.dtype)
+    buffer = np.empty((height + pad_h, width + pad_w, 3), np.uint8)
     for frame in frames:
         buffer[:height, :width] = frame
         buffer[:height, width:] = frame[:, -1:]
@@ -532,6 +536,12 @@ _CRF = 23
 
 def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
     """Encodes frames as an mp4 (H.264, with imageio-ffmpeg's ffmpeg) or a gif, atomically, as the name's extension says.
+
+    `frames` is one array [T, H, W, 3], or an iterable of such arrays (blocks
+    of consecutive frames, all of one H and W), which an mp4 is encoded from
+    as they come: an episode drawn a block at a time never has all its frames
+    in memory at once (`write_episode_videos` writes so). A gif needs them
+    all, and joins the blocks first.
 
     The extension picks the format: ".mp4" or ".gif" (any case); another
     one, or none, is refused (a ValueError), since ffmpeg would write an mp4
@@ -551,7 +561,8 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
 
     Args:
       path: the file to write (its folder must exist).
-      frames: uint8 [T, H, W, 3] (see `render_frames`).
+      frames: uint8 [T, H, W, 3] (see `render_frames`), or an iterable of
+        such blocks.
       fps: frames per second.
 
     Returns:
@@ -566,8 +577,9 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
         `path` and why; nothing is left under `path` or the temporary name.
     """
     _imageio()
-    frames = _check_frames(frames, "write_video")
-    if frames.shape[0] == 0:
+    blocks = _blocks_of(frames)
+    frames = next(blocks, None)  # the first non-empty block: the video's size, and its format's checks
+    if frames is None:
         raise ValueError("write_video needs at least one frame, got none.")
     if not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
         raise ValueError(f"fps must be a positive number, got {fps!r}.")
@@ -590,10 +602,12 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
                                 f"{'is not a folder' if path.parent.exists() else 'does not exist'}.")
     try:
         if suffix == ".mp4":
-            checkpoint.write_atomic(path.parent, path.name, lambda temporary: _encode_mp4(temporary, frames, fps, path),
-                                    to_path=True)
+            checkpoint.write_atomic(path.parent, path.name, lambda temporary: _encode_mp4(
+                temporary, _frames_of(frames, blocks), frames.shape[1:3], fps, path), to_path=True)
         else:
-            checkpoint.write_atomic(path.parent, path.name, lambda file: _write_gif(file, frames, fps))
+            rest = list(blocks)
+            whole = np.concatenate([frames, *rest]) if rest else frames
+            checkpoint.write_atomic(path.parent, path.name, lambda file: _write_gif(file, whole, fps))
     except OSError as error:
         if error.errno is None:  # ffmpeg's failure: one line naming `path` already
             raise
@@ -602,8 +616,43 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
     return path
 
 
-def _encode_mp4(target: Path, frames: np.ndarray, fps: float, shown: Path) -> None:
-    """Frames [T, H, W, 3] uint8 as an H.264 mp4 at `target`, by ffmpeg; an OSError naming `shown` if ffmpeg fails.
+def _blocks_of(frames: Any) -> Iterator[np.ndarray]:
+    """`write_video`'s frames as checked uint8 blocks [t, H, W, 3] (t >= 1), all of the first's H and W.
+
+    One array (or a list of frames [H, W, 3]) is one block; another iterable
+    is read lazily, each block checked as it comes (a block of another size
+    is a ValueError then).
+    """
+    if hasattr(frames, "shape") or (isinstance(frames, (list, tuple)) and frames and np.ndim(frames[0]) == 3):
+        frames = _check_frames(frames, "write_video")
+        return iter([frames] if frames.shape[0] else [])
+    if not isinstance(frames, Iterable):
+        raise ValueError(f"frames must be uint8 [T, H, W, 3] or an iterable of such blocks, got {type(frames).__name__}.")
+
+    def checked():
+        size = None
+        for block in frames:
+            block = _check_frames(block, "write_video")
+            if size is not None and block.shape[1:] != size:
+                raise ValueError(f"write_video's blocks of frames must all be [t, H, W, 3] of one H and W, got "
+                                 f"{block.shape} after {size}.")
+            size = block.shape[1:]
+            if block.shape[0]:
+                yield block
+
+    return checked()
+
+
+def _frames_of(first: np.ndarray, rest: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    """The frames [H, W, 3] of `first` and then of every block in `rest`, one at a time."""
+    yield from first
+    for block in rest:
+        yield from block
+
+
+def _encode_mp4(target: Path, frames: Iterable[np.ndarray], size: tuple[int, int], fps: float, shown: Path) -> None:
+    """Frames [H, W, 3] uint8 of one `size` (H, W) as an H.264 mp4 at `target`, by ffmpeg; an OSError naming
+    `shown` if ffmpeg fails.
 
     ffmpeg (imageio-ffmpeg's binary) reads the padded frames on its stdin, as
     imageio's ffmpeg writer runs it, but its exit status is checked (imageio
@@ -617,7 +666,7 @@ def _encode_mp4(target: Path, frames: np.ndarray, fps: float, shown: Path) -> No
 
     import imageio_ffmpeg
 
-    height, width = (-(-n // 16) * 16 for n in frames.shape[1:3])
+    height, width = (-(-n // 16) * 16 for n in size)
     command = [
         imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-v", "error", "-f", "rawvideo", "-vcodec", "rawvideo",
         "-s", f"{width}x{height}", "-pix_fmt", "rgb24", "-r", str(Fraction(fps).limit_denominator()), "-i", "-",
@@ -634,7 +683,7 @@ def _encode_mp4(target: Path, frames: np.ndarray, fps: float, shown: Path) -> No
                 from error
         try:
             try:
-                for frame in _padded(frames, 16):
+                for frame in _padded(frames, 16, size):
                     process.stdin.write(np.ascontiguousarray(frame).data)
                 process.stdin.close()
             except BrokenPipeError:  # ffmpeg stopped reading: its status and messages say why
@@ -925,7 +974,9 @@ def write_episode_videos(
     params_per_run[r], keys[r], 1, max_steps)`; "best" and "worst" in `runs`
     pick by that episode's return (computed first, for every run, with
     `evaluate`, which gives the same episodes). The renderer is found before
-    anything runs, so an env that cannot render fails at once.
+    anything runs, so an env that cannot render fails at once. An episode is
+    drawn and encoded 64 states at a time (a registered hook is given it
+    whole), so a long one never has all its frames in memory.
 
     Args:
       folder: where the videos go (created if missing).
@@ -963,7 +1014,8 @@ def write_episode_videos(
     """
     writer = _EpisodeWriter(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
                             initial_carry=initial_carry, label=label)
-    return [v for v, _ in writer.write(folder, params_per_run, keys, runs, names=names, prefix=prefix, caption=caption)]
+    return [v for v, _ in writer.write(folder, params_per_run, keys, runs, names=names, prefix=prefix, caption=caption,
+                                       keep_frames=False)]
 
 
 class _EpisodeWriter:
@@ -985,12 +1037,15 @@ class _EpisodeWriter:
         ))
 
     def write(self, folder: str | Path, params_per_run: PyTree, keys: jax.Array, runs: Any = "all", *,
-              names: Sequence[str] | None = None, prefix: str = "",
-              caption: str = "") -> list[tuple[EpisodeVideo, np.ndarray]]:
-        """(video, its frames [L, H, W, 3]) for each selected run.
+              names: Sequence[str] | None = None, prefix: str = "", caption: str = "",
+              keep_frames: bool = True) -> list[tuple[EpisodeVideo, np.ndarray | None]]:
+        """(video, its frames [L, H, W, 3], or None without `keep_frames`) for each selected run.
 
         The files are "<prefix><name>_return<R>.mp4"; the frames' label is
-        "<name><caption>  t=<step>  return=<so far>".
+        "<name><caption>  t=<step>  return=<so far>". Without `keep_frames` an
+        episode whose hook draws state by state is drawn and encoded
+        `FRAMES_PER_BLOCK` states at a time, so its frames are never all in
+        memory (4,000 steps of jumanji's Snake, 500 x 500 pixels, are 3 GB).
         """
         if not (prng.is_key(keys) or getattr(keys, "dtype", None) == np.uint32):
             got = f"{keys.dtype} array" if hasattr(keys, "dtype") else type(keys).__name__
@@ -1017,16 +1072,34 @@ class _EpisodeWriter:
         for r in selected:
             recording = self._record(jax.tree.map(lambda x: x[r], params_per_run), keys[r])
             episode_return, length = float(recording.returns[0]), int(recording.lengths[0])
-            frames = self._draw(self._env_params, episode_states(recording, 0))
+            texts = None
             if self._label:
                 so_far = np.cumsum(np.asarray(recording.rewards)[:length, 0])
                 # the return before step t's reward: what the frame (the state acted on) has earned
                 before = np.concatenate([[0.0], so_far[:-1]])
-                frames = _label(frames, [f"{names[r]}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)],
-                                in_place=self._draw.new_frames and frames.flags.writeable)
-            path = write_video(folder / video_name(prefix + names[r], episode_return), frames, fps=self._fps)
-            videos.append((EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length), frames))
+                texts = [f"{names[r]}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)]
+            states = episode_states(recording, 0)
+            block = length if keep_frames or not self._draw.per_state else self.FRAMES_PER_BLOCK
+            blocks = self._drawn(states, length, texts, block)
+            frames = next(blocks) if block >= length else None
+            path = write_video(folder / video_name(prefix + names[r], episode_return),
+                               frames if frames is not None else blocks, fps=self._fps)
+            videos.append((EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length),
+                           frames if keep_frames else None))
         return videos
+
+    FRAMES_PER_BLOCK = 64
+    """The states drawn at a time when the frames are not kept (`write`)."""
+
+    def _drawn(self, states: PyTree, length: int, texts: Sequence[str] | None, block: int) -> Iterator[np.ndarray]:
+        """The episode's frames, labelled, `block` states at a time (uint8 [<= block, H, W, 3] each)."""
+        for start in range(0, length, block):
+            stop = min(start + block, length)
+            part = states if (start, stop) == (0, length) else jax.tree.map(lambda x: x[start:stop], states)
+            frames = self._draw(self._env_params, part)
+            if texts is not None:
+                frames = _label(frames, texts[start:stop], in_place=self._draw.new_frames and frames.flags.writeable)
+            yield frames
 
 
 class TrainingVideos:
@@ -1057,7 +1130,10 @@ class TrainingVideos:
       names: R names for the files and frames ("run<r>" by default).
       first_update: updates already done (a resumed run's), so the next video
         comes at the next multiple of `every` after it.
-      sinks: objects with `log_video(run, video, frames, update)`.
+      sinks: objects with `log_video(run, video, frames, update)`; a sink
+        with `needs_frames = False` is passed None for the frames (it reads
+        `video.path`), and when no sink needs them an episode is drawn and
+        encoded a block of frames at a time (`write_episode_videos` too).
       num_updates: the run's total updates, if known: U is zero-padded to its
         digits in the file names, so they sort in training order.
       max_steps, fps, initial_carry: as `write_episode_videos`.
@@ -1077,6 +1153,9 @@ class TrainingVideos:
         self._keys = jnp.asarray(keys)
         select_runs(runs, int(self._keys.shape[0]), np.zeros(self._keys.shape[0]))  # a bad selector fails now
         self._folder, self._runs, self._names, self._sinks = Path(folder), runs, names, list(sinks)
+        # a sink that reads only the video's file says so (`needs_frames = False`): without one that reads the
+        # frames, an episode is drawn and encoded a block at a time, never held whole
+        self._keep_frames = any(getattr(sink, "needs_frames", True) for sink in self._sinks)
         self._params = jax.jit(jax.vmap(policy_params))
         self._fold = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
         self._last = int(first_update)
@@ -1099,7 +1178,7 @@ class TrainingVideos:
             state = state()
         out = self._writer.write(self._folder, self._params(state), self._fold(self._keys, updates_done), self._runs,
                                  names=self._names, prefix=f"update{updates_done:0{self._digits}d}_",
-                                 caption=f"  update {updates_done}")
+                                 caption=f"  update {updates_done}", keep_frames=self._keep_frames)
         for video, frames in out:
             for sink in self._sinks:
                 sink.log_video(video.run, video, frames, updates_done)

@@ -336,6 +336,41 @@ def test_training_videos_come_at_each_multiple_reached_after_a_resumed_update(tm
     assert sorted(p.name.split("_")[0] for p in tmp_path.iterdir()) == ["update13", "update16", "update6", "update9"]
 
 
+def test_training_videos_hand_frames_only_to_a_sink_that_reads_them(tmp_path):
+    """A sink with `needs_frames = False` (W&B's, which uploads the file) gets None for the frames; with one that
+    reads them (TensorBoard's GIF) every sink gets the episode's frames [L, H, W, 3]."""
+    import jax
+    import numpy as np
+
+    from jaxrl_rollout import algorithms, video
+    from jaxrl_rollout.algorithms import ppo
+    from jaxrl_rollout.loggers import TensorBoardLogger, WandbLogger
+
+    assert WandbLogger.needs_frames is False and getattr(TensorBoardLogger, "needs_frames", True)
+    algorithm = algorithms.get("ppo").make(ppo.PPOConfig(num_envs=2, num_steps=8, total_timesteps=64))
+    keys = jax.random.split(jax.random.key(0), 1)
+    state = jax.vmap(algorithm.init)(keys, algorithms.stack_hparams([ppo.PPOHParams()]))
+
+    class Sink:
+        def __init__(self, needs_frames):
+            self.needs_frames, self.got = needs_frames, []
+
+        def log_video(self, run, clip, frames, update):
+            self.got.append(frames)
+
+    for sinks in ([Sink(False)], [Sink(False), Sink(True)]):
+        record = video.TrainingVideos(tmp_path / str(len(sinks)), algorithm.env, algorithm.env_params,
+                                      algorithm.eval_policy_fn, algorithm.policy_params, keys, every=1, max_steps=5,
+                                      sinks=sinks)
+        (clip,) = record(state, 1)
+        for sink in sinks:
+            (frames,) = sink.got
+            if len(sinks) == 1:
+                assert frames is None
+            else:
+                assert isinstance(frames, np.ndarray) and frames.shape[0] == clip.length and frames.ndim == 4
+
+
 def test_a_video_that_fails_to_draw_is_reported_once_and_training_goes_on(tmp_path, capsys):
     """A draw failing mid-run (here a renderer that raises, as MuJoCo does when its OpenGL context is lost) ends
     the videos with one line on stderr; the run trains to the end and exits 0."""

@@ -194,8 +194,8 @@ def test_an_interrupted_write_leaves_the_previous_file_and_no_partial_one(tmp_pa
         (tmp_path / name).write_bytes(b"the previous video")
     padded, gif = video._padded, video._write_gif
 
-    def ctrl_c_after_two_frames(frames, multiple):
-        for t, frame in enumerate(padded(frames, multiple)):
+    def ctrl_c_after_two_frames(frames, multiple, size=None):
+        for t, frame in enumerate(padded(frames, multiple, size)):
             if t == 2:
                 raise KeyboardInterrupt
             yield frame
@@ -521,6 +521,76 @@ def test_a_videos_label_is_drawn_on_new_frames_never_on_a_registered_hooks_own_a
     finally:
         video.register_renderer(CountingEnv, None)
     assert written.path.is_file() and (kept == 90).all()
+
+
+def _steady_policy(params, obs, key):
+    """Action 0 always: DrawnCountingEnv's episode runs to max_steps."""
+    zeros = jnp.zeros(obs.shape[0])
+    return jr.PolicyOutput(jnp.zeros(obs.shape[0], jnp.int32), zeros, zeros)
+
+
+def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_video(tmp_path, monkeypatch):
+    """write_episode_videos draws an env whose hook draws state by state `FRAMES_PER_BLOCK` states at a time and
+    hands each block to the encoder before drawing the next, so an episode's frames are never all in memory (4,000
+    steps of jumanji's Snake held 3 GB of frames, and `evaluate --video` 10 GB at its peak); the file is byte for
+    byte the one the whole episode's frames give. A registered hook is given the whole episode."""
+    pytest.importorskip("imageio.v3")
+    env, keys, length = DrawnCountingEnv(), jax.random.split(jax.random.key(0), 1), 5  # its time limit
+    monkeypatch.setattr(video._EpisodeWriter, "FRAMES_PER_BLOCK", 2)
+    events = []
+    find, padded = video.find_renderer, video._padded
+
+    def spied_renderer(env):
+        draw = find(env)
+
+        def spy(params, states):
+            events.append(("draw", len(states.time)))
+            return draw(params, states)
+
+        spy.__dict__.update(draw.__dict__)
+        return spy
+
+    def spied_padded(frames, multiple, size=None):
+        for frame in padded(frames, multiple, size):
+            events.append(("encode", 1))
+            yield frame
+
+    monkeypatch.setattr(video, "find_renderer", spied_renderer)
+    monkeypatch.setattr(video, "_padded", spied_padded)
+    (blocked,) = video.write_episode_videos(tmp_path / "blocks", env, None, _steady_policy, None, keys, "0")
+    assert blocked.length == length
+    assert [n for kind, n in events if kind == "draw"] == [2, 2, 1]
+    assert events.index(("encode", 1)) < events.index(("draw", 1))  # encoded while the episode is being drawn
+    events.clear()
+    whole = video._EpisodeWriter(env, None, _steady_policy)
+    ((kept, frames),) = whole.write(tmp_path / "whole", None, keys, "0", keep_frames=True)
+    assert [n for kind, n in events if kind == "draw"] == [length] and frames.shape[0] == length
+    assert kept.path.name == blocked.path.name and kept.path.read_bytes() == blocked.path.read_bytes()
+
+    hooked = []
+    video.register_renderer(CountingEnv, lambda env, params, states: hooked.append(len(states.time)) or np.zeros(
+        (len(states.time), 8, 16, 3), np.uint8))
+    try:
+        video.write_episode_videos(tmp_path / "hook", env, None, _steady_policy, None, keys, "0")
+    finally:
+        video.register_renderer(CountingEnv, None)
+    assert hooked == [length]
+
+
+def test_write_video_takes_blocks_of_frames_and_refuses_blocks_of_another_size(tmp_path):
+    pytest.importorskip("imageio.v3")
+    frames = np.random.default_rng(0).integers(0, 256, (7, 20, 24, 3), dtype=np.uint8)
+    for suffix in (".mp4", ".gif"):
+        whole = video.write_video(tmp_path / f"whole{suffix}", frames, fps=5).read_bytes()
+        blocks = (frames[i:i + 3] for i in range(0, 7, 3))
+        assert video.write_video(tmp_path / f"blocks{suffix}", blocks, fps=5).read_bytes() == whole
+        assert video.write_video(tmp_path / f"list{suffix}", list(frames), fps=5).read_bytes() == whole
+    with pytest.raises(ValueError, match=r"blocks of frames must all be \[t, H, W, 3\] of one H and W"):
+        video.write_video(tmp_path / "bad.mp4", iter([frames[:2], frames[:2, :16]]), fps=5)
+    with pytest.raises(ValueError, match="needs at least one frame"):
+        video.write_video(tmp_path / "none.mp4", iter([frames[:0]]), fps=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{kind}{suffix}" for kind in ("whole", "blocks", "list") for suffix in (".mp4", ".gif"))
 
 
 def test_write_episode_videos_takes_a_run_index_or_a_sequence_of_them_and_a_prefix(tmp_path):
