@@ -1042,10 +1042,11 @@ class _EpisodeWriter:
         """(video, its frames [L, H, W, 3], or None without `keep_frames`) for each selected run.
 
         The files are "<prefix><name>_return<R>.mp4"; the frames' label is
-        "<name><caption>  t=<step>  return=<so far>". Without `keep_frames` an
-        episode whose hook draws state by state is drawn and encoded
-        `FRAMES_PER_BLOCK` states at a time, so its frames are never all in
-        memory (4,000 steps of jumanji's Snake, 500 x 500 pixels, are 3 GB).
+        "<name><caption>  t=<step>  return=<so far>". An episode whose hook
+        draws state by state is drawn and encoded `FRAMES_PER_BLOCK` states at
+        a time, so without `keep_frames` its frames are never all in memory
+        (4,000 steps of jumanji's Snake, 500 x 500 pixels, are 3 GB), and with
+        it they are held once, in the array returned.
         """
         if not (prng.is_key(keys) or getattr(keys, "dtype", None) == np.uint32):
             got = f"{keys.dtype} array" if hasattr(keys, "dtype") else type(keys).__name__
@@ -1079,17 +1080,17 @@ class _EpisodeWriter:
                 before = np.concatenate([[0.0], so_far[:-1]])
                 texts = [f"{names[r]}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)]
             states = episode_states(recording, 0)
-            block = length if keep_frames or not self._draw.per_state else self.FRAMES_PER_BLOCK
+            block = self.FRAMES_PER_BLOCK if self._draw.per_state else length
             blocks = self._drawn(states, length, texts, block)
-            frames = next(blocks) if block >= length else None
+            kept = []  # with keep_frames: the frames, filled block by block as they are encoded
             path = write_video(folder / video_name(prefix + names[r], episode_return),
-                               frames if frames is not None else blocks, fps=self._fps)
+                               _collected(blocks, length, kept) if keep_frames else blocks, fps=self._fps)
             videos.append((EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length),
-                           frames if keep_frames else None))
+                           kept[0] if keep_frames else None))
         return videos
 
     FRAMES_PER_BLOCK = 64
-    """The states drawn at a time when the frames are not kept (`write`)."""
+    """The states drawn at a time by a hook that draws state by state (`write`)."""
 
     def _drawn(self, states: PyTree, length: int, texts: Sequence[str] | None, block: int) -> Iterator[np.ndarray]:
         """The episode's frames, labelled, `block` states at a time (uint8 [<= block, H, W, 3] each)."""
@@ -1100,6 +1101,19 @@ class _EpisodeWriter:
             if texts is not None:
                 frames = _label(frames, texts[start:stop], in_place=self._draw.new_frames and frames.flags.writeable)
             yield frames
+
+
+def _collected(blocks: Iterator[np.ndarray], length: int, into: list) -> Iterator[np.ndarray]:
+    """`blocks` as they come, each also copied into one array [length, H, W, 3], made at the first and appended to
+    `into`: the whole episode's frames held once (a list of frames and their stack held them twice)."""
+    start = 0
+    for block in blocks:
+        if not into:
+            into.append(block if len(block) == length else np.empty((length, *block.shape[1:]), block.dtype))
+        if into[0] is not block:
+            into[0][start:start + len(block)] = block
+        start += len(block)
+        yield block
 
 
 class TrainingVideos:

@@ -561,11 +561,18 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
     assert blocked.length == length
     assert [n for kind, n in events if kind == "draw"] == [2, 2, 1]
     assert events.index(("encode", 1)) < events.index(("draw", 1))  # encoded while the episode is being drawn
-    events.clear()
-    whole = video._EpisodeWriter(env, None, _steady_policy)
-    ((kept, frames),) = whole.write(tmp_path / "whole", None, keys, "0", keep_frames=True)
-    assert [n for kind, n in events if kind == "draw"] == [length] and frames.shape[0] == length
+    events.clear()  # frames kept for the loggers (TrainingVideos): drawn by blocks too, into one array
+    ((kept, frames),) = video._EpisodeWriter(env, None, _steady_policy).write(tmp_path / "kept", None, keys, "0",
+                                                                              keep_frames=True)
+    assert [n for kind, n in events if kind == "draw"] == [2, 2, 1] and frames.shape == (length, 8, 16, 3)
     assert kept.path.name == blocked.path.name and kept.path.read_bytes() == blocked.path.read_bytes()
+    # the same file as the whole episode's frames, drawn at once and labelled as the videos are
+    states = video.episode_states(jax.jit(lambda k: video.record_episodes(env, None, _steady_policy, None, k))(
+        keys[0]), 0)
+    whole = video._label(video.render_frames(env, None, states), [f"run0  t={t}  return={t * (t + 1) / 2:.1f}"
+                                                                  for t in range(length)])
+    np.testing.assert_array_equal(frames, whole)
+    assert video.write_video(tmp_path / "whole.mp4", whole, fps=30).read_bytes() == blocked.path.read_bytes()
 
     hooked = []
     video.register_renderer(CountingEnv, lambda env, params, states: hooked.append(len(states.time)) or np.zeros(
