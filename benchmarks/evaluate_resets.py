@@ -1,16 +1,16 @@
-"""`evaluate` on a suite adapter: stepped without its auto-reset against stepped with every env's reset.
+"""`evaluate` on a suite adapter: stepped without its auto-reset against stepped as before this change.
 
 `collect.evaluate` discards whatever an env does after its episode ends, so it
 steps an adapter built on `envs._base.SameStepEnv` without the auto-reset
-(`stepping.env_step(..., reset_done=False)`). Before, it stepped the adapter's
-gymnax-style `step`, which computes every env's reset at every step (craftax's
-generates a world). For each env id this builds both, in one process: the
-adapter as it is, and the same adapter with a `step` of its own (the base's,
-called), which `env_step` treats as any env's and resets at every step. Each
-side is `jax.jit` of `evaluate` with a uniform random policy over N episodes,
-lowered and compiled once (the times are printed), then run in alternated
-rounds (`_common.interleaved`); the returns, lengths and completed flags of the
-two are compared element for element.
+(`stepping.env_step(..., reset_done=False)`). Before, `env_step` stepped it with
+its resets: every env's reset at every step (the vmapped gymnax-style `step`),
+or for craftax (`resets_only_done`) the finished envs' resets in a loop. For
+each env id this builds both, in one process: `evaluate` as it is, and
+`evaluate` traced with `env_step` made to reset as it did before (its
+`reset_done` forced True). Each side is `jax.jit` of `evaluate` with a uniform
+random policy over N episodes, lowered and compiled once (the times are
+printed), then run in alternated rounds (`_common.interleaved`); the returns,
+lengths and completed flags of the two are compared element for element.
 
     python -m benchmarks.evaluate_resets --num-episodes 2 --rounds 4
     python -m benchmarks.evaluate_resets --env craftax/Craftax-Classic-Symbolic-v1 --num-episodes 10
@@ -18,7 +18,6 @@ two are compared element for element.
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 import time
@@ -28,19 +27,24 @@ if __package__ in (None, ""):
 
 from benchmarks._common import command_line, fmt_time, interleaved, machine_info, markdown_table, parser, report
 
+SIDES = ("no reset after the end", "as before")
 ENVS = ("craftax/Craftax-Classic-Symbolic-v1", "jumanji/Snake-v1", "xminigrid/MiniGrid-Empty-5x5", "brax/inverted_pendulum")
 
 
-def with_every_reset(env):
-    """A copy of adapter `env` whose class has a `step` of its own (the base's): stepped with every env's reset."""
-    from jaxrl_rollout.envs._base import SameStepEnv
+def resetting_as_before(trace):
+    """`trace()` with `stepping.env_step` resetting finished envs whatever its caller asks (`reset_done=True`)."""
+    from jaxrl_rollout import stepping
 
-    def step(self, key, state, action, params=None):
-        return SameStepEnv.step(self, key, state, action, params)
+    step = stepping.env_step
 
-    other = copy.copy(env)
-    other.__class__ = type(f"{type(env).__name__}EveryReset", (type(env),), {"step": step})
-    return other
+    def as_before(*args, reset_done=True, **kwargs):
+        return step(*args, reset_done=True, **kwargs)
+
+    stepping.env_step = as_before
+    try:
+        return trace()
+    finally:
+        stepping.env_step = step
 
 
 def compare(env_id: str, num_episodes: int, rounds: int, max_steps: int | None) -> dict:
@@ -51,21 +55,21 @@ def compare(env_id: str, num_episodes: int, rounds: int, max_steps: int | None) 
     from jaxrl_rollout import envs, stepping
 
     env, params = envs.make(env_id)
-    sides = {"no reset after the end": env, "every env's reset": with_every_reset(env)}
-    assert stepping._steps_until_reset(env) and not stepping._steps_until_reset(sides["every env's reset"])
     policy = jr.uniform_random_policy(env.action_space(params))
     key = jax.random.key(0)
     compiled, trace_s, compile_s, outputs = {}, {}, {}, {}
-    for name, side in sides.items():
+    for name in SIDES:
+        def trace():
+            return jax.jit(lambda k: jr.evaluate(env, params, policy, None, k, num_episodes, max_steps)).lower(key)
+
         start = time.perf_counter()
-        lowered = jax.jit(lambda k, side=side: jr.evaluate(side, params, policy, None, k, num_episodes,
-                                                                max_steps)).lower(key)
+        lowered = trace() if name == SIDES[0] else resetting_as_before(trace)
         middle = time.perf_counter()
         compiled[name] = lowered.compile()
         trace_s[name], compile_s[name] = middle - start, time.perf_counter() - middle
         outputs[name] = jax.block_until_ready(compiled[name](key))
     times = interleaved({name: (lambda c=c: c(key)) for name, c in compiled.items()}, rounds)
-    first, second = (outputs[name] for name in sides)
+    first, second = (outputs[name] for name in SIDES)
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(first, second))
     return {
         "env": env_id, "num_episodes": num_episodes, "rounds": rounds,
@@ -73,6 +77,7 @@ def compare(env_id: str, num_episodes: int, rounds: int, max_steps: int | None) 
         "run_s": {name: t["median_s"] for name, t in times.items()},
         "samples": {name: t["samples_s"] for name, t in times.items()},
         "mean_length": float(np.mean(np.asarray(first.lengths))), "same_results": same,
+        "before": "finished envs' resets" if stepping._resets_only_done(env) else "every env's reset",
     }
 
 
@@ -88,10 +93,10 @@ def main(argv=None) -> dict:
     for env_id in args.env or ENVS:
         results.append(compare(env_id, args.num_episodes, args.rounds, args.max_steps))
         print(results[-1]["env"], results[-1]["compile_s"], flush=True)
-    names = ("no reset after the end", "every env's reset")
-    columns = ["env", "episodes (mean length)", "compile: no reset / every reset", "trace + lower",
-               "run: no reset / every reset", "returns, lengths, completed"]
-    rows = [[r["env"], f"{r['num_episodes']} ({r['mean_length']:.0f})",
+    names = SIDES
+    columns = ["env", "before: resets computed", "episodes (mean length)", "compile: no reset / before",
+               "trace + lower", "run: no reset / before", "returns, lengths, completed"]
+    rows = [[r["env"], r["before"], f"{r['num_episodes']} ({r['mean_length']:.0f})",
              f"{r['compile_s'][names[0]]:.1f} / {r['compile_s'][names[1]]:.1f} s",
              f"{r['trace_s'][names[0]]:.1f} / {r['trace_s'][names[1]]:.1f} s",
              f"{fmt_time(r['run_s'][names[0]])} / {fmt_time(r['run_s'][names[1]])}",

@@ -238,8 +238,9 @@ def env_step(
     after its episode ends (`evaluate`, `video.record_episodes`): an adapter
     built on `SameStepEnv` (with the base's `step`) is then stepped without its
     auto-reset, `step_until_reset` vmapped, so no reset is computed or
-    compiled into the step (craftax's evaluation compiled in 8.5 s against
-    15.6 s so, on 2 CPU cores). Every output of an env whose episode goes on
+    compiled into the step (craftax's evaluation compiled in 7.4 s against
+    10.3 s with its finished envs' resets, on 2 CPU cores;
+    `benchmarks/evaluate_resets.py`). Every output of an env whose episode goes on
     is the same bit for bit (the same step key); a done env keeps its final
     state and observation. Other envs reset themselves as usual.
 
