@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import decimal
 import itertools
 import json
 import math
@@ -42,11 +43,28 @@ DEFAULT_SEEDS = 8
 DEFAULT_EVAL_EVERY = "chunk"
 
 
-def _positive_int(text: str) -> int:
+def _integer(text: str) -> int | None:
+    """The integer `text` writes: as Python's int reads it ("1000", "1_000"), or a number that is a whole one
+    exactly, the form step counts are often written in ("1e6", "2.5e5", "500000.0"); None for anything else
+    ("1.5", "1e-3", "inf", "abc")."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        pass
+    try:
+        number = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        return None
+    # (the exponent is bounded first: int() of a Decimal such as 1e999999999 would build a billion-digit integer)
+    if not number.is_finite() or number.adjusted() > 100 or number != number.to_integral_value():
+        return None
+    return int(number)
+
+
+def _positive_int(text: str) -> int:
+    value = _integer(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
@@ -61,10 +79,10 @@ def _folder(text: str) -> str:
 
 
 def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    value = _integer(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return value
 
 
 def _seed(text: str) -> int:
@@ -237,13 +255,15 @@ _COMPILE_CACHE_HELP = ("keep compiled XLA programs in a folder, so that a later 
 def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     # Every default is None so that `--resume` can tell which options were given.
     run = train.add_argument_group("run")
-    run.add_argument("--algo", choices=tuple(_algorithms()), help="algorithm (default: ppo)")
+    run.add_argument("--algo", type=str.lower, choices=tuple(_algorithms()),
+                     help="algorithm, in any case (default: ppo)")
     run.add_argument("--env", help="gymnax env id, or SUITE/NAME for another suite (brax, jumanji, craftax, xminigrid, "
                      "navix, pgx, gymnasium, envpool), e.g. brax/ant; an env's options (time limits) are given from "
                      f"Python, with envs.make (default: the algorithm's, {DEFAULT_ENV}; Pendulum-v1 for sac and td3)")
     run.add_argument("--seeds", type=_positive_int, help=f"seeds per grid point (default: {DEFAULT_SEEDS})")
     run.add_argument("--total-steps", type=_total_steps,
-                     help="env steps per run, at most 2**31 - 1 (default: the algorithm's, e.g. 500000 for ppo, "
+                     help="env steps per run, at most 2**31 - 1, e.g. 500000, 500_000 or 5e5 (default: the algorithm's, "
+                          "e.g. 500000 for ppo, "
                           "1000000 for sac and td3); with --resume, "
                           "a larger count trains the run longer")
     run.add_argument("--seed", type=_seed, help="root PRNG seed (default: 0)")

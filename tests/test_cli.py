@@ -450,6 +450,13 @@ def test_bad_values_exit_non_zero(capsys):
         ("rollout", "--num-steps", "0"): "expected a positive integer",
         ("train", "--algo", "ddpg"): "invalid choice: 'ddpg'",
         ("train", "--seeds", "-1"): "--seeds: expected a positive integer",
+        # a count written as a number (1e6) is taken when it is a whole one; any other is refused, not rounded
+        ("train", "--total-steps", "1.5e0"): "--total-steps: expected a positive integer, got '1.5e0'",
+        ("train", "--buffer-size", "2.5"): "--buffer-size: expected an integer, got '2.5'",
+        ("train", "--learning-starts", "1e-3"): "--learning-starts: expected an integer, got '1e-3'",
+        ("train", "--total-steps", "inf"): "--total-steps: expected a positive integer, got 'inf'",
+        ("train", "--total-steps", "1e999999999"): "--total-steps: expected a positive integer, got '1e999999999'",
+        ("train", "--total-steps", "1e10"): "--total-steps: expected at most 2,147,483,647",
         ("train", "--lr", "abc"): "--lr: expected a number, got 'abc'",
         ("train", "--lr", "1e-3,1e-3"): "--lr: expected distinct values",
         # the same float32: two grid points that trained the same run under the same label
@@ -485,6 +492,18 @@ def test_bad_values_exit_non_zero(capsys):
         # the command's own parser, whose help lists its options (an unknown option pointed at the top one's)
         prog = f"jaxrl-rollout {argv[0]}"
         assert err.startswith(f"{prog}: error: ") and err.endswith(f" (see {prog} --help)\n"), (argv, err)
+
+
+def test_counts_take_the_forms_they_are_written_in():
+    """`--total-steps 1e6` (how step counts are written in papers and in PureJaxRL's configs) was refused as not
+    an integer; a whole number in any form is taken, as the int it is, and `--algo` in any case."""
+    parser = cli.build_parser()
+    args = parser.parse_args(["train", "--algo", "SAC", "--total-steps", "1e6", "--buffer-size", "2.5E5",
+                              "--learning-starts", "5_000", "--seeds", "4.0", "--seed", "1e3"])
+    assert (args.algo, args.total_steps, args.buffer_size, args.learning_starts, args.seeds, args.seed) == (
+        "sac", 1_000_000, 250_000, 5_000, 4, 1_000)
+    assert all(type(v) is int for v in (args.total_steps, args.buffer_size, args.learning_starts, args.seeds))
+    assert parser.parse_args(["rollout", "--num-steps", "1e3"]).num_steps == 1000
 
 
 def test_the_help_examples_parse():
