@@ -261,9 +261,10 @@ def test_dense_layers_match_flax_dense_and_check_shapes_without_the_initializer(
     jax.tree.map(np.testing.assert_array_equal, params, flax_dense.init(jax.random.key(2), obs))
     np.testing.assert_array_equal(ours.apply(params, obs), flax_dense.apply(params, obs))
     # apply reads the stored parameters without running the initializer again (flax's param does).
+    mlp_params = INIT["mlp"]  # (computed on first use: before the draw is patched out, as the test run alone did)
     calls = []
     monkeypatch.setattr(networks.init, "_orthogonal_draw", lambda *a: calls.append(a))
-    jax.make_jaxpr(lambda p: MLP.apply(p, jnp.zeros((B, 4))))(INIT["mlp"])
+    jax.make_jaxpr(lambda p: MLP.apply(p, jnp.zeros((B, 4))))(mlp_params)
     # batched_init asks flax for the shapes only, with no orthogonal draw traced for them.
     jax.make_jaxpr(lambda k: networks.batched_init(MLP, k, jnp.zeros((1, 4))))(jax.random.key(0))
     assert calls == []
