@@ -824,12 +824,13 @@ class _ProgressBar:
 
 
 
-_NETWORK_NAMES = {"ActorCriticMLP": "mlp", "ActorCriticCNN": "cnn", "ActorCriticGRU": "gru",
-                  "ActorCriticMultiInput": "multi-input"}
+_NETWORK_NAMES = {"ActorCriticMLP": "mlp", "ActorCriticCNN": "cnn", "ActorCriticNatureCNN": "nature-cnn",
+                  "ActorCriticGRU": "gru", "ActorCriticMultiInput": "multi-input"}
 
 
 def network_name(module: Any) -> str:
-    """A short name for an algorithm's network ("mlp", "cnn", "gru", "multi-input"), else its class name."""
+    """A short name for an algorithm's network ("mlp", "cnn", "nature-cnn", "gru", "multi-input"), else its class
+    name."""
     return _NETWORK_NAMES.get(type(module).__name__, type(module).__name__)
 
 

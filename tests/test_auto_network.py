@@ -17,7 +17,7 @@ from gymnax.environments import environment, spaces
 import jaxrl_rollout as jr
 from jaxrl_rollout import networks
 from jaxrl_rollout.algorithms import _common
-from jaxrl_rollout.networks import ActorCriticCNN, ActorCriticMLP, ActorCriticMultiInput
+from jaxrl_rollout.networks import ActorCriticCNN, ActorCriticMLP, ActorCriticMultiInput, ActorCriticNatureCNN
 
 A = 3
 TINY = dict(hidden_sizes=(8, 8), activation="tanh")
@@ -45,8 +45,95 @@ def test_auto_chooses_by_observation_space():
     masked = spaces.Dict({"x": box((2,)), "action_mask": box((A,), jnp.bool_)})
     assert isinstance(choose(masked), ActorCriticMultiInput)
     assert isinstance(choose(spaces.Tuple([box((2,)), box((3, 3, 1))])), ActorCriticMultiInput)
-    for board in [(6, 7, 2), (4, 4, 31), (4, 3, 194), (84, 84, 4), (64, 64, 3)]:  # pgx boards, images: channels last
+    for board in [(6, 7, 2), (4, 4, 31), (4, 3, 194), (35, 84, 4)]:  # pgx boards, small images: channels last
         assert isinstance(choose(box(board)), ActorCriticCNN), board
+    for image in [(84, 84, 4), (64, 64, 3), (36, 36, 1)]:  # Atari-sized: the Nature CNN (see below)
+        assert choose(box(image)) == ActorCriticNatureCNN(A) == choose(box(image), "cnn"), image
+
+
+def test_atari_sized_images_get_the_nature_cnn_which_reads_pixels_scaled():
+    """On envpool's 84 x 84 Atari frames the MinAtar CNN's dense layer had 13.8 million weights and read the
+    uint8 frames as 0-255; images of 36 x 36 or more get CleanRL's and SB3's Atari network, and a uint8 space
+    bounded by 0 and 255 (SB3's image rule) is read x / 255. uint8 grids of tile ids (xminigrid, navix: other
+    bounds) are not pixels, and smaller images keep the MinAtar CNN."""
+    atari = spaces.Box(0, 255, (84, 84, 4), jnp.uint8)
+    assert choose(atari) == ActorCriticNatureCNN(A, pixels=True) == choose(atari, "cnn")
+    assert choose(atari, continuous=True) == ActorCriticNatureCNN(1, continuous=True, pixels=True)
+    assert choose(spaces.Box(0, 13, (40, 40, 2), jnp.uint8)) == ActorCriticNatureCNN(A, pixels=False)
+    assert choose(spaces.Box(0, 255, (20, 24, 2), jnp.uint8)) == ActorCriticCNN(A, kernel_size=3)
+    assert _common.is_pixel_space(atari) and not _common.is_pixel_space(spaces.Box(0, 255, (84, 84, 4), jnp.int32))
+    assert not _common.is_pixel_space(spaces.Box(0.0, 1.0, (84, 84, 4), jnp.float32))
+
+
+def test_nature_cnn_layers_and_pixel_scaling():
+    module = ActorCriticNatureCNN(6, pixels=True)
+    frames = jax.random.randint(jax.random.key(0), (2, 84, 84, 4), 0, 256).astype(jnp.uint8)
+    params = jax.jit(module.init)(jax.random.key(1), frames)
+    shapes = jax.tree.map(jnp.shape, params["params"])
+    assert shapes == {"conv_0": {"kernel": (8, 8, 4, 32), "bias": (32,)}, "conv_1": {"kernel": (4, 4, 32, 64),
+                      "bias": (64,)}, "conv_2": {"kernel": (3, 3, 64, 64), "bias": (64,)},
+                      "dense": {"kernel": (7 * 7 * 64, 512), "bias": (512,)},
+                      "actor_head": {"kernel": (512, 6), "bias": (6,)}, "critic_head": {"kernel": (512, 1), "bias": (1,)}}
+    assert sum(x.size for x in jax.tree.leaves(params)) == 1_687_719  # the MinAtar CNN's dense layer: 13,771,904
+    head = np.asarray(params["params"]["actor_head"]["kernel"], np.float64)
+    np.testing.assert_allclose(head.T @ head, 0.01**2 * np.eye(6), atol=1e-8)  # orthogonal, gain 0.01
+    apply = jax.jit(module.apply)
+    dist, value = apply(params, frames)
+    scaled, scaled_value = apply(params, frames.astype(jnp.float32) / 255.0)  # floats are used as they are
+    np.testing.assert_array_equal(dist.logits, scaled.logits)
+    np.testing.assert_array_equal(value, scaled_value)
+    assert dist.logits.shape == (2, 6) and value.shape == (2,) and np.abs(value).max() < 1
+    _, raw_value = ActorCriticNatureCNN(6).apply(params, frames)  # pixels=False: the frames read as 0-255
+    assert np.abs(raw_value).max() > 10 * np.abs(value).max()
+    many, _ = module.apply(params, jnp.stack([frames, frames]))  # leading batch axes [..., H, W, C]
+    np.testing.assert_allclose(many.logits, jnp.stack([dist.logits, dist.logits]), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match=r"must be at least 36 on each side for the Nature CNN"):
+        module.apply(params, frames[:, :35])
+    with pytest.raises(TypeError, match="pixels must be a bool"):
+        ActorCriticNatureCNN(6, pixels="yes")
+
+
+@struct.dataclass
+class SideState(environment.EnvState):
+    side: jax.Array
+
+
+class PixelSideEnv(environment.Environment):
+    """A one-step pixel bandit: a 36 x 36 uint8 frame lit (255) on its left or right half; reward 1 for action 0
+    on a left frame or action 1 on a right one, else 0."""
+
+    @property
+    def default_params(self):
+        return environment.EnvParams(max_steps_in_episode=1)
+
+    def _frame(self, side):
+        column = jnp.arange(36)[None, :, None]
+        return jnp.where((column < 18) == (side == 0), 255, 0).astype(jnp.uint8) * jnp.ones((36, 1, 1), jnp.uint8)
+
+    def reset_env(self, key, params):
+        side = jax.random.bernoulli(key).astype(jnp.int32)
+        return self._frame(side), SideState(time=0, side=side)
+
+    def step_env(self, key, state, action, params):
+        obs, new = self.reset_env(key, params)
+        return obs, new, (action == state.side).astype(jnp.float32), jnp.bool_(True), {}
+
+    def action_space(self, params=None):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params=None):
+        return spaces.Box(0, 255, (36, 36, 1), jnp.uint8)
+
+
+def test_ppo_learns_a_pixel_task_through_the_chosen_nature_cnn():
+    from jaxrl_rollout.algorithms import ppo
+
+    config = ppo.PPOConfig(num_envs=8, num_steps=8, total_timesteps=64 * 24, update_epochs=2, num_minibatches=2)
+    algo = ppo.make_ppo(config, env=PixelSideEnv())
+    assert algo.module == ActorCriticNatureCNN(2, pixels=True)
+    _, metrics = jax.jit(algo.train)(jax.random.key(0))
+    returns = np.asarray(metrics.episode_return)
+    assert returns[:2].mean() < 0.7 and returns[-4:].mean() > 0.95, returns
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,10 @@ observation space when the algorithm is built (`choose_network`):
 
 - a 1-D Box [O]: `ActorCriticMLP`, exactly what `network="mlp"` builds;
 - a 3-D Box [H, W, C] (channels-last image): `ActorCriticCNN` (MinAtar
-  style), its kernel shrunk to min(3, H, W) for smaller images;
+  style), its kernel shrunk to min(3, H, W) for smaller images; an image of
+  at least 36 x 36 (`networks.NATURE_CNN_MIN_SIZE`: Atari's 84 x 84 frames,
+  rendered pixels) `ActorCriticNatureCNN`, the Atari network, which reads a
+  uint8 image space with bounds [0, 255] (`is_pixel_space`) as x / 255;
 - a Discrete(n) observation (an index: gymnasium's FrozenLake, Taxi):
   `ActorCriticMLP` on its one-hot vector (`OneHotObservation`), with
   `network="mlp"` too;
@@ -314,6 +317,16 @@ def space_leaves(space: Any, path: tuple = ()) -> list:
     return leaves
 
 
+def is_pixel_space(space: Any) -> bool:
+    """Whether `space` holds pixel intensities: a uint8 Box whose bounds are 0 and 255 (SB3's `is_image_space`
+    rule; envpool's Atari frames, gymnasium's image envs). A uint8 space of other bounds (xminigrid's and
+    navix's symbolic grids of tile ids) is not."""
+    if not isinstance(space, spaces.Box) or np.dtype(space.dtype) != np.uint8:
+        return False
+    low, high = np.asarray(space.low), np.asarray(space.high)
+    return bool(np.all(low == 0) and np.all(high == 255))
+
+
 def _describe(leaves: list) -> str:
     return ", ".join(f"{'/'.join(p) or 'obs'} {dtype}{list(shape)}" for p, shape, dtype in leaves)
 
@@ -351,9 +364,12 @@ def choose_network(network: str, observation_space: Any, action_dim: int, contin
     mlp = lambda: networks.ActorCriticMLP(  # noqa: E731
         action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation
     )
-    cnn = lambda: networks.ActorCriticCNN(  # noqa: E731
-        action_dim=action_dim, continuous=continuous, kernel_size=min(3, *shape[:2])
-    )
+    def cnn():
+        if min(shape[:2]) >= networks.NATURE_CNN_MIN_SIZE:
+            return networks.ActorCriticNatureCNN(action_dim=action_dim, continuous=continuous,
+                                                 pixels=is_pixel_space(observation_space))
+        return networks.ActorCriticCNN(action_dim=action_dim, continuous=continuous, kernel_size=min(3, *shape[:2]))
+
     if network == "gru":
         if not single:
             raise ValueError(f"network='gru' needs a single array observation, got a pytree ({_describe(leaves)}); "

@@ -57,9 +57,10 @@ class PPOConfig(_common.ConfigSizes):
       num_minibatches: minibatches per epoch (must divide the batch, or the
         envs for a recurrent network, which keeps env sequences whole).
       network: "auto" (default: chosen from the env's observation space, see
-        `_common.choose_network`: an MLP for vectors, a CNN for images, an
-        encoder per leaf with action masks applied for dict/tuple
-        observations), "mlp", "cnn" (image observations) or "gru" (recurrent).
+        `_common.choose_network`: an MLP for vectors, a CNN for images (the
+        Atari network for images of 36 x 36 pixels or more), an encoder per
+        leaf with action masks applied for dict/tuple observations), "mlp",
+        "cnn" (image observations) or "gru" (recurrent).
         Leave it "auto" when `make_train` is given a `network` of your own.
       hidden_sizes: MLP hidden layers; the GRU uses hidden_sizes[0] units.
       activation: "tanh" or "relu" (MLP). Neither is read for your own

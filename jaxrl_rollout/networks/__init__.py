@@ -10,7 +10,7 @@ itself only sees plain callables. Everything is reachable as
   (an `ActorCriticMLP`'s parameters drawn in one batch) and `fused_init`
   (`module.init`'s values, its hashes fused).
 - `modules.py`: the actor-critics `ActorCriticMLP`, `ActorCriticCNN`,
-  `ActorCriticMultiInput` and `ActorCriticGRU`, `OneHotObservation` (a
+  `ActorCriticNatureCNN` (Atari-sized images), `ActorCriticMultiInput` and `ActorCriticGRU`, `OneHotObservation` (a
   Discrete observation one-hot encoded), their construction checks,
   the layer gains (`HIDDEN_GAIN`, `ACTOR_HEAD_GAIN`, `CRITIC_HEAD_GAIN`),
   `ACTIVATIONS`, `ACTION_MASK_KEYS` and `leaf_name`.
@@ -49,10 +49,12 @@ from jaxrl_rollout.networks.modules import (
     ACTOR_HEAD_GAIN,
     CRITIC_HEAD_GAIN,
     HIDDEN_GAIN,
+    NATURE_CNN_MIN_SIZE,
     ActorCriticCNN,
     ActorCriticGRU,
     ActorCriticMLP,
     ActorCriticMultiInput,
+    ActorCriticNatureCNN,
     OneHotObservation,
     OneHotRecurrentObservation,
     leaf_name,
@@ -67,7 +69,9 @@ __all__ = [
     "ActorCriticCNN",
     "ActorCriticGRU",
     "ActorCriticMLP",
+    "NATURE_CNN_MIN_SIZE",
     "ActorCriticMultiInput",
+    "ActorCriticNatureCNN",
     "OneHotObservation",
     "OneHotRecurrentObservation",
     "batched_init",

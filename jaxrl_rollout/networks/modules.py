@@ -8,6 +8,9 @@ value of the batch shape):
   a shared one; `Categorical` logits or a `DiagGaussian` with a
   state-independent learned `log_std` initialised to 0.
 - `ActorCriticCNN`: MinAtar-style images `[B, H, W, C] -> (dist, value [B])`.
+- `ActorCriticNatureCNN`: the Atari network of Mnih et al. (2015), CleanRL's
+  `ppo_atari.py` and SB3's `NatureCNN`, for images of at least 36 x 36
+  pixels, with uint8 pixel intensities read as x / 255.
 - `ActorCriticMultiInput`: pytree observations (dicts, tuples, NamedTuples)
   `{leaf: [B, ...]} -> (dist, value [B])`, one encoder per leaf (a conv
   torso for images, a dense torso for flattened vectors and scalars), the
@@ -65,7 +68,9 @@ __all__ = [
     "ActorCriticCNN",
     "ActorCriticGRU",
     "ActorCriticMLP",
+    "NATURE_CNN_MIN_SIZE",
     "ActorCriticMultiInput",
+    "ActorCriticNatureCNN",
     "OneHotObservation",
     "OneHotRecurrentObservation",
     "leaf_name",
@@ -267,6 +272,86 @@ class ActorCriticCNN(nn.Module):
         )(obs)
         x = act(x)
         x = x.reshape(x.shape[:-3] + (-1,))
+        x = act(orthogonal_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
+        return _heads(self, x, x)
+
+
+NATURE_CNN_MIN_SIZE = 36
+"""The smallest image side `ActorCriticNatureCNN` takes: its three VALID convolutions leave a 1 x 1 map of it."""
+
+# (output channels, kernel side, stride) of the Nature CNN's convolutions.
+_NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+
+
+class ActorCriticNatureCNN(nn.Module):
+    """The Atari actor-critic: the Nature DQN torso (Mnih et al., 2015) with a shared trunk.
+
+    Conv(32, 8 x 8, stride 4) -> ReLU -> Conv(64, 4 x 4, stride 2) -> ReLU ->
+    Conv(64, 3 x 3, stride 1) -> ReLU (all VALID) -> flatten ->
+    Dense(`hidden_size`, 512) -> ReLU, then Dense(A, gain 0.01) and Dense(1, gain
+    1.0) heads: CleanRL's `ppo_atari.py` `Agent` and SB3's `NatureCNN`
+    (orthogonal sqrt(2) kernels, zero biases). For an 84 x 84 frame stack the
+    flattened conv output is 7 * 7 * 64 = 3136.
+
+    `ActorCriticCNN`'s one stride-1 convolution followed by a dense layer
+    suits MinAtar's 10 x 10 grids; on an 84 x 84 x 4 Atari frame stack its
+    dense layer alone has 13.8 million weights (82 * 82 * 16 features), where
+    this network has 1.7 million in all.
+
+    Attributes:
+      action_dim: A.
+      continuous: as in `ActorCriticMLP`.
+      pixels: read uint8 observations as pixel intensities, x / 255 (CleanRL
+        divides Atari frames so; SB3 does it for every uint8 image space with
+        bounds [0, 255]). Observations of any other dtype (normalised ones,
+        float images already in [0, 1]) are used as they are.
+      hidden_size: width of the dense layer after the convolutions.
+      activation: one of `ACTIVATIONS`, after every layer but the heads (ReLU in the references).
+
+    Parameter names: `conv_0`, `conv_1`, `conv_2`, `dense`, `actor_head`,
+    `critic_head` (`log_std`).
+    """
+
+    action_dim: int
+    continuous: bool = False
+    pixels: bool = False
+    hidden_size: int = 512
+    activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        _check_head_config(self)
+        _check_positive_int("hidden_size", self.hidden_size)
+        if not isinstance(self.pixels, (bool, np.bool_)):
+            raise TypeError(f"pixels must be a bool, got {self.pixels!r}.")
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[Distribution, jax.Array]:
+        """Action distribution and value.
+
+        Args:
+          obs: [B, H, W, C] channels-last images with H, W >= 36 (`NATURE_CNN_MIN_SIZE`);
+            uint8, float, or bool (any leading batch axes [..., H, W, C] work).
+
+        Returns:
+          `(dist, value)`: dist with batch shape [B], value [B] float32.
+        """
+        raw = jnp.asarray(obs)
+        obs = _as_float(raw, "obs", 4, "[B, H, W, C] (channels last)")
+        if min(obs.shape[-3:-1]) < NATURE_CNN_MIN_SIZE:
+            raise ValueError(f"obs images [H, W]={obs.shape[-3:-1]} must be at least {NATURE_CNN_MIN_SIZE} on each "
+                             f"side for the Nature CNN (obs shape {obs.shape}, expected [B, H, W, C]); "
+                             "ActorCriticCNN takes smaller ones.")
+        if self.pixels and raw.dtype == jnp.uint8:
+            obs = obs / 255.0
+        act = ACTIVATIONS[self.activation]
+        batch = obs.shape[:-3]
+        x = obs.reshape((-1, *obs.shape[-3:]))
+        for i, (features, side, stride) in enumerate(_NATURE_CONVS):
+            x = act(nn.Conv(features, (side, side), (stride, stride), padding="VALID",
+                            kernel_init=orthogonal(HIDDEN_GAIN), bias_init=nn.initializers.zeros,
+                            name=f"conv_{i}")(x))
+        x = x.reshape(batch + (-1,))
         x = act(orthogonal_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
         return _heads(self, x, x)
 
