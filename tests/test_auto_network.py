@@ -93,6 +93,37 @@ def test_nature_cnn_layers_and_pixel_scaling():
         ActorCriticNatureCNN(6, pixels="yes")
 
 
+def test_multi_input_large_image_leaves_get_the_nature_convolutions_and_pixels_are_scaled():
+    """A dict observation with a pixel leaf (a camera beside a state vector): the leaf goes through the Nature
+    CNN's convolutions (SB3's MultiInputPolicy gives image leaves its NatureCNN) and is read x / 255; a leaf
+    of other bounds, and a small image, as before."""
+    space = spaces.Dict({"camera": spaces.Box(0, 255, (36, 40, 3), jnp.uint8), "ids": spaces.Box(0, 9, (36, 36, 1),
+                         jnp.uint8), "small": spaces.Box(0, 255, (5, 5, 1), jnp.uint8), "state": box((2,))})
+    module = choose(space)
+    assert module == ActorCriticMultiInput(A, hidden_sizes=(8, 8), pixels=(True, False, True, False))
+    obs = {"camera": jax.random.randint(jax.random.key(0), (2, 36, 40, 3), 0, 256).astype(jnp.uint8),
+           "ids": jnp.full((2, 36, 36, 1), 9, jnp.uint8),
+           "small": jax.random.randint(jax.random.key(1), (2, 5, 5, 1), 0, 256).astype(jnp.uint8),
+           "state": jnp.ones((2, 2))}
+    params = jax.jit(module.init)(jax.random.key(2), obs)
+    shapes = jax.tree.map(jnp.shape, params["params"])
+    assert shapes["conv_camera_0"]["kernel"] == (8, 8, 3, 32) and shapes["conv_camera_2"]["kernel"] == (3, 3, 64, 64)
+    assert shapes["encoder_camera"]["kernel"] == (64, 8)  # a 1 x 1 x 64 map after the three convolutions
+    assert shapes["conv_ids_0"]["kernel"] == (8, 8, 1, 32) and shapes["conv_small"]["kernel"] == (3, 3, 1, 16)
+    apply = jax.jit(module.apply)
+    dist, value = apply(params, obs)
+    scaled = {**obs, "camera": obs["camera"] / 255.0, "small": obs["small"] / 255.0}
+    dist2, value2 = apply(params, scaled)  # floats are used as they are; the ids leaf is never scaled
+    np.testing.assert_array_equal(dist.logits, dist2.logits)
+    np.testing.assert_array_equal(value, value2)
+    unscaled = ActorCriticMultiInput(A, hidden_sizes=(8, 8)).apply(params, obs)[1]
+    assert not np.allclose(unscaled, value)
+    with pytest.raises(ValueError, match=r"pixels has 2 entries for an observation of 4 leaves"):
+        ActorCriticMultiInput(A, hidden_sizes=(8, 8), pixels=(True, False)).apply(params, obs)
+    with pytest.raises(ValueError, match=r"pixels must hold a bool per observation leaf"):
+        ActorCriticMultiInput(A, pixels=(1, 0))
+
+
 @struct.dataclass
 class SideState(environment.EnvState):
     side: jax.Array

@@ -16,7 +16,9 @@ observation space when the algorithm is built (`choose_network`):
   on the one leaf, which flattens it into its dense encoder;
 - a Dict or Tuple space (jumanji, pgx, your own env's pytree observations):
   `ActorCriticMultiInput`, one encoder per leaf by its shape (a Discrete
-  leaf on its one-hot vector, `discrete_sizes`); leaves named
+  leaf on its one-hot vector, `discrete_sizes`; an image leaf of 36 x 36 or
+  more through the Nature CNN's convolutions, and read x / 255 where it is
+  pixels, `pixel_leaves`); leaves named
   `action_mask` or `legal_action_mask` (`networks.ACTION_MASK_KEYS`) are the
   action mask, bool [A], applied to the policy's logits rather than encoded.
 
@@ -408,9 +410,11 @@ def choose_network(network: str, observation_space: Any, action_dim: int, contin
     if single and len(shape) == 3:
         return cnn()
     sizes = discrete_sizes(observation_space, sample)
+    pixels = pixel_leaves(observation_space, sample)
     return networks.ActorCriticMultiInput(
         action_dim=action_dim, continuous=continuous, hidden_sizes=tuple(hidden_sizes), activation=activation,
         one_hot=sizes if any(sizes) else (),  # Discrete leaves read one-hot, as a top-level Discrete is
+        pixels=pixels if any(pixels) else (),  # uint8 images bounded by 0 and 255 read x / 255, as a single one is
     )
 
 
@@ -424,16 +428,27 @@ def discrete_sizes(space: Any, sample: Any = None) -> tuple[int, ...]:
     their paths' names (a field and a key of the same name match); where they do not all match, the two
     structures are taken to correspond position by position (a NamedTuple described by a Tuple space).
     """
+    return _per_leaf(space, sample, lambda leaf: int(leaf.n) if isinstance(leaf, spaces.Discrete) else 0)
+
+
+def pixel_leaves(space: Any, sample: Any = None) -> tuple[bool, ...]:
+    """Per leaf of an observation space, whether it holds pixel intensities (`is_pixel_space`); in the order of
+    `discrete_sizes`."""
+    return _per_leaf(space, sample, is_pixel_space)
+
+
+def _per_leaf(space: Any, sample: Any, fn: Callable) -> tuple:
+    """`fn(leaf space)` for every leaf of `space`, in the order `discrete_sizes` gives."""
     from jaxrl_rollout.networks.modules import leaf_name
 
     leaves = _leaf_spaces(space)
-    sizes = tuple(int(leaf.n) if isinstance(leaf, spaces.Discrete) else 0 for _, leaf in leaves)
+    values = tuple(fn(leaf) for _, leaf in leaves)
     if sample is None:
-        return sizes
-    by_path = dict(zip((path for path, _ in leaves), sizes, strict=True))
+        return values
+    by_path = dict(zip((path for path, _ in leaves), values, strict=True))
     paths = [tuple(leaf_name([entry]) for entry in path) for path, _ in jax.tree_util.tree_leaves_with_path(sample)]
     if sorted(paths) != sorted(by_path):
-        return sizes
+        return values
     return tuple(by_path[path] for path in paths)
 
 

@@ -65,10 +65,10 @@ __all__ = [
     "ACTOR_HEAD_GAIN",
     "CRITIC_HEAD_GAIN",
     "HIDDEN_GAIN",
+    "NATURE_CNN_MIN_SIZE",
     "ActorCriticCNN",
     "ActorCriticGRU",
     "ActorCriticMLP",
-    "NATURE_CNN_MIN_SIZE",
     "ActorCriticMultiInput",
     "ActorCriticNatureCNN",
     "OneHotObservation",
@@ -288,7 +288,7 @@ class ActorCriticNatureCNN(nn.Module):
 
     Conv(32, 8 x 8, stride 4) -> ReLU -> Conv(64, 4 x 4, stride 2) -> ReLU ->
     Conv(64, 3 x 3, stride 1) -> ReLU (all VALID) -> flatten ->
-    Dense(`hidden_size`, 512) -> ReLU, then Dense(A, gain 0.01) and Dense(1, gain
+    Dense(`hidden_size`, default 512) -> ReLU, then Dense(A, gain 0.01) and Dense(1, gain
     1.0) heads: CleanRL's `ppo_atari.py` `Agent` and SB3's `NatureCNN`
     (orthogonal sqrt(2) kernels, zero biases). For an 84 x 84 frame stack the
     flattened conv output is 7 * 7 * 64 = 3136.
@@ -344,16 +344,20 @@ class ActorCriticNatureCNN(nn.Module):
                              "ActorCriticCNN takes smaller ones.")
         if self.pixels and raw.dtype == jnp.uint8:
             obs = obs / 255.0
-        act = ACTIVATIONS[self.activation]
         batch = obs.shape[:-3]
-        x = obs.reshape((-1, *obs.shape[-3:]))
-        for i, (features, side, stride) in enumerate(_NATURE_CONVS):
-            x = act(nn.Conv(features, (side, side), (stride, stride), padding="VALID",
-                            kernel_init=orthogonal(HIDDEN_GAIN), bias_init=nn.initializers.zeros,
-                            name=f"conv_{i}")(x))
+        x = _nature_convs(obs.reshape((-1, *obs.shape[-3:])), ACTIVATIONS[self.activation], "conv_")
         x = x.reshape(batch + (-1,))
-        x = act(orthogonal_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
+        x = ACTIVATIONS[self.activation](orthogonal_dense(self.hidden_size, HIDDEN_GAIN, "dense")(x))
         return _heads(self, x, x)
+
+
+def _nature_convs(x: jax.Array, act: Callable, prefix: str) -> jax.Array:
+    """The Nature CNN's three convolutions, each followed by `act`, on images [N, H, W, C] (called inside a
+    compact module: the layers, `<prefix>0` to `<prefix>2`, are its)."""
+    for i, (features, side, stride) in enumerate(_NATURE_CONVS):
+        x = act(nn.Conv(features, (side, side), (stride, stride), padding="VALID", kernel_init=orthogonal(HIDDEN_GAIN),
+                        bias_init=nn.initializers.zeros, name=f"{prefix}{i}")(x))
+    return x
 
 
 class OneHotObservation(nn.Module):
@@ -437,7 +441,10 @@ class ActorCriticMultiInput(nn.Module):
     - images [B, H, W, C]: Conv(`conv_features`, k x k, stride 1, VALID) ->
       activation -> flatten -> Dense(hidden_sizes[0]) -> activation, with
       k = min(`kernel_size`, H, W), so images smaller than the kernel still
-      work (a 2x2 image gets a 2x2 kernel);
+      work (a 2x2 image gets a 2x2 kernel); an image of at least 36 x 36
+      (`NATURE_CNN_MIN_SIZE`) through `ActorCriticNatureCNN`'s three
+      convolutions instead (SB3's MultiInputPolicy gives image leaves its
+      NatureCNN too), then flattened into its Dense(hidden_sizes[0]);
     - scalars [B], vectors [B, O] and rank-2 arrays without channels
       [B, H, W] (flattened): Dense(hidden_sizes[0]) -> activation;
     - a Discrete leaf (an index [B], named in `one_hot`): its one-hot vector
@@ -473,9 +480,13 @@ class ActorCriticMultiInput(nn.Module):
         of a leaf read one-hot (a Discrete space's n), 0 for the others;
         empty (the default) for none. `choose_network` fills it from the
         observation space.
+      pixels: per leaf, in the pytree's leaf order, whether a uint8 leaf is
+        pixel intensities, read x / 255 (`ActorCriticNatureCNN.pixels`);
+        empty (the default) for none. `choose_network` fills it from the
+        observation space (`is_pixel_space`: uint8 bounded by 0 and 255).
 
-    Parameter names: `conv_<leaf>` and `encoder_<leaf>` per leaf (the leaf's
-    path joined by "_"), `actor_hidden_{i}`, `critic_hidden_{i}`,
+    Parameter names: `conv_<leaf>` (a large image's `conv_<leaf>_0` to
+    `conv_<leaf>_2`) and `encoder_<leaf>` per leaf (the leaf's path joined by "_"), `actor_hidden_{i}`, `critic_hidden_{i}`,
     `actor_head`, `critic_head` (`log_std`).
     """
 
@@ -487,11 +498,14 @@ class ActorCriticMultiInput(nn.Module):
     kernel_size: int = 3
     mask_keys: Sequence[str] = ACTION_MASK_KEYS
     one_hot: Sequence[int] = ()
+    pixels: Sequence[bool] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.one_hot, (str, bytes)) or any(
                 not _checks.is_int(n) or n < 0 for n in self.one_hot):
             raise ValueError(f"one_hot must hold an int >= 0 per observation leaf (0: not one-hot), got {self.one_hot!r}.")
+        if isinstance(self.pixels, (str, bytes)) or any(not isinstance(b, (bool, np.bool_)) for b in self.pixels):
+            raise ValueError(f"pixels must hold a bool per observation leaf, got {self.pixels!r}.")
         _check_head_config(self)
         _check_sizes("hidden_sizes", self.hidden_sizes)
         if not self.hidden_sizes:
@@ -522,9 +536,10 @@ class ActorCriticMultiInput(nn.Module):
         if len(batch) != 1 or () in batch:
             shapes = {jax.tree_util.keystr(p): jnp.shape(x) for p, x in leaves}
             raise ValueError(f"obs leaves must share one leading batch axis [B, ...], got shapes {shapes}.")
-        if self.one_hot and len(self.one_hot) != len(leaves):
-            raise ValueError(f"one_hot has {len(self.one_hot)} entries for an observation of {len(leaves)} leaves; "
-                             "it needs one per leaf, in the pytree's leaf order.")
+        for name in ("one_hot", "pixels"):
+            if getattr(self, name) and len(getattr(self, name)) != len(leaves):
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries for an observation of {len(leaves)} "
+                                 "leaves; it needs one per leaf, in the pytree's leaf order.")
         features, mask = [], None
         for i, (path, leaf) in enumerate(leaves):
             where = f"obs{jax.tree_util.keystr(path)}"
@@ -537,8 +552,12 @@ class ActorCriticMultiInput(nn.Module):
                                      f"got {jnp.result_type(leaf)}{list(jnp.shape(leaf))}.")
                 leaf = jax.nn.one_hot(leaf, self.one_hot[i], dtype=jnp.float32)
             x = _as_float(leaf, where, 1, "[B, ...]")
+            if self.pixels and self.pixels[i] and jnp.result_type(leaf) == jnp.uint8:
+                x = x / 255.0
             label = _param_label(path)
-            if x.ndim == 4:
+            if x.ndim == 4 and min(x.shape[1:3]) >= NATURE_CNN_MIN_SIZE:
+                x = _nature_convs(x, act, f"conv_{label}_")
+            elif x.ndim == 4:
                 k = min(self.kernel_size, *x.shape[1:3])
                 x = nn.Conv(
                     self.conv_features,
