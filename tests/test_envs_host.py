@@ -403,3 +403,44 @@ def test_an_int64_box_observation_is_given_as_int32():
                            hidden_sizes=(8, 8))
     _, metrics = jax.jit(ppo.make_train(config, env=env, env_params=params))(jax.random.key(0))
     assert np.asarray(metrics.episode_return).tolist() == [10.0]  # every step pays 1, truncated at 10
+
+
+_PLUGIN = "jaxrl_rollout_test_gym_plugin"
+
+
+def test_an_env_a_module_registers_is_named_module_colon_id(tmp_path, monkeypatch, capsys):
+    """gymnasium >= 1.0 registers a package's envs only when it is imported (ale-py's "ALE/Pong-v5" too), and
+    `gymnasium.make` takes "MODULE:ID" for that; the adapter refused every id not already registered, and for
+    ALE/Pong-v5 said "Did you mean Ant-v5?". "gymnasium/MODULE:ID" now imports MODULE first, and an id of a
+    namespace nothing registered says to name the module."""
+    from jaxrl_rollout import cli
+
+    (tmp_path / f"{_PLUGIN}.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register(id='JaxrlToy/CartPole-v9', max_episode_steps=20,\n"
+        "                   entry_point='gymnasium.envs.classic_control.cartpole:CartPoleEnv')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ValueError, match=r"no env of namespace 'JaxrlToy' is registered\. gymnasium registers a "
+                                             r"package's envs when the package is imported: name its module before "
+                                             r"the id, .*gymnasium/the_package:JaxrlToy/CartPole-v9\.$"):
+            envs.make("gymnasium/JaxrlToy/CartPole-v9")
+        if "ALE" not in {spec.namespace for spec in gymnasium.registry.values()}:
+            with pytest.raises(ValueError, match=r"gymnasium/ale_py:ALE/Pong-v5 \(ale-py's envs: pip install ale-py\)"):
+                envs.make("gymnasium/ALE/Pong-v5")
+        with pytest.raises(ValueError, match=r"cannot import 'no_such_module_xyz', the module named before ':'"):
+            envs.make("gymnasium/no_such_module_xyz:CartPole-v1")
+        with pytest.raises(ValueError, match=r"unknown gymnasium env id 'Zzqx-v0'\. An env that a package of yours "
+                                             r"registers when imported: gymnasium/MODULE:ID"):
+            envs.make("gymnasium/Zzqx-v0")
+        env_id = f"gymnasium/{_PLUGIN}:JaxrlToy/CartPole-v9"
+        env, env_params = envs.make(env_id)
+        result = jr.collect.evaluate(env, env_params, jr.policies.uniform_random_policy(env.action_space(env_params)),
+                                     None, jax.random.key(0), 2)
+        assert np.asarray(result.lengths).max() <= 20 and np.asarray(result.completed).all()
+        env.close()
+        assert cli.main(["rollout", "--env", env_id, "--num-envs", "2", "--num-steps", "25", "--num-eval", "2"]) == 0
+        assert "episode" in capsys.readouterr().out
+    finally:
+        gymnasium.registry.pop("JaxrlToy/CartPole-v9", None)
+        sys.modules.pop(_PLUGIN, None)

@@ -52,14 +52,15 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
     """A `GymnasiumEnv` of `gymnasium.make(name, **make_kwargs)`; returns `(env, env.default_params)`.
 
     Args:
-      name: a registered gymnasium id ("CartPole-v1", "Pendulum-v1", ...).
+      name: a registered gymnasium id ("CartPole-v1", "Pendulum-v1", ...), or,
+        in gymnasium's own form, "MODULE:ID" for an env that importing MODULE
+        registers ("ale_py:ALE/Pong-v5", "my_package.envs:MyEnv-v0").
       asynchronous: step the B sub-envs in worker processes
         (`AsyncVectorEnv`) instead of one after another in this process.
       **make_kwargs: passed to `gymnasium.make` (e.g. `max_episode_steps`).
     """
     gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
-    if name not in gymnasium.registry:
-        raise _base.unknown_name("gymnasium env id", name, gymnasium.registry, list_known=False)
+    _check_registered(gymnasium, name)
     make_kwargs = _base.with_max_episode_steps(make_kwargs)
     try:
         env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name)
@@ -72,6 +73,44 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
 
         raise MissingExtra(f"gymnasium/{name} needs a package gymnasium did not find: {error}") from None
     return env, env.default_params
+
+
+def _check_registered(gymnasium: Any, name: str) -> None:
+    """Raises a ValueError saying what to do when `name` ("ID" or "MODULE:ID") names no registered env.
+
+    MODULE is imported first, as `gymnasium.make` does. An id in a namespace
+    nothing has registered ("ALE/Pong-v5": gymnasium >= 1.0 registers
+    ale-py's envs only when `ale_py` is imported) says to name the module
+    that registers it.
+    """
+    import importlib
+
+    module, _, env_id = name.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            where = (" Python looks for it on sys.path, which holds the current folder under `python -m "
+                     "jaxrl_rollout` and not under the jaxrl-rollout command: PYTHONPATH=. adds it."
+                     if isinstance(error, ModuleNotFoundError) and error.name == module.partition(".")[0] else "")
+            raise ValueError(f"gymnasium id {name!r}: cannot import {module!r}, the module named before ':' to "
+                             f"register the env ({error}).{where}") from None
+    if env_id in gymnasium.registry:
+        return
+    namespace = env_id.partition("/")[0] if "/" in env_id else None
+    registered = {spec.namespace for spec in gymnasium.registry.values()}
+    if namespace is not None and namespace not in registered:
+        example = "ale_py" if namespace == "ALE" else "the_package"
+        install = " (ale-py's envs: pip install ale-py)" if namespace == "ALE" else ""
+        raise ValueError(f"unknown gymnasium env id {env_id!r}: no env of namespace {namespace!r} is registered"
+                         f"{' after importing ' + repr(module) if module else ''}. gymnasium registers a package's "
+                         f"envs when the package is imported: name its module before the id, as gymnasium.make "
+                         f"takes it, e.g. gymnasium/{example}:{env_id}{install}.")
+    error = _base.unknown_name("gymnasium env id", env_id, gymnasium.registry, list_known=False)
+    hint = "" if module or "Did you mean" in str(error) else (
+        " An env that a package of yours registers when imported: gymnasium/MODULE:ID, e.g. "
+        "gymnasium/my_package.envs:MyEnv-v0.")
+    raise ValueError(f"{error}{hint}")
 
 
 class GymnasiumEnv(HostEnv):
