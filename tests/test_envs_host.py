@@ -8,6 +8,7 @@ and flags exactly, values, bootstrap values and GAE to float32 rounding.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -428,8 +429,12 @@ def test_an_env_a_module_registers_is_named_module_colon_id(tmp_path, monkeypatc
         if "ALE" not in {spec.namespace for spec in gymnasium.registry.values()}:
             with pytest.raises(ValueError, match=r"gymnasium/ale_py:ALE/Pong-v5 \(ale-py's envs: pip install ale-py\)"):
                 envs.make("gymnasium/ALE/Pong-v5")
-        with pytest.raises(ValueError, match=r"cannot import 'no_such_module_xyz', the module named before ':'"):
+        with pytest.raises(ValueError, match=r"cannot import 'no_such_module_xyz', the module named before ':' .*"
+                                             r"PYTHONPATH=\. adds it\.$"):
             envs.make("gymnasium/no_such_module_xyz:CartPole-v1")
+        if importlib.util.find_spec("ale_py") is None:
+            with pytest.raises(ValueError, match=r"cannot import 'ale_py'.* ale-py is not installed: pip install ale-py"):
+                envs.make("gymnasium/ale_py:ALE/Pong-v5")
         with pytest.raises(ValueError, match=r"unknown gymnasium env id 'Zzqx-v0'\. An env that a package of yours "
                                              r"registers when imported: gymnasium/MODULE:ID"):
             envs.make("gymnasium/Zzqx-v0")

@@ -90,9 +90,11 @@ def _check_registered(gymnasium: Any, name: str) -> None:
         try:
             importlib.import_module(module)
         except ImportError as error:
-            where = (" Python looks for it on sys.path, which holds the current folder under `python -m "
-                     "jaxrl_rollout` and not under the jaxrl-rollout command: PYTHONPATH=. adds it."
-                     if isinstance(error, ModuleNotFoundError) and error.name == module.partition(".")[0] else "")
+            top = module.partition(".")[0]
+            where = "" if not (isinstance(error, ModuleNotFoundError) and error.name == top) else (
+                " ale-py is not installed: pip install ale-py." if top == "ale_py" else
+                " Python looks for it on sys.path, which holds the current folder under `python -m jaxrl_rollout` "
+                "and not under the jaxrl-rollout command: PYTHONPATH=. adds it.")
             raise ValueError(f"gymnasium id {name!r}: cannot import {module!r}, the module named before ':' to "
                              f"register the env ({error}).{where}") from None
     if env_id in gymnasium.registry:
