@@ -449,3 +449,20 @@ def test_an_env_a_module_registers_is_named_module_colon_id(tmp_path, monkeypatc
     finally:
         gymnasium.registry.pop("JaxrlToy/CartPole-v9", None)
         sys.modules.pop(_PLUGIN, None)
+
+
+def test_an_ale_game_s_time_limit_is_its_emulator_s_frame_limit():
+    """ale-py's v5 games have no TimeLimit: the emulator truncates at `max_num_frames_per_episode` frames (108,000),
+    in steps of `frameskip` frames (4), so the command line refused `--env gymnasium/ale_py:ALE/Pong-v5` for having
+    no time limit. The adapter reads the bound from the spec's kwargs (walked with ale-py 0.12.1: 27,000 steps)."""
+    from gymnasium.envs.registration import EnvSpec
+
+    from jaxrl_rollout.envs.gymnasium import _time_limit
+
+    ale = dict(game="pong", frameskip=4, max_num_frames_per_episode=108_000)
+    assert _time_limit(EnvSpec("ALE/Pong-v5", "ale_py.env:AtariEnv", kwargs=ale)) == 27_000
+    assert _time_limit(EnvSpec("ALE/Pong-v5", "ale_py.env:AtariEnv", kwargs={**ale, "frameskip": 3})) == 36_000
+    assert _time_limit(EnvSpec("Pong-v4", "ale_py.env:AtariEnv", kwargs={**ale, "frameskip": (2, 5)})) == 54_000
+    assert _time_limit(EnvSpec("X-v0", "m:E", max_episode_steps=100, kwargs=ale)) == 100  # a TimeLimit comes first
+    assert _time_limit(EnvSpec("X-v0", "m:E")) is None and _time_limit(None) is None
+    assert _time_limit(EnvSpec("X-v0", "m:E", kwargs={"max_num_frames_per_episode": 0, "frameskip": 4})) is None

@@ -115,6 +115,22 @@ def _check_registered(gymnasium: Any, name: str) -> None:
     raise ValueError(f"{error}{hint}")
 
 
+def _time_limit(spec: Any) -> int | None:
+    """The most steps of an episode of the env `spec` makes: its TimeLimit (`max_episode_steps`), else, for an
+    Arcade Learning Environment game (ale-py), the limit the emulator truncates at: `max_num_frames_per_episode`
+    frames (108,000 for the v5 ids, 30 minutes of play) in steps of `frameskip` frames (4), ceil(frames / skip)
+    steps, the fewest frames a step takes where the skip is drawn from a range; None without either."""
+    if spec is None:
+        return None
+    if spec.max_episode_steps is not None:
+        return spec.max_episode_steps
+    frames, skip = spec.kwargs.get("max_num_frames_per_episode"), spec.kwargs.get("frameskip", 1)
+    skip = min(skip) if isinstance(skip, (tuple, list)) and skip else skip
+    if isinstance(frames, int) and frames > 0 and isinstance(skip, int) and skip > 0:
+        return -(-frames // skip)
+    return None
+
+
 class GymnasiumEnv(HostEnv):
     """B copies of a `gymnasium.Env`, in the vectorized gymnax protocol (see the module docstring).
 
@@ -135,10 +151,7 @@ class GymnasiumEnv(HostEnv):
             raise TypeError(f"env_fn must return a gymnasium.Env, got {type(probe).__name__}.")
         try:
             name = name or (probe.spec.id if probe.spec is not None else type(probe.unwrapped).__name__)
-            super().__init__(
-                name, probe.action_space, probe.observation_space,
-                probe.spec.max_episode_steps if probe.spec is not None else None,
-            )
+            super().__init__(name, probe.action_space, probe.observation_space, _time_limit(probe.spec))
         finally:
             probe.close()
         self._env_fn = env_fn
