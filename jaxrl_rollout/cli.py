@@ -61,6 +61,11 @@ def _integer(text: str) -> int | None:
     return int(number)
 
 
+def _count(n: int, noun: str) -> str:
+    """"1 episode", "10 episodes"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _positive_int(text: str) -> int:
     value = _integer(text)
     if value is None:
@@ -1224,7 +1229,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     if spec.eval_every is not None:
         every = "every update" if spec.eval_every == 1 else f"every {spec.eval_every} updates"
         print(f"  deterministic evaluation {every} ({spec.eval_every * cfg.steps_per_update:,} "
-              f"steps), {spec.eval_episodes} episodes per run")
+              f"steps), {_count(spec.eval_episodes, 'episode')} per run")
     try:
         from jaxrl_rollout import loggers
 
@@ -1334,7 +1339,7 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
         print(f"  {getattr(stop, 'signal_name', 'SIGINT')}: stopped after training; the run is complete and saved in "
               f"{folder}; evaluate it with: jaxrl-rollout evaluate {shlex.quote(str(folder))}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)
-    print(f"  deterministic evaluation, {args.num_eval} episodes per run: mean {returns.mean():z.1f} "
+    print(f"  deterministic evaluation, {_count(args.num_eval, 'episode')} per run: mean {returns.mean():z.1f} "
           f"(std over runs {returns.std():z.1f}); per run: " + " ".join(_figures(returns)))
     if rates is not None:
         print(f"  against a uniform random legal-move opponent (seat drawn per game): win {rates[:, 0].mean():.0%}, "
@@ -1418,7 +1423,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
     print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "
-          f"{status}), {args.num_episodes} episodes per run; return mean (std)")
+          f"{status}), {_count(args.num_episodes, 'episode')} per run; return mean (std)")
     if sto is None:
         explores = "epsilon-greedy exploration" if spec.algo == "dqn" else "exploration noise"
         print(f"  {spec.algo.upper()}'s policy is deterministic (its {explores} belongs to training): "

@@ -504,6 +504,9 @@ def test_counts_take_the_forms_they_are_written_in():
         "sac", 1_000_000, 250_000, 5_000, 4, 1_000)
     assert all(type(v) is int for v in (args.total_steps, args.buffer_size, args.learning_starts, args.seeds))
     assert parser.parse_args(["rollout", "--num-steps", "1e3"]).num_steps == 1000
+    # and counts are printed as counts: "--num-eval 1" said "1 episodes per run"
+    assert (cli._count(1, "episode"), cli._count(10, "episode"), cli._count(1000, "episode")) == (
+        "1 episode", "10 episodes", "1,000 episodes")
 
 
 def test_the_help_examples_parse():
