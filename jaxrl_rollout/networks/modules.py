@@ -146,13 +146,15 @@ def _heads(
     return dist, value
 
 
-def _as_float(x: Any, name: str, min_rank: int, expected: str) -> jax.Array:
+def _as_float(x: Any, name: str, min_rank: int, expected: str, pixels: bool = False) -> jax.Array:
+    """`x` as floats, checked to have at least `min_rank` axes; with `pixels`, uint8 intensities read x / 255."""
     x = jnp.asarray(x)
     if x.ndim < min_rank:
         raise ValueError(f"{name} must have shape {expected}, got shape {x.shape}.")
+    scale = pixels and x.dtype == jnp.uint8
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.float32)  # MinAtar observations are bool, discrete ones int
-    return x
+    return x / 255.0 if scale else x
 
 
 # --------------------------------------------------------------------------
@@ -336,14 +338,11 @@ class ActorCriticNatureCNN(nn.Module):
         Returns:
           `(dist, value)`: dist with batch shape [B], value [B] float32.
         """
-        raw = jnp.asarray(obs)
-        obs = _as_float(raw, "obs", 4, "[B, H, W, C] (channels last)")
+        obs = _as_float(obs, "obs", 4, "[B, H, W, C] (channels last)", self.pixels)
         if min(obs.shape[-3:-1]) < NATURE_CNN_MIN_SIZE:
             raise ValueError(f"obs images [H, W]={obs.shape[-3:-1]} must be at least {NATURE_CNN_MIN_SIZE} on each "
                              f"side for the Nature CNN (obs shape {obs.shape}, expected [B, H, W, C]); "
                              "ActorCriticCNN takes smaller ones.")
-        if self.pixels and raw.dtype == jnp.uint8:
-            obs = obs / 255.0
         batch = obs.shape[:-3]
         x = _nature_convs(obs.reshape((-1, *obs.shape[-3:])), ACTIVATIONS[self.activation], "conv_")
         x = x.reshape(batch + (-1,))
@@ -551,9 +550,7 @@ class ActorCriticMultiInput(nn.Module):
                     raise ValueError(f"{where} is read one-hot (a Discrete leaf), so it must be integer indices [B], "
                                      f"got {jnp.result_type(leaf)}{list(jnp.shape(leaf))}.")
                 leaf = jax.nn.one_hot(leaf, self.one_hot[i], dtype=jnp.float32)
-            x = _as_float(leaf, where, 1, "[B, ...]")
-            if self.pixels and self.pixels[i] and jnp.result_type(leaf) == jnp.uint8:
-                x = x / 255.0
+            x = _as_float(leaf, where, 1, "[B, ...]", bool(self.pixels) and self.pixels[i])
             label = _param_label(path)
             if x.ndim == 4 and min(x.shape[1:3]) >= NATURE_CNN_MIN_SIZE:
                 x = _nature_convs(x, act, f"conv_{label}_")
