@@ -454,7 +454,7 @@ def _check_options_are_read(given: dict, config, module=None) -> None:
             refuse(option, f"the clip applies to normalised values, and --{switch.replace('_', '-')} is false; add "
                            f"--{switch.replace('_', '-')} true (or drop --{option.replace('_', '-')}).")
     network = getattr(config, "network", None)
-    cnn = network == "cnn" or type(module).__name__ in ("ActorCriticCNN", "ActorCriticNatureCNN")
+    cnn = network == "cnn" or type(module).__name__ in ("ActorCriticCNN", "ActorCriticNatureCNN", "QNetworkCNN")
     for option in ("hidden_sizes", "activation"):
         if cnn and option in given:
             chosen = "--network cnn" if network == "cnn" else "network=auto, for this env's image observation"

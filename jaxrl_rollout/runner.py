@@ -825,12 +825,15 @@ class _ProgressBar:
 
 
 _NETWORK_NAMES = {"ActorCriticMLP": "mlp", "ActorCriticCNN": "cnn", "ActorCriticNatureCNN": "nature-cnn",
-                  "ActorCriticGRU": "gru", "ActorCriticMultiInput": "multi-input"}
+                  "ActorCriticGRU": "gru", "ActorCriticMultiInput": "multi-input",
+                  "QNetwork": "mlp"}  # DQN's and PQN's MLPs
 
 
 def network_name(module: Any) -> str:
     """A short name for an algorithm's network ("mlp", "cnn", "nature-cnn", "gru", "multi-input"), else its class
     name."""
+    if type(module).__name__ == "QNetworkCNN":  # DQN's and PQN's, its torso by the image size
+        return "nature-cnn" if module.nature else "cnn"
     return _NETWORK_NAMES.get(type(module).__name__, type(module).__name__)
 
 

@@ -122,8 +122,8 @@ def test_hparams_out_of_range_name_the_field(field, value, match):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(num_minibatches=3), "num_minibatches=3"),
-    (dict(network="gru"), "network must be one of 'auto', 'mlp', got 'gru'"),  # only the names PQN takes
-    (dict(network="foo"), "network must be one of 'auto', 'mlp', got 'foo'"),
+    (dict(network="gru"), "network must be one of 'auto', 'mlp', 'cnn', got 'gru'"),  # only the names PQN takes
+    (dict(network="foo"), "network must be one of 'auto', 'mlp', 'cnn', got 'foo'"),
     (dict(anneal_lr="no"), "anneal_lr must be a bool, got 'no'"),
     (dict(optimizer="sgd"), "optimizer must be one of"),
     (dict(layer_norm=1), "layer_norm must be a bool"),

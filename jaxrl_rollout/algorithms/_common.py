@@ -58,7 +58,7 @@ from jaxrl_rollout._warnings import PartialRunWarning, user_stacklevel
 __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
     "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "check_train_key",
-    "choose_network",
+    "choose_network", "choose_q_network", "Q_NETWORKS",
     "check_scaled_box", "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
     "refuse_self_play",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
@@ -1270,6 +1270,49 @@ def one_hot_if_discrete(module: Any, observation_space: Any) -> Any:
     return module
 
 
+Q_NETWORKS = ("auto", "mlp", "cnn")
+"""The names DQN's and PQN's configs take for `network`."""
+
+
+def choose_q_network(network: str, observation_space: Any, mlp: Any, *, layer_norm: bool,
+                     kernels: str) -> Any:
+    """DQN's or PQN's built-in Q-network for a config's `network` name and the env's observation space.
+
+    - "auto": a channels-last image [H, W, C] (a 3-D Box) of at least 36 x 36 (`networks.NATURE_CNN_MIN_SIZE`:
+      Atari's frames, rendered pixels) gets `networks.QNetworkCNN` with the Nature DQN's torso, reading a pixel
+      space (`is_pixel_space`) x / 255; any other single array, smaller images (MinAtar's) included, gets `mlp`,
+      the algorithm's MLP on the flattened observation (a Discrete index one-hot). On MinAtar the CNN learned no
+      better than the MLP in the runs measured (DQN 100k steps, PQN 200k, README) and ran 13 to 16 times slower
+      on a CPU, so it is asked for by name there;
+    - "mlp": `mlp` on any single array, images flattened;
+    - "cnn": `QNetworkCNN`, its torso by size (the Nature DQN's from 36 x 36, MinAtar's one convolution
+      below); the observation must be an image [H, W, C].
+
+    `layer_norm` and `kernels` are the CNN's (`QNetworkCNN`): PQN's LayerNorm and He-normal kernels, DQN's
+    torch-default ones.
+
+    Raises:
+      ValueError: naming `network`, for "cnn" on an observation that is not an image [H, W, C], or an image that
+        looks channels first [C, H, W] (with "auto" or "cnn").
+    """
+    from jaxrl_rollout import networks
+
+    check_choice("network", network, Q_NETWORKS)
+    shape = tuple(observation_space.shape) if isinstance(observation_space, spaces.Box) else None
+    image = shape is not None and len(shape) == 3
+    if network == "cnn" and not image:
+        raise ValueError(f"network='cnn' needs an image observation [H, W, C] (channels last), got "
+                         f"{_describe(space_leaves(observation_space))}; use network='auto' or 'mlp'.")
+    if image and network != "mlp":  # a flattened image has no layout to get wrong
+        _check_channels_last(network, "the observation", shape)
+    nature = image and min(shape[:2]) >= networks.NATURE_CNN_MIN_SIZE
+    if network == "mlp" or (network == "auto" and not nature):
+        return one_hot_if_discrete(mlp, observation_space)
+    return networks.QNetworkCNN(
+        action_dim=mlp.action_dim, nature=nature,
+        pixels=is_pixel_space(observation_space), layer_norm=layer_norm, kernels=kernels, kernel_size=min(3, *shape[:2]))
+
+
 def check_single_array_obs(algo: str, module_name: str, env: Any, observation_space: Any) -> None:
     """Raises when an algorithm's built-in network meets an observation it cannot take.
 
@@ -1462,7 +1505,7 @@ def check_common_config(cfg, networks: Sequence[str] = NETWORKS) -> None:
 
     Every field declared `bool` must be a bool (a string such as "false" is
     truthy, and would turn the option on). `networks` are the names the
-    algorithm takes for `network` (PQN: "auto" and "mlp").
+    algorithm takes for `network` (PQN: `Q_NETWORKS`).
 
     Nothing here builds an env (`envs.check_id`): what depends on the env
     itself is checked when the algorithm is built (`setup`).

@@ -92,7 +92,16 @@ class DQNConfig(_common.LearnerSizes):
         It changes only how the metrics are grouped, not what is trained,
         except that the run takes whole updates: total_timesteps is rounded
         down to them (docs/semantics.md §22.5).
-      hidden_sizes: the Q-network's hidden layers (ReLU), CleanRL's 120-84.
+      network: "auto", "mlp" or "cnn" (`_common.choose_q_network`): "cnn"
+        is the CNN `networks.QNetworkCNN` for an image observation [H, W, C]
+        (the Nature DQN's torso from 36 x 36, as CleanRL's `dqn_atari.py`;
+        the MinAtar paper's one convolution below); "mlp" the MLP `QNetwork`
+        on any observation (images flattened); "auto" the CNN for images of
+        at least 36 x 36 (Atari's) and the MLP for everything else, MinAtar's
+        grids included. Leave it "auto" when `make_train` is given a
+        `network` of your own.
+      hidden_sizes: the MLP's hidden layers (ReLU), CleanRL's 120-84 (the
+        CNN's are fixed).
       adam_eps: Adam's epsilon (torch's default).
       bootstrap: "time_limits" (bootstrap through truncations from the true
         final observation: SB3's `handle_timeout_termination`, and CleanRL's
@@ -110,6 +119,7 @@ class DQNConfig(_common.LearnerSizes):
     train_frequency: int = 10
     target_network_frequency: int = 500
     log_interval: int = 1000
+    network: str = "auto"
     hidden_sizes: tuple = (120, 84)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
@@ -131,6 +141,7 @@ class DQNConfig(_common.LearnerSizes):
         self.check_learning_starts(self.train_frequency)
         self.warn_partial_run()
         self.check_target_updates()
+        _common.check_choice("network", self.network, _common.Q_NETWORKS)
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
@@ -363,8 +374,10 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
         gymnax>=1.0.1 protocol (6-value step with `info["final_observation"]`)
         with Discrete actions.
       env_params: `env`'s params; None for `env.default_params`. Only with `env`.
-      network: None for `QNetwork(hidden_sizes=config.hidden_sizes)`; or your
-        own flax linen Module with `__call__(obs [B, ...]) -> Q [B, A]`.
+      network: None for the built-in network `config.network` names (the
+        MLP `QNetwork(hidden_sizes=config.hidden_sizes)`, or for images
+        `networks.QNetworkCNN`); or your own flax linen Module with
+        `__call__(obs [B, ...]) -> Q [B, A]`.
         The built-in network takes one array observation; a pytree one (a
         Dict or Tuple space) needs yours. Exploration draws uniformly over
         all A actions: an action mask in the observation is not read (mask
@@ -387,9 +400,13 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     action_dim, continuous = _common.action_info(env, env_params)
     if continuous:
         raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")
+    if network is not None and config.network != "auto":
+        raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
+                         "another; leave config.network='auto' (the default) when you pass network.")
     if network is None:
         _common.check_single_array_obs("DQN", "QNetwork", env, env.observation_space(env_params))
-    module = (_common.one_hot_if_discrete(QNetwork(action_dim, config.hidden_sizes), env.observation_space(env_params))
+    module = (_common.choose_q_network(config.network, env.observation_space(env_params),
+                                       QNetwork(action_dim, config.hidden_sizes), layer_norm=False, kernels="torch")
               if network is None else network)
     _check_q_network(module, env.observation_space(env_params), action_dim, sample)
     _common.refuse_unread_network_fields(config, network)

@@ -1,7 +1,7 @@
 """PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning", arXiv:2407.04811).
 
 Parallel Q-learning: B vectorised envs, no replay buffer and no target
-network. A LayerNorm MLP gives Q(s, .) [B, A]; each update rolls out T steps
+network. A LayerNorm MLP (a LayerNorm CNN for Atari-sized images) gives Q(s, .) [B, A]; each update rolls out T steps
 with an epsilon-greedy policy (`jaxrl_rollout.collect.rollout`), computes
 Q(lambda) targets on the rollout, then runs `update_epochs` x
 `num_minibatches` gradient steps of `0.5 * mean((Q(s, a) - G)^2)`. Defaults
@@ -80,13 +80,18 @@ class PQNConfig(_common.ConfigSizes):
         total_timesteps // (num_envs * num_steps).
       update_epochs: passes over each rollout (purejaxql's NUM_EPOCHS).
       num_minibatches: minibatches per epoch; must divide num_envs * num_steps.
-      network: "auto" or "mlp" (both the LayerNorm MLP `QNetwork` on the
-        flattened observation). Leave it "auto" when `make_train` is given a
-        `network` of your own.
-      hidden_sizes: the MLP's hidden layers.
-      activation: "relu" (purejaxql) or "tanh".
-      layer_norm: LayerNorm after every hidden Dense layer (PQN's
-        normalisation; purejaxql's NORM_TYPE="layer_norm").
+      network: "auto", "mlp" or "cnn" (`_common.choose_q_network`): "cnn"
+        is the CNN `networks.QNetworkCNN` with LayerNorm and He-normal
+        kernels for an image observation [H, W, C] (purejaxql's
+        `pqn_minatar.py` network below 36 x 36, its `pqn_atari.py` one from
+        there); "mlp" the LayerNorm MLP `QNetwork` on any observation (images
+        flattened); "auto" the CNN for images of at least 36 x 36 (Atari's)
+        and the MLP for everything else, MinAtar's grids included. Leave it
+        "auto" when `make_train` is given a `network` of your own.
+      hidden_sizes: the MLP's hidden layers (the CNN's are fixed).
+      activation: the MLP's, "relu" (purejaxql) or "tanh" (the CNN's is ReLU).
+      layer_norm: LayerNorm after every hidden layer, the MLP's or the CNN's
+        (PQN's normalisation; purejaxql's NORM_TYPE="layer_norm").
       bootstrap_on_truncation: bootstrap time limits from max_a Q(final
         observation) (True) or treat them as terminations like purejaxql (False).
       anneal_lr: decay the learning rate linearly to 0 over every gradient
@@ -112,7 +117,7 @@ class PQNConfig(_common.ConfigSizes):
 
     def __post_init__(self):
         _common.plain_numbers(self)
-        _common.check_common_config(self, networks=("auto", "mlp"))
+        _common.check_common_config(self, networks=_common.Q_NETWORKS)
         _common.check_choice("optimizer", self.optimizer, OPTIMIZERS)
         for name in ("update_epochs", "num_minibatches"):
             _common.check_positive(name, getattr(self, name))
@@ -399,8 +404,14 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     obs_space = env.observation_space(env_params)
     if network is None:
         _common.check_single_array_obs("PQN", "QNetwork", env, obs_space)
-        module = _common.one_hot_if_discrete(
-            QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm), obs_space)
+        module = _common.choose_q_network(
+            config.network, obs_space,
+            QNetwork(action_dim, tuple(config.hidden_sizes), config.activation, config.layer_norm),
+            layer_norm=config.layer_norm, kernels="he_normal")
+        if isinstance(module, networks.QNetworkCNN) and config.activation != "relu":
+            raise ValueError(f"activation={config.activation!r}: the CNN Q-network (network={config.network!r}, for "
+                             "this env's image observation) uses ReLU and reads no activation; leave activation "
+                             "'relu', or set network='mlp'.")
     else:
         module = _check_network(network, obs_space, action_dim, sample)
         _common.refuse_unread_network_fields(config, network)

@@ -10,8 +10,8 @@ itself only sees plain callables. Everything is reachable as
   (an `ActorCriticMLP`'s parameters drawn in one batch) and `fused_init`
   (`module.init`'s values, its hashes fused).
 - `modules.py`: the actor-critics `ActorCriticMLP`, `ActorCriticCNN`,
-  `ActorCriticNatureCNN` (Atari-sized images), `ActorCriticMultiInput` and `ActorCriticGRU`, `OneHotObservation` (a
-  Discrete observation one-hot encoded), their construction checks,
+  `ActorCriticNatureCNN` (Atari-sized images), `ActorCriticMultiInput` and `ActorCriticGRU`, `QNetworkCNN`
+  (DQN's and PQN's Q-network for images), `OneHotObservation` (a Discrete observation one-hot encoded), their construction checks,
   the layer gains (`HIDDEN_GAIN`, `ACTOR_HEAD_GAIN`, `CRITIC_HEAD_GAIN`),
   `ACTIVATIONS`, `ACTION_MASK_KEYS` and `leaf_name`.
 - `adapters.py`: rollout policies from any network, `feedforward_policy` and
@@ -57,6 +57,7 @@ from jaxrl_rollout.networks.modules import (
     ActorCriticNatureCNN,
     OneHotObservation,
     OneHotRecurrentObservation,
+    QNetworkCNN,
     leaf_name,
 )
 
@@ -74,6 +75,7 @@ __all__ = [
     "ActorCriticNatureCNN",
     "OneHotObservation",
     "OneHotRecurrentObservation",
+    "QNetworkCNN",
     "batched_init",
     "feedforward_policy",
     "fused_init",

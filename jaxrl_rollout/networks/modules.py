@@ -73,6 +73,8 @@ __all__ = [
     "ActorCriticNatureCNN",
     "OneHotObservation",
     "OneHotRecurrentObservation",
+    "Q_NETWORK_KERNELS",
+    "QNetworkCNN",
     "leaf_name",
 ]
 
@@ -357,6 +359,88 @@ def _nature_convs(x: jax.Array, act: Callable, prefix: str) -> jax.Array:
         x = act(nn.Conv(features, (side, side), (stride, stride), padding="VALID", kernel_init=orthogonal(HIDDEN_GAIN),
                         bias_init=nn.initializers.zeros, name=f"{prefix}{i}")(x))
     return x
+
+
+Q_NETWORK_KERNELS = ("torch", "he_normal")
+"""`QNetworkCNN.kernels`' choices: DQN's ("torch") and PQN's ("he_normal")."""
+
+
+class QNetworkCNN(nn.Module):
+    """A Q-network for channels-last images: obs [B, H, W, C] -> Q-values [B, A] (DQN's and PQN's `network="cnn"`).
+
+    The torso follows the image size, as the actor-critics' does:
+
+    - `nature=True`, images of at least 36 x 36 (`NATURE_CNN_MIN_SIZE`: Atari frames): the Nature DQN's
+      Conv(32, 8 x 8, stride 4) -> Conv(64, 4 x 4, stride 2) -> Conv(64, 3 x 3, stride 1) -> Dense(512), CleanRL's
+      `dqn_atari.py` `QNetwork` and purejaxql's `pqn_atari.py` `CNN`;
+    - `nature=False`, smaller images (MinAtar's 10 x 10): one Conv(16, k x k, stride 1) -> Dense(128), the DQN of
+      the MinAtar paper (Young and Tian, 2019) and purejaxql's `pqn_minatar.py` `CNN`, k = `kernel_size`
+      (3; less for an image smaller than that).
+
+    All convolutions VALID, each layer followed by ReLU, then a Dense(A) head. With `layer_norm`, a LayerNorm
+    (over the channels, flax's default axis) comes between every layer of the torso and its ReLU: PQN's
+    normalisation (purejaxql's NORM_TYPE="layer_norm").
+
+    Attributes:
+      action_dim: A.
+      nature: which torso (above); `network="auto"` and `"cnn"` choose it by size.
+      pixels: read uint8 observations as pixel intensities, x / 255 (as `ActorCriticNatureCNN` does); other
+        dtypes (MinAtar's bool grids, floats) are used as they are.
+      layer_norm: LayerNorm in the torso (PQN: True; DQN: False).
+      kernels: "torch", the torso's and the head's kernels drawn as torch's default for `nn.Conv2d` and `nn.Linear`
+        (uniform in +-1/sqrt(fan_in)) with zero biases, as DQN's `QNetwork` draws its layers; or "he_normal",
+        purejaxql's (He-normal torso kernels, flax's default head, zero biases).
+      kernel_size: the small torso's kernel side (not read by the Nature torso).
+
+    Parameter names: `conv_0` (to `conv_2` with `nature`), `dense`, `head`; with `layer_norm`, `conv_norm_0`
+    (to `conv_norm_2`) and `dense_norm`.
+    """
+
+    action_dim: int
+    nature: bool = False
+    pixels: bool = False
+    layer_norm: bool = False
+    kernels: str = "torch"
+    kernel_size: int = 3
+
+    def __post_init__(self) -> None:
+        _check_positive_int("action_dim", self.action_dim)
+        _check_positive_int("kernel_size", self.kernel_size)
+        for name in ("nature", "pixels", "layer_norm"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")
+        if self.kernels not in Q_NETWORK_KERNELS:
+            raise ValueError(f"kernels must be one of {Q_NETWORK_KERNELS}, got {self.kernels!r}.")
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        """Q-values [B, A] float32 for images [B, H, W, C] (uint8, bool or float; any leading batch axes)."""
+        obs = _as_float(obs, "obs", 4, "[B, H, W, C] (channels last)", self.pixels)
+        least = NATURE_CNN_MIN_SIZE if self.nature else self.kernel_size
+        if min(obs.shape[-3:-1]) < least:
+            raise ValueError(f"obs images [H, W]={obs.shape[-3:-1]} must be at least {least} on each side for "
+                             f"{'the Nature torso' if self.nature else f'kernel_size={self.kernel_size}'} "
+                             f"(obs shape {obs.shape}, expected [B, H, W, C]).")
+        if self.kernels == "torch":
+            kernel = head = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+        else:
+            kernel, head = nn.initializers.he_normal(), nn.initializers.lecun_normal()
+
+        def norm_relu(x, name):
+            return nn.relu(nn.LayerNorm(name=name)(x) if self.layer_norm else x)
+
+        layers = _NATURE_CONVS if self.nature else ((16, self.kernel_size, 1),)
+        batch = obs.shape[:-3]
+        x = obs.reshape((-1, *obs.shape[-3:]))
+        for i, (features, side, stride) in enumerate(layers):
+            x = nn.Conv(features, (side, side), (stride, stride), padding="VALID", kernel_init=kernel,
+                        bias_init=nn.initializers.zeros, name=f"conv_{i}")(x)
+            x = norm_relu(x, f"conv_norm_{i}")
+        x = x.reshape(batch + (-1,))
+        x = nn.Dense(512 if self.nature else 128, kernel_init=kernel, name="dense")(x)
+        x = norm_relu(x, "dense_norm")
+        return nn.Dense(self.action_dim, kernel_init=head, name="head")(x)
 
 
 class OneHotObservation(nn.Module):
