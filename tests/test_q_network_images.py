@@ -101,13 +101,13 @@ def test_layers_and_initialisation(nature, init):
 def test_pixels_are_scaled_and_other_inputs_are_not():
     module = QNetworkCNN(4, nature=True, pixels=True)
     frames = jax.random.randint(jax.random.key(0), (2, 36, 40, 3), 0, 256).astype(jnp.uint8)
-    params = module.init(jax.random.key(1), frames)
+    params = jax.jit(module.init)(jax.random.key(1), frames)
     apply = jax.jit(module.apply)
     q = apply(params, frames)
     np.testing.assert_array_equal(q, apply(params, frames.astype(jnp.float32) / 255.0))
-    raw = QNetworkCNN(4, nature=True).apply(params, frames)  # pixels=False: read as 0-255
+    raw = jax.jit(QNetworkCNN(4, nature=True).apply)(params, frames)  # pixels=False: read as 0-255
     assert np.abs(raw).max() > 10 * np.abs(q).max()
-    many = module.apply(params, jnp.stack([frames, frames]))  # leading batch axes [..., H, W, C]
+    many = apply(params, jnp.stack([frames, frames]))  # leading batch axes [..., H, W, C]
     np.testing.assert_allclose(many, jnp.stack([q, q]), rtol=1e-6, atol=1e-6)
     grid = jnp.zeros((2, 10, 10, 4), jnp.bool_)  # MinAtar's bool grids are read as 0 / 1
     small = QNetworkCNN(4)
