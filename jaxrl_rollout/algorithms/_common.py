@@ -1389,7 +1389,9 @@ def zeros_for(space: Any) -> Any:
 
 def torch_linear_kernel_init():
     """torch `nn.Linear`'s default kernel distribution: uniform in +-1/sqrt(fan_in) (the off-policy learners' MLPs)."""
-    return nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+    from jaxrl_rollout.networks.init import torch_kernel_init
+
+    return torch_kernel_init()
 
 
 def flat_observation(obs: Any, num_obs_values: int = 0) -> jax.Array:

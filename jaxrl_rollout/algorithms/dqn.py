@@ -403,12 +403,13 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     if network is not None and config.network != "auto":
         raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
                          "another; leave config.network='auto' (the default) when you pass network.")
+    obs_space = env.observation_space(env_params)
     if network is None:
-        _common.check_single_array_obs("DQN", "QNetwork", env, env.observation_space(env_params))
-    module = (_common.choose_q_network(config.network, env.observation_space(env_params),
-                                       QNetwork(action_dim, config.hidden_sizes), layer_norm=False, kernels="torch")
+        _common.check_single_array_obs("DQN", "QNetwork", env, obs_space)
+    module = (_common.choose_q_network(config.network, obs_space, QNetwork(action_dim, config.hidden_sizes),
+                                       layer_norm=False, kernels="torch")
               if network is None else network)
-    _check_q_network(module, env.observation_space(env_params), action_dim, sample)
+    _check_q_network(module, obs_space, action_dim, sample)
     _common.refuse_unread_network_fields(config, network)
     apply_fn = module.apply
     buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)

@@ -283,6 +283,13 @@ def _narrow_product_jvp(primals, tangents):
 narrow_product.defjvp(_narrow_product_jvp, symbolic_zeros=True)
 
 
+def torch_kernel_init() -> Callable:
+    """torch's default kernel distribution for `nn.Linear` and `nn.Conv2d` (kaiming_uniform with a = sqrt(5)):
+    uniform in +-1/sqrt(fan_in), fan_in the inputs of one output (a convolution's kh * kw * in channels, as flax
+    counts them too). The off-policy learners' layers draw their kernels so."""
+    return nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+
+
 def orthogonal_dense(features: int, gain: float, name: str) -> nn.Module:
     """torch `layer_init(nn.Linear(in, features), std=gain)`: orthogonal kernel, zero bias."""
     return OrthogonalDense(features, gain, name=name)

@@ -56,7 +56,7 @@ from jaxrl_rollout.distributions import (
     diag_gaussian,
     masked_logits,
 )
-from jaxrl_rollout.networks.init import orthogonal, orthogonal_dense
+from jaxrl_rollout.networks.init import orthogonal, orthogonal_dense, torch_kernel_init
 from jaxrl_rollout.types import PyTree
 
 __all__ = [
@@ -423,7 +423,7 @@ class QNetworkCNN(nn.Module):
                              f"{'the Nature torso' if self.nature else f'kernel_size={self.kernel_size}'} "
                              f"(obs shape {obs.shape}, expected [B, H, W, C]).")
         if self.kernels == "torch":
-            kernel = head = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+            kernel = head = torch_kernel_init()
         else:
             kernel, head = nn.initializers.he_normal(), nn.initializers.lecun_normal()
 
