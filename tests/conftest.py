@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -34,6 +35,7 @@ SLOWEST_FILES = (
 
 # Set by pytest_configure on the process that made the compilation cache (the controller, or a lone run).
 _OWN_CACHE_DIR = None
+_CACHE_PREFIX = "jaxrl-rollout-tests-xla-cache-"
 
 
 def _share_compilation_cache():
@@ -65,10 +67,42 @@ def _share_compilation_cache():
         return  # the user's own, or the controller's (xdist workers inherit it)
     if importlib.util.find_spec("filelock") is None:
         return  # no lock, no shared cache (JAX needs filelock for the size limit; a dependency of the package)
-    _OWN_CACHE_DIR = tempfile.mkdtemp(prefix="jaxrl-rollout-tests-xla-cache-")
+    _OWN_CACHE_DIR = tempfile.mkdtemp(prefix=_CACHE_PREFIX)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE_DIR
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.05")
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
+
+
+def _no_eviction_scans():
+    """In this process, JAX adds entries to the suite's cache folder without first reading every entry there.
+
+    With a size limit set (which the lock needs, above), JAX's cache (`jax._src.lru_cache.LRUCache.put`) reads
+    the size and last-use time of every entry in the folder, under the lock, before it writes a new one, to
+    evict the least recently used if the limit would be passed. The suite writes a few thousand entries, so
+    each write took longer than the last: 34, 76, 104 and 152 ms with 500, 1,000, 2,000 and 3,000 entries
+    in the folder (2 cores, 2026-12-02). Over a run's some 2,000 entries (about 1,700 programs of 0.05 to
+    0.5 s and the larger ones) that is about two minutes of reading, an estimate from those figures, with
+    the other worker waiting on the lock meanwhile. The suite's folder is fresh, removed after the run and
+    far under its 8 GiB limit (a few hundred MB), so no entry would ever be evicted: here, for that folder
+    only, the scan is skipped; the lock is kept. (The command line's subprocesses, which load no conftest,
+    still scan before each of their writes. A user's own folder is not touched.) A JAX without this private
+    method keeps its own behaviour.
+    """
+    try:
+        from jax._src import lru_cache
+    except ImportError:
+        return
+    scan = getattr(lru_cache.LRUCache, "_evict_if_needed", None)
+    if scan is None or getattr(scan, "_skips_the_suites_folder", False):
+        return
+
+    def evict_if_needed(self, *args, **kwargs):
+        if pathlib.PurePath(str(self.path)).name.startswith(_CACHE_PREFIX):
+            return None
+        return scan(self, *args, **kwargs)
+
+    evict_if_needed._skips_the_suites_folder = True
+    lru_cache.LRUCache._evict_if_needed = evict_if_needed
 
 
 def pytest_unconfigure(config):
@@ -78,6 +112,7 @@ def pytest_unconfigure(config):
 
 def pytest_configure(config):
     _share_compilation_cache()
+    _no_eviction_scans()
     # The file order below is the queue's order: xdist's own reordering (most tests first) would undo it.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
