@@ -60,7 +60,9 @@ def _share_compilation_cache():
     this was 0.5 s): the suite compiles about 1,700 programs of 0.05 to 0.5 s,
     a quarter of them again in a later test or subprocess (52 s in all, on 2
     cores, 2026-12-01), and loading one takes about 20 ms against 100 ms to
-    compile a 0.1 s one; writing an entry adds no time that could be measured.
+    compile a 0.1 s one. Writing an entry costs little once `_no_eviction_scans`
+    (below) has taken away JAX's scan of the whole folder before each write,
+    which grew with every entry.
     """
     global _OWN_CACHE_DIR
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
