@@ -114,7 +114,8 @@ def pytest_unconfigure(config):
 
 def pytest_configure(config):
     _share_compilation_cache()
-    _no_eviction_scans()
+    if not config.pluginmanager.hasplugin("dsession"):  # xdist's controller runs no test: it need not import jax
+        _no_eviction_scans()
     # The file order below is the queue's order: xdist's own reordering (most tests first) would undo it.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
