@@ -469,15 +469,28 @@ def _check_options_are_read(given: dict, config, module=None) -> None:
 
 
 def _led_by_options(message: str, given: dict) -> str:
-    """A config's error led by the options given that it names, as typed: "--batch-size 0: batch_size must ..."."""
+    """A config's error led by the options given that it names, as typed: "--batch-size 0: batch_size must ...".
+
+    The algorithm's other options that it names (left at their defaults) follow
+    it, so that a fix in a field's name reads as a flag: "... lower
+    learning_starts ... (set with --learning-starts, --num-envs)". A one-word
+    field counts only as `field=` ("network='mlp'"), not as a word of the prose.
+    """
     import re
 
-    named = []
+    named, settable = [], []
     run_fields = {"num_seeds": "seeds", "chunk_updates": "chunk_updates", "max_parallel": "max_parallel",
                   "eval_episodes": "eval_episodes"}  # RunSpec's fields
+    config_cls = _algorithms()[given.get("algo", "ppo")][0]
+    own = {f.name for f in dataclasses.fields(config_cls)}
     for field, option in [*_RENAMED.items(), *((name, name) for name in _config_fields()), *run_fields.items()]:
         if option in given and re.search(rf"\b{field}\b", message):
             named.append(_typed(option, given[option]))
+        elif (option not in given and (field in own or field in run_fields)
+              and re.search(rf"\b{field}\b" + ("" if "_" in field else "="), message)):
+            settable.append((message.index(field), f"--{option.replace('_', '-')}"))
+    if settable:
+        message = f"{message} (set with {', '.join(flag for _, flag in sorted(settable))})"
     return f"{' '.join(named)}: {message}" if named else message
 
 

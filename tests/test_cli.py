@@ -430,6 +430,27 @@ def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_config_error_gives_the_flags_of_the_fields_it_names_that_were_left_at_their_defaults(capsys, tmp_path):
+    """The fix a config's message names in field names ("lower learning_starts") reads as flags after it."""
+    lead = cli._led_by_options
+    message = "total_timesteps=5 with num_envs=8 gives no update; lower num_envs or raise total_timesteps."
+    assert lead(message, {"total_steps": 5}) == f"--total-steps 5: {message} (set with --num-envs)"
+    assert lead(message, {"total_steps": 5, "num_envs": 8}) == f"--total-steps 5 --num-envs 8: {message}"
+    # in the order the message names them; a field of another algorithm's config only is not offered
+    assert lead("learning_starts=9 and batch_size=4 with num_steps=2", {"algo": "dqn"}).endswith(
+        "(set with --learning-starts, --batch-size)")
+    assert lead("learning_starts=9 with num_steps=2", {"algo": "ppo"}).endswith("(set with --num-steps)")
+    # a one-word field counts as `field=`, not as a word of the prose
+    assert lead("a recurrent network keeps env sequences whole", {}) == "a recurrent network keeps env sequences whole"
+    assert lead("network='mlp' needs a flat vector", {}) == "network='mlp' needs a flat vector (set with --network)"
+    # from the command line: DQN's default learning_starts leaves a short run no gradient step
+    assert cli.main(["train", "--algo", "dqn", "--total-steps", "1000", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxrl-rollout: error: --total-steps 1000: learning_starts=10000 leaves no gradient step")
+    assert err.rstrip().endswith("or raise total_timesteps. (set with --learning-starts, --num-envs)"), err
+    assert not (tmp_path / "x").exists()
+
+
 def test_inf_is_no_limit_for_the_thresholds_that_take_it(capsys):
     """Python took PPOHParams(max_grad_norm=inf) and TD3HParams(noise_clip=inf) (no limit); the command line
     refused them as not finite. Every other hyperparameter stays finite."""
