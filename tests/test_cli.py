@@ -515,6 +515,18 @@ def test_bad_values_exit_non_zero(capsys):
         assert err.startswith(f"{prog}: error: ") and err.endswith(f" (see {prog} --help)\n"), (argv, err)
 
 
+def test_the_seed_option_takes_exactly_the_seeds_a_run_spec_takes():
+    """cli._seed keeps its own literal (importing runner would import jax to parse a flag): it is runner's."""
+    import argparse
+
+    from jaxrl_rollout import runner
+
+    assert cli._seed(str(runner.MAX_SEED)) == runner.MAX_SEED and cli._seed("0") == 0
+    for refused in (runner.MAX_SEED + 1, -1):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"to 2\\*\\*32 - 1 = {runner.MAX_SEED:,}"):
+            cli._seed(str(refused))
+
+
 def test_counts_take_the_forms_they_are_written_in():
     """`--total-steps 1e6` (how step counts are written in papers and in PureJaxRL's configs) was refused as not
     an integer; a whole number in any form is taken, as the int it is, and `--algo` in any case."""
