@@ -484,11 +484,13 @@ def _led_by_options(message: str, given: dict) -> str:
     config_cls = _algorithms()[given.get("algo", "ppo")][0]
     own = {f.name for f in dataclasses.fields(config_cls)}
     for field, option in [*_RENAMED.items(), *((name, name) for name in _config_fields()), *run_fields.items()]:
-        if option in given and re.search(rf"\b{field}\b", message):
-            named.append(_typed(option, given[option]))
-        elif (option not in given and (field in own or field in run_fields)
-              and re.search(rf"\b{field}\b" + ("" if "_" in field else "="), message)):
-            settable.append((message.index(field), f"--{option.replace('_', '-')}"))
+        if option in given:
+            if re.search(rf"\b{field}\b", message):
+                named.append(_typed(option, given[option]))
+        elif field in own or field in run_fields:
+            found = re.search(rf"\b{field}\b" + ("" if "_" in field else "="), message)
+            if found:  # ordered by where the message first names the field
+                settable.append((found.start(), f"--{option.replace('_', '-')}"))
     if settable:
         message = f"{message} (set with {', '.join(flag for _, flag in sorted(settable))})"
     return f"{' '.join(named)}: {message}" if named else message
