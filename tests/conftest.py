@@ -82,10 +82,10 @@ def _no_eviction_scans():
     the size and last-use time of every entry in the folder, under the lock, before it writes a new one, to
     evict the least recently used if the limit would be passed. The suite writes a few thousand entries, so
     each write took longer than the last: 34, 76, 104 and 152 ms with 500, 1,000, 2,000 and 3,000 entries
-    in the folder (2 cores, 2026-12-02). Over a run's some 2,000 entries (about 1,700 programs of 0.05 to
-    0.5 s and the larger ones) that is about two minutes of reading, an estimate from those figures, with
-    the other worker waiting on the lock meanwhile. The suite's folder is fresh, removed after the run and
-    far under its 8 GiB limit (a few hundred MB), so no entry would ever be evicted: here, for that folder
+    in the folder (2 cores, 2026-12-02). A whole run leaves 2,959 entries, 95 MB (counted 2026-12-02), so that
+    is some minutes of reading, an estimate from those figures, with the other worker waiting on the lock
+    meanwhile. The suite's folder is fresh, removed after the run and far under its 8 GiB limit, so no
+    entry would ever be evicted: here, for that folder
     only, the scan is skipped; the lock is kept. (The command line's subprocesses, which load no conftest,
     still scan before each of their writes. A user's own folder is not touched.) A JAX without this private
     method keeps its own behaviour.
