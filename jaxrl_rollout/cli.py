@@ -1931,6 +1931,33 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
              "rollout": "lower --num-envs (rollout keeps up to 1,024 steps of every env)"}[args.command]
     return f"out of memory on the {jax.default_backend()} device ({what}): {lower}."
 
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The command's garbage-collector thresholds (`gc.set_threshold`; Python's defaults are 700, 10, 10)."""
+
+
+def fewer_collections() -> None:
+    """Python's cycle collector runs less often in this process: `gc.set_threshold(*GC_THRESHOLDS)`.
+
+    Tracing and lowering a training program allocates millions of small Python
+    objects; at the default thresholds the collector keeps walking them (and
+    every module the command imported), which was 6-7% of a command's CPU time
+    (`perf`, `train --seeds 2 --total-steps 2048`, 2 cores, 2026-12-02). With
+    these thresholds, in alternated pairs on one machine, that command took
+    12.8 s against 13.7-14.0 s, an xminigrid train 25.0 s against 26.9-29.0 s,
+    and `evaluate` of a craftax run 26.2-32.1 s against 30.1-34.2 s (each pair
+    faster), with the same peak memory within 1-2%: objects are freed by
+    reference counting as before, and cycles are still collected, less often.
+    Nothing computed depends on it. (In the test suite's long-lived worker
+    processes the same thresholds did not help, 230 against 218 CPU-s on three
+    test files, and are not set there.)
+    Called by the command's own process (`entry`) only: importing the package
+    leaves a user's interpreter alone.
+    """
+    import gc
+
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def entry() -> None:
     """The console script (and `python -m jaxrl_rollout`): `main()`, then exit with its status.
 
@@ -1942,11 +1969,13 @@ def entry() -> None:
 
     The process is the command's own, so it first defers the plotting modules
     that gymnax's package import loads for two envs' `render` alone
-    (`_deferred.defer`): every command starts about 1.4 s sooner.
+    (`_deferred.defer`): every command starts about 1.4 s sooner; and it runs
+    Python's cycle collector less often (`fewer_collections`).
     """
     from jaxrl_rollout import _deferred
 
     _deferred.defer()
+    fewer_collections()
     code = main()
     try:
         sys.stdout.flush()  # what a pipe's buffer still holds (a reader that closed early: `| head`)

@@ -50,6 +50,26 @@ def test_no_arguments_is_the_readme_main_job():
     assert spec.chunk_updates == 61 and len(spec.chunk_lengths) == 16  # 976 updates
 
 
+def test_the_command_runs_the_cycle_collector_less_often(monkeypatch):
+    """`entry` (the console script and `python -m jaxrl_rollout`) sets `cli.GC_THRESHOLDS` before the command
+    runs; importing the package leaves the interpreter's thresholds alone."""
+    import gc
+
+    before = gc.get_threshold()
+    assert cli.GC_THRESHOLDS != before  # (this process is a test's: it never went through `entry`)
+    seen = []
+    monkeypatch.setattr(cli, "main", lambda: seen.append(gc.get_threshold()) or 0)
+    from jaxrl_rollout import _deferred
+
+    monkeypatch.setattr(_deferred, "defer", lambda: None)  # (it would defer this test process's later imports)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli.entry()
+    finally:
+        gc.set_threshold(*before)
+    assert ended.value.code == 0 and seen == [cli.GC_THRESHOLDS]
+
+
 def test_an_optional_float_config_field_is_read_as_a_float(capsys):
     """SAC's target_entropy (`float | None`; None means -|A|) parses as a float; a word is refused naming it."""
     spec = cli._build_spec(cli._given(cli.build_parser().parse_args(["train", "--algo", "sac", "--target-entropy", "-0.5"])))
