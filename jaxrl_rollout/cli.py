@@ -1931,6 +1931,7 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
              "rollout": "lower --num-envs (rollout keeps up to 1,024 steps of every env)"}[args.command]
     return f"out of memory on the {jax.default_backend()} device ({what}): {lower}."
 
+
 GC_THRESHOLDS = (50_000, 20, 100)
 """The command's garbage-collector thresholds (`gc.set_threshold`; Python's defaults are 700, 10, 10)."""
 
@@ -1948,7 +1949,7 @@ def fewer_collections() -> None:
     faster), with the same peak memory within 1-2%: objects are freed by
     reference counting as before, and cycles are still collected, less often.
     Nothing computed depends on it. (In the test suite's long-lived worker
-    processes the same thresholds did not help, 230 against 218 CPU-s on three
+    processes the same thresholds did not help, 230-231 against 218 CPU-s on three
     test files, and are not set there.)
     Called by the command's own process (`entry`) only: importing the package
     leaves a user's interpreter alone.
