@@ -15,6 +15,15 @@ from jaxrl_rollout.collect import evaluate
 
 SMALL = pqn.PQNConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3, update_epochs=2, num_minibatches=2,
                       hidden_sizes=(16, 16))
+# SMALL's single runs compiled once: hyperparameters are given as float32 arrays, as a grid's point is (`_point`),
+# so the seed, sweep and same-key tests call the same program.
+TRAIN = pqn.make_train(SMALL)
+TRAIN_ONE = jax.jit(TRAIN)
+
+
+def _point(hp: pqn.PQNHParams) -> pqn.PQNHParams:
+    """`hp` as one point of a stacked grid: each field a float32 array."""
+    return jax.tree.map(lambda x: x[0], stack_hparams([hp]))
 
 
 def tree_close(a, b, **kw):
@@ -22,12 +31,10 @@ def tree_close(a, b, **kw):
 
 
 def test_seed_i_of_a_vmapped_call_equals_a_single_call():
-    train = pqn.make_train(SMALL)
     keys = jax.random.split(jax.random.key(3), 3)
-    batched_state, batched = jax.jit(jax.vmap(train))(keys)
-    single = jax.jit(train)
+    batched_state, batched = jax.jit(jax.vmap(TRAIN))(keys)  # the default hyperparameters
     for i in range(3):
-        state, metrics = single(keys[i])
+        state, metrics = TRAIN_ONE(keys[i], _point(pqn.PQNHParams()))
         tree_close(jax.tree.map(lambda x: x[i], batched_state.params), state.params, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(batched.num_episodes[i], metrics.num_episodes)
         np.testing.assert_allclose(batched.episode_return[i], metrics.episode_return, rtol=1e-6)
@@ -35,21 +42,20 @@ def test_seed_i_of_a_vmapped_call_equals_a_single_call():
 
 
 def test_vmapped_hyperparameter_sweep_equals_single_runs():
-    train = pqn.make_train(SMALL)
     points = [pqn.PQNHParams(lr=1e-3, q_lambda=0.65), pqn.PQNHParams(lr=3e-4, q_lambda=0.95, epsilon_finish=0.05)]
     grid = stack_hparams(points)
     key = jax.random.key(1)
-    _, metrics = jax.jit(jax.vmap(train, in_axes=(None, 0)))(key, grid)
+    _, metrics = jax.jit(jax.vmap(TRAIN, in_axes=(None, 0)))(key, grid)
     for i, hp in enumerate(points):
-        _, single = jax.jit(train)(key, hp)
+        _, single = TRAIN_ONE(key, _point(hp))
         np.testing.assert_allclose(metrics.loss[i], single.loss, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(metrics.epsilon[i], single.epsilon, rtol=1e-6)
     assert not np.allclose(metrics.loss[0], metrics.loss[1])
 
 
 def test_same_key_same_run_and_different_keys_differ():
-    train = jax.jit(pqn.make_train(SMALL))
-    a, b, c = train(jax.random.key(0)), train(jax.random.key(0)), train(jax.random.key(1))
+    hp = _point(pqn.PQNHParams())
+    a, b, c = TRAIN_ONE(jax.random.key(0), hp), TRAIN_ONE(jax.random.key(0), hp), TRAIN_ONE(jax.random.key(1), hp)
     jax.tree.map(np.testing.assert_array_equal, a[0].params, b[0].params)
     assert not np.allclose(a[1].loss, c[1].loss)
 
