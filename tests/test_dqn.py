@@ -13,20 +13,14 @@ import pytest
 
 from jaxrl_rollout import algorithms, stepping
 from jaxrl_rollout.algorithms import dqn, replay, stack_hparams
+from tests.grids import grid_point, shared_train
 from tests.toy_envs import CountingEnv
 
 SMALL = dqn.DQNConfig(total_timesteps=2_000, buffer_size=500, batch_size=32, learning_starts=100,
                       train_frequency=10, target_network_frequency=50, hidden_sizes=(16, 16),
                       log_interval=10)
-# SMALL compiled once for the tests that train it: hyperparameters are given as float32 arrays, as a grid's point
-# is (`_point`), so the schedule and single-run tests call the same program.
-TRAIN = dqn.make_train(SMALL)
-TRAIN_ONE = jax.jit(TRAIN)
-
-
-def _point(hp: dqn.DQNHParams) -> dqn.DQNHParams:
-    """`hp` as one point of a stacked grid: each field a float32 array."""
-    return jax.tree.map(lambda x: x[0], stack_hparams([hp]))
+# The schedule and single-run tests train SMALL through one compiled program (`shared_train`), their
+# hyperparameters given as grid points.
 
 
 def test_transitions_keep_the_true_final_observation_and_the_bootstraps_differ():
@@ -84,12 +78,13 @@ def test_dqn_buffer_holds_true_final_observations_and_targets_bootstrap_time_lim
 
 
 def test_vmapped_seeds_and_hparams_equal_single_runs():
+    train, train_one = shared_train(dqn.make_train, SMALL)
     keys = jax.random.split(jax.random.key(1), 2)
     grid = stack_hparams([dqn.DQNHParams(lr=1e-3, tau=0.5), dqn.DQNHParams(lr=3e-4, exploration_fraction=0.2)])
-    _, batched = jax.jit(jax.vmap(TRAIN))(keys, grid)
+    _, batched = jax.jit(jax.vmap(train))(keys, grid)
     for i in range(2):
         hp = jax.tree.map(lambda x: x[i], grid)
-        _, single = TRAIN_ONE(keys[i], hp)
+        _, single = train_one(keys[i], hp)
         for name in dqn.DQNMetrics._fields:
             np.testing.assert_allclose(np.asarray(getattr(batched, name)[i]), np.asarray(getattr(single, name)),
                                        rtol=1e-5, atol=1e-6, err_msg=name)
@@ -101,7 +96,8 @@ def test_vmapped_seeds_and_hparams_equal_single_runs():
 
 def test_metrics_shapes_and_schedule():
     cfg = SMALL
-    state, m = TRAIN_ONE(jax.random.key(0), _point(dqn.DQNHParams()))
+    _, train_one = shared_train(dqn.make_train, cfg)
+    state, m = train_one(jax.random.key(0), grid_point(dqn.DQNHParams()))
     assert m.loss.shape == (cfg.num_updates,) == (200,)
     # CleanRL trains after iteration g when g > learning_starts and g % train_frequency == 0; update k takes
     # g = 10k, ..., 10k + 9 and trains after its first

@@ -12,18 +12,12 @@ from gymnax.environments.classic_control import CartPole, Pendulum
 
 from jaxrl_rollout.algorithms import pqn, stack_hparams
 from jaxrl_rollout.collect import evaluate
+from tests.grids import grid_point, shared_train
 
 SMALL = pqn.PQNConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3, update_epochs=2, num_minibatches=2,
                       hidden_sizes=(16, 16))
-# SMALL's single runs compiled once: hyperparameters are given as float32 arrays, as a grid's point is (`_point`),
-# so the seed, sweep and same-key tests call the same program.
-TRAIN = pqn.make_train(SMALL)
-TRAIN_ONE = jax.jit(TRAIN)
-
-
-def _point(hp: pqn.PQNHParams) -> pqn.PQNHParams:
-    """`hp` as one point of a stacked grid: each field a float32 array."""
-    return jax.tree.map(lambda x: x[0], stack_hparams([hp]))
+# The seed, sweep and same-key tests' single runs of SMALL share one compiled program (`shared_train`), their
+# hyperparameters given as grid points.
 
 
 def tree_close(a, b, **kw):
@@ -31,10 +25,11 @@ def tree_close(a, b, **kw):
 
 
 def test_seed_i_of_a_vmapped_call_equals_a_single_call():
+    train, train_one = shared_train(pqn.make_train, SMALL)
     keys = jax.random.split(jax.random.key(3), 3)
-    batched_state, batched = jax.jit(jax.vmap(TRAIN))(keys)  # the default hyperparameters
+    batched_state, batched = jax.jit(jax.vmap(train))(keys)  # the default hyperparameters
     for i in range(3):
-        state, metrics = TRAIN_ONE(keys[i], _point(pqn.PQNHParams()))
+        state, metrics = train_one(keys[i], grid_point(pqn.PQNHParams()))
         tree_close(jax.tree.map(lambda x: x[i], batched_state.params), state.params, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(batched.num_episodes[i], metrics.num_episodes)
         np.testing.assert_allclose(batched.episode_return[i], metrics.episode_return, rtol=1e-6)
@@ -45,17 +40,19 @@ def test_vmapped_hyperparameter_sweep_equals_single_runs():
     points = [pqn.PQNHParams(lr=1e-3, q_lambda=0.65), pqn.PQNHParams(lr=3e-4, q_lambda=0.95, epsilon_finish=0.05)]
     grid = stack_hparams(points)
     key = jax.random.key(1)
-    _, metrics = jax.jit(jax.vmap(TRAIN, in_axes=(None, 0)))(key, grid)
+    train, train_one = shared_train(pqn.make_train, SMALL)
+    _, metrics = jax.jit(jax.vmap(train, in_axes=(None, 0)))(key, grid)
     for i, hp in enumerate(points):
-        _, single = TRAIN_ONE(key, _point(hp))
+        _, single = train_one(key, grid_point(hp))
         np.testing.assert_allclose(metrics.loss[i], single.loss, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(metrics.epsilon[i], single.epsilon, rtol=1e-6)
     assert not np.allclose(metrics.loss[0], metrics.loss[1])
 
 
 def test_same_key_same_run_and_different_keys_differ():
-    hp = _point(pqn.PQNHParams())
-    a, b, c = TRAIN_ONE(jax.random.key(0), hp), TRAIN_ONE(jax.random.key(0), hp), TRAIN_ONE(jax.random.key(1), hp)
+    _, train_one = shared_train(pqn.make_train, SMALL)
+    hp = grid_point(pqn.PQNHParams())
+    a, b, c = train_one(jax.random.key(0), hp), train_one(jax.random.key(0), hp), train_one(jax.random.key(1), hp)
     jax.tree.map(np.testing.assert_array_equal, a[0].params, b[0].params)
     assert not np.allclose(a[1].loss, c[1].loss)
 

@@ -12,21 +12,15 @@ import pytest
 
 from jaxrl_rollout import actor_critic_losses as acl
 from jaxrl_rollout.algorithms import sac, stack_hparams
+from tests.grids import grid_point, shared_train
 from tests.toy_envs import BoxCountingEnv, CountingEnv
 from tests.trees import host_leaves
 
 SMALL = sac.SACConfig(total_timesteps=400, buffer_size=400, batch_size=32, learning_starts=100,
                       hidden_sizes=(16, 16), log_interval=2)
-# A short run (50 of its 70 updates trained) compiled once for the tests that train it: hyperparameters are given
-# as float32 arrays, as a grid's point is (`_point`), so the vmap and fused-hashing tests call the same program.
+# A short run (50 of its 70 updates trained) that the vmap and fused-hashing tests train through one compiled
+# program (`shared_train`), their hyperparameters given as grid points.
 SHORT = dataclasses.replace(SMALL, total_timesteps=140, learning_starts=40)
-SHORT_TRAIN = sac.make_train(SHORT)
-SHORT_ONE = jax.jit(SHORT_TRAIN)
-
-
-def _point(hp: sac.SACHParams) -> sac.SACHParams:
-    """`hp` as one point of a stacked grid: each field a float32 array."""
-    return jax.tree.map(lambda x: x[0], stack_hparams([hp]))
 
 
 def _leaves_equal(a, b) -> bool:
@@ -93,12 +87,13 @@ def test_random_actions_in_bounds_true_final_observation_and_time_limit_targets(
 def test_vmapped_seeds_and_hparams_equal_single_runs():
     # Short: batched and single matmuls round differently and training amplifies it (50 of 70 updates trained here);
     # atol 1e-5 as the actor loss is a near-zero mean of O(1) terms.
+    train, train_one = shared_train(sac.make_train, SHORT)
     keys = jax.random.split(jax.random.key(1), 2)
     grid = stack_hparams([sac.SACHParams(q_lr=3e-4, tau=0.01), sac.SACHParams(policy_lr=1e-3, gamma=0.9)])
-    _, batched = jax.jit(jax.vmap(SHORT_TRAIN))(keys, grid)
+    _, batched = jax.jit(jax.vmap(train))(keys, grid)
     for i in range(2):
         hp = jax.tree.map(lambda x: x[i], grid)
-        _, single = SHORT_ONE(keys[i], hp)
+        _, single = train_one(keys[i], hp)
         for name in sac.SACMetrics._fields:
             np.testing.assert_allclose(np.asarray(getattr(batched, name)[i]), np.asarray(getattr(single, name)),
                                        rtol=1e-5, atol=1e-5, err_msg=name)
@@ -247,10 +242,11 @@ def test_fused_hashing_changes_no_value(monkeypatch):
     from jaxrl_rollout import prng
     from tests.jaxprs import random_ops
 
-    key, hp = jax.random.key(5), _point(sac.SACHParams())  # SHORT: random actions, then 50 trained updates
-    ops = random_ops(jax.make_jaxpr(SHORT_TRAIN)(key, hp).jaxpr)
+    train, train_one = shared_train(sac.make_train, SHORT)
+    key, hp = jax.random.key(5), grid_point(sac.SACHParams())  # SHORT: random actions, then 50 trained updates
+    ops = random_ops(jax.make_jaxpr(train)(key, hp).jaxpr)
     assert ops and all(key_type == "key<fyf>" for _, key_type in ops), ops  # every split, fold_in and draw
-    fused = SHORT_ONE(key, hp)
+    fused = train_one(key, hp)
     monkeypatch.setattr(prng, "_enabled", lambda: False)  # every key JAX's own threefry
     plain = jax.jit(sac.make_train(SHORT))(key, hp)
     for x, y in zip(host_leaves(fused), host_leaves(plain), strict=True):

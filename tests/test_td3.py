@@ -11,18 +11,12 @@ import numpy as np
 import pytest
 
 from jaxrl_rollout.algorithms import stack_hparams, td3
+from tests.grids import grid_point, shared_train
 
 SMALL = td3.TD3Config(total_timesteps=400, buffer_size=500, batch_size=32, learning_starts=100, policy_frequency=3,
                       hidden_sizes=(16, 16), log_interval=1)
-# One compiled program for the tests that train SMALL: hyperparameters are given as float32 arrays, as a grid's
-# point is (`_point`), so the schedule, exploration and single-run tests call the same program with their values.
-TRAIN = td3.make_train(SMALL)
-TRAIN_ONE = jax.jit(TRAIN)
-
-
-def _point(hp: td3.TD3HParams) -> td3.TD3HParams:
-    """`hp` as one point of a stacked grid: each field a float32 array."""
-    return jax.tree.map(lambda x: x[0], stack_hparams([hp]))
+# The schedule, exploration and single-run tests train SMALL through one compiled program (`shared_train`), their
+# hyperparameters given as grid points.
 
 
 def _changed(a, b) -> bool:
@@ -31,7 +25,8 @@ def _changed(a, b) -> bool:
 
 def test_delayed_schedule_and_metrics():
     cfg = SMALL  # policy_frequency 3
-    state, m = TRAIN_ONE(jax.random.key(0), _point(td3.TD3HParams()))
+    _, train_one = shared_train(td3.make_train, SMALL)
+    state, m = train_one(jax.random.key(0), grid_point(td3.TD3HParams()))
     g = np.arange(cfg.num_updates)  # update k is iteration g = k
     trained, actor = np.asarray(m.trained), np.asarray(m.actor_updated)
     np.testing.assert_array_equal(trained, g > 100)
@@ -61,19 +56,21 @@ def test_delayed_schedule_and_metrics():
 
 def test_exploration_stays_in_the_box_and_random_before_learning_starts():
     assert (SMALL.total_timesteps, SMALL.learning_starts) == (400, 100) and SMALL.buffer_size >= 400
-    state, _ = TRAIN_ONE(jax.random.key(2), _point(td3.TD3HParams(exploration_noise=5.0)))
+    _, train_one = shared_train(td3.make_train, SMALL)
+    state, _ = train_one(jax.random.key(2), grid_point(td3.TD3HParams(exploration_noise=5.0)))
     actions = np.asarray(state.buffer.experience.action[0, :400, 0])
     assert (np.abs(actions) <= 2.0).all()  # Pendulum's Box [-2, 2]; large noise is clipped
     assert np.abs(actions[100:]).max() == 2.0 and np.abs(actions[:100]).max() < 2.0  # uniform, then clipped noise
 
 
 def test_vmapped_seeds_and_hparams_equal_single_runs():
+    train, train_one = shared_train(td3.make_train, SMALL)
     keys = jax.random.split(jax.random.key(1), 2)
     grid = stack_hparams([td3.TD3HParams(lr=1e-3, tau=0.01), td3.TD3HParams(lr=3e-4, policy_noise=0.3)])
-    _, batched = jax.jit(jax.vmap(TRAIN))(keys, grid)
+    _, batched = jax.jit(jax.vmap(train))(keys, grid)
     for i in range(2):
         hp = jax.tree.map(lambda x: x[i], grid)
-        _, single = TRAIN_ONE(keys[i], hp)
+        _, single = train_one(keys[i], hp)
         for name in td3.TD3Metrics._fields:
             np.testing.assert_allclose(np.asarray(getattr(batched, name)[i]), np.asarray(getattr(single, name)),
                                        rtol=1e-5, atol=1e-6, err_msg=name)
