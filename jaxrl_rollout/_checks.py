@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -215,6 +217,49 @@ def check_action(action: Any, space: Any, batch_size: int, where: str = "action"
                     f"{where}{jax.tree_util.keystr(path)} must be batched with leading "
                     f"axis B={batch_size}, got shape {tuple(shape)}."
                 )
+
+
+# The env's action space while the rollout calls a policy (`acting_in`), so that a ready-made policy can check at
+# trace time what only it sees, the number of logits, against what only the rollout knows, the space.
+_ACTION_SPACE: contextvars.ContextVar[Any] = contextvars.ContextVar("jaxrl_rollout_action_space", default=None)
+
+
+@contextlib.contextmanager
+def acting_in(space: Any):
+    """While this is open, `check_logits_fit_space` checks logits against `space` (the rollout's action space)."""
+    token = _ACTION_SPACE.set(space)
+    try:
+        yield
+    finally:
+        _ACTION_SPACE.reset(token)
+
+
+def check_logits_fit_space(logits: Any, who: str) -> None:
+    """A ValueError when logits [B, A] sampled inside a rollout do not have one entry per action of its Discrete(n)
+    space: with A > n the policy samples actions the env does not have (gymnax's envs take them without a word, and
+    CartPole pushes with three times the force for action 2), with A < n it never takes the last n - A. Outside a
+    rollout, or for other spaces (whose actions `check_action` checks), nothing is checked."""
+    space = _ACTION_SPACE.get()
+    if not isinstance(space, spaces.Discrete):
+        return
+    n = concrete(space.n)
+    num_logits = jnp.shape(logits)[-1]
+    if n is None or num_logits == int(n):
+        return
+    n = int(n)
+
+    def actions(low, high):
+        return f"action {low}" if low == high else f"actions {low} to {high}"
+
+    if num_logits > n:
+        consequence = f"it would sample {actions(n, num_logits - 1)}, which the env does not have"
+    else:
+        consequence = f"it could never take {actions(num_logits, n - 1)}"
+    error = ValueError(f"{who} returned logits for A={num_logits} actions (shape {tuple(jnp.shape(logits))}), but "
+                       f"the env's action space is Discrete({n}): {consequence}. Give the network's last layer {n} "
+                       "outputs (env.action_space(env_params).n).")
+    error.jaxrl_rollout_says_why = True  # whole as it is: `stepping.act` adds no note on the params
+    raise error
 
 
 def check_policy_output(out: Any, batch_size: int, space: Any) -> PolicyOutput:

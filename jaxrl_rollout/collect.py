@@ -187,7 +187,11 @@ def rollout(
       TypeError, ValueError: num_steps is not a positive int, state is not a
         `RolloutState`, value_fn is not callable or is given with a recurrent
         state, or the env's step, the policy's output or value_fn's breaks
-        its protocol (the message names which).
+        its protocol (the message names which). Actions are checked for
+        structure, shape and dtype against the env's action space, and
+        `categorical_policy`'s logits for one per action of a Discrete
+        space; the values a policy of your own computes are not (they are
+        traced): a Discrete action outside [0, n) reaches the env as it is.
     """
     num_steps, env_params = _check_rollout_inputs(env, env_params, state, num_steps)
     if value_fn is not None:

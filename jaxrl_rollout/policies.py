@@ -34,6 +34,11 @@ def categorical_policy(
 
     Returns:
       `policy_fn(params, obs, key) -> PolicyOutput` with int32 actions [B].
+
+    Raises:
+      ValueError: at trace time, when the rollout, `evaluate` or a video calls
+        the policy on an env whose action space is Discrete(n) and A != n
+        (actions the env does not have, or actions never taken).
     """
 
     def policy_fn(params, obs, key):
@@ -48,6 +53,7 @@ def categorical_policy(
             )
         if not jnp.issubdtype(jnp.result_type(logits), jnp.floating):  # ints failed inside jax.random.gumbel
             raise TypeError(f"apply_fn must return floating logits, got {jnp.result_type(logits)}.")
+        _checks.check_logits_fit_space(logits, "categorical_policy's apply_fn")
         log_probs = jax.nn.log_softmax(logits, axis=-1)
         if deterministic:
             action = jnp.argmax(logits, axis=-1)

@@ -554,11 +554,14 @@ def act(
     _checks.refuse_train_state("params", params)
     _check_policy_arity(policy_fn, recurrent=carry is not None)
     try:
-        if carry is None:
-            out = policy_fn(params, obs, key)
-        else:
-            out = policy_fn(params, obs, key, reset_carry(carry, first))
+        with _checks.acting_in(space):
+            if carry is None:
+                out = policy_fn(params, obs, key)
+            else:
+                out = policy_fn(params, obs, key, reset_carry(carry, first))
     except Exception as error:
+        if getattr(error, "jaxrl_rollout_says_why", False):
+            raise
         error.add_note(
             f"jaxrl_rollout: this was raised inside policy_fn(params, obs, key) on observations "
             f"{_checks.tree_text(obs, batched=True)} per env. If the params are the cause: they must be what the "

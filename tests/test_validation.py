@@ -153,6 +153,34 @@ def test_box_action_shape_and_dtype():
     assert traj.action.shape == (2, 3, 1)
 
 
+@pytest.mark.parametrize("num_logits", [1, 2, 3])
+def test_categorical_policy_logits_must_match_the_discrete_actions(num_logits):
+    """A network with the wrong number of outputs for the env: with 3 logits on CartPole's Discrete(2) the policy
+    sampled action 2, which CartPole took as a push of three times the force, without a word; with 1 it never pushed
+    right. Now the rollout and evaluate, under jit, raise a ValueError at trace time naming both counts, with no note
+    on the params (they are not the cause); the right count runs."""
+    env, env_params = gymnax.make("CartPole-v1")
+    policy_fn = jr.categorical_policy(lambda w, obs: (obs @ w, jnp.zeros(obs.shape[0])))
+    w = jnp.ones((4, num_logits))
+    state = jr.rollout_init(jax.random.key(0), env, env_params, 3)
+    rollout = jax.jit(lambda w, state: jr.rollout(env, env_params, policy_fn, w, state, 4))
+    evaluate = jax.jit(lambda w, key: jr.evaluate(env, env_params, policy_fn, w, key, 2, max_steps=5))
+    if num_logits == 2:
+        _, traj = rollout(w, state)
+        assert traj.action.shape == (4, 3)
+        evaluate(w, jax.random.key(1))
+        return
+    what = "would sample action 2, which the env does not have" if num_logits == 3 else "could never take action 1"
+    for call, arg in ((rollout, state), (evaluate, jax.random.key(1))):
+        with pytest.raises(ValueError, match=rf"returned logits for A={num_logits} actions .* Discrete\(2\): "
+                                             rf"it {what}") as error:
+            call(w, arg)
+        assert not any("jaxrl_rollout" in note for note in getattr(error.value, "__notes__", ())), error.value
+    # Outside a rollout the policy cannot know the env: called directly it samples from its A logits.
+    out = jax.jit(policy_fn)(w, jnp.ones((5, 4)), jax.random.key(2))
+    assert out.action.shape == (5,) and int(out.action.max()) < num_logits
+
+
 @pytest.mark.parametrize("field", ["value", "log_prob"])
 def test_unbatched_value_or_log_prob(field):
     with pytest.raises(ValueError, match=rf"{field} must have shape \[B\]=\(2,\).*\(2, 1\)"):
