@@ -38,7 +38,9 @@ def categorical_policy(
     Raises:
       ValueError: at trace time, when the rollout, `evaluate` or a video calls
         the policy on an env whose action space is Discrete(n) and A != n
-        (actions the env does not have, or actions never taken).
+        (actions the env does not have, or actions never taken). A choice
+        of another size inside a policy of your own (an option, a sub-action)
+        is sampled with `distributions.categorical_from_logits` instead.
     """
 
     def policy_fn(params, obs, key):
