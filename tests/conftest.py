@@ -12,6 +12,13 @@ follow in the usual order to fill the gaps.
 command line in a test's subprocess made one CPU device instead of two. The
 suite took 29:38 against 27:37 unpinned on the same machine: an unpinned
 worker's XLA threads use the core the other worker leaves idle while it waits.)
+
+(Tried and left out too, 2026-12-03: XLA_FLAGS=--xla_backend_optimization_level=0 for the whole run, since XLA's
+compile is over half the suite's CPU. Compile-bound tests got faster (tests/test_own_env_and_network.py 89.5 -> 73.1
+user CPU-s; a craftax `train` of the suite table 91 -> 56), run-bound ones slower (test_learning.py with test_sac.py
+177 -> 249), and the whole suite used as much CPU as at the default level (2,615 + 184 s in 1,520 s, against 2,625 +
+183 s in 1,452 s the evening before), while five exact checks failed: a vmapped sweep's run, a jitted rollout or a
+resumed distributed run equals its counterpart bit for bit at the default level only.)
 """
 
 from __future__ import annotations
