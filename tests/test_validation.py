@@ -168,7 +168,8 @@ def test_categorical_policy_logits_must_match_the_discrete_actions(num_logits):
     if num_logits == 2:
         _, traj = rollout(w, state)
         assert traj.action.shape == (4, 3)
-        evaluate(w, jax.random.key(1))
+        result = evaluate(w, jax.random.key(1))
+        assert result.returns.shape == (2,) and bool((result.lengths <= 5).all()), result
         return
     what = "would sample action 2, which the env does not have" if num_logits == 3 else "could never take action 1"
     for call, arg in ((rollout, state), (evaluate, jax.random.key(1))):
