@@ -1,0 +1,31 @@
+"""benchmarks/suite_costs.py: its hook records a process's JAX compiles and cache use, and its tally adds them up."""
+
+import subprocess
+import sys
+
+from benchmarks import suite_costs
+
+PROGRAM = "import jax\ndef double(x):\n    return x * 2\nprint(jax.jit(double)(3.0))"
+
+
+def test_the_hook_records_compiles_and_cache_use_per_test_and_the_tally_adds_them(tmp_path):
+    logs, hook, cache = (tmp_path / name for name in ("logs", "hook", "cache"))
+    logs.mkdir()
+    hook.mkdir()
+    env = suite_costs.hooked_env(str(hook), str(logs))
+    env.update(PYTEST_CURRENT_TEST="tests/test_x.py::test_y (call)", JAX_PLATFORMS="cpu",
+               JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    for _ in range(2):  # the second process finds the first one's program in the persistent cache
+        done = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.strip() == "6.0", done.stderr
+    assert len(list(logs.glob("*.tsv"))) == 2  # one file per process
+    pytest_output = "  1.50s call     tests/test_x.py::test_y\n  0.25s setup    tests/test_x.py::test_y\n"
+    result = suite_costs.tally(str(logs), pytest_output)
+    test = result["tests"]["tests/test_x.py::test_y"]
+    assert test["worker_s"] == 1.75
+    assert test["compile_s"] > 0 and test["trace_s"] > 0 and test["lower_s"] > 0, test
+    assert test["misses"] >= 1 and test["hits"] >= 1, test
+    assert result["files"]["tests/test_x.py"] == test
+    assert [t for t, name, _ in result["programs"] if name == "jit(double)"] == ["tests/test_x.py::test_y"]
+    table = suite_costs.tables(result, top=5)
+    assert "| tests/test_x.py::test_y | jit(double) |" in table
