@@ -151,7 +151,10 @@ def tally(log_dir: str, pytest_output: str) -> dict:
     for path in glob.glob(os.path.join(log_dir, "*.tsv")):
         with open(path) as f:
             for line in f:
-                kind, test, name, seconds = line.rstrip("\n").split("\t")
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) != 4:  # a line cut short by a process killed while writing it
+                    continue
+                kind, test, name, seconds = fields
                 if kind in ("hit", "miss"):
                     tests[test]["hits" if kind == "hit" else "misses"] += 1
                 else:
@@ -199,6 +202,10 @@ def main() -> None:
     p.add_argument("--report", metavar="DIR", help="no run: the tables from the records a --keep run left in DIR")
     args = p.parse_args(argv)
     machine = dict(_common.machine_info(), jax=importlib.metadata.version("jax"))
+    if args.report and not os.path.isfile(os.path.join(args.report, "pytest.out")):
+        p.error(f"--report {args.report}: no pytest.out there (the folder a --keep run writes its records to)")
+    if args.keep and os.path.isdir(args.keep) and os.listdir(args.keep):
+        p.error(f"--keep {args.keep}: not empty (a run's records would mix with what is there); give a new folder")
     if args.report:
         with open(os.path.join(args.report, "pytest.out")) as f:
             output = f.read()
