@@ -17,8 +17,9 @@ Limits: a subprocess started with an environment of its own making
 (tests/test_user_paths.run_as_user, a user's environment) does not see the
 hook's PYTHONPATH, so its compiles are missing from the compile columns; its
 time is still in the worker-seconds column (pytest's `--durations`, the wall
-time of each test's setup, call and teardown). Compile times are wall times of
-XLA's compile call, so on a loaded machine they grow with the load.
+time of every test's setup, call and teardown: `--durations-min=0`). Compile
+times are wall times of XLA's compile call, so on a loaded machine they grow
+with the load.
 
 Run: python -m benchmarks.suite_costs [--top 40] [--keep DIR] [--json PATH] [-- PYTEST ARGS]
      (default pytest arguments: the README's `-n 2 --dist loadfile`)
@@ -120,7 +121,7 @@ def run_suite(pytest_args: list[str], log_dir: str) -> tuple[int, float, str]:
     """Runs pytest with the hook; returns its exit code, wall seconds and output (also printed as it comes)."""
     hook_dir = tempfile.mkdtemp(prefix="suite-costs-hook-")
     env = hooked_env(hook_dir, log_dir)
-    command = [sys.executable, "-m", "pytest", *pytest_args, "--durations=0", "--durations-min=0.5", "-q"]
+    command = [sys.executable, "-m", "pytest", *pytest_args, "--durations=0", "--durations-min=0", "-q"]
     print("running:", " ".join(command), flush=True)
     start = time.perf_counter()
     out = []
@@ -142,7 +143,7 @@ def run_suite(pytest_args: list[str], log_dir: str) -> tuple[int, float, str]:
 def tally(log_dir: str, pytest_output: str) -> dict:
     """Per test and per test file: worker seconds (pytest --durations), compile, trace and lowering seconds,
     persistent-cache hits and misses, and the programs that took longest to compile."""
-    tests: dict = collections.defaultdict(lambda: collections.Counter())
+    tests: dict = collections.defaultdict(collections.Counter)
     programs: collections.Counter = collections.Counter()
     for line in pytest_output.splitlines():
         m = _DURATION.match(line)
@@ -161,7 +162,7 @@ def tally(log_dir: str, pytest_output: str) -> dict:
                     tests[test][kind + "_s"] += float(seconds)
                     if kind == "compile":
                         programs[(test, name)] += float(seconds)
-    files: dict = collections.defaultdict(lambda: collections.Counter())
+    files: dict = collections.defaultdict(collections.Counter)
     for test, counts in tests.items():
         files[test.split("::")[0]].update(counts)
     total = collections.Counter()
