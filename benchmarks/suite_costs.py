@@ -202,6 +202,8 @@ def main() -> None:
     p.add_argument("--keep", metavar="DIR", help="keep the per-process records (and pytest's output) in DIR")
     p.add_argument("--report", metavar="DIR", help="no run: the tables from the records a --keep run left in DIR")
     args = p.parse_args(argv)
+    if args.top < 1:  # a negative one sliced the tables from their end
+        p.error(f"--top {args.top}: the rows of each table, a positive number")
     machine = dict(_common.machine_info(), jax=importlib.metadata.version("jax"))
     if args.report and not os.path.isfile(os.path.join(args.report, "pytest.out")):
         p.error(f"--report {args.report}: no pytest.out there (the folder a --keep run writes its records to)")

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks import suite_costs
 
 PROGRAM = "import jax\ndef double(x):\n    return x * 2\nprint(jax.jit(double)(3.0))"
@@ -29,3 +31,21 @@ def test_the_hook_records_compiles_and_cache_use_per_test_and_the_tally_adds_the
     assert [t for t, name, _ in result["programs"] if name == "jit(double)"] == ["tests/test_x.py::test_y"]
     table = suite_costs.tables(result, top=5)
     assert "| tests/test_x.py::test_y | jit(double) |" in table
+
+
+def test_option_mistakes_exit_2_naming_the_option_before_anything_runs(tmp_path, monkeypatch, capsys):
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "1.tsv").write_text("")
+
+    def no_run(*args):
+        raise AssertionError("the suite ran despite the mistake")
+
+    monkeypatch.setattr(suite_costs, "run_suite", no_run)
+    for argv, words in ((["--top", "0"], "--top 0"), (["--top", "-3"], "--top -3"),
+                        (["--report", str(tmp_path)], f"--report {tmp_path}: no pytest.out"),
+                        (["--keep", str(full)], f"--keep {full}: not empty")):
+        monkeypatch.setattr(sys, "argv", ["suite_costs.py", *argv])
+        with pytest.raises(SystemExit) as exited:
+            suite_costs.main()
+        assert exited.value.code == 2 and words in capsys.readouterr().err, argv
