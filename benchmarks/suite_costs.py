@@ -172,6 +172,53 @@ def tally(log_dir: str, pytest_output: str) -> dict:
             "programs": [[t, n, round(s, 2)] for (t, n), s in programs.most_common()], "total": dict(total)}
 
 
+def queue_finish(files: list[tuple[str, list[float]]], workers: int = 2, prefetch: int = 2) -> list[float]:
+    """When each worker ends, by a simulation of pytest-xdist's `--dist loadfile` queue (xdist 3.8).
+
+    xdist gives each worker one file, and another once a worker has no more
+    than `prefetch` of its tests left to run; the files go out in the order
+    given (tests/conftest.py orders them, with xdist's own reordering off).
+    `files` is [(file, [seconds of each of its tests, in order])].
+    """
+    queue = collections.deque(files)
+    pending: list[collections.deque] = [collections.deque() for _ in range(workers)]
+    clock = [0.0] * workers
+
+    def give(w):
+        pending[w].extend(queue.popleft()[1])
+
+    for w in range(workers):  # xdist: one file each, then a second to a worker whose first is nearly done
+        if queue:
+            give(w)
+    for w in range(workers):
+        if queue and len(pending[w]) <= prefetch:
+            give(w)
+    busy = {w for w in range(workers) if pending[w]}
+    while busy:
+        w = min(busy, key=lambda k: clock[k] + pending[k][0])  # the worker whose running test ends first
+        clock[w] += pending[w].popleft()
+        if queue and len(pending[w]) <= prefetch:
+            give(w)
+        if not pending[w]:
+            busy.discard(w)
+    return clock
+
+
+def schedule(result: dict, first: tuple[str, ...]) -> dict:
+    """The simulated ends of the two workers (`queue_finish`) with the files in `first` first and the rest in
+    path order (tests/conftest.py's order), and with every file slowest first (the best such a list can do)."""
+    by_file: dict = collections.defaultdict(list)
+    for test in sorted(result["tests"]):
+        if "::" in test:
+            by_file[test.split("::")[0]].append(result["tests"][test].get("worker_s", 0.0))
+    rank = {name: i for i, name in enumerate(first)}
+    listed = sorted(by_file.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+    slowest = sorted(by_file.items(), key=lambda kv: -sum(kv[1]))
+    return {"listed_order": [round(t, 1) for t in queue_finish(listed)],
+            "slowest_first": [round(t, 1) for t in queue_finish(slowest)],
+            "slowest_files": [name for name, _ in slowest[:20]]}
+
+
 def tables(result: dict, top: int) -> str:
     cols = ("worker_s", "compile_s", "trace_s", "lower_s", "hits", "misses")
 
@@ -188,6 +235,12 @@ def tables(result: dict, top: int) -> str:
                  result["tests"].items(), key=lambda kv: -kv[1].get("worker_s", 0))[:top]]),
              "", f"The {top} longest compiles (a test, a program name: seconds over every compile of that name)",
              _common.markdown_table(("test", "program", "compile_s"), result["programs"][:top])]
+    if "schedule" in result:
+        sched = result["schedule"]
+        parts += ["", "xdist's `--dist loadfile` queue on 2 workers, simulated from these test times: the workers end at "
+                  f"{' s and '.join(f'{t:.0f}' for t in sched['listed_order'])} s in tests/conftest.py's order "
+                  f"(SLOWEST_FILES first), at {' s and '.join(f'{t:.0f}' for t in sched['slowest_first'])} s with "
+                  "every file slowest first. The slowest files now: " + ", ".join(sched["slowest_files"])]
     return "\n".join(parts)
 
 
@@ -224,6 +277,9 @@ def main() -> None:
             if not args.keep:
                 shutil.rmtree(log_dir, ignore_errors=True)
         print(f"\npytest exited {code} after {wall:.0f} s")
+    from tests.conftest import SLOWEST_FILES  # (its imports are the standard library's)
+
+    result["schedule"] = schedule(result, SLOWEST_FILES)
     _common.report("suite_costs", args, machine, result, tables(result, args.top), _common.command_line())
 
 

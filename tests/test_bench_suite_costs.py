@@ -49,3 +49,17 @@ def test_option_mistakes_exit_2_naming_the_option_before_anything_runs(tmp_path,
         with pytest.raises(SystemExit) as exited:
             suite_costs.main()
         assert exited.value.code == 2 and words in capsys.readouterr().err, argv
+
+
+def test_the_queue_simulation_gives_a_file_to_a_worker_with_two_tests_left_as_xdist_does():
+    # a's worker holds one test (<= 2 left), so xdist gives it c at once: b's worker ends at 4 s, idle after
+    assert suite_costs.queue_finish([("a", [10.0]), ("b", [1.0] * 4), ("c", [5.0])]) == [15.0, 4.0]
+    # b's worker is down to two tests first (at 1 s), so c is its
+    assert suite_costs.queue_finish([("a", [10.0] * 3), ("b", [1.0] * 3), ("c", [5.0] * 3)]) == [30.0, 18.0]
+    # four one-test files: each worker takes two at the start
+    assert suite_costs.queue_finish([(f, [s]) for f, s in zip("abcd", (4.0, 3.0, 2.0, 1.0))]) == [6.0, 4.0]
+    result = {"tests": {f"tests/{f}.py::t{i}": {"worker_s": s} for f, times in (("a", [1.0] * 3), ("b", [4.0] * 3))
+                        for i, s in enumerate(times)}}
+    sched = suite_costs.schedule(result, first=("tests/a.py",))
+    assert sched["listed_order"] == [3.0, 12.0] and sched["slowest_first"] == [12.0, 3.0]
+    assert sched["slowest_files"] == ["tests/b.py", "tests/a.py"]
