@@ -6,6 +6,7 @@
     jaxrl-rollout train --resume runs/sweep         # continue an interrupted run
     jaxrl-rollout evaluate runs/sweep               # deterministic and stochastic returns per seed
     jaxrl-rollout evaluate runs/sweep --video --runs best,worst   # and videos of their episodes
+    jaxrl-rollout evaluate runs/sweep --csv eval.csv   # and every episode's return in a CSV
     jaxrl-rollout rollout                           # a uniform random policy's episode statistics
 
 `--algo` is one of the registered algorithms (ppo, a2c, dqn, pqn, sac,
@@ -80,6 +81,13 @@ def _folder(text: str) -> str:
     fresh default run started (the whole main job) in place of the resume the script asked for."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a folder, got {text!r}")
+    return text
+
+
+def _file(text: str) -> str:
+    """A file name: an empty one, or one that ends in a separator, is refused (the folder would be written over)."""
+    if not text.strip() or text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"expected a file name, got {text!r}")
     return text
 
 
@@ -1434,6 +1442,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         except (ImportError, ValueError) as error:
             raise ValueError(f"--video: {error}") from None
         _check_writable(pathlib.Path(args.folder) / "videos", "--video")
+    if args.csv is not None:  # before every run is evaluated, as --video's folder
+        csv_path = pathlib.Path(args.csv)
+        if csv_path.is_dir():
+            raise ValueError(f"--csv {args.csv}: a folder; give a file name, e.g. {csv_path / 'evaluation.csv'}")
+        _check_writable(csv_path.parent, f"--csv {args.csv}")
     det, sto = evaluate_both(spec, state, args.num_episodes, [jax.random.fold_in(key, i) for i in (0, 1)], algorithm)
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
@@ -1459,6 +1472,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
         stochastic = f"  {sto[r].mean():z9.2f} ({sto[r].std():z5.1f})" if sto is not None else ""
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f}){stochastic}{wdl}")
+    if args.csv is not None:
+        report.write_evaluation_csv(args.csv, spec, updates_done, args.seed, {"deterministic": det, "stochastic": sto})
+        print(f"  wrote every episode's return to {args.csv}")
     if args.video:
         _write_videos(args, spec, state, jax.random.fold_in(key, 2), algorithm, updates_done)
     return 0
@@ -1712,6 +1728,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also write a video of one deterministic episode per selected run to FOLDER/videos "
                                "as update<U>_evalseed<E>_seed<S>_return<R>.mp4 (U: the checkpoint's update, E: "
                                "--seed; mp4, or gif without ffmpeg; the return also on the frames; the video extra)")
+    evaluate.add_argument("--csv", type=_file, metavar="FILE",
+                          help="also write every episode's return to FILE (made with its folder if missing; "
+                               "replaced if there): one row per grid point, seed, policy and episode, with "
+                               "metrics.csv's grid_point, seed, update, step and swept-hyperparameter columns")
     evaluate.add_argument("--compile-cache", default="auto", metavar="{auto,off,FOLDER}", help=_COMPILE_CACHE_HELP)
     evaluate.add_argument("--runs", default="all", metavar="SELECTOR",
                           help="with --video: which runs, e.g. best,worst,0,3 (run r = grid point x seeds + seed; "

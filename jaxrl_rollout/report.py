@@ -1,4 +1,5 @@
-"""A run's outputs: long-format metrics CSV, learning-curve PNG and the final-return summary.
+"""A run's outputs: long-format metrics CSV, learning-curve PNG and the final-return summary;
+`evaluate`'s per-episode CSV.
 
 "Final return" of a run is the episode-weighted mean episode return over the
 last 10% of its updates (at least one update): the mean over every episode
@@ -28,7 +29,7 @@ from jaxrl_rollout.checkpoint import write_atomic
 from jaxrl_rollout.run_metrics import chunk_return, grid_label, steps_at, swept_texts
 
 __all__ = ["GridSummary", "check_metrics", "final_returns", "format_summary", "grid_label", "summarize", "write_learning_curve",
-           "write_metrics_csv", "write_outputs"]
+           "write_evaluation_csv", "write_metrics_csv", "write_outputs"]
 
 
 def check_metrics(spec: Any, metrics: Any) -> None:
@@ -81,6 +82,53 @@ def _write_rows(binary, spec: Any, metrics: dict) -> None:
                                  else int(value)])
     f.flush()
     f.detach()  # write_atomic fsyncs and closes the binary file
+
+
+def write_evaluation_csv(path, spec: Any, updates_done: int, eval_seed: int, returns: dict) -> None:
+    """`jaxrl-rollout evaluate --csv`: long format, one row per (grid point, seed, policy, episode).
+
+    Columns: grid_point, seed, update (the checkpoint's updates done), step
+    (the env steps after them), one column per swept hyperparameter,
+    eval_seed (`evaluate --seed`), policy, episode, return. The columns before
+    `policy` match metrics.csv's, so the two files join on them, and the
+    files of several evaluations (checkpoints, seeds) concatenate. Returns are
+    written with 9 significant digits; a two-player game's are +1, 0, -1 (a
+    win, a draw, a loss). Written atomically, as metrics.csv.
+
+    Args:
+      path: the file to write.
+      spec: the run's spec (the module docstring says what is read).
+      updates_done: the evaluated checkpoint's updates.
+      eval_seed: the evaluation's PRNG seed.
+      returns: policy name ("deterministic", "stochastic") -> [R, N] episode
+        returns of every run, R = spec.num_runs; a policy with None is left out.
+
+    Raises:
+      ValueError: naming `returns` when an array is not [spec.num_runs, N].
+    """
+    returns = {name: np.asarray(r) for name, r in returns.items() if r is not None}
+    for name, r in returns.items():
+        if r.ndim != 2 or r.shape[0] != spec.num_runs:
+            raise ValueError(f"returns[{name!r}] must be [{spec.num_runs} runs, episodes], got shape {list(r.shape)}.")
+    swept = spec.swept()
+    texts = {k: swept_texts(spec, k) for k in swept}
+    step = steps_at(spec.config, updates_done)
+
+    def write(binary):
+        f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
+        writer = csv.writer(f)
+        writer.writerow(["grid_point", "seed", "update", "step", *swept, "eval_seed", "policy", "episode", "return"])
+        for r in range(spec.num_runs):
+            g, s = divmod(r, spec.num_seeds)
+            head = [g, s, int(updates_done), step, *(texts[k][g] for k in swept), int(eval_seed)]
+            for name, episodes in returns.items():
+                for e, value in enumerate(episodes[r]):
+                    writer.writerow([*head, name, e, f"{float(value):.9g}"])
+        f.flush()
+        f.detach()  # write_atomic fsyncs and closes the binary file
+
+    path = pathlib.Path(path)
+    write_atomic(path.parent, path.name, write)
 
 
 def isolated(values: np.ndarray) -> np.ndarray:

@@ -219,15 +219,52 @@ def test_a_signal_in_the_closing_evaluation_is_acted_on_while_jax_computes(sigin
     assert not ready and waited < finished / 2, (waited, finished)
 
 
-def test_evaluate_prints_per_seed_returns(sweep_run, capsys):
-    assert cli.main(["evaluate", str(sweep_run), "--num-episodes", "2"]) == 0
+def test_evaluate_prints_per_seed_returns_and_writes_every_episode_with_csv(sweep_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["evaluate", str(sweep_run), "--num-episodes", "2", "--seed", "5", "--csv", "out/eval.csv"]) == 0
     out = capsys.readouterr().out
-    assert "checkpoint final), 2 episodes per run" in out
+    assert "checkpoint final), 2 episodes per run" in out and "wrote every episode's return to out/eval.csv" in out
     # "  lr=0.001     0      26.00 (  0.0)      21.00 (  5.0)": label, seed, mean (std) per mode
     rows = [re.findall(r"lr=[\d.]+|[\d.]+", line) for line in out.splitlines() if line.startswith("  lr=")]
     assert [(r[0], r[1]) for r in rows] == [("lr=0.001", "0"), ("lr=0.001", "1"), ("lr=0.0003", "0"),
                                             ("lr=0.0003", "1")]
     assert all(len(r) == 6 and float(r[2]) >= 8 and float(r[4]) >= 8 for r in rows)  # CartPole lasts >= 8 steps
+    # the file: 4 runs x 2 policies x 2 episodes, metrics.csv's leading columns, the printed means
+    with open(tmp_path / "out" / "eval.csv") as f:
+        written = list(csv.DictReader(f))
+    with open(sweep_run / "metrics.csv") as f:
+        metric_rows = list(csv.DictReader(f))
+    assert list(written[0]) == [*list(metric_rows[0])[:-2], "eval_seed", "policy", "episode", "return"]
+    assert len(written) == 16 and {r["eval_seed"] for r in written} == {"5"}
+    last = max(metric_rows, key=lambda r: int(r["update"]))  # the checkpoint: after the last update (0-based there)
+    assert {(r["update"], r["step"]) for r in written} == {(str(int(last["update"]) + 1), last["step"])}
+    for (label, seed, det, _, sto, _), g in zip(rows, (0, 0, 1, 1)):
+        mine = [r for r in written if r["grid_point"] == str(g) and r["seed"] == seed]
+        assert [r["lr"] for r in mine] == [label.split("=")[1]] * 4
+        for policy, printed in (("deterministic", det), ("stochastic", sto)):
+            episodes = [float(r["return"]) for r in mine if r["policy"] == policy]
+            assert [r["episode"] for r in mine if r["policy"] == policy] == ["0", "1"]
+            assert f"{np.mean(episodes):.2f}" == printed, (policy, episodes, printed)
+
+
+def test_evaluate_csv_mistakes_are_refused_before_evaluating(sweep_run, tmp_path, monkeypatch, capsys):
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError("evaluated despite the mistake")
+
+    monkeypatch.setattr(cli, "evaluate_both", no_evaluation)
+    (tmp_path / "folder").mkdir()
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the csv's folder would go")
+    for csv_arg, words in ((str(tmp_path / "folder"), "a folder; give a file name"),
+                           (str(blocked / "eval.csv"), f"--csv {blocked / 'eval.csv'}: cannot write in {blocked}"),
+                           (str(tmp_path) + "/", "argument --csv: expected a file name")):
+        try:
+            code = cli.main(["evaluate", str(sweep_run), "--csv", csv_arg])
+        except SystemExit as stop:  # argparse's own refusal
+            code = stop.code
+        assert code == 2, csv_arg
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
 
 
 def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, capsys):

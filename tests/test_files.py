@@ -277,6 +277,21 @@ def test_reports_name_metrics_that_are_not_the_specs(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_evaluation_csv_has_a_row_per_episode_leaves_out_a_policy_without_returns_and_checks_shapes(tmp_path):
+    """SPEC: 1 grid point x 2 seeds, PPOConfig of 2 updates of 32 steps; DQN and TD3 have no stochastic column."""
+    det = np.array([[1.5, 2.0, 3.0], [4.0, 5.0, 6.25]], np.float32)
+    report.write_evaluation_csv(tmp_path / "e.csv", SPEC, 1, 7, {"deterministic": det, "stochastic": None})
+    with open(tmp_path / "e.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["grid_point", "seed", "update", "step", "eval_seed", "policy", "episode", "return"]
+    assert rows[1:] == [["0", str(s), "1", "32", "7", "deterministic", str(e), f"{det[s, e]:.9g}"]
+                        for s in range(2) for e in range(3)]
+    for bad in (det[0], det[:1], det[None]):
+        with pytest.raises(ValueError, match=r"^returns\['stochastic'\] must be \[2 runs, episodes\], got shape"):
+            report.write_evaluation_csv(tmp_path / "bad.csv", SPEC, 1, 7, {"deterministic": det, "stochastic": bad})
+    assert not (tmp_path / "bad.csv").exists()
+
+
 _SMALL_TRAIN = [sys.executable, "-m", "jaxrl_rollout", "train", "--num-envs", "4", "--num-steps", "8", "--total-steps",
                 "64", "--seeds", "1", "--chunk-updates", "1", "--tensorboard", "false", "--host-devices", "1",
                 "--num-eval", "1", "--out", "run"]
