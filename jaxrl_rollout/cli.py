@@ -1472,6 +1472,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
         stochastic = f"  {sto[r].mean():z9.2f} ({sto[r].std():z5.1f})" if sto is not None else ""
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f}){stochastic}{wdl}")
+    if spec.num_seeds > 1:
+        print(report.format_evaluation_summary(spec, {"deterministic": det, "stochastic": sto}))
     if args.csv is not None:
         report.write_evaluation_csv(args.csv, spec, updates_done, args.seed, {"deterministic": det, "stochastic": sto})
         print(f"  wrote every episode's return to {args.csv}")

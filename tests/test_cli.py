@@ -225,6 +225,7 @@ def test_evaluate_prints_per_seed_returns_and_writes_every_episode_with_csv(swee
     out = capsys.readouterr().out
     assert "checkpoint final), 2 episodes per run" in out and "wrote every episode's return to out/eval.csv" in out
     # "  lr=0.001     0      26.00 (  0.0)      21.00 (  5.0)": label, seed, mean (std) per mode
+    # (the per-grid-point table's rows are indented further: a line starting "  lr=" is a run's)
     rows = [re.findall(r"lr=[\d.]+|[\d.]+", line) for line in out.splitlines() if line.startswith("  lr=")]
     assert [(r[0], r[1]) for r in rows] == [("lr=0.001", "0"), ("lr=0.001", "1"), ("lr=0.0003", "0"),
                                             ("lr=0.0003", "1")]
@@ -245,6 +246,19 @@ def test_evaluate_prints_per_seed_returns_and_writes_every_episode_with_csv(swee
             episodes = [float(r["return"]) for r in mine if r["policy"] == policy]
             assert [r["episode"] for r in mine if r["policy"] == policy] == ["0", "1"]
             assert f"{np.mean(episodes):.2f}" == printed, (policy, episodes, printed)
+    # per grid point: the mean of its seeds' means, and a 95% Student-t interval across them (scipy's own here)
+    from scipy import stats
+
+    lines = out.splitlines()
+    start = lines.index("  per grid point: mean over its 2 seeds of each run's mean return, 95% t-interval across seeds")
+    assert lines[start + 1].split() == ["grid", "point", "deterministic", "stochastic"]
+    for g, line in enumerate(lines[start + 2:start + 4]):
+        cells = re.findall(r"-?[\d.]+", line.split(None, 1)[1])
+        for p, policy in enumerate(("deterministic", "stochastic")):
+            means = [np.mean([float(r["return"]) for r in written if (r["grid_point"], r["seed"], r["policy"])
+                              == (str(g), str(s), policy)]) for s in (0, 1)]
+            low, high = stats.t.interval(0.95, 1, loc=np.mean(means), scale=stats.sem(means))
+            assert [float(c) for c in cells[3 * p:3 * p + 3]] == pytest.approx([np.mean(means), low, high], abs=0.006)
 
 
 def test_evaluate_csv_mistakes_are_refused_before_evaluating(sweep_run, tmp_path, monkeypatch, capsys):
