@@ -11,7 +11,10 @@ events (`jax._src.monitoring`: trace, lowering and XLA compile durations by
 program name; persistent-cache hits and misses) in every Python process that
 imports JAX, the pytest workers and the subprocesses they start, and writes
 them, with the test that was running (`PYTEST_CURRENT_TEST`, inherited by
-subprocesses), to one file per process. Then it adds them up.
+subprocesses), to one file per process. Then it adds them up, and simulates
+xdist's queue of test files over the measured times (`queue_finish`): when
+each of two workers would end with tests/conftest.py's `SLOWEST_FILES` first,
+and with every file slowest first, so that list can be kept up to date.
 
 Limits: a subprocess started with an environment of its own making
 (tests/test_user_paths.run_as_user, a user's environment) does not see the
