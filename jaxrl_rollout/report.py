@@ -243,7 +243,8 @@ def mean_interval(values) -> tuple[float, float, float, int]:
 
 def format_evaluation_summary(spec: Any, returns: dict) -> str:
     """`evaluate`'s table per grid point: for each policy, the mean over seeds of each run's mean episode
-    return, with its 95% t-interval across seeds (`mean_interval`).
+    return, with its 95% t-interval across seeds (`mean_interval`). A run whose mean is NaN or inf (a
+    diverged policy's) is left out of its grid point's and named below the table.
 
     Args:
       spec: the run's spec.
@@ -256,13 +257,19 @@ def format_evaluation_summary(spec: Any, returns: dict) -> str:
     lines = [f"  per grid point: mean over its {spec.num_seeds} seeds of each run's mean return, 95% t-interval "
              "across seeds",
              f"    {'grid point':<{width}}" + "".join(f"  {name:>31}" for name in returns)]
+    left_out = []
     for g, label in enumerate(labels):
         cells = []
-        for r in returns.values():
-            mean, low, high, _ = mean_interval(r[g * spec.num_seeds:(g + 1) * spec.num_seeds].mean(axis=1))
+        for name, r in returns.items():
+            run_means = r[g * spec.num_seeds:(g + 1) * spec.num_seeds].mean(axis=1)
+            mean, low, high, _ = mean_interval(run_means)
             interval = f"[{low:z9.2f}, {high:z9.2f}]" if math.isfinite(low) else f"{'n/a':>21}"
-            cells.append(f"  {mean:z9.2f} {interval}")
+            mean = f"{mean:z9.2f}" if math.isfinite(mean) else f"{'n/a':>9}"
+            cells.append(f"  {mean} {interval}")
+            left_out += [f"{label} seed {s} ({name})" for s in np.flatnonzero(~np.isfinite(run_means))]
         lines.append(f"    {label:<{width}}" + "".join(cells))
+    if left_out:  # never averaged in as a number, and never silently dropped
+        lines.append("    left out of these means, with NaN or inf returns: " + ", ".join(left_out))
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -290,6 +291,21 @@ def test_evaluation_csv_has_a_row_per_episode_leaves_out_a_policy_without_return
         with pytest.raises(ValueError, match=r"^returns\['stochastic'\] must be \[2 runs, episodes\], got shape"):
             report.write_evaluation_csv(tmp_path / "bad.csv", SPEC, 1, 7, {"deterministic": det, "stochastic": bad})
     assert not (tmp_path / "bad.csv").exists()
+
+
+def test_evaluation_summary_is_per_grid_point_and_names_the_runs_it_leaves_out():
+    grid = runner.RunSpec("ppo", SPEC.config, (ppo.PPOHParams(lr=1e-3), ppo.PPOHParams(lr=3e-4)), 3)
+    det = np.array([[1.0, 3.0], [2.0, 2.0], [3.0, 5.0], [10.0, 10.0], [np.nan, 1.0], [20.0, 20.0]])
+    lines = report.format_evaluation_summary(grid, {"deterministic": det, "stochastic": None}).splitlines()
+    assert lines[0] == "  per grid point: mean over its 3 seeds of each run's mean return, 95% t-interval across seeds"
+    assert lines[1].split() == ["grid", "point", "deterministic"]
+    # lr=0.001: run means 2, 2, 4 -> mean 8/3, sd 2/sqrt(3), t(0.975, 2) = 4.302653; lr=0.0003: 10 and 20 only
+    rows = [[float(x) for x in re.findall(r"-?\d+\.\d+", line.split(None, 1)[1])] for line in lines[2:4]]
+    half = 4.302653 * (2 / 3**0.5) / 3**0.5
+    assert rows[0] == pytest.approx([8 / 3, 8 / 3 - half, 8 / 3 + half], abs=0.006)
+    assert rows[1] == pytest.approx([15.0, 15 - 12.706205 * 5, 15 + 12.706205 * 5], abs=0.006)
+    assert lines[4] == "    left out of these means, with NaN or inf returns: lr=0.0003 seed 1 (deterministic)"
+    assert len(lines) == 5
 
 
 _SMALL_TRAIN = [sys.executable, "-m", "jaxrl_rollout", "train", "--num-envs", "4", "--num-steps", "8", "--total-steps",
