@@ -61,28 +61,42 @@ def write_metrics_csv(path, spec: Any, metrics: dict) -> None:
     previous file whole, and a symbolic link there is replaced, not written through.
     """
     check_metrics(spec, metrics)
-    path = pathlib.Path(path)
-    write_atomic(path.parent, path.name, lambda f: _write_rows(f, spec, metrics))
-
-
-def _write_rows(binary, spec: Any, metrics: dict) -> None:
-    swept = spec.swept()
+    header, hp = _run_columns(spec)
     names = sorted(metrics)
-    f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
-    writer = csv.writer(f)
-    writer.writerow(["grid_point", "seed", "update", "step", *swept, "metric", "value"])
+
+    def rows():
+        for r in range(spec.num_runs):
+            g, s = divmod(r, spec.num_seeds)
+            for u in range(metrics[names[0]].shape[1]):
+                head = [g, s, u, steps_at(spec.config, u + 1), *hp[g]]
+                for name in names:
+                    value = metrics[name][r, u]
+                    yield [*head, name, f"{value:.9g}" if np.issubdtype(value.dtype, np.floating) else int(value)]
+
+    _write_csv(path, [*header, "metric", "value"], rows())
+
+
+def _run_columns(spec: Any) -> tuple[list[str], list[list[str]]]:
+    """The leading columns of metrics.csv and evaluate's CSV: (["grid_point", "seed", "update", "step", *swept],
+    each grid point's swept values as text)."""
+    swept = spec.swept()
     texts = {k: swept_texts(spec, k) for k in swept}
-    for r in range(spec.num_runs):
-        g, s = divmod(r, spec.num_seeds)
-        hp = [texts[k][g] for k in swept]
-        for u in range(metrics[names[0]].shape[1]):
-            head = [g, s, u, steps_at(spec.config, u + 1), *hp]
-            for name in names:
-                value = metrics[name][r, u]
-                writer.writerow([*head, name, f"{value:.9g}" if np.issubdtype(value.dtype, np.floating)
-                                 else int(value)])
-    f.flush()
-    f.detach()  # write_atomic fsyncs and closes the binary file
+    return ["grid_point", "seed", "update", "step", *swept], [[texts[k][g] for k in swept] for g in range(len(spec.grid))]
+
+
+def _write_csv(path, header: list, rows) -> None:
+    """`header` then every row of the iterable `rows`, as CSV at `path`, written atomically (`write_atomic`)."""
+    def write(binary):
+        f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
+        writer = csv.writer(f)
+        writer.writerow(header)
+        for row in rows:  # (row by row, as before: a test's failing writer stands in for a full disk mid-file)
+            writer.writerow(row)
+        f.flush()
+        f.detach()  # write_atomic fsyncs and closes the binary file
+
+    path = pathlib.Path(path)
+    write_atomic(path.parent, path.name, write)
 
 
 def write_evaluation_csv(path, spec: Any, updates_done: int, eval_seed: int, returns: dict) -> None:
@@ -111,25 +125,18 @@ def write_evaluation_csv(path, spec: Any, updates_done: int, eval_seed: int, ret
     for name, r in returns.items():
         if r.ndim != 2 or r.shape[0] != spec.num_runs:
             raise ValueError(f"returns[{name!r}] must be [{spec.num_runs} runs, episodes], got shape {list(r.shape)}.")
-    swept = spec.swept()
-    texts = {k: swept_texts(spec, k) for k in swept}
+    header, hp = _run_columns(spec)
     step = steps_at(spec.config, updates_done)
 
-    def write(binary):
-        f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
-        writer = csv.writer(f)
-        writer.writerow(["grid_point", "seed", "update", "step", *swept, "eval_seed", "policy", "episode", "return"])
+    def rows():
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
-            head = [g, s, int(updates_done), step, *(texts[k][g] for k in swept), int(eval_seed)]
+            head = [g, s, int(updates_done), step, *hp[g], int(eval_seed)]
             for name, episodes in returns.items():
                 for e, value in enumerate(episodes[r]):
-                    writer.writerow([*head, name, e, f"{float(value):.9g}"])
-        f.flush()
-        f.detach()  # write_atomic fsyncs and closes the binary file
+                    yield [*head, name, e, f"{float(value):.9g}"]
 
-    path = pathlib.Path(path)
-    write_atomic(path.parent, path.name, write)
+    _write_csv(path, [*header, "eval_seed", "policy", "episode", "return"], rows())
 
 
 def isolated(values: np.ndarray) -> np.ndarray:
