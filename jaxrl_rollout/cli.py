@@ -7,6 +7,7 @@
     jaxrl-rollout evaluate runs/sweep               # deterministic and stochastic returns per seed
     jaxrl-rollout evaluate runs/sweep --video --runs best,worst   # and videos of their episodes
     jaxrl-rollout evaluate runs/sweep --csv eval.csv   # and every episode's return in a CSV
+    jaxrl-rollout evaluate runs/sweep --csv - | python plot.py   # the CSV alone on stdout, the report on stderr
     jaxrl-rollout rollout                           # a uniform random policy's episode statistics
 
 `--algo` is one of the registered algorithms (ppo, a2c, dqn, pqn, sac,
@@ -1287,18 +1288,15 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
     try:
         return _after_training(args, spec, folder, result, resume, hits_before, unsaved_total)
-    except OSError as error:  # the output stream closed (`| head`), or an output file that cannot be written
+    except OSError as error:  # an output file that cannot be written (a folder in its place, a full disk)
         return _output_failed(error, args, folder, result, unsaved_total)
 
 
 def _output_failed(error: OSError, args, folder, result, unsaved_total) -> int:
     """One line for an OSError after training: what failed, and that the run is saved (it said only
-    "error: Broken pipe" or "error: FOLDER/metrics.csv: Permission denied", as if the run were lost)."""
-    if isinstance(error, BrokenPipeError) and not error.filename:
-        _stdout_to_devnull()
-        what = "the output stream closed (Broken pipe)"
-    else:
-        what = _os_error_text(error)
+    "error: FOLDER/metrics.csv: Permission denied", as if the run were lost). (A reader that closes stdout early
+    is no error: `ReaderMayClose`.)"""
+    what = _os_error_text(error)
     if result.complete:
         import shlex
 
@@ -1318,10 +1316,68 @@ def _os_error_text(error: OSError) -> str:
     return f"{where}{error.strerror or error}"
 
 
-def _stdout_to_devnull() -> None:
-    """Points stdout at /dev/null once its reader has closed it (`| head`), so that no later write or flush (Python's
-    own at exit) raises BrokenPipeError again."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+class ReaderMayClose:
+    """The command's stdout or stderr, whose reader may stop reading before the end (`| head`, a pager closed,
+    `2>&1 | tee log` stopped by the same Ctrl-C as the run).
+
+    Each command writes its results to stdout, its progress to stderr and its
+    files to disk; a reader that closes the pipe early wants no more of the
+    text, not an end to the work. So the first write or flush that meets the
+    closed pipe (BrokenPipeError) points the stream's file descriptor at
+    /dev/null (`_to_devnull`: Python's own flush at exit then finds nothing to
+    complain about), and every later write is dropped: `evaluate RUN --video |
+    head -3` still writes its videos, `evaluate RUN --csv - | head` ends with
+    status 0, `train | head -2` trains and writes metrics.csv and
+    learning_curve.png, and `train 2>&1 | tee log` stopped by Ctrl-C saves its
+    checkpoint at the chunk's end. (Before, the first print after the pipe
+    closed raised: the command ended with "error: Broken pipe", its files
+    unwritten, and the Ctrl-C's own line killed the run before its checkpoint.)
+    Any other error of the stream is raised as before; other attributes are the
+    stream's own.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.reader_closed = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_closed:
+            try:
+                self._stream.write(text)
+            except BrokenPipeError:
+                self._closed()
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if not self.reader_closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._closed()
+
+    def _closed(self) -> None:
+        self.reader_closed = True
+        try:
+            _to_devnull(self._stream)  # (not sys.stdout's: `evaluate --csv -` points that at stderr)
+        except (OSError, ValueError, AttributeError):  # a stream without a file descriptor (io.StringIO)
+            pass
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _to_devnull(stream) -> None:
+    """Points `stream`'s file descriptor at /dev/null once its reader has closed it (`| head`), so that no later
+    write or flush (Python's own at exit) raises BrokenPipeError again."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, stream.fileno())
+    finally:
+        os.close(null)
 
 
 def _after_training(args, spec, folder, result, resume: bool, hits_before: int, unsaved_total) -> int:
@@ -1404,7 +1460,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` command: per-run returns of a saved run's policies, deterministic and stochastic."""
     import jax
 
-    from jaxrl_rollout import report
     from jaxrl_rollout.runner import load_run, make_algorithm
 
     if args.runs != "all" and not args.video:  # before the checkpoint is read and every run evaluated
@@ -1442,11 +1497,25 @@ def run_evaluate(args: argparse.Namespace) -> int:
         except (ImportError, ValueError) as error:
             raise ValueError(f"--video: {error}") from None
         _check_writable(pathlib.Path(args.folder) / "videos", "--video")
+    if args.csv == "-":  # the CSV alone on stdout, for a pipe; the report goes to stderr
+        csv_out = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            return _evaluate(args, spec, state, updates_done, chunks_done, algorithm, key, csv_out)
     if args.csv is not None:  # before every run is evaluated, as --video's folder
         csv_path = pathlib.Path(args.csv)
         if csv_path.is_dir():
             raise ValueError(f"--csv {args.csv}: a folder; give a file name, e.g. {csv_path / 'evaluation.csv'}")
         _check_writable(csv_path.parent, f"--csv {args.csv}")
+    return _evaluate(args, spec, state, updates_done, chunks_done, algorithm, key, None)
+
+
+def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm, key, csv_out) -> int:
+    """`run_evaluate` once its arguments are checked: the evaluation, its report, the CSV (to `csv_out`, a text
+    stream, for `--csv -`) and the videos."""
+    import jax
+
+    from jaxrl_rollout import report
+
     det, sto = evaluate_both(spec, state, args.num_episodes, [jax.random.fold_in(key, i) for i in (0, 1)], algorithm)
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
@@ -1475,8 +1544,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if spec.num_seeds > 1:
         print(report.format_evaluation_summary(spec, {"deterministic": det, "stochastic": sto}))
     if args.csv is not None:
-        report.write_evaluation_csv(args.csv, spec, updates_done, args.seed, {"deterministic": det, "stochastic": sto})
-        print(f"  wrote every episode's return to {args.csv}")
+        report.write_evaluation_csv(args.csv if csv_out is None else csv_out, spec, updates_done, args.seed,
+                                    {"deterministic": det, "stochastic": sto})
+        print(f"  wrote every episode's return to {args.csv if csv_out is None else 'stdout'}")
     if args.video:
         _write_videos(args, spec, state, jax.random.fold_in(key, 2), algorithm, updates_done)
     return 0
@@ -1732,8 +1802,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "--seed; mp4, or gif without ffmpeg; the return also on the frames; the video extra)")
     evaluate.add_argument("--csv", type=_file, metavar="FILE",
                           help="also write every episode's return to FILE (made with its folder if missing; "
-                               "replaced if there): one row per grid point, seed, policy and episode, with "
-                               "metrics.csv's grid_point, seed, update, step and swept-hyperparameter columns")
+                               "replaced if there), or to stdout with -, the report then going to stderr: one row "
+                               "per grid point, seed, policy and episode, with metrics.csv's grid_point, seed, "
+                               "update, step and swept-hyperparameter columns")
     evaluate.add_argument("--compile-cache", default="auto", metavar="{auto,off,FOLDER}", help=_COMPILE_CACHE_HELP)
     evaluate.add_argument("--runs", default="all", metavar="SELECTOR",
                           help="with --video: which runs, e.g. best,worst,0,3 (run r = grid point x seeds + seed; "
@@ -1866,14 +1937,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # boundary with a checkpoint, from now on: a signal during the imports or the compile waits for it.
     stop = StopSignals(lambda line: print(line, file=sys.stderr, flush=True)) if argv[0] == "train" else (
         contextlib.nullcontext())
-    try:
-        # The header line says the env steps a run trains; the configs' warning for Python users repeats it.
-        with stop, warnings.catch_warnings():
-            warnings.simplefilter("ignore", PartialRunWarning)
-            return _main(argv)
-    except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or Ctrl-C in another command
-        print(f"jaxrl-rollout: interrupted ({getattr(interrupt, 'signal_name', 'SIGINT')})", file=sys.stderr)
-        return getattr(interrupt, "exit_code", 130)
+    # Both streams' readers may go before the command ends (`| head`; `2>&1 | tee log` and a Ctrl-C, which
+    # stops tee too): the command goes on with its work and its files, its text dropped.
+    with contextlib.redirect_stdout(ReaderMayClose(sys.stdout)), contextlib.redirect_stderr(ReaderMayClose(sys.stderr)):
+        try:
+            # The header line says the env steps a run trains; the configs' warning for Python users repeats it.
+            with stop, warnings.catch_warnings():
+                warnings.simplefilter("ignore", PartialRunWarning)
+                return _main(argv)
+        except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or Ctrl-C in another command
+            print(f"jaxrl-rollout: interrupted ({getattr(interrupt, 'signal_name', 'SIGINT')})", file=sys.stderr)
+            return getattr(interrupt, "exit_code", 130)
 
 
 def _enable_compile_cache(argv: list) -> None:
@@ -2003,7 +2077,7 @@ def entry() -> None:
     try:
         sys.stdout.flush()  # what a pipe's buffer still holds (a reader that closed early: `| head`)
     except BrokenPipeError:  # the command's work is done; Python's own flush at exit would print a traceback
-        _stdout_to_devnull()
+        _to_devnull(sys.stdout)
     if code in (130, 143):
         sys.stderr.flush()
         os._exit(code)

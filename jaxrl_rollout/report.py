@@ -85,7 +85,14 @@ def _run_columns(spec: Any) -> tuple[list[str], list[list[str]]]:
 
 
 def _write_csv(path, header: list, rows) -> None:
-    """`header` then every row of the iterable `rows`, as CSV at `path`, written atomically (`write_atomic`)."""
+    """`header` then every row of the iterable `rows`, as CSV at `path`, written atomically (`write_atomic`); or to
+    `path` itself when it is a text stream (it has `write`), e.g. sys.stdout."""
+    if hasattr(path, "write"):
+        writer = csv.writer(path, lineterminator="\n")  # a terminal's or a pipe's lines, not a file's "\r\n"
+        writer.writerow(header)
+        writer.writerows(rows)
+        return
+
     def write(binary):
         f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
         writer = csv.writer(f)
@@ -111,7 +118,7 @@ def write_evaluation_csv(path, spec: Any, updates_done: int, eval_seed: int, ret
     win, a draw, a loss). Written atomically, as metrics.csv.
 
     Args:
-      path: the file to write.
+      path: the file to write, or a text stream to write to (`evaluate --csv -`: sys.stdout).
       spec: the run's spec (the module docstring says what is read).
       updates_done: the evaluated checkpoint's updates.
       eval_seed: the evaluation's PRNG seed.

@@ -1,6 +1,7 @@
 """The command line: the main job, sweeps, interrupted and resumed runs, evaluate, bad input."""
 
 import csv
+import io
 import json
 import os
 import pathlib
@@ -237,6 +238,11 @@ def test_evaluate_prints_per_seed_returns_and_writes_every_episode_with_csv(swee
         metric_rows = list(csv.DictReader(f))
     assert list(written[0]) == [*list(metric_rows[0])[:-2], "eval_seed", "policy", "episode", "return"]
     assert len(written) == 16 and {r["eval_seed"] for r in written} == {"5"}
+    # `--csv -`: the same rows on stdout, alone (for a pipe); the report on stderr
+    assert cli.main(["evaluate", str(sweep_run), "--num-episodes", "2", "--seed", "5", "--csv", "-"]) == 0
+    piped = capsys.readouterr()
+    assert list(csv.DictReader(io.StringIO(piped.out))) == written
+    assert piped.err.splitlines() == [*out.splitlines()[:-1], "  wrote every episode's return to stdout"]
     last = max(metric_rows, key=lambda r: int(r["update"]))  # the checkpoint: after the last update (0-based there)
     assert {(r["update"], r["step"]) for r in written} == {(str(int(last["update"]) + 1), last["step"])}
     for (label, seed, det, _, sto, _), g in zip(rows, (0, 0, 1, 1)):

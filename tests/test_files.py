@@ -6,6 +6,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -319,28 +320,59 @@ def _user_env(**changes):
     return env
 
 
-def test_an_output_that_fails_after_training_says_the_run_is_saved_and_how_to_get_its_outputs(tmp_path):
-    """The output stream closed by its reader (`train | head -2`) or an output file that cannot be written, once
-    the run is saved: one error line says so, and what writes the outputs again (it said only "error: Broken pipe"
-    or "error: run/metrics.csv: Is a directory", as if the run were lost)."""
-    proc = subprocess.Popen(_SMALL_TRAIN, cwd=tmp_path, env=_user_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def test_a_reader_that_closes_stdout_early_ends_no_command_and_an_unwritable_output_says_the_run_is_saved(tmp_path):
+    """A reader that stops reading stdout early (`train | head -2`, `evaluate RUN --csv - | head`) wants no more
+    text, not an end to the work: the command writes its files and ends with status 0 (it ended with "error: Broken
+    pipe", train's outputs unwritten). An output file that cannot be written, once the run is saved: one error line
+    says so, and what writes the outputs again (it said only "error: run/metrics.csv: Is a directory", as if the
+    run were lost)."""
+    # `train 2>&1 | tee log`, then Ctrl-C, which stops tee too: the run's line about the signal meets the closed
+    # pipe, and the run still stops at a chunk's end with its checkpoint (it died there, with status 1)
+    train = [*_SMALL_TRAIN[:4], "--num-envs", "4", "--num-steps", "8", "--total-steps", "96000", "--seeds", "1",
+             "--chunk-updates", "1000", "--tensorboard", "false", "--host-devices", "1", "--out", "run"]  # 3 chunks of ~1 s
+    proc = subprocess.Popen(train, cwd=tmp_path, env=_user_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
-        assert proc.stdout.readline().startswith("jaxrl_rollout: PPO on CartPole-v1")
-        assert proc.stdout.readline().startswith("  deterministic evaluation every update")  # then it trains
-        proc.stdout.close()  # as `| head -2` does
-        err = proc.stderr.read()
-        assert proc.wait(timeout=300) == 2, err
+        # after the first chunk's line (and its checkpoint): the signal comes during the second chunk, or before it
+        # starts, and the run stops after chunk 2 or 1
+        while not (line := proc.stdout.readline()).startswith("  step 32,000/96,000"):
+            assert line, "the run ended before its first chunk's line"
+        proc.stdout.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=300) == 130
     finally:
         if proc.poll() is None:
             proc.kill()
-    lines = err.strip().splitlines()
-    assert lines[-1] == ("jaxrl-rollout: error: the output stream closed (Broken pipe), after training: the run is "
-                         "complete and saved in run: `jaxrl-rollout train --resume run` writes its metrics.csv and "
-                         "learning_curve.png and prints its summary again, and `jaxrl-rollout evaluate run` "
-                         "evaluates it."), err
-    assert "Traceback" not in err and "Exception" not in err and "step 64/64" in err, err
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] in (["1"], ["2"])
     assert not (tmp_path / "run" / "metrics.csv").exists()
+    # `train --resume run | head -2`: the rest of the text is dropped; the run trains and writes every output
+    proc = subprocess.Popen([*train[:4], "--resume", "run"], cwd=tmp_path, env=_user_env(PYTHONUNBUFFERED="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("jaxrl_rollout: PPO on CartPole-v1")
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=300) == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "error" not in err and "Traceback" not in err and "step 96,000/96,000" in err, err
+    assert {"metrics.csv", "learning_curve.png"} <= {p.name for p in (tmp_path / "run").iterdir()}
+    # unbuffered, so the first row of the CSV meets the closed pipe at once (buffered, the flush at exit would)
+    proc = subprocess.Popen([*_SMALL_TRAIN[:3], "evaluate", "run", "--num-episodes", "1", "--csv", "-"], cwd=tmp_path,
+                            env=_user_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=300) == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "error" not in err and "Traceback" not in err, err
+    assert "jaxrl_rollout: evaluate run (PPO on CartPole-v1, checkpoint final)" in err, err  # the report: stderr
+    assert err.rstrip().endswith("wrote every episode's return to stdout"), err
+    (tmp_path / "run" / "learning_curve.png").unlink()
     (tmp_path / "run" / "learning_curve.png").mkdir()  # an output that cannot be replaced
     again = subprocess.run([*_SMALL_TRAIN[:4], "--resume", "run"], cwd=tmp_path, env=_user_env(), capture_output=True,
                            text=True, timeout=300)
@@ -350,7 +382,7 @@ def test_an_output_that_fails_after_training_says_the_run_is_saved_and_how_to_ge
         "summary again, and `jaxrl-rollout evaluate run` evaluates it."), again.stderr
     (tmp_path / "run" / "learning_curve.png").rmdir()
     assert cli.main(["train", "--resume", str(tmp_path / "run")]) == 0  # as the line says
-    assert {"metrics.csv", "learning_curve.png"} <= {p.name for p in (tmp_path / "run").iterdir()}
+    assert (tmp_path / "run" / "learning_curve.png").is_file()
 
 
 def test_a_reader_that_closes_a_buffered_output_early_gets_no_traceback(tmp_path):
