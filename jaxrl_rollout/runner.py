@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -68,9 +69,9 @@ from jaxrl_rollout.run_metrics import chunk_return, returns_text, steps_at, tota
 from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.types import RolloutState
 
-__all__ = ["DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "check_finite", "check_host_run", "default_chunk_updates",
-           "host_env", "returns_text",
-           "make_algorithm", "map_runs", "read_spec", "reopen_host_envs", "train", "write_spec"]
+__all__ = ["DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "TrainedPolicy", "check_finite", "check_host_run",
+           "default_chunk_updates", "host_env", "load_policy", "load_run", "make_algorithm", "map_runs", "read_spec",
+           "reopen_host_envs", "returns_text", "train", "write_spec"]
 
 FORMAT = "jaxrl_rollout.run/1"
 
@@ -1199,7 +1200,162 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
     """
     spec = read_spec(folder)
     spec = run_spec(folder, spec, checkpoint.read_manifest(folder))
-    algorithm = make_algorithm(spec)
+    return (spec, *_load_state(folder, spec, make_algorithm(spec)))
+
+
+def _load_state(folder, spec: RunSpec, algorithm) -> tuple[Any, dict, dict]:
+    """`checkpoint.load` of the folder's latest checkpoint against the state `algorithm` builds for `spec`."""
     template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
-    state, extras, manifest = checkpoint.load(folder, template)
-    return spec, state, extras, manifest
+    return checkpoint.load(folder, template)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TrainedPolicy:
+    """One run of a saved training run, ready to act (`load_policy`).
+
+    Its fields compose with the rest of the package: `jaxrl_rollout.evaluate(policy.env, policy.env_params,
+    policy.policy_fn, policy.params, key, n)` plays n episodes of it, and `rollout` steps it like any policy.
+
+    Attributes:
+      spec: the run's spec (`read_spec`): algorithm, config, grid, seeds.
+      run: the run r = grid point g x spec.num_seeds + seed s.
+      updates_done: the updates trained at the loaded checkpoint (fewer than
+        spec.config.num_updates for a run that was stopped).
+      env, env_params: the env the run trained on, as the algorithm builds
+        it (with its wrappers: a continuous action is clipped to the bounds
+        by the env, so `policy_fn`'s raw action is what it takes). A host env
+        (gymnasium, envpool) is vectorized: its reset and step take batches.
+      params: the run's policy params, with its observation statistics where
+        the run normalised observations (`policy_fn` normalises raw ones).
+      policy_fn: `policy_fn(params, obs [B, ...], key) -> PolicyOutput`
+        (a recurrent one also takes and returns the carry): the
+        deterministic policy (the mode, the greedy action) or the stochastic
+        one (the rollout's samples), as asked of `load_policy`.
+      deterministic: which of the two `policy_fn` is.
+      recurrent: the policy steps a carry (`network="gru"`); start it from
+        `initial_carry(B)` and from zeros wherever an episode starts.
+    """
+
+    spec: RunSpec
+    run: int
+    updates_done: int
+    env: Any
+    env_params: Any
+    params: Any
+    policy_fn: Callable
+    deterministic: bool
+    recurrent: bool
+    _module: Any = dataclasses.field(repr=False)
+
+    def initial_carry(self, batch_size: int) -> Any:
+        """A recurrent policy's zero carry for `batch_size` observations; a ValueError for a feed-forward one."""
+        if not self.recurrent:
+            raise ValueError("initial_carry: this policy is feed-forward (it takes no carry).")
+        return self._module.initial_carry(batch_size)
+
+    def act(self, obs: Any, key: jax.Array | None = None, carry: Any = None) -> Any:
+        """The policy's action for `obs`, jitted (compiled once per observation shape).
+
+        Args:
+          obs: a batch of observations [B, ...], or one observation (an array
+            of the observation space's shape), whose action comes back unbatched.
+          key: a PRNG key; needed by a stochastic policy, and optional for a
+            deterministic one (which does not read it).
+          carry: a recurrent policy's carry ([B, ...] leaves; `initial_carry`).
+
+        Returns:
+          The action ([B, ...], or one); with a recurrent policy, (action, new carry).
+
+        Raises:
+          ValueError: naming `obs`, `key` or `carry`.
+        """
+        if key is None:
+            if not self.deterministic:
+                raise ValueError("act: key is needed: this is the stochastic policy, which samples its actions "
+                                 "(load_policy(..., deterministic=True) gives the deterministic one).")
+            key = jax.random.key(0)  # not read by the deterministic policy
+        if self.recurrent != (carry is not None):
+            raise ValueError("act: this policy is recurrent: pass carry (initial_carry(B) at an episode's start)."
+                             if self.recurrent else "act: carry is for a recurrent policy; this one is feed-forward.")
+        one = _single_observation(self.env.observation_space(self.env_params), obs)
+        if one:
+            obs = jax.tree.map(lambda x: jnp.asarray(x)[None], obs)
+        out = self._act(obs, key, carry) if self.recurrent else self._act(obs, key)
+        action, new_carry = out if self.recurrent else (out, None)
+        if one:
+            action = jax.tree.map(lambda x: x[0], action)
+        return (action, new_carry) if self.recurrent else action
+
+    @functools.cached_property
+    def _act(self) -> Callable:
+        policy_fn, params = self.policy_fn, self.params
+        if self.recurrent:
+            def act(obs, key, carry):
+                out, new_carry = policy_fn(params, obs, key, carry)
+                return out.action, new_carry
+        else:
+            def act(obs, key):
+                return policy_fn(params, obs, key).action
+        return jax.jit(act)
+
+
+def _single_observation(space: Any, obs: Any) -> bool:
+    """Whether `obs` is one observation of `space` rather than a batch [B, ...] of them (an array space's shape
+    and rank; a dict or tuple space's observations are taken as batches); a ValueError for any other rank."""
+    shape = getattr(space, "shape", None)
+    if shape is None or not hasattr(obs, "shape"):
+        return False
+    shape = tuple(shape)
+    if tuple(obs.shape) == shape:
+        return True
+    if len(obs.shape) == len(shape) + 1 and tuple(obs.shape[1:]) == shape:
+        return False
+    raise ValueError(f"act: obs must be one observation of shape {list(shape)} or a batch [B, {', '.join(map(str, shape))}]"
+                     f" of them, got shape {list(obs.shape)}.".replace("[B, ]", "[B]"))
+
+
+def load_policy(folder, run: int = 0, *, deterministic: bool = True) -> TrainedPolicy:
+    """One run's policy from the latest checkpoint of a saved run, to act with or evaluate in Python.
+
+        policy = runner.load_policy("runs/sweep", run=3)          # grid point 1, seed 1 of 2 seeds
+        action = policy.act(obs)                                   # one observation, or a batch [B, ...]
+        jaxrl_rollout.evaluate(policy.env, policy.env_params, policy.policy_fn, policy.params, key, 10)
+
+    `jaxrl-rollout evaluate FOLDER` plays the same policies: its deterministic
+    column is `evaluate` of `load_policy(FOLDER, r)` with the key
+    `jax.random.split(jax.random.fold_in(jax.random.key(SEED), 0), R)[r]` (the
+    stochastic column folds in 1), equal to float32 rounding.
+
+    Args:
+      folder: a run folder written by `train` (or the command line), relative
+        or absolute.
+      run: which run, r = grid point g x seeds + seed s, from 0 to R - 1.
+      deterministic: True for the mode of the policy (PPO's and A2C's
+        argmax or Gaussian mean, SAC's tanh of the mean, DQN's and PQN's
+        greedy action, TD3's actor); False for the policy that samples as in
+        training (not for DQN and TD3, whose exploration belongs to training).
+
+    Returns:
+      A `TrainedPolicy`.
+
+    Raises:
+      ValueError: naming `run` or `deterministic`; no run in `folder`;
+        `checkpoint.CheckpointError` for a missing, corrupt or mismatched checkpoint.
+    """
+    spec = read_spec(folder)
+    if isinstance(run, bool) or not isinstance(run, (int, np.integer)) or not 0 <= run < spec.num_runs:
+        raise ValueError(f"run must be an int from 0 to {spec.num_runs - 1} (grid point x {spec.num_seeds} seeds + "
+                         f"seed) for the {spec.num_runs} run{'s' if spec.num_runs != 1 else ''} in {folder}, got {run!r}.")
+    algorithm = make_algorithm(spec)
+    if not deterministic and algorithm.policy_fn is None:
+        raise ValueError(f"deterministic=False: {spec.algo.upper()}'s policy is deterministic (its exploration "
+                         "belongs to training); load it with deterministic=True.")
+    saved = run_spec(folder, spec, checkpoint.read_manifest(folder))
+    if saved != spec:  # an extension stopped before it rewrote config.json: its checkpoint's spec is the run's
+        spec, algorithm = saved, make_algorithm(saved)
+    state, _, manifest = _load_state(folder, spec, algorithm)
+    one = jax.tree.map(lambda x: x[int(run)], state)
+    return TrainedPolicy(spec, int(run), int(manifest["meta"]["updates_done"]), algorithm.env, algorithm.env_params,
+                         algorithm.policy_params(one),
+                         algorithm.eval_policy_fn if deterministic else algorithm.policy_fn, bool(deterministic),
+                         bool(algorithm.recurrent), algorithm.module)

@@ -5,6 +5,7 @@ import gc
 import io
 import json
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -607,3 +608,88 @@ def test_a_run_folder_of_version_0_1_loads_resumes_and_evaluates(tmp_path, capsy
     assert checkpoint.read_manifest(folder)["meta"]["chunks_done"] == 3
     assert cli.main(["evaluate", str(folder), "--num-episodes", "1"]) == 0
     assert "checkpoint final" in capsys.readouterr().out
+
+
+def test_load_policy_acts_and_evaluates_as_the_evaluate_command(uninterrupted):
+    """`load_policy(FOLDER, r)`: run r's policy, which `jaxrl_rollout.evaluate` plays as `jaxrl-rollout evaluate`
+    does (its docstring's keys), and whose `act` takes one observation or a batch."""
+    import jaxrl_rollout as jr
+    from jaxrl_rollout import cli
+
+    folder, result = uninterrupted
+    spec, state, _, _ = runner.load_run(folder)
+    seed = jax.random.key(7)
+    det, sto = cli.evaluate_both(spec, state, 3, [jax.random.fold_in(seed, i) for i in (0, 1)],
+                                 runner.make_algorithm(spec))
+    for r in range(spec.num_runs):
+        for deterministic, column in ((True, det), (False, sto)):
+            policy = runner.load_policy(folder, r, deterministic=deterministic)
+            assert (policy.run, policy.updates_done, policy.deterministic) == (r, 7, deterministic)
+            key = jax.random.split(jax.random.fold_in(seed, 0 if deterministic else 1), spec.num_runs)[r]
+            returns = jr.evaluate(policy.env, policy.env_params, policy.policy_fn, policy.params, key, 3).returns
+            np.testing.assert_allclose(returns, column[r], rtol=1e-6)
+    # act: the policy's actions, for one observation or a batch [B, ...]
+    policy = runner.load_policy(str(folder), 2)
+    obs = jax.vmap(lambda k: policy.env.reset(k, policy.env_params)[0])(jax.random.split(jax.random.key(1), 5))
+    expected = policy.policy_fn(policy.params, obs, jax.random.key(0)).action
+    np.testing.assert_array_equal(policy.act(obs), expected)
+    assert [int(policy.act(o)) for o in obs] == [int(a) for a in expected] and policy.act(obs[0]).shape == ()
+    stochastic = runner.load_policy(folder, 2, deterministic=False)
+    assert stochastic.act(obs, jax.random.key(3)).shape == (5,)
+    for call, words in ((lambda: stochastic.act(obs), "act: key is needed: this is the stochastic policy"),
+                        (lambda: policy.act(obs[:, :2]), "act: obs must be one observation of shape [4] or a batch "
+                                                         "[B, 4] of them, got shape [5, 2]"),
+                        (lambda: policy.act(obs, carry=obs), "act: carry is for a recurrent policy"),
+                        (lambda: policy.initial_carry(5), "initial_carry: this policy is feed-forward"),
+                        (lambda: runner.load_policy(folder, 4), "run must be an int from 0 to 3 (grid point x 2 "
+                                                                 "seeds + seed) for the 4 runs in"),
+                        (lambda: runner.load_policy(folder, True), "run must be an int from 0 to 3")):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            call()
+
+
+def test_load_policy_refuses_a_stochastic_policy_where_there_is_none(tmp_path):
+    """DQN's and TD3's exploration belongs to training: deterministic=False is refused before the checkpoint is read
+    (here there is none)."""
+    from jaxrl_rollout.algorithms import dqn, td3
+
+    for algo, config in (("dqn", dqn.DQNConfig()), ("td3", td3.TD3Config())):
+        folder = tmp_path / algo
+        folder.mkdir()
+        runner.write_spec(folder, runner.RunSpec(algo, config, (runner.algorithms.get(algo).hparams(),), 1))
+        with pytest.raises(ValueError, match=f"deterministic=False: {algo.upper()}'s policy is deterministic"):
+            runner.load_policy(folder, 0, deterministic=False)
+        with pytest.raises(checkpoint.CheckpointError):
+            runner.load_policy(folder, 0)
+
+
+def test_a_recurrent_and_a_continuous_trained_policy_act_on_one_observation_or_a_batch():
+    """`TrainedPolicy.act` with a carry (network="gru": (action, new carry), from `initial_carry`) and with Box
+    actions ([B, A], or [A] for one observation); built here from an untrained state, as `load_policy` builds it."""
+    from jaxrl_rollout.algorithms import ppo
+
+    for config, recurrent in ((ppo.PPOConfig(network="gru", num_envs=4, num_steps=4, total_timesteps=16), True),
+                              (ppo.PPOConfig(env_id="Pendulum-v1", num_envs=2, num_steps=4, total_timesteps=8), False)):
+        spec = runner.RunSpec("ppo", config, (ppo.PPOHParams(),), 1)
+        algorithm = runner.make_algorithm(spec)
+        state = algorithm.init(jax.random.key(0), ppo.PPOHParams())
+        policy = runner.TrainedPolicy(spec, 0, 0, algorithm.env, algorithm.env_params, algorithm.policy_params(state),
+                                      algorithm.eval_policy_fn, True, algorithm.recurrent, algorithm.module)
+        assert policy.recurrent == recurrent
+        obs = jax.vmap(lambda k: policy.env.reset(k, policy.env_params)[0])(jax.random.split(jax.random.key(1), 3))
+        if recurrent:
+            carry = policy.initial_carry(3)
+            out, new_carry = jax.jit(policy.policy_fn)(policy.params, obs, jax.random.key(0), carry)
+            action, got_carry = policy.act(obs, carry=carry)
+            np.testing.assert_array_equal(action, out.action)
+            for a, b in zip(jax.tree.leaves(got_carry), jax.tree.leaves(new_carry), strict=True):
+                np.testing.assert_array_equal(a, b)
+            one, _ = policy.act(obs[0], carry=policy.initial_carry(1))
+            assert one.shape == () and int(one) == int(policy.act(obs[:1], carry=policy.initial_carry(1))[0][0])
+            with pytest.raises(ValueError, match="act: this policy is recurrent: pass carry"):
+                policy.act(obs)
+        else:
+            expected = jax.jit(policy.policy_fn)(policy.params, obs, jax.random.key(0)).action
+            np.testing.assert_array_equal(policy.act(obs), expected)
+            assert expected.shape == (3, 1) and policy.act(obs[1]).shape == (1,)
+            np.testing.assert_allclose(policy.act(obs[1]), expected[1], rtol=1e-6)
