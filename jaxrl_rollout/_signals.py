@@ -1,12 +1,16 @@
-"""SIGINT and SIGTERM as a request to stop at the next safe point (standard library only).
+"""SIGINT, SIGTERM and SIGHUP as a request to stop at the next safe point (standard library only).
 
-SLURM and Kubernetes send SIGTERM before they kill a job; Ctrl-C sends SIGINT.
-Python's default turns SIGINT into a KeyboardInterrupt raised wherever the main
+SLURM and Kubernetes send SIGTERM before they kill a job; Ctrl-C sends SIGINT;
+a terminal that goes away (an ssh connection dropped, the window closed) sends
+SIGHUP. Python's default turns SIGINT into a KeyboardInterrupt raised wherever the main
 thread happens to be, which can be inside a library that swallows it (a bare
 `except:` around an optional import, Orbax's save threads) or leaves threads
-hanging; SIGTERM, by default, ends the process with no save at all. Inside
-`StopSignals` both only set `requested`, and the training loop stops at the
-next chunk boundary, after saving the chunk in flight. A second SIGINT, outside
+hanging; SIGTERM and SIGHUP, by default, end the process with no save at all
+(up to `--checkpoint-every` chunks lost). Inside
+`StopSignals` each only sets `requested`, and the training loop stops at the
+next chunk boundary, after saving the chunk in flight. A signal the process
+was started ignoring stays ignored: `nohup` (SIGHUP) and a shell's background
+job (SIGINT) keep running as they asked. A second SIGINT, outside
 a save, raises KeyboardInterrupt at once for a user who does not want to wait.
 
 Contexts nest: an inner `StopSignals` (the runner's) joins the outer one (the
@@ -23,7 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Interrupted", "StopSignals", "at_once"]
+__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once"]
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""The signals `StopSignals` turns into a stop at the next chunk boundary (Windows has no SIGHUP)."""
 
 _ACTIVE: StopSignals | None = None
 
@@ -34,8 +41,8 @@ class Interrupted(KeyboardInterrupt):
     A KeyboardInterrupt, so code that handles Ctrl-C handles it too.
 
     Attributes:
-      signal_name: "SIGINT" or "SIGTERM".
-      exit_code: the shell's convention, 128 + the signal number (130, 143).
+      signal_name: "SIGINT", "SIGTERM" or "SIGHUP".
+      exit_code: the shell's convention, 128 + the signal number (130, 143, 129).
     """
 
     def __init__(self, signal_name: str):
@@ -45,7 +52,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class StopSignals:
-    """Turns SIGINT and SIGTERM into `requested` (the signal's name) while active.
+    """Turns SIGINT, SIGTERM and SIGHUP into `requested` (the signal's name) while active.
 
     Args:
       say: prints one line (the notice that a stop was requested).
@@ -81,7 +88,7 @@ class StopSignals:
             self._outer = _ACTIVE
             return _ACTIVE
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 previous = signal.getsignal(sig)
                 if previous not in (signal.SIG_IGN, None):
                     self._previous[sig] = previous

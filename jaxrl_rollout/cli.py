@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import datetime
 import decimal
+import errno
 import itertools
 import json
 import math
@@ -1285,7 +1286,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
             log.close()
     except KeyboardInterrupt as stop:
         print(f"interrupted; continue with: {_resume_command(args, folder, unsaved_total)}", file=sys.stderr)
-        return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM
+        return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
     try:
         return _after_training(args, spec, folder, result, resume, hits_before, unsaved_total)
     except OSError as error:  # an output file that cannot be written (a folder in its place, a full disk)
@@ -1316,20 +1317,25 @@ def _os_error_text(error: OSError) -> str:
     return f"{where}{error.strerror or error}"
 
 
+_READER_GONE = (errno.EPIPE, errno.EIO)
+"""A pipe whose reader closed it (BrokenPipeError), a terminal hung up (EIO, after its SIGHUP)."""
+
+
 class ReaderMayClose:
     """The command's stdout or stderr, whose reader may stop reading before the end (`| head`, a pager closed,
-    `2>&1 | tee log` stopped by the same Ctrl-C as the run).
+    `2>&1 | tee log` stopped by the same Ctrl-C as the run, a terminal gone with its ssh connection).
 
     Each command writes its results to stdout, its progress to stderr and its
     files to disk; a reader that closes the pipe early wants no more of the
     text, not an end to the work. So the first write or flush that meets the
-    closed pipe (BrokenPipeError) points the stream's file descriptor at
+    closed pipe (BrokenPipeError) or the hung-up terminal (EIO) points the stream's file descriptor at
     /dev/null (`_to_devnull`: Python's own flush at exit then finds nothing to
     complain about), and every later write is dropped: `evaluate RUN --video |
     head -3` still writes its videos, `evaluate RUN --csv - | head` ends with
     status 0, `train | head -2` trains and writes metrics.csv and
     learning_curve.png, and `train 2>&1 | tee log` stopped by Ctrl-C saves its
-    checkpoint at the chunk's end. (Before, the first print after the pipe
+    checkpoint at the chunk's end, as does a run whose terminal hangs up
+    (SIGHUP, `_signals`). (Before, the first print after the pipe
     closed raised: the command ended with "error: Broken pipe", its files
     unwritten, and the Ctrl-C's own line killed the run before its checkpoint.)
     Any other error of the stream is raised as before; other attributes are the
@@ -1344,7 +1350,9 @@ class ReaderMayClose:
         if not self.reader_closed:
             try:
                 self._stream.write(text)
-            except BrokenPipeError:
+            except OSError as error:
+                if error.errno not in _READER_GONE:
+                    raise
                 self._closed()
         return len(text)
 
@@ -1356,7 +1364,9 @@ class ReaderMayClose:
         if not self.reader_closed:
             try:
                 self._stream.flush()
-            except BrokenPipeError:
+            except OSError as error:
+                if error.errno not in _READER_GONE:
+                    raise
                 self._closed()
 
     def _closed(self) -> None:
@@ -1933,8 +1943,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not argv or argv[0] not in {*commands, "-h", "--help"}:
         argv = ["train", *argv]  # `train` is the default command
-    # During `train`, SIGINT and SIGTERM (SLURM, Kubernetes) ask the run to stop at the next chunk
-    # boundary with a checkpoint, from now on: a signal during the imports or the compile waits for it.
+    # During `train`, SIGINT, SIGTERM (SLURM, Kubernetes) and SIGHUP (a terminal gone) ask the run to stop at the
+    # next chunk boundary with a checkpoint, from now on: a signal during the imports or the compile waits for it.
     stop = StopSignals(lambda line: print(line, file=sys.stderr, flush=True)) if argv[0] == "train" else (
         contextlib.nullcontext())
     # Both streams' readers may go before the command ends (`| head`; `2>&1 | tee log` and a Ctrl-C, which
@@ -2058,7 +2068,7 @@ def fewer_collections() -> None:
 def entry() -> None:
     """The console script (and `python -m jaxrl_rollout`): `main()`, then exit with its status.
 
-    After a stop by signal (status 130 or 143) the process ends at once,
+    After a stop by signal (status 130, 143 or 129) the process ends at once,
     without waiting for a chunk still computing: XLA cannot cancel a program
     that runs, and at interpreter exit it would wait for it (minutes for an
     off-policy learner's default chunk on a CPU). By then the checkpoint is
@@ -2074,12 +2084,9 @@ def entry() -> None:
     _deferred.defer()
     fewer_collections()
     code = main()
-    try:
-        sys.stdout.flush()  # what a pipe's buffer still holds (a reader that closed early: `| head`)
-    except BrokenPipeError:  # the command's work is done; Python's own flush at exit would print a traceback
-        _to_devnull(sys.stdout)
-    if code in (130, 143):
-        sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # what a buffer still holds: `ReaderMayClose` at exit
+        ReaderMayClose(stream).flush()  # (Python's own flush would print a traceback for a reader gone)
+    if code in (129, 130, 143):
         os._exit(code)
     sys.exit(code)
 

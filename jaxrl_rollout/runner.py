@@ -928,7 +928,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         lambda line: None)
     bar = None
 
-    with StopSignals(lambda line: say(line)) as signals:  # SIGINT / SIGTERM stop at a chunk boundary
+    with StopSignals(lambda line: say(line)) as signals:  # SIGINT / SIGTERM / SIGHUP stop at a chunk boundary
         compile_start = time.perf_counter()
         states = None
         # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.

@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import errno
+import io
 import os
 import re
 import shutil
@@ -383,6 +384,40 @@ def test_a_reader_that_closes_stdout_early_ends_no_command_and_an_unwritable_out
     (tmp_path / "run" / "learning_curve.png").rmdir()
     assert cli.main(["train", "--resume", str(tmp_path / "run")]) == 0  # as the line says
     assert (tmp_path / "run" / "learning_curve.png").is_file()
+
+
+@pytest.mark.parametrize("code", [errno.EPIPE, errno.EIO], ids=["reader-closed", "terminal-hung-up"])
+def test_a_stream_whose_reader_is_gone_drops_its_text_and_points_at_devnull(code):
+    """`cli.ReaderMayClose`: a write meeting a closed pipe (EPIPE) or a hung-up terminal (EIO) is dropped, as is
+    every later one, and the stream's file descriptor points at /dev/null; any other error is raised."""
+    read_end, write_end = os.pipe()
+
+    class Gone(io.StringIO):
+        def write(self, text):
+            raise OSError(code, os.strerror(code))
+
+        def fileno(self):
+            return write_end
+
+    try:
+        stream = cli.ReaderMayClose(Gone())
+        assert stream.write("a line\n") == 7 and stream.reader_closed
+        assert stream.write("more") == 4
+        stream.flush()
+        os.write(write_end, b"after")  # the descriptor is /dev/null's now: nothing reaches the pipe's reader
+        os.close(write_end)
+        assert os.read(read_end, 100) == b""
+    finally:
+        os.close(read_end)
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    full = cli.ReaderMayClose(Full())
+    with pytest.raises(OSError, match="No space left on device"):
+        full.write("x")
+    assert not full.reader_closed
 
 
 def test_a_reader_that_closes_a_buffered_output_early_gets_no_traceback(tmp_path):

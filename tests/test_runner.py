@@ -4,6 +4,7 @@ import dataclasses
 import gc
 import io
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -370,9 +371,10 @@ def test_ctrl_c_saves_the_last_whole_chunk(uninterrupted, tmp_path):
 
 
 
-@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_stops_at_the_chunk_boundary_and_saves(uninterrupted, tmp_path, name):
-    """SIGTERM (what SLURM and Kubernetes send) and a first Ctrl-C stop after the chunk in flight, saved."""
+    """SIGTERM (what SLURM and Kubernetes send), a first Ctrl-C and SIGHUP (a terminal gone: an ssh connection
+    dropped) stop after the chunk in flight, saved."""
     import os
     import signal
 
@@ -382,21 +384,39 @@ def test_a_signal_stops_at_the_chunk_boundary_and_saves(uninterrupted, tmp_path,
         if first_update == 0:
             os.kill(os.getpid(), getattr(signal, name))
 
-    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    if ignored:  # as from a terminal (a shell's background job, as the test runner may be, ignores SIGINT)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    sig = getattr(signal, name)
+    ignored = signal.getsignal(sig) == signal.SIG_IGN
+    if ignored:  # as from a terminal (a shell's background job ignores SIGINT, nohup SIGHUP; the test runner may be)
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     try:
-        handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
         with pytest.raises(Interrupted) as stopped:
             runner.train(SPEC, tmp_path, checkpoint_every=5, progress=None, on_chunk=send)
-        assert stopped.value.signal_name == name and stopped.value.exit_code == 128 + getattr(signal, name)
-        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # put back
+        assert stopped.value.signal_name == name and stopped.value.exit_code == 128 + sig
+        assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == handlers  # put back
     finally:
         if ignored:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(sig, signal.SIG_IGN)
     assert checkpoint.read_manifest(tmp_path)["meta"]["chunks_done"] == 1
     resumed = runner.train(SPEC, tmp_path, resume=True, progress=None)
     _assert_identical(uninterrupted[1].state, resumed.state)
+
+def test_a_run_started_ignoring_sighup_trains_through_it(uninterrupted, tmp_path):
+    """`nohup jaxrl-rollout train ...` asks for a run that outlives its terminal: a SIGHUP it ignores stays ignored
+    (as a background job's ignored SIGINT does), and the run ends complete, equal to one without the signal."""
+    def hang_up(metrics, first_update):
+        if first_update == 0:
+            os.kill(os.getpid(), signal.SIGHUP)
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        result = runner.train(SPEC, tmp_path, checkpoint_every=5, progress=None, on_chunk=hang_up)
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert result.complete
+    _assert_identical(uninterrupted[1].state, result.state)
+
 
 KILLED_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
