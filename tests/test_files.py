@@ -321,6 +321,21 @@ def _user_env(**changes):
     return env
 
 
+def _with_stdout_read_then_closed(command, cwd, lines: int = 0, buffered: bool = False) -> tuple[list, int, str]:
+    """`command | head -LINES` with its stderr kept: (the lines read, the exit status, stderr). Unbuffered unless
+    `buffered`, so the first write after the reader has gone meets the closed pipe at once."""
+    env = _user_env() if buffered else _user_env(PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = [proc.stdout.readline() for _ in range(lines)]
+        proc.stdout.close()
+        err = proc.stderr.read()
+        return first, proc.wait(timeout=300), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_a_reader_that_closes_stdout_early_ends_no_command_and_an_unwritable_output_says_the_run_is_saved(tmp_path):
     """A reader that stops reading stdout early (`train | head -2`, `evaluate RUN --csv - | head`) wants no more
     text, not an end to the work: the command writes its files and ends with status 0 (it ended with "error: Broken
@@ -346,31 +361,15 @@ def test_a_reader_that_closes_stdout_early_ends_no_command_and_an_unwritable_out
             proc.kill()
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] in (["1"], ["2"])
     assert not (tmp_path / "run" / "metrics.csv").exists()
-    # `train --resume run | head -2`: the rest of the text is dropped; the run trains and writes every output
-    proc = subprocess.Popen([*train[:4], "--resume", "run"], cwd=tmp_path, env=_user_env(PYTHONUNBUFFERED="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().startswith("jaxrl_rollout: PPO on CartPole-v1")
-        proc.stdout.close()
-        err = proc.stderr.read()
-        assert proc.wait(timeout=300) == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # `train --resume run | head -1`: the rest of the text is dropped; the run trains and writes every output
+    first, code, err = _with_stdout_read_then_closed([*train[:4], "--resume", "run"], tmp_path, 1)
+    assert code == 0 and first[0].startswith("jaxrl_rollout: PPO on CartPole-v1"), err
     assert "error" not in err and "Traceback" not in err and "step 96,000/96,000" in err, err
     assert {"metrics.csv", "learning_curve.png"} <= {p.name for p in (tmp_path / "run").iterdir()}
-    # unbuffered, so the first row of the CSV meets the closed pipe at once (buffered, the flush at exit would)
-    proc = subprocess.Popen([*_SMALL_TRAIN[:3], "evaluate", "run", "--num-episodes", "1", "--csv", "-"], cwd=tmp_path,
-                            env=_user_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        proc.stdout.close()
-        err = proc.stderr.read()
-        assert proc.wait(timeout=300) == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert "error" not in err and "Traceback" not in err, err
+    # `evaluate run --csv - | head -0`: the report on stderr, status 0
+    _, code, err = _with_stdout_read_then_closed([*_SMALL_TRAIN[:3], "evaluate", "run", "--num-episodes", "1",
+                                                  "--csv", "-"], tmp_path)
+    assert code == 0 and "error" not in err and "Traceback" not in err, err
     assert "jaxrl_rollout: evaluate run (PPO on CartPole-v1, checkpoint final)" in err, err  # the report: stderr
     assert err.rstrip().endswith("wrote every episode's return to stdout"), err
     (tmp_path / "run" / "learning_curve.png").unlink()
@@ -424,14 +423,7 @@ def test_a_reader_that_closes_a_buffered_output_early_gets_no_traceback(tmp_path
     """Without PYTHONUNBUFFERED a pipe's output is buffered, and a reader gone before the end (`| head -1`) made
     Python's flush at exit print "Exception ignored ... BrokenPipeError" and exit 120; the run had trained and
     written everything, so it ends as it would have."""
-    proc = subprocess.Popen(_SMALL_TRAIN, cwd=tmp_path, env=_user_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        proc.stdout.close()
-        err = proc.stderr.read()
-        assert proc.wait(timeout=300) == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, code, err = _with_stdout_read_then_closed(_SMALL_TRAIN, tmp_path, buffered=True)
+    assert code == 0, err
     assert "Traceback" not in err and "Exception" not in err and "BrokenPipe" not in err, err
     assert {"metrics.csv", "learning_curve.png", "checkpoints"} <= {p.name for p in (tmp_path / "run").iterdir()}
