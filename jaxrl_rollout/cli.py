@@ -1339,12 +1339,13 @@ class ReaderMayClose:
     closed raised: the command ended with "error: Broken pipe", its files
     unwritten, and the Ctrl-C's own line killed the run before its checkpoint.)
     Any other error of the stream is raised as before; other attributes are the
-    stream's own.
+    stream's own. A process started with the stream closed (`>&-`, sys.stdout
+    None) drops its text as print does.
     """
 
     def __init__(self, stream):
         self._stream = stream
-        self.reader_closed = False
+        self.reader_closed = stream is None  # no stream at all (`>&-`: Python's sys.stdout is None): text dropped
 
     def write(self, text: str) -> int:
         if not self.reader_closed:

@@ -1,5 +1,6 @@
 """A run's files: atomic writes, symbolic links out of the folder, a full disk, and W&B offline staying offline."""
 
+import contextlib
 import csv
 import dataclasses
 import errno
@@ -417,6 +418,14 @@ def test_a_stream_whose_reader_is_gone_drops_its_text_and_points_at_devnull(code
     with pytest.raises(OSError, match="No space left on device"):
         full.write("x")
     assert not full.reader_closed
+
+
+def test_a_command_started_without_stdout_drops_its_text(capsys):
+    """`jaxrl-rollout rollout >&-`: Python's sys.stdout is None, where print writes nothing; the stream wrapper
+    raised AttributeError on it (and the flush at exit did before the wrapper)."""
+    with contextlib.redirect_stdout(None):
+        assert cli.main(["rollout", "--num-envs", "2", "--num-steps", "10", "--num-eval", "1"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_a_reader_that_closes_a_buffered_output_early_gets_no_traceback(tmp_path):
