@@ -65,7 +65,7 @@ from jaxrl_rollout.algorithms._common import (
 from jaxrl_rollout.devices import largest_dividing
 from jaxrl_rollout.envs._host import HostStats, host_env
 from jaxrl_rollout.normalization import RewardScaleState
-from jaxrl_rollout.run_metrics import chunk_return, returns_text, steps_at, total_steps
+from jaxrl_rollout.run_metrics import chunk_return, grid_label, returns_text, steps_at, total_steps
 from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.types import RolloutState
 
@@ -1246,6 +1246,13 @@ class TrainedPolicy:
     deterministic: bool
     recurrent: bool
     _module: Any = dataclasses.field(repr=False)
+
+    def __repr__(self) -> str:  # not the params' arrays (a notebook prints a cell's last value)
+        g, s = divmod(self.run, self.spec.num_seeds)
+        return (f"TrainedPolicy({self.spec.algo.upper()} on {self.spec.config.env_id}, run {self.run} of "
+                f"{self.spec.num_runs} ({grid_label(self.spec, g)}, seed {s}), update {self.updates_done} of "
+                f"{self.spec.config.num_updates}, {'deterministic' if self.deterministic else 'stochastic'}"
+                f"{', recurrent' if self.recurrent else ''})")
 
     def initial_carry(self, batch_size: int) -> Any:
         """A recurrent policy's zero carry for `batch_size` observations; a ValueError for a feed-forward one."""

@@ -656,6 +656,7 @@ def test_load_policy_acts_and_evaluates_as_the_evaluate_command(uninterrupted):
     assert [int(policy.act(o)) for o in obs] == [int(a) for a in expected] and policy.act(obs[0]).shape == ()
     stochastic = runner.load_policy(folder, 2, deterministic=False)
     assert stochastic.act(obs, jax.random.key(3)).shape == (5,)
+    assert repr(stochastic) == "TrainedPolicy(A2C on CartPole-v1, run 2 of 4 (lr=0.0003, seed 0), update 7 of 7, stochastic)"
     for call, words in ((lambda: stochastic.act(obs), "act: key is needed: this is the stochastic policy"),
                         (lambda: policy.act(obs[:, :2]), "act: obs must be one observation of shape [4] or a batch "
                                                          "[B, 4] of them, got shape [5, 2]"),
