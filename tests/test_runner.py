@@ -401,6 +401,7 @@ def test_a_signal_stops_at_the_chunk_boundary_and_saves(uninterrupted, tmp_path,
     resumed = runner.train(SPEC, tmp_path, resume=True, progress=None)
     _assert_identical(uninterrupted[1].state, resumed.state)
 
+
 def test_a_run_started_ignoring_sighup_trains_through_it(uninterrupted, tmp_path):
     """`nohup jaxrl-rollout train ...` asks for a run that outlives its terminal: a SIGHUP it ignores stays ignored
     (as a background job's ignored SIGINT does), and the run ends complete, equal to one without the signal."""
