@@ -1348,13 +1348,7 @@ class ReaderMayClose:
         self.reader_closed = stream is None  # no stream at all (`>&-`: Python's sys.stdout is None): text dropped
 
     def write(self, text: str) -> int:
-        if not self.reader_closed:
-            try:
-                self._stream.write(text)
-            except OSError as error:
-                if error.errno not in _READER_GONE:
-                    raise
-                self._closed()
+        self._unless_gone("write", text)
         return len(text)
 
     def writelines(self, lines) -> None:
@@ -1362,20 +1356,22 @@ class ReaderMayClose:
             self.write(line)
 
     def flush(self) -> None:
-        if not self.reader_closed:
-            try:
-                self._stream.flush()
-            except OSError as error:
-                if error.errno not in _READER_GONE:
-                    raise
-                self._closed()
+        self._unless_gone("flush")
 
-    def _closed(self) -> None:
-        self.reader_closed = True
+    def _unless_gone(self, method: str, *args) -> None:
+        """The stream's `method(*args)`, until its reader is gone; then nothing, ever again."""
+        if self.reader_closed:
+            return
         try:
-            _to_devnull(self._stream)  # (not sys.stdout's: `evaluate --csv -` points that at stderr)
-        except (OSError, ValueError, AttributeError):  # a stream without a file descriptor (io.StringIO)
-            pass
+            getattr(self._stream, method)(*args)
+        except OSError as error:
+            if error.errno not in _READER_GONE:
+                raise
+            self.reader_closed = True
+            try:
+                _to_devnull(self._stream)  # (not sys.stdout's: `evaluate --csv -` points that at stderr)
+            except (OSError, ValueError, AttributeError):  # a stream without a file descriptor (io.StringIO)
+                pass
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)

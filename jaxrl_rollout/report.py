@@ -87,18 +87,19 @@ def _run_columns(spec: Any) -> tuple[list[str], list[list[str]]]:
 def _write_csv(path, header: list, rows) -> None:
     """`header` then every row of the iterable `rows`, as CSV at `path`, written atomically (`write_atomic`); or to
     `path` itself when it is a text stream (it has `write`), e.g. sys.stdout."""
-    if hasattr(path, "write"):
-        writer = csv.writer(path, lineterminator="\n")  # a terminal's or a pipe's lines, not a file's "\r\n"
+    def write_text(f, **dialect):
+        writer = csv.writer(f, **dialect)
         writer.writerow(header)
-        writer.writerows(rows)
+        for row in rows:  # (row by row, as before: a test's failing writer stands in for a full disk mid-file)
+            writer.writerow(row)
+
+    if hasattr(path, "write"):
+        write_text(path, lineterminator="\n")  # a terminal's or a pipe's lines, not a file's "\r\n"
         return
 
     def write(binary):
         f = io.TextIOWrapper(binary, encoding="utf-8", newline="")
-        writer = csv.writer(f)
-        writer.writerow(header)
-        for row in rows:  # (row by row, as before: a test's failing writer stands in for a full disk mid-file)
-            writer.writerow(row)
+        write_text(f)
         f.flush()
         f.detach()  # write_atomic fsyncs and closes the binary file
 

@@ -1287,22 +1287,22 @@ class TrainedPolicy:
         one = _single_observation(self.env.observation_space(self.env_params), obs)
         if one:
             obs = jax.tree.map(lambda x: jnp.asarray(x)[None], obs)
-        out = self._act(obs, key, carry) if self.recurrent else self._act(obs, key)
-        action, new_carry = out if self.recurrent else (out, None)
+        action, new_carry = self._act(obs, key, carry)
         if one:
             action = jax.tree.map(lambda x: x[0], action)
         return (action, new_carry) if self.recurrent else action
 
     @functools.cached_property
     def _act(self) -> Callable:
+        """jit of (obs, key, carry) -> (action, new carry); carry None (an empty pytree) for a feed-forward policy."""
         policy_fn, params = self.policy_fn, self.params
-        if self.recurrent:
-            def act(obs, key, carry):
-                out, new_carry = policy_fn(params, obs, key, carry)
-                return out.action, new_carry
-        else:
-            def act(obs, key):
-                return policy_fn(params, obs, key).action
+
+        def act(obs, key, carry):
+            if carry is None:
+                return policy_fn(params, obs, key).action, None
+            out, new_carry = policy_fn(params, obs, key, carry)
+            return out.action, new_carry
+
         return jax.jit(act)
 
 
@@ -1317,8 +1317,9 @@ def _single_observation(space: Any, obs: Any) -> bool:
         return True
     if len(obs.shape) == len(shape) + 1 and tuple(obs.shape[1:]) == shape:
         return False
-    raise ValueError(f"act: obs must be one observation of shape {list(shape)} or a batch [B, {', '.join(map(str, shape))}]"
-                     f" of them, got shape {list(obs.shape)}.".replace("[B, ]", "[B]"))
+    batch = ", ".join(["B", *map(str, shape)])
+    raise ValueError(f"act: obs must be one observation of shape {list(shape)} or a batch [{batch}] of them, got "
+                     f"shape {list(obs.shape)}.")
 
 
 def load_policy(folder, run: int = 0, *, deterministic: bool = True) -> TrainedPolicy:
@@ -1350,7 +1351,7 @@ def load_policy(folder, run: int = 0, *, deterministic: bool = True) -> TrainedP
         `checkpoint.CheckpointError` for a missing, corrupt or mismatched checkpoint.
     """
     spec = read_spec(folder)
-    if isinstance(run, bool) or not isinstance(run, (int, np.integer)) or not 0 <= run < spec.num_runs:
+    if not _checks.is_int(run) or not 0 <= run < spec.num_runs:
         raise ValueError(f"run must be an int from 0 to {spec.num_runs - 1} (grid point x {spec.num_seeds} seeds + "
                          f"seed) for the {spec.num_runs} run{'s' if spec.num_runs != 1 else ''} in {folder}, got {run!r}.")
     algorithm = make_algorithm(spec)
