@@ -317,17 +317,20 @@ def check_recurrent_output(out: Any, batch_size: int, space: Any, carry: Any) ->
     return policy_out, new_carry
 
 
-def check_carry(carry: Any, batch_size: int) -> None:
-    """Checks that every leaf of a recurrent carry is batched [B, ...]."""
+def check_carry(carry: Any, batch_size: int, what: str = "initial_carry", size: str | None = None) -> None:
+    """Checks that every leaf of a recurrent carry is batched [B, ...].
+
+    `what` names the carry in the error and `size` says what B is (default "num_envs=B").
+    """
     leaves = jax.tree_util.tree_leaves_with_path(carry)
     if not leaves:
-        raise ValueError("initial_carry must hold at least one array, got an empty pytree.")
+        raise ValueError(f"{what} must hold at least one array, got an empty pytree.")
     for path, leaf in leaves:
         shape = jnp.shape(leaf)
         if not shape or shape[0] != batch_size:
             raise ValueError(
-                f"initial_carry{jax.tree_util.keystr(path)} must have leading axis "
-                f"num_envs={batch_size}, got shape {tuple(shape)}."
+                f"{what}{jax.tree_util.keystr(path)} must have leading axis "
+                f"{size or f'num_envs={batch_size}'}, got shape {tuple(shape)}."
             )
 
 

@@ -1287,6 +1287,10 @@ class TrainedPolicy:
         one = _single_observation(self.env.observation_space(self.env_params), obs)
         if one:
             obs = jax.tree.map(lambda x: jnp.asarray(x)[None], obs)
+        if self.recurrent:
+            batch = jnp.shape(jax.tree.leaves(obs)[0])[0]
+            _checks.check_carry(carry, batch, "act: carry", "1 for one observation (initial_carry(1))" if one else
+                                f"{batch}, the observations' batch (initial_carry({batch}))")
         action, new_carry = self._act(obs, key, carry)
         if one:
             action = jax.tree.map(lambda x: x[0], action)

@@ -710,6 +710,12 @@ def test_a_recurrent_and_a_continuous_trained_policy_act_on_one_observation_or_a
             assert one.shape == () and int(one) == int(policy.act(obs[:1], carry=policy.initial_carry(1))[0][0])
             with pytest.raises(ValueError, match="act: this policy is recurrent: pass carry"):
                 policy.act(obs)
+            # a carry of another batch is named as act's (the GRU's own message spoke of obs [1, 4] for one observation)
+            with pytest.raises(ValueError, match=r"act: carry must have leading axis 1 for one observation "
+                                                 r"\(initial_carry\(1\)\), got shape \(4, 64\)"):
+                policy.act(obs[0], carry=policy.initial_carry(4))
+            with pytest.raises(ValueError, match=r"act: carry must have leading axis 3, the observations' batch"):
+                policy.act(obs, carry=policy.initial_carry(2))
         else:
             expected = jax.jit(policy.policy_fn)(policy.params, obs, jax.random.key(0)).action
             np.testing.assert_array_equal(policy.act(obs), expected)
