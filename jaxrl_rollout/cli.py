@@ -285,6 +285,10 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--out", type=_folder, metavar="FOLDER", help="output folder for a new run (default: runs/ALGO-ENV-TIME)")
     run.add_argument("--resume", type=_folder, metavar="FOLDER",
                      help="continue the run saved in FOLDER (same config; --total-steps may extend it)")
+    run.add_argument("--config", type=_folder, metavar="PATH",
+                     help="start a new run with the options of the run saved at PATH (its folder or its "
+                          "config.json: algorithm, env, grid, seeds, steps, config); options given here replace "
+                          "theirs, e.g. --config runs/sweep --seed 1 --out runs/sweep-seed1")
     run.add_argument("--chunk-updates", type=_positive_int,
                      help="updates per jitted chunk (default: a divisor of the updates giving 10-100 chunks, near 20; "
                           "near 100 for sac and td3)")
@@ -562,6 +566,79 @@ def _build_spec(given: dict):
         raise ValueError(f"--eval-every {every}: the run has only {config.num_updates} updates, so it would never "
                          "evaluate.")
     return dataclasses.replace(spec, eval_every=every, eval_episodes=given.get("eval_episodes", 10))
+
+
+def _with_saved_options(args: argparse.Namespace, given: dict) -> dict:
+    """`--config PATH`: the options of the run saved at PATH (a run folder, or a config.json) that differ from
+    its algorithm's defaults, with the options given on the command line in their place.
+
+    The run's chunk (--chunk-updates) is kept while the new run has the saved
+    run's number of updates, and chosen again otherwise (a given --total-steps,
+    --num-envs ...); its evaluation schedule (--eval-every, --eval-episodes) is
+    kept unless either is given. The options taken are set on `args.from_config`
+    (option -> value) for the command's header and its errors.
+    """
+    from jaxrl_rollout.runner import RunSpec, read_spec
+
+    option = f"--config {args.config}"
+    if args.resume:
+        raise ValueError(f"{option} and --resume {args.resume} both given: --config starts a new run with a saved "
+                         "run's options; --resume continues the run in its own folder.")
+    path = pathlib.Path(args.config)
+    try:
+        if path.is_dir():
+            saved = read_spec(path)
+        elif path.is_file():
+            try:
+                saved = RunSpec.from_json(json.loads(path.read_text()))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+                raise ValueError(f"{path} is not a valid run config: {error}") from None
+        else:
+            raise ValueError(f"{path} does not exist.")
+    except ValueError as error:
+        raise ValueError(f"{option}: {error}") from None
+    if given.get("algo", saved.algo) != saved.algo:
+        raise ValueError(f"--algo {given['algo']}: the run in {args.config} is {saved.algo.upper()}'s, and its options are "
+                         f"that algorithm's; drop --algo, or start a {given['algo'].upper()} run without --config.")
+    options = _spec_options(saved)
+    names = saved.grid[0]._fields
+    product = [dict(zip(names, point)) for point in itertools.product(*(options[n] for n in names))]
+    if [h._asdict() for h in saved.grid] != product:
+        raise ValueError(f"{option}: the run's {len(saved.grid)} grid points are not every combination of its "
+                         "hyperparameters' values (a grid made in Python), which no command line can write.")
+    norm = lambda v: json.loads(json.dumps(v))  # noqa: E731  tuples and lists compare equal
+    defaults = _spec_options(_build_spec({"algo": saved.algo}))
+    taken = {"algo": saved.algo}
+    for name, value in options.items():
+        if name not in ("algo", "chunk_updates", "eval_every", "eval_episodes") and norm(value) != norm(defaults[name]):
+            taken[name] = value
+    if "eval_every" not in given and "eval_episodes" not in given:
+        if saved.eval_every is None:
+            taken["eval_every"] = "off"
+        else:
+            if saved.eval_every != saved.chunk_updates:
+                taken["eval_every"] = saved.eval_every
+            if saved.eval_episodes != defaults["eval_episodes"]:
+                taken["eval_episodes"] = saved.eval_episodes
+    taken = {name: value for name, value in taken.items() if name not in given}
+    if "chunk_updates" not in given:
+        try:
+            chosen = _build_spec({**taken, **given})
+        except ValueError:
+            chosen = None  # the full build below says what is wrong
+        if (chosen is not None and chosen.config.num_updates == saved.config.num_updates
+                and chosen.chunk_updates != saved.chunk_updates):
+            taken["chunk_updates"] = saved.chunk_updates
+    args.from_config = {name: taken[name] for name in options if name in taken}  # in the saved options' order
+    return {**taken, **given}
+
+
+def _from_config_note(args: argparse.Namespace) -> str:
+    """" (--config PATH gave --lr 0.001,0.0003 --seeds 3)" for an error, when options came from --config."""
+    taken = getattr(args, "from_config", None)
+    if not taken:
+        return ""
+    return f" (--config {args.config} gave {' '.join(_typed(n, v) for n, v in taken.items())})"
 
 
 def _differences(saved: dict, wanted: dict, names) -> list[str]:
@@ -845,10 +922,16 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
             raise
         stack.callback(lock.release)
         return prepared
-    spec = _build_spec(given)
-    algorithm = _build_algorithm(spec, given)
+    try:
+        spec = _build_spec(given)
+        algorithm = _build_algorithm(spec, given)
+        _check_options_are_read(given, spec.config, getattr(algorithm, "module", None))  # what network=auto chose
+    except ValueError as error:
+        note = _from_config_note(args)
+        if not note:
+            raise
+        raise ValueError(f"{error}{note}") from None
     env = algorithm.env
-    _check_options_are_read(given, spec.config, getattr(algorithm, "module", None))  # what network=auto chose
     if spec.eval_every is not None and "eval_every" not in given:
         from jaxrl_rollout.runner import host_env
 
@@ -1173,6 +1256,8 @@ def _run_train(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("wandb") is None:
             raise _extras.missing(f"--wandb {args.wandb}", "wandb", "No module named 'wandb'")
     given = _given(args)
+    if args.config:
+        given = _with_saved_options(args, given)
     with contextlib.ExitStack() as stack:  # holds the run folder's lock until the command ends
         return _train_in_folder(args, given, stack)
 
@@ -1251,6 +1336,10 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     print(f"jaxrl_rollout: {spec.algo.upper()} on {cfg.env_id}, {grid}{seeds} x {steps:,} steps "
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
+    if getattr(args, "from_config", None) is not None:
+        taken = " ".join(_typed(n, v) for n, v in args.from_config.items())
+        given_here = [_typed(n, v) for n, v in given.items() if n not in args.from_config]
+        print(f"  options of {args.config}: {taken}" + (f"; given here: {' '.join(given_here)}" if given_here else ""))
     if spec.eval_every is not None:
         every = "every update" if spec.eval_every == 1 else f"every {spec.eval_every} updates"
         print(f"  deterministic evaluation {every} ({spec.eval_every * cfg.steps_per_update:,} "
@@ -1787,6 +1876,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  jaxrl-rollout train --algo sac --seeds 4 --total-steps 20000 --out runs/sac\n"
                "  jaxrl-rollout train --lr 1e-3,3e-4 --seeds 4 --out runs/sweep   # 2 grid points x 4 seeds\n"
                "  jaxrl-rollout train --resume runs/sweep                          # after a Ctrl-C\n"
+               "  jaxrl-rollout train --config runs/sweep --seed 1 --out runs/s1  # the same runs, other seeds\n"
                "  jaxrl-rollout evaluate runs/sac --video --runs best,worst\n"
                "  jaxrl-rollout rollout --env brax/ant                             # check an env id\n"
                "every option of a command: jaxrl-rollout train --help (evaluate --help, rollout --help)",

@@ -129,6 +129,108 @@ def test_interrupted_and_resumed_cli_run_ends_identical(sweep_run, tmp_path, cap
         assert np.array_equal(whole[k], resumed[k], equal_nan=whole[k].dtype.kind == "f"), k
 
 
+def test_a_run_started_from_a_saved_runs_config_is_that_run_again(sweep_run, tmp_path, capsys):
+    """`train --config FOLDER --out NEW` trains the saved run's algorithm, env, grid, seeds and chunks again: the
+    same config.json, metrics and checkpoint, bit for bit (nothing but the folder given)."""
+    again = tmp_path / "again"
+    assert cli.main(["train", "--config", str(sweep_run), "--out", str(again), "--num-eval", "2"]) == 0
+    out = capsys.readouterr().out
+    assert (f"  options of {sweep_run}: --algo a2c --seeds 2 --total-steps 224 --chunk-updates 3 --max-parallel 2 "
+            "--eval-every off --num-envs 4 --num-steps 8 --lr 0.001,0.0003\n") in out
+    assert "given here" not in out
+    for name in ("config.json", "metrics.csv"):
+        assert _files(again)[name] == _files(sweep_run)[name], name
+    first, second = _saved_arrays(sweep_run), _saved_arrays(again)
+    assert first.keys() == second.keys()
+    for k in first:
+        assert np.array_equal(first[k], second[k], equal_nan=first[k].dtype.kind == "f"), k
+
+
+def _config_spec(argv: list):
+    """The spec `train ARGV` would build (`--config` read), without training."""
+    args = cli.build_parser().parse_args(["train", *argv])
+    return cli._build_spec(cli._with_saved_options(args, cli._given(args))), args.from_config
+
+
+def test_options_given_with_config_replace_the_saved_runs(sweep_run):
+    """Given options replace the saved ones (a hyperparameter's whole axis); the saved chunk is kept while the
+    number of updates is the saved run's and chosen again when it changes; the evaluation schedule is the saved
+    one unless --eval-every or --eval-episodes is given. Its config.json or its folder read alike."""
+    from jaxrl_rollout.runner import read_spec
+
+    saved = read_spec(sweep_run)
+    spec, taken = _config_spec(["--config", str(sweep_run / "config.json"), "--seed", "5", "--lr", "5e-4"])
+    assert spec.seed == 5 and [h.lr for h in spec.grid] == [5e-4] and spec.num_seeds == 2
+    assert spec.config == saved.config and spec.chunk_updates == 3 and spec.max_parallel == 2
+    assert spec.eval_every is None and "lr" not in taken and "seed" not in taken
+    spec, taken = _config_spec(["--config", str(sweep_run), "--total-steps", "448"])  # 14 updates, not 7
+    assert spec.config.num_updates == 14 and "chunk_updates" not in taken
+    assert spec.chunk_updates == cli._build_spec({"algo": "a2c", "num_envs": 4, "num_steps": 8,
+                                                  "total_steps": 448}).chunk_updates
+    spec, taken = _config_spec(["--config", str(sweep_run), "--eval-episodes", "3"])
+    assert spec.eval_every == spec.chunk_updates == 3 and spec.eval_episodes == 3 and "eval_every" not in taken
+
+
+def test_every_algorithms_saved_run_is_rebuilt_from_its_config(tmp_path):
+    """For each algorithm, a sweep of two values of its first hyperparameter with other seeds, steps and root seed:
+    `--config` of its folder builds the very spec that was saved (no training)."""
+    from jaxrl_rollout.runner import write_spec
+
+    for algo, (config_cls, hparams_cls, _) in cli._algorithms().items():
+        first = hparams_cls._fields[0]
+        default = getattr(hparams_cls(), first)
+        steps = config_cls().total_timesteps // 2
+        spec = cli._build_spec({"algo": algo, "seeds": 3, "seed": 4, "total_steps": steps, "eval_every": 2,
+                                first: [default, default / 2 if default > 0 else 0.1]})
+        folder = tmp_path / algo
+        folder.mkdir()
+        write_spec(folder, spec)
+        rebuilt, taken = _config_spec(["--config", str(folder)])
+        assert rebuilt == spec and len(rebuilt.grid) == 2, algo
+        assert {"algo", "seeds", "seed", "total_steps", first} <= set(taken), (algo, taken)
+
+
+@pytest.mark.parametrize("eval_every, expected", [(3, "chunk"), (2, 2)])
+def test_a_saved_evaluation_every_chunk_follows_the_new_chunk_and_another_is_kept(tmp_path, eval_every, expected):
+    """A saved run evaluated once per chunk is evaluated per chunk again when the chunk is chosen again (its
+    steps changed), and one evaluated every N updates every N updates; its episodes per evaluation are kept."""
+    from jaxrl_rollout.runner import RunSpec, write_spec
+
+    write_spec(tmp_path, RunSpec("a2c", a2c.A2CConfig(num_envs=4, num_steps=8, total_timesteps=224), (a2c.A2CHParams(),),
+                                 2, chunk_updates=3, eval_every=eval_every, eval_episodes=4))
+    spec, taken = _config_spec(["--config", str(tmp_path), "--total-steps", "2048"])  # 64 updates
+    assert spec.chunk_updates != 3 and spec.eval_episodes == 4 and taken["eval_episodes"] == 4
+    assert spec.eval_every == (spec.chunk_updates if expected == "chunk" else expected)
+    assert taken.get("eval_every", "chunk") == expected
+
+
+def test_config_mistakes_exit_2_naming_the_option_and_write_nothing(sweep_run, tmp_path, capsys):
+    from jaxrl_rollout.runner import RunSpec, write_spec
+
+    odd = tmp_path / "odd"  # a grid made in Python: no command line's lists give these two points
+    odd.mkdir()
+    write_spec(odd, RunSpec("a2c", a2c.A2CConfig(total_timesteps=64, num_envs=4, num_steps=8),
+                            (a2c.A2CHParams(lr=1e-3, gamma=0.99), a2c.A2CHParams(lr=3e-4, gamma=0.9)), 1))
+    (tmp_path / "notes.txt").write_text("not json")
+    cases = [
+        (["--config", str(sweep_run), "--resume", str(sweep_run)],
+         f"--config {sweep_run} and --resume {sweep_run} both given"),
+        (["--config", str(sweep_run), "--algo", "ppo"], f"--algo ppo: the run in {sweep_run} is A2C's"),
+        (["--config", str(tmp_path / "none")], f"--config {tmp_path / 'none'}: {tmp_path / 'none'} does not exist."),
+        (["--config", str(tmp_path / "notes.txt")], "notes.txt is not a valid run config"),
+        (["--config", str(odd)], "the run's 2 grid points are not every combination of its hyperparameters' values"),
+        # a saved option that no longer fits what is given is named with where it came from
+        (["--config", str(sweep_run), "--chunk-updates", "8"],
+         f"(--config {sweep_run} gave --algo a2c --seeds 2 --total-steps 224"),
+    ]
+    for argv, message in cases:
+        out = tmp_path / "out"
+        assert cli.main(["train", *argv, "--out", str(out)]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)
+        assert not out.exists(), argv
+
+
 @pytest.fixture
 def sigint_handled():
     """SIGINT as a terminal delivers it (a shell's background job, as the test runner may be, ignores it)."""
@@ -625,7 +727,7 @@ def test_the_help_examples_parse():
 
     epilog = cli.build_parser().epilog
     examples = [line.split("#")[0] for line in epilog.splitlines() if line.startswith("  jaxrl-rollout ")]
-    assert len(examples) == 5
+    assert len(examples) == 6
     for line in examples:
         args = cli.build_parser().parse_args(shlex.split(line)[1:])
         assert args.command in ("train", "evaluate", "rollout"), line
