@@ -606,11 +606,11 @@ def _with_saved_options(args: argparse.Namespace, given: dict) -> dict:
     if [h._asdict() for h in saved.grid] != product:
         raise ValueError(f"{option}: the run's {len(saved.grid)} grid points are not every combination of its "
                          "hyperparameters' values (a grid made in Python), which no command line can write.")
-    norm = lambda v: json.loads(json.dumps(v))  # noqa: E731  tuples and lists compare equal
     defaults = _spec_options(_build_spec({"algo": saved.algo}))
     taken = {"algo": saved.algo}
     for name, value in options.items():
-        if name not in ("algo", "chunk_updates", "eval_every", "eval_episodes") and norm(value) != norm(defaults[name]):
+        if name not in ("algo", "chunk_updates", "eval_every", "eval_episodes") and _as_json(value) != _as_json(
+                defaults[name]):
             taken[name] = value
     if "eval_every" not in given and "eval_episodes" not in given:
         if saved.eval_every is None:
@@ -641,11 +641,15 @@ def _from_config_note(args: argparse.Namespace) -> str:
     return f" (--config {args.config} gave {' '.join(_typed(n, v) for n, v in taken.items())})"
 
 
+def _as_json(value):
+    """`value` as config.json holds it (tuples as lists), so that a saved option and a given one compare."""
+    return json.loads(json.dumps(value))
+
+
 def _differences(saved: dict, wanted: dict, names) -> list[str]:
-    norm = lambda v: json.loads(json.dumps(v))  # noqa: E731  tuples and lists compare equal
-    shown = lambda v: "unset" if v is None else norm(v)  # noqa: E731  (Python's None is no option value)
+    shown = lambda v: "unset" if v is None else _as_json(v)  # noqa: E731  (Python's None is no option value)
     return [f"--{n.replace('_', '-')}: {shown(saved.get(n))} there, {shown(wanted.get(n))} here"
-            for n in names if norm(saved.get(n)) != norm(wanted.get(n))]
+            for n in names if _as_json(saved.get(n)) != _as_json(wanted.get(n))]
 
 
 def _prepare_folder(args, given: dict, stack: contextlib.ExitStack):
