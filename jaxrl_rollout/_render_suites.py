@@ -356,10 +356,14 @@ def render_navix(env: Any, env_params: Any, states: Any) -> np.ndarray:
 
 
 def refuse_host(env: Any, env_params: Any, states: Any) -> np.ndarray:
-    """Host envs (gymnasium, envpool) keep their state in the host process: nothing to draw from."""
+    """Host envs (gymnasium, envpool) keep their state in the host process: nothing to draw from. A gymnasium
+    env draws itself: the message points at the README's recipe (`runner.load_policy`, render_mode="rgb_array")."""
+    recipe = ("; gymnasium draws its own episodes: play one with runner.load_policy(FOLDER).act in "
+              "gymnasium.make(ID, render_mode='rgb_array') (README, Videos)" if type(env).__name__ == "GymnasiumEnv"
+              else "")
     raise ValueError(
         f"cannot render {getattr(env, 'name', type(env).__name__)}: {type(env).__name__} is a host env (gymnasium, "
-        "envpool) whose state lives in the host process, not in the recorded JAX states."
+        f"envpool) whose state lives in the host process, not in the recorded JAX states{recipe}."
     )
 
 

@@ -661,8 +661,36 @@ def test_envs_that_cannot_render_get_one_line_naming_them():
         assert "\n" not in str(err.value) and "register_renderer" in str(err.value)
     pytest.importorskip("gymnasium")
     host, _ = envs.make("gymnasium/CartPole-v1")
-    with pytest.raises(ValueError, match="^cannot render CartPole-v1: GymnasiumEnv is a host env"):
+    with pytest.raises(ValueError, match="^cannot render CartPole-v1: GymnasiumEnv is a host env") as err:
         video.find_renderer(host)
+    assert "runner.load_policy(FOLDER).act in gymnasium.make(ID, render_mode='rgb_array') (README, Videos)" in str(
+        err.value)
+
+
+def test_the_readmes_gymnasium_video_recipe_records_a_trained_runs_episode(tmp_path, monkeypatch):
+    """The README's block for a gymnasium run's video, verbatim, on a small run trained by `train --env
+    gymnasium/CartPole-v1` in its folder: the video decodes to the episode's frames (the first observation's
+    and one after each step) and its name gives the episode's return."""
+    imageio = pytest.importorskip("imageio.v3")
+    pytest.importorskip("pygame")
+    import pathlib
+
+    from jaxrl_rollout import cli
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"A gymnasium env draws itself.*?```python\n(.*?)```", readme, flags=re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--seeds", "1", "--num-envs", "2", "--num-steps", "16",
+                     "--total-steps", "256", "--num-eval", "1", "--tensorboard", "false",
+                     "--out", "runs/gym-cartpole"]) == 0
+    scope = {}
+    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own code
+    total, frames = scope["total"], scope["frames"]
+    assert scope["done"] and total == len(frames) - 1  # CartPole: a reward of 1 per step
+    written = list(tmp_path.glob("gym-cartpole_return*.mp4"))
+    assert [p.name for p in written] == [video.video_name("gym-cartpole", total)]
+    decoded = imageio.imread(written[0], plugin="FFMPEG")
+    assert decoded.shape[0] == len(frames) and decoded.shape[-1] == 3 and decoded.std() > 0
 
 
 # ---- every suite's hook ----
