@@ -578,7 +578,7 @@ def _with_saved_options(args: argparse.Namespace, given: dict) -> dict:
     kept unless either is given. The options taken are set on `args.from_config`
     (option -> value) for the command's header and its errors.
     """
-    from jaxrl_rollout.runner import RunSpec, read_spec
+    from jaxrl_rollout.runner import read_spec, read_spec_file
 
     option = f"--config {args.config}"
     if args.resume:
@@ -589,10 +589,7 @@ def _with_saved_options(args: argparse.Namespace, given: dict) -> dict:
         if path.is_dir():
             saved = read_spec(path)
         elif path.is_file():
-            try:
-                saved = RunSpec.from_json(json.loads(path.read_text()))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-                raise ValueError(f"{path} is not a valid run config: {error}") from None
+            saved = read_spec_file(path)
         else:
             raise ValueError(f"{path} does not exist.")
     except ValueError as error:
@@ -634,7 +631,7 @@ def _with_saved_options(args: argparse.Namespace, given: dict) -> dict:
 
 
 def _from_config_note(args: argparse.Namespace) -> str:
-    """" (--config PATH gave --lr 0.001,0.0003 --seeds 3)" for an error, when options came from --config."""
+    """What an error adds when options came from --config, e.g. " (--config PATH gave --lr 0.001,0.0003)"; else ""."""
     taken = getattr(args, "from_config", None)
     if not taken:
         return ""

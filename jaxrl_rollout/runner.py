@@ -71,7 +71,7 @@ from jaxrl_rollout.types import RolloutState
 
 __all__ = ["DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "TrainedPolicy", "check_finite", "check_host_run",
            "default_chunk_updates", "host_env", "load_policy", "load_run", "make_algorithm", "map_runs", "read_spec",
-           "reopen_host_envs", "returns_text", "train", "write_spec"]
+           "read_spec_file", "reopen_host_envs", "returns_text", "train", "write_spec"]
 
 FORMAT = "jaxrl_rollout.run/1"
 
@@ -1180,8 +1180,14 @@ def read_spec(folder) -> RunSpec:
         what = ("is a file, not a run folder" if given.is_file() else
                 "holds no run: config.json is missing" if given.exists() else "does not exist")
         raise ValueError(f"{folder} {what}.{_runs_near(given)}")
+    return read_spec_file(path)
+
+
+def read_spec_file(path) -> RunSpec:
+    """The `RunSpec` in the run config file `path` (a run folder's config.json, or a copy of one); a ValueError
+    names the file and what is wrong with it."""
     try:
-        return RunSpec.from_json(json.loads(path.read_text()))
+        return RunSpec.from_json(json.loads(pathlib.Path(path).read_text()))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path} is not a valid run config: {error}") from None
 
