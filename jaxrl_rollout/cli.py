@@ -327,7 +327,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                      help="evaluate every run's policy deterministically (whole episodes, its own keys) every N "
                           "updates (chunk: every --chunk-updates) inside the jitted chunk: eval_return and "
                           "eval_length (win/draw/loss for a two-player game) in metrics.csv, TensorBoard, W&B, the "
-                          "progress line and learning_curve.png; training is unchanged bit for bit "
+                          "progress line and learning_curve.png; each run's best policy so far is kept with the "
+                          "checkpoint (evaluate --best-policy); training is unchanged bit for bit "
                           f"(default: {DEFAULT_EVAL_EVERY}; off for a host env, gymnasium or envpool, which "
                           "cannot be evaluated inside the chunk)")
     run.add_argument("--eval-episodes", type=_positive_int,
@@ -1149,9 +1150,21 @@ class _PoliciesDiffer(Exception):
 
 
 def _policy_params(algorithm, state):
+    """Every run's policy params: of their train states, or as kept in their best policies (`--best-policy`)."""
     import jax
 
+    from jaxrl_rollout.periodic_eval import BestPolicy
+
+    if isinstance(state, BestPolicy):
+        return state.params
     return jax.vmap(algorithm.policy_params)(state)  # with observation normalisation: (obs_rms, params)
+
+
+def _best_updates(state) -> list[int] | None:
+    """[R] the updates of every run's best policy where `state` holds those (`evaluate --best-policy`), else None."""
+    from jaxrl_rollout.periodic_eval import BestPolicy
+
+    return [int(u) for u in state.update] if isinstance(state, BestPolicy) else None
 
 
 def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
@@ -1495,6 +1508,9 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
         return 0
     # Every process takes part in gathering the runs' states; process 0 alone then evaluates and writes.
     state = runner.gather_state([result.state]) if jax.process_count() > 1 else result.state
+    best = result.best_policy
+    if best is not None and jax.process_count() > 1:
+        best = runner.gather_state([best])
     if jax.process_index() != 0:
         return 0
     paths = report.write_outputs(folder, spec, result.metrics)
@@ -1521,6 +1537,10 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
         print(f"  against a uniform random legal-move opponent (seat drawn per game): win {rates[:, 0].mean():.0%}, "
               f"draw {rates[:, 1].mean():.0%}, loss {rates[:, 2].mean():.0%}; per run (W/D/L): "
               + " ".join("/".join(f"{x:.2f}" for x in r) for r in rates))
+    if best is not None:
+        print("  best policy per run (its periodic evaluation's return @ update): "
+              + " ".join(f"{v}@{int(u)}" for v, u in zip(_figures(best.eval_return), best.update))
+              + f"; kept with the checkpoint: jaxrl-rollout evaluate {shlex.quote(str(folder))} --best-policy")
     extras = [f"{folder / sub}/" for sub, on in (("tensorboard", args.tensorboard), ("videos/training", args.video_every
                                                                                   is not None)) if on]
     print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths, *extras])} and the checkpoint")
@@ -1576,7 +1596,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.folder} holds a run with nothing trained yet (no checkpoint: its train stopped "
                          "before the first chunk ended); continue it with: "
                          f"jaxrl-rollout train --resume {args.folder}")
-    spec, state, _, manifest = load_run(args.folder)
+    if args.best_policy:  # every run's best policy, kept with the checkpoint: evaluated in place of the state
+        from jaxrl_rollout.runner import load_best_policies
+
+        spec, state = load_best_policies(args.folder)
+        manifest = checkpoint.read_manifest(args.folder)
+    else:
+        spec, state, _, manifest = load_run(args.folder)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
     algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
@@ -1616,8 +1642,13 @@ def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm,
     det, sto = evaluate_both(spec, state, args.num_episodes, [jax.random.fold_in(key, i) for i in (0, 1)], algorithm)
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
-    print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, checkpoint "
+    best = _best_updates(state)
+    print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, "
+          + ("each run's best policy, " if best is not None else "") + f"checkpoint "
           f"{status}), {_count(args.num_episodes, 'episode')} per run; return mean (std)")
+    if best is not None:
+        print("  a run's best policy: the one of its highest periodic evaluation in training (that update and "
+              "return in the last columns)")
     if sto is None:
         explores = "epsilon-greedy exploration" if spec.algo == "dqn" else "exploration noise"
         print(f"  {spec.algo.upper()}'s policy is deterministic (its {explores} belongs to training): "
@@ -1630,18 +1661,22 @@ def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm,
 
         print("  against a uniform random legal-move opponent (seat drawn per game); W/D/L: win, draw, loss rates")
         rates = {"det": outcome_rates(det), "sto": outcome_rates(sto)}
-    extra = f"  {'W/D/L det':>14}  {'W/D/L sto':>14}" if game else ""
+    extra = (f"  {'W/D/L det':>14}  {'W/D/L sto':>14}" if game else "") + (
+        f"  {'update':>7}  {'in training':>11}" if best is not None else "")
     print(f"  {'grid point':<{width}}  seed  {'deterministic':>17}" + (f"  {'stochastic':>17}" if sto is not None
                                                                           else "") + extra)
     for r in range(spec.num_runs):
         g, s = divmod(r, spec.num_seeds)
         wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
         stochastic = f"  {sto[r].mean():z9.2f} ({sto[r].std():z5.1f})" if sto is not None else ""
+        if best is not None:
+            wdl += f"  {best[r]:>7}  {float(state.eval_return[r]):z11.2f}"
         print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f}){stochastic}{wdl}")
     if spec.num_seeds > 1:
         print(report.format_evaluation_summary(spec, {"deterministic": det, "stochastic": sto}))
     if args.csv is not None:
-        report.write_evaluation_csv(args.csv if csv_out is None else csv_out, spec, updates_done, args.seed,
+        report.write_evaluation_csv(args.csv if csv_out is None else csv_out, spec,
+                                    updates_done if best is None else best, args.seed,
                                     {"deterministic": det, "stochastic": sto})
         print(f"  wrote every episode's return to {args.csv if csv_out is None else 'stdout'}")
     if args.video:
@@ -1716,6 +1751,8 @@ def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
     checkpoint's update U (zero-padded as `train --video-every`'s) and the
     --seed E tell apart the videos of different checkpoints and seeds; the
     same checkpoint and seed give the same episode, whose file is replaced.
+    Of best policies (`--best-policy`, `state` a `periodic_eval.BestPolicy`)
+    they are "best_evalseed<E>_<run name>_update<U>_return<R>.mp4", U each run's own.
     """
     import jax
 
@@ -1725,12 +1762,17 @@ def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
     names = _video_names(spec)
     carry = algorithm.module.initial_carry(1) if algorithm.recurrent else None
     update = f"{updates_done:0{len(str(spec.config.num_updates))}d}"
+    best = _best_updates(state)
+    if best is not None:  # each run's own update, in its name and on its frames
+        width = len(str(spec.config.num_updates))
+        names = [f"{name}_update{u:0{width}d}" for name, u in zip(names, best)]
     try:
         videos = video.write_episode_videos(
             folder, algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
-            jax.vmap(algorithm.policy_params)(state), jax.random.split(key, spec.num_runs), args.runs,
-            names=names, prefix=f"update{update}_evalseed{args.seed}_", caption=f"  update {updates_done}",
-            initial_carry=carry)
+            _policy_params(algorithm, state), jax.random.split(key, spec.num_runs), args.runs,
+            names=names, prefix=f"best_evalseed{args.seed}_" if best is not None else
+            f"update{update}_evalseed{args.seed}_",
+            caption="  best policy" if best is not None else f"  update {updates_done}", initial_carry=carry)
     except (ImportError, OSError, RuntimeError) as error:
         # a missing extra, a video that cannot be written (a folder of its name, a full disk), no OpenGL for
         # MuJoCo's renderer: one line
@@ -1897,13 +1939,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--video", action="store_true",
                           help="also write a video of one deterministic episode per selected run to FOLDER/videos "
                                "as update<U>_evalseed<E>_seed<S>_return<R>.mp4 (U: the checkpoint's update, E: "
-                               "--seed; mp4, or gif without ffmpeg; the return also on the frames; the video extra)")
+                               "--seed; with --best-policy best_evalseed<E>_seed<S>_update<U>_return<R>.mp4, U the "
+                               "best policy's; mp4, or gif without ffmpeg; the return also on the frames; the video "
+                               "extra)")
     evaluate.add_argument("--csv", type=_file, metavar="FILE",
                           help="also write every episode's return to FILE (made with its folder if missing; "
                                "replaced if there), or to stdout with -, the report then going to stderr: one row "
                                "per grid point, seed, policy and episode, with metrics.csv's grid_point, seed, "
                                "update, step and swept-hyperparameter columns")
     evaluate.add_argument("--compile-cache", default="auto", metavar="{auto,off,FOLDER}", help=_COMPILE_CACHE_HELP)
+    evaluate.add_argument("--best-policy", action="store_true",
+                          help="evaluate each run's best policy, the one of its best periodic evaluation (kept by "
+                               "train --eval-every), instead of the checkpoint's latest")
     evaluate.add_argument("--runs", default="all", metavar="SELECTOR",
                           help="with --video: which runs, e.g. best,worst,0,3 (run r = grid point x seeds + seed; "
                                "best and worst by the recorded episode's return) (default: %(default)s)")

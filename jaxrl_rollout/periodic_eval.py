@@ -22,6 +22,12 @@ with and without the evaluation. `update_index` must not be vmapped (pass it
 with `in_axes=None`, or scan over it): the condition then stays a real
 branch, and the updates without an evaluation cost nothing.
 
+`keep_best(best, algorithm, state, metrics, update_index)` keeps a run's
+best evaluated policy (`BestPolicy`: its return, its update, its policy
+params) through a loop of these updates, starting from `no_best(algorithm,
+state)`; the runner carries it through every chunk and saves it with the
+checkpoint (`runner.load_policy(folder, r, best_policy=True)`).
+
 The updates' metrics gain `EVAL_FIELDS` (NaN in updates without an
 evaluation): eval_return and eval_length, the means over the episodes, and
 for a two-player pgx game eval_win, eval_draw and eval_loss, the outcome rates
@@ -42,7 +48,8 @@ from jaxrl_rollout.algorithms._common import Algorithm, check_train_key, is_self
 from jaxrl_rollout.collect import evaluate
 from jaxrl_rollout.envs._host import host_env
 
-__all__ = ["EVAL_FIELDS", "EVAL_KEY_TAG", "eval_key", "eval_metric_names", "make_train", "make_update"]
+__all__ = ["BestPolicy", "EVAL_FIELDS", "EVAL_KEY_TAG", "eval_key", "eval_metric_names", "keep_best", "make_train",
+           "make_update", "no_best"]
 
 EVAL_FIELDS = ("eval_return", "eval_length", "eval_win", "eval_draw", "eval_loss")
 """The metric fields an evaluation adds; the last three only for a two-player pgx game (`eval_metric_names`)."""
@@ -66,6 +73,41 @@ def _metrics_class(cls: type, names: tuple[str, ...]) -> type:
     """`cls`'s fields followed by `names`, as a NamedTuple class of its own (one per pair, so traces agree)."""
     fields = [(name, Any) for name in (*cls._fields, *names)]
     return NamedTuple(f"{cls.__name__}WithEval", fields)
+
+
+class BestPolicy(NamedTuple):
+    """A run's best evaluated policy so far (`keep_best`): what `train --eval-every` keeps in FOLDER/best.
+
+    Attributes:
+      eval_return: its evaluation's mean return (float32; -inf before the first evaluation).
+      update: the update after which it was evaluated, counted from 1 (int32; 0 before the first evaluation).
+      params: its policy params, `algorithm.policy_params(state)` of that update's state (with the frozen
+        observation statistics where the run normalises observations): what `eval_policy_fn` takes.
+    """
+
+    eval_return: jax.Array
+    update: jax.Array
+    params: Any
+
+
+def no_best(algorithm: Algorithm, state: Any) -> BestPolicy:
+    """The `BestPolicy` before any evaluation: return -inf, update 0, the params of `state` (for their shapes)."""
+    return BestPolicy(jnp.full((), -jnp.inf, jnp.float32), jnp.zeros((), jnp.int32), algorithm.policy_params(state))
+
+
+def keep_best(best: BestPolicy, algorithm: Algorithm, state: Any, metrics: Any, update_index: Any) -> BestPolicy:
+    """`best`, or the policy of `state` where `metrics.eval_return` (from `make_update`) beats its return.
+
+    `state` and `metrics` are what `make_update`'s update returned for the
+    update after `update_index` updates. An update without an evaluation
+    (eval_return NaN) never replaces `best`, nor does a tie (the earlier
+    policy stays). Jittable and vmappable; the state is not changed, so a
+    run's training is the same with and without it.
+    """
+    value = jnp.asarray(metrics.eval_return, jnp.float32)
+    better = value > best.eval_return  # False for NaN
+    new = BestPolicy(value, jnp.asarray(update_index, jnp.int32) + 1, algorithm.policy_params(state))
+    return jax.tree.map(lambda a, b: jnp.where(better, a, b), new, best)
 
 
 def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_steps: int | None = None) -> Callable:

@@ -107,7 +107,7 @@ def _write_csv(path, header: list, rows) -> None:
     write_atomic(path.parent, path.name, write)
 
 
-def write_evaluation_csv(path, spec: Any, updates_done: int, eval_seed: int, returns: dict) -> None:
+def write_evaluation_csv(path, spec: Any, updates_done: Any, eval_seed: int, returns: dict) -> None:
     """`jaxrl-rollout evaluate --csv`: long format, one row per (grid point, seed, policy, episode).
 
     Columns: grid_point, seed, update (the checkpoint's updates done), step
@@ -121,7 +121,8 @@ def write_evaluation_csv(path, spec: Any, updates_done: int, eval_seed: int, ret
     Args:
       path: the file to write, or a text stream to write to (`evaluate --csv -`: sys.stdout).
       spec: the run's spec (the module docstring says what is read).
-      updates_done: the evaluated checkpoint's updates.
+      updates_done: the evaluated checkpoint's updates, or [R] ints, each run's
+        own (`evaluate --best-policy`: the update of each run's best policy).
       eval_seed: the evaluation's PRNG seed.
       returns: policy name ("deterministic", "stochastic") -> [R, N] episode
         returns of every run, R = spec.num_runs; a policy with None is left out.
@@ -133,13 +134,13 @@ def write_evaluation_csv(path, spec: Any, updates_done: int, eval_seed: int, ret
     for name, r in returns.items():
         if r.ndim != 2 or r.shape[0] != spec.num_runs:
             raise ValueError(f"returns[{name!r}] must be [{spec.num_runs} runs, episodes], got shape {list(r.shape)}.")
+    updates = np.broadcast_to(np.asarray(updates_done), (spec.num_runs,))
     header, hp = _run_columns(spec)
-    step = steps_at(spec.config, updates_done)
 
     def rows():
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
-            head = [g, s, int(updates_done), step, *hp[g], int(eval_seed)]
+            head = [g, s, int(updates[r]), steps_at(spec.config, int(updates[r])), *hp[g], int(eval_seed)]
             for name, episodes in returns.items():
                 for e, value in enumerate(episodes[r]):
                     yield [*head, name, e, f"{float(value):.9g}"]

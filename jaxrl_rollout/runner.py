@@ -69,9 +69,9 @@ from jaxrl_rollout.run_metrics import chunk_return, grid_label, returns_text, st
 from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.types import RolloutState
 
-__all__ = ["DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "TrainedPolicy", "check_finite", "check_host_run",
-           "default_chunk_updates", "host_env", "load_policy", "load_run", "make_algorithm", "map_runs", "read_spec",
-           "read_spec_file", "reopen_host_envs", "returns_text", "train", "write_spec"]
+__all__ = ["BEST_POLICY", "DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "TrainedPolicy", "check_finite",
+           "check_host_run", "default_chunk_updates", "host_env", "load_best_policies", "load_policy", "load_run",
+           "make_algorithm", "map_runs", "read_spec", "read_spec_file", "reopen_host_envs", "returns_text", "train", "write_spec"]
 
 FORMAT = "jaxrl_rollout.run/1"
 
@@ -441,6 +441,8 @@ class RunResult(NamedTuple):
       compile_s: seconds spent compiling in this call; run_s: seconds in the chunk loop.
       num_devices: devices each group was sharded over.
       num_chunks: chunks in the whole run (`continued_lengths`).
+      best_policy: with `spec.eval_every`, every run's best evaluated policy so far
+        (`periodic_eval.BestPolicy`, leaves [R, ...]; saved with the checkpoint); None without.
     """
 
     state: Any
@@ -453,6 +455,7 @@ class RunResult(NamedTuple):
     run_s: float
     num_devices: int
     num_chunks: int = 0
+    best_policy: Any = None
 
 
 def choose_devices(group_sizes: Sequence[int], requested: int | None = None) -> list:
@@ -653,11 +656,13 @@ def _in_lockstep(chunk: Callable, in_axes: tuple) -> Callable:
 def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, sharding: NamedSharding, args):
     """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process.
 
-    Without `spec.eval_every` a chunk is `chunk(state, hparams)`, the scan of
-    `algorithm.update`. With it, `chunk(state, hparams, eval_keys, first_update)`
-    scans `periodic_eval.make_update`'s update over the update indices
-    first_update, first_update + 1, ...: an unbatched scalar, replicated, so
-    the evaluation's `lax.cond` stays a branch under the vmap over runs.
+    Without `spec.eval_every` a chunk is `chunk(state, hparams) -> (state, metrics)`,
+    the scan of `algorithm.update`. With it, `chunk(state, hparams, eval_keys,
+    first_update, best) -> (state, metrics, best)` scans `periodic_eval.make_update`'s
+    update over the update indices first_update, first_update + 1, ...: an
+    unbatched scalar, replicated, so the evaluation's `lax.cond` stays a branch
+    under the vmap over runs; `best` (a `periodic_eval.BestPolicy` per run)
+    follows `periodic_eval.keep_best` through every update.
     """
     evaluating = kind == "chunk" and spec.eval_every is not None
     cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat)) + (
@@ -667,7 +672,7 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
     if cache_key not in cache:
         in_shardings = (sharding, sharding)
         if evaluating:  # the first update's index is one scalar for every run
-            in_shardings = (sharding, sharding, sharding, NamedSharding(sharding.mesh, PartitionSpec()))
+            in_shardings = (sharding, sharding, sharding, NamedSharding(sharding.mesh, PartitionSpec()), sharding)
         jitted = jax.jit(_program(spec, algorithm, kind, length), in_shardings=in_shardings, out_shardings=sharding)
         cache[cache_key] = jitted.lower(*args).compile()
     return cache[cache_key]
@@ -678,15 +683,20 @@ def _program(spec: RunSpec, algorithm, kind: str, length: int) -> Callable:
     if kind == "init":
         return jax.vmap(lambda keys, hparams: _strong_types(algorithm.init(keys, hparams)))
     if spec.eval_every is not None:
-        from jaxrl_rollout.periodic_eval import make_update
+        from jaxrl_rollout.periodic_eval import keep_best, make_update
 
         update = make_update(algorithm, spec.eval_every, spec.eval_episodes)
 
-        def chunk(state, hparams, eval_key, first_update):
-            indices = first_update + jnp.arange(length, dtype=jnp.int32)
-            return jax.lax.scan(lambda s, u: update(s, hparams, u, eval_key), state, indices)
+        def chunk(state, hparams, eval_key, first_update, best):
+            def step(carry, u):
+                state, metrics = update(carry[0], hparams, u, eval_key)
+                return (state, keep_best(carry[1], algorithm, state, metrics, u)), metrics
 
-        return _in_lockstep(chunk, in_axes=(0, 0, 0, None))
+            indices = first_update + jnp.arange(length, dtype=jnp.int32)
+            (state, best), metrics = jax.lax.scan(step, (state, best), indices)
+            return state, metrics, best
+
+        return _in_lockstep(chunk, in_axes=(0, 0, 0, None, 0))
 
     def chunk(state, hparams):
         return jax.lax.scan(lambda s, _: algorithm.update(s, hparams), state, None, length=length)
@@ -930,7 +940,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
 
     with StopSignals(lambda line: say(line)) as signals:  # SIGINT / SIGTERM / SIGHUP stop at a chunk boundary
         compile_start = time.perf_counter()
-        states = None
+        states, loaded_best = None, None
         # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.
         concatenate = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts),
                               out_shardings=sharding)
@@ -941,17 +951,16 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
 
         spec_unsaved = False  # config.json holds a smaller total than `spec` (a run extended here)
         if resume:
-            template = jax.eval_shape(jax.vmap(algorithm.init), keys, hparams)
-            check_checkpoint_spec(folder, spec, checkpoint.read_manifest(folder), ignore=("config.total_timesteps",),
-                                  given=True)
+            saved_manifest = checkpoint.read_manifest(folder)
+            template = _state_template(spec, algorithm, saved_manifest)
+            check_checkpoint_spec(folder, spec, saved_manifest, ignore=("config.total_timesteps",), given=True)
             spec_unsaved = ((folder / "config.json").exists()
                             and bool(spec_differences(read_spec(folder).to_json(), spec.to_json())))
             loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
+            loaded, loaded_best = loaded if manifest["meta"].get(BEST_POLICY) else (loaded, None)
             chunks_done = manifest["meta"]["chunks_done"]
             lengths = continued_lengths(spec, chunks_done, manifest["meta"]["updates_done"])
-            states = [loaded] if len(groups) == 1 else [
-                jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(loaded)
-                for a, b in groups]
+            states = [loaded] if len(groups) == 1 else [_take_runs(loaded, a, b, sharding) for a, b in groups]
             metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
             if host is not None and chunks_done < len(lengths):
                 reopen = jax.jit(jax.vmap(lambda state: reopen_host_envs(algorithm, state)),
@@ -966,11 +975,21 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
                 for (a, b), h in zip(groups, group_hparams)
             ]
+        bests = [None] * len(groups)  # each group's best policies (`periodic_eval.keep_best`), with eval_every
+        if evaluating:
+            from jaxrl_rollout.periodic_eval import no_best
+
+            if resume and loaded_best is None and chunks_done:
+                say(f"  {folder}'s checkpoint keeps no best policy (saved by a version that kept none): the best "
+                    "policy is kept from this resume on")
+            start = jax.jit(jax.vmap(lambda state: no_best(algorithm, state)), out_shardings=sharding)
+            bests = ([start(state) for state in states] if not resume or loaded_best is None else
+                     [_take_runs(loaded_best, a, b, sharding) for a, b in groups] if len(groups) > 1 else [loaded_best])
         executables = {}
         for length in sorted(set(lengths[chunks_done:])):
-            for (a, b), state, h, e in zip(groups, states, group_hparams, group_eval):
+            for (a, b), state, h, e, best in zip(groups, states, group_hparams, group_eval, bests):
                 executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding,
-                                                      (state, h, *e, *at_update(0)))
+                                                      (state, h, *e, *at_update(0), *_given(best)))
         jax.block_until_ready(states)
         compile_s = time.perf_counter() - compile_start
         updates_done = sum(lengths[:chunks_done])
@@ -999,9 +1018,11 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             # Every process saves its shards of the global state (Orbax); metrics are the same on all.
             signals.saving = True  # a signal now only asks to stop: the save is never cut short
             try:
-                checkpoint.save(folder, chunks_done, merge(state_list),
+                # with eval_every the best policies are saved with the state, in one commit: (state, best)
+                checkpoint.save(folder, chunks_done, (merge(state_list), merge(bests)) if evaluating else merge(state_list),
                                 {f"metrics/{k}": v for k, v in metrics.items()},
-                                {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json()})
+                                {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json(),
+                                 **({BEST_POLICY: True} if evaluating else {})})
             finally:
                 signals.saving = False
             if spec_unsaved and jax.process_index() == 0:  # an extended run: config.json follows its checkpoint
@@ -1028,10 +1049,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 dispatched = time.perf_counter()
                 if computed is not None:
                     between_s, between_n = between_s + dispatched - computed, between_n + 1
-                outputs = [executables[b - a, length](s, h, *e, *at_update(updates_done))
-                           for (a, b), s, h, e in zip(groups, states, group_hparams, group_eval)]
+                outputs = [executables[b - a, length](s, h, *e, *at_update(updates_done), *_given(best))
+                           for (a, b), s, h, e, best in zip(groups, states, group_hparams, group_eval, bests)]
                 _signals.wait_ready(outputs)  # signals are handled while the chunk runs, not only after it
-                chunk = [_metric_arrays(m) for _, m in outputs]
+                chunk = [_metric_arrays(out[1]) for out in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
                 computed = time.perf_counter()
                 try:
@@ -1045,7 +1066,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                     raise
                 # Only now, with every group's chunk done, does the run advance: an interrupt
                 # before this point leaves `states` at the last whole chunk.
-                states = [s for s, _ in outputs]
+                states = [out[0] for out in outputs]
+                bests = [out[2] if evaluating else None for out in outputs]
                 # zeros for a metric that is new since the checkpoint was written
                 metrics = {k: np.concatenate([metrics.get(k, np.zeros((v.shape[0], updates_done), v.dtype)), v],
                                              axis=1) for k, v in chunk.items()}
@@ -1098,7 +1120,33 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         merged = merge(states)
         updates_run = sum(lengths[chunks_done - ran:chunks_done])
         return RunResult(merged, metrics, updates_done, updates_run, chunks_done, chunks_done == len(lengths),
-                         compile_s, run_s, mesh.size, len(lengths))
+                         compile_s, run_s, mesh.size, len(lengths), merge(bests) if evaluating else None)
+
+
+def _take_runs(tree: Any, a: int, b: int, sharding: NamedSharding) -> Any:
+    """Runs a to b of `tree` (leaves [R, ...] laid out over `sharding`), laid out the same way."""
+    return jax.jit(lambda tree: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(tree)
+
+
+def _given(value: Any) -> tuple:
+    """(value,), or () for None: a chunk's optional last argument."""
+    return () if value is None else (value,)
+
+
+def _state_template(spec: RunSpec, algorithm, manifest: dict) -> Any:
+    """The shapes of the state a checkpoint holds: every run's train state, paired with their best policies
+    (`periodic_eval.BestPolicy`) where the manifest says the run kept them (`BEST_POLICY`)."""
+    template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
+    if not manifest["meta"].get(BEST_POLICY):
+        return template
+    from jaxrl_rollout.periodic_eval import no_best
+
+    return template, jax.eval_shape(jax.vmap(lambda state: no_best(algorithm, state)), template)
+
+
+BEST_POLICY = "best_policy"
+"""The checkpoint meta flag of a run that keeps every run's best evaluated policy (runs with `eval_every`):
+its checkpoint's tree is (train state, `periodic_eval.BestPolicy`), both with leaves [R, ...]."""
 
 
 def _runs_near(folder: pathlib.Path, most: int = 5) -> str:
@@ -1211,8 +1259,42 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
 
 def _load_state(folder, spec: RunSpec, algorithm) -> tuple[Any, dict, dict]:
     """`checkpoint.load` of the folder's latest checkpoint against the state `algorithm` builds for `spec`."""
-    template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
-    return checkpoint.load(folder, template)
+    state, extras, manifest = _load_saved(folder, spec, algorithm)
+    return (state[0] if manifest["meta"].get(BEST_POLICY) else state), extras, manifest
+
+
+def _load_saved(folder, spec: RunSpec, algorithm) -> tuple[Any, dict, dict]:
+    """`checkpoint.load` of the folder's latest checkpoint: the train state, or (state, best policies)."""
+    return checkpoint.load(folder, _state_template(spec, algorithm, checkpoint.read_manifest(folder)))
+
+
+def load_best_policies(folder) -> tuple[RunSpec, Any]:
+    """Every run's best evaluated policy, as kept by a run trained with periodic evaluation (`RunSpec.eval_every`).
+
+        spec, best = runner.load_best_policies("runs/ppo")
+        best.eval_return, best.update      # [R] each: the best evaluation's mean return, and after which update
+        jaxrl_rollout.evaluate(env, env_params, eval_policy_fn, jax.tree.map(lambda x: x[r], best.params), key, 10)
+
+    The policies are those of the latest checkpoint: the best evaluations up
+    to the update it was saved after. `load_policy(folder, r, best_policy=True)`
+    gives one run's, ready to act.
+
+    Returns:
+      (spec, `periodic_eval.BestPolicy` with leaves [R, ...] as numpy arrays).
+
+    Raises:
+      ValueError: no run in `folder`, or a run that keeps no best policy (trained without periodic
+        evaluation, or by a version that kept none); `checkpoint.CheckpointError` as `load_run`.
+    """
+    spec = read_spec(folder)
+    spec = run_spec(folder, spec, checkpoint.read_manifest(folder))
+    state, _, manifest = _load_saved(folder, spec, make_algorithm(spec))
+    if not manifest["meta"].get(BEST_POLICY):
+        why = ("it was trained without periodic evaluation (train with --eval-every to keep each run's best "
+               "policy)" if spec.eval_every is None else
+               "its checkpoint was saved by a version that kept none (--resume it to keep one from then on)")
+        raise ValueError(f"{folder} keeps no best policy: {why}.")
+    return spec, state[1]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -1332,7 +1414,7 @@ def _single_observation(space: Any, obs: Any) -> bool:
                      f"shape {list(obs.shape)}.")
 
 
-def load_policy(folder, run: int = 0, *, deterministic: bool = True) -> TrainedPolicy:
+def load_policy(folder, run: int = 0, *, deterministic: bool = True, best_policy: bool = False) -> TrainedPolicy:
     """One run's policy from the latest checkpoint of a saved run, to act with or evaluate in Python.
 
         policy = runner.load_policy("runs/sweep", run=3)          # grid point 1, seed 1 of 2 seeds
@@ -1352,6 +1434,9 @@ def load_policy(folder, run: int = 0, *, deterministic: bool = True) -> TrainedP
         argmax or Gaussian mean, SAC's tanh of the mean, DQN's and PQN's
         greedy action, TD3's actor); False for the policy that samples as in
         training (not for DQN and TD3, whose exploration belongs to training).
+      best_policy: the run's best evaluated policy (`load_best_policies`) instead of the latest one; its
+        `updates_done` is the update after which it was evaluated. Only for a run trained with periodic
+        evaluation (`--eval-every`).
 
     Returns:
       A `TrainedPolicy`.
@@ -1371,9 +1456,13 @@ def load_policy(folder, run: int = 0, *, deterministic: bool = True) -> TrainedP
     saved = run_spec(folder, spec, checkpoint.read_manifest(folder))
     if saved != spec:  # an extension stopped before it rewrote config.json: its checkpoint's spec is the run's
         spec, algorithm = saved, make_algorithm(saved)
-    state, _, manifest = _load_state(folder, spec, algorithm)
-    one = jax.tree.map(lambda x: x[int(run)], state)
-    return TrainedPolicy(spec, int(run), int(manifest["meta"]["updates_done"]), algorithm.env, algorithm.env_params,
-                         algorithm.policy_params(one),
+    if best_policy:
+        _, best = load_best_policies(folder)
+        params, updates_done = jax.tree.map(lambda x: x[int(run)], best.params), int(best.update[int(run)])
+    else:
+        state, _, manifest = _load_state(folder, spec, algorithm)
+        params = algorithm.policy_params(jax.tree.map(lambda x: x[int(run)], state))
+        updates_done = int(manifest["meta"]["updates_done"])
+    return TrainedPolicy(spec, int(run), updates_done, algorithm.env, algorithm.env_params, params,
                          algorithm.eval_policy_fn if deterministic else algorithm.policy_fn, bool(deterministic),
                          bool(algorithm.recurrent), algorithm.module)

@@ -798,18 +798,15 @@ def test_evaluate_uses_the_saved_observation_statistics(tmp_path, capsys):
     import jax
 
     import jaxrl_rollout as jr
-    from jaxrl_rollout import checkpoint
-    from jaxrl_rollout.runner import make_algorithm, read_spec
+    from jaxrl_rollout.runner import load_run, make_algorithm
 
     folder = tmp_path / "norm"
     args = ["--env", "Pendulum-v1", "--normalize-observations", "true", "--normalize-rewards", "true",
             "--num-envs", "2", "--num-steps", "8", "--total-steps", "32", "--update-epochs", "1",
             "--num-minibatches", "1", "--seeds", "2", "--num-eval", "1", "--out", str(folder)]
     assert cli.main(args) == 0
-    spec = read_spec(folder)
+    spec, state, _, _ = load_run(folder)
     algo = make_algorithm(spec)
-    template = jax.eval_shape(jax.vmap(algo.init), spec.run_keys(), spec.run_hparams())
-    state, _, _ = checkpoint.load(folder, template)
     assert state.rollout.obs_rms.count.shape == (2,) and state.reward_scale.returns.shape == (2, 2)
     key = jax.random.key(4)
     got = cli.evaluate_runs(spec, state, 1, key, deterministic=True)

@@ -12,6 +12,7 @@ so a pytest process compiles its chunk once.
 
 import csv
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -49,11 +50,11 @@ def _start(spec, folder):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     folder = _start(EVAL, tmp_path_factory.mktemp("eval"))
-    return runner.train(PLAIN, progress=None), runner.train(EVAL, folder, checkpoint_every=1, progress=None)
+    return runner.train(PLAIN, progress=None), runner.train(EVAL, folder, checkpoint_every=1, progress=None), folder
 
 
 def test_training_is_bit_identical_with_and_without_the_evaluation(runs):
-    plain, evaluated = runs
+    plain, evaluated, _ = runs
     _assert_same(plain.state, evaluated.state)
     assert set(evaluated.metrics) == set(plain.metrics) | {"eval_return", "eval_length"}
     for name, values in plain.metrics.items():
@@ -64,7 +65,7 @@ def test_training_is_bit_identical_with_and_without_the_evaluation(runs):
 
 
 def test_eval_metrics_equal_a_separate_evaluate_call_on_that_updates_params(runs):
-    _, evaluated = runs
+    _, evaluated, _ = runs
     algorithm = runner.make_algorithm(EVAL)
     update = jax.jit(jax.vmap(periodic_eval.make_update(algorithm, every=2, num_episodes=3), in_axes=(0, 0, None, 0)))
     one_eval = jax.jit(jax.vmap(lambda params, key: evaluate(algorithm.env, algorithm.env_params,
@@ -83,7 +84,7 @@ def test_eval_metrics_equal_a_separate_evaluate_call_on_that_updates_params(runs
 
 
 def test_interrupted_and_resumed_run_ends_bit_identical_eval_metrics_included(runs, tmp_path):
-    _, full = runs
+    _, full, _ = runs
     part = runner.train(EVAL, _start(EVAL, tmp_path), stop_after_chunks=1, progress=None)
     assert not part.complete and part.updates_done == 3
     resumed = runner.train(EVAL, tmp_path, resume=True, progress=None)
@@ -92,6 +93,108 @@ def test_interrupted_and_resumed_run_ends_bit_identical_eval_metrics_included(ru
     assert set(full.metrics) == set(resumed.metrics)
     for name in full.metrics:
         np.testing.assert_array_equal(full.metrics[name], resumed.metrics[name], err_msg=name)
+    _assert_same(full.best_policy, resumed.best_policy)  # kept through the checkpoint, not started again
+
+
+def test_a_resumed_run_keeps_the_best_policy_of_its_checkpoint(runs, tmp_path):
+    """In chunks of 2, run 0's best evaluation (after update 4) comes before the resume after chunk 2: a resumed
+    run that started its best policies again would end with run 0's evaluation after update 6."""
+    _, full, _ = runs
+    spec = runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), num_seeds=2, chunk_updates=2, eval_every=2,
+                          eval_episodes=3)
+    assert int(full.best_policy.update[0]) == 4  # what the test stands on
+    runner.train(spec, _start(spec, tmp_path), stop_after_chunks=2, progress=None)
+    resumed = runner.train(spec, tmp_path, resume=True, progress=None)
+    _assert_same(full.state, resumed.state)
+    _assert_same(full.best_policy, resumed.best_policy)
+
+
+def test_each_runs_best_policy_is_the_params_of_its_best_evaluation(runs):
+    """The best policy follows every evaluation, those inside a chunk too (updates 2 and 4 end no chunk of 3)."""
+    _, evaluated, folder = runs
+    algorithm = runner.make_algorithm(EVAL)
+    update = jax.jit(jax.vmap(periodic_eval.make_update(algorithm, every=2, num_episodes=3), in_axes=(0, 0, None, 0)))
+    hparams, eval_keys = EVAL.run_hparams(), EVAL.eval_keys()
+    state = jax.vmap(algorithm.init)(EVAL.run_keys(), hparams)
+    seen = []  # (update from 1, [R] eval returns, [R] policy params) of every evaluation
+    for u in range(PPO_CONFIG.num_updates):
+        state, metrics = update(state, hparams, u, eval_keys)
+        if (u + 1) % 2 == 0:
+            seen.append((u + 1, np.asarray(metrics.eval_return), jax.vmap(algorithm.policy_params)(state)))
+    best = evaluated.best_policy
+    assert isinstance(best, periodic_eval.BestPolicy)
+    for r in range(EVAL.num_runs):
+        returns = [float(values[r]) for _, values, _ in seen]
+        first_max = int(np.argmax(returns))  # a tie keeps the earlier policy
+        number, _, params = seen[first_max]
+        assert float(best.eval_return[r]) == max(returns) and int(best.update[r]) == number
+        _assert_same(jax.tree.map(lambda x: x[r], best.params), jax.tree.map(lambda x: x[r], params))
+    # what the folder keeps, from Python: every run's, and one run's ready to act
+    spec, saved = runner.load_best_policies(folder)
+    assert spec == EVAL
+    _assert_same(saved, best)
+    policy = runner.load_policy(folder, 1, best_policy=True)
+    assert policy.updates_done == int(best.update[1])
+    _assert_same(policy.params, jax.tree.map(lambda x: x[1], best.params))
+    latest = runner.load_policy(folder, 1)  # the latest policy is still the default, read from the same checkpoint
+    assert latest.updates_done == PPO_CONFIG.num_updates
+    _assert_same(latest.params, jax.tree.map(lambda x: x[1], jax.vmap(algorithm.policy_params)(evaluated.state)))
+
+
+def test_keep_best_skips_updates_without_an_evaluation_and_ties():
+    algorithm = runner.make_algorithm(EVAL)
+    state = algorithm.init(jax.random.key(0))
+    other = state._replace(params=jax.tree.map(lambda x: x + 1, state.params))
+    best = periodic_eval.no_best(algorithm, state)
+    assert float(best.eval_return) == -np.inf and int(best.update) == 0
+
+    def metrics(value):
+        return periodic_eval._metrics_class(ppo.PPOMetrics, ("eval_return",))(
+            *(np.float32(0),) * len(ppo.PPOMetrics._fields), np.float32(value))
+
+    kept = periodic_eval.keep_best(best, algorithm, other, metrics(np.nan), 4)  # no evaluation after update 5
+    _assert_same(kept, best)
+    first = periodic_eval.keep_best(best, algorithm, state, metrics(10.0), 1)
+    assert float(first.eval_return) == 10.0 and int(first.update) == 2
+    tie = periodic_eval.keep_best(first, algorithm, other, metrics(10.0), 3)
+    _assert_same(tie, first)
+    better = periodic_eval.keep_best(first, algorithm, other, metrics(10.5), 5)
+    assert int(better.update) == 6
+    _assert_same(better.params, algorithm.policy_params(other))
+
+
+def test_a_checkpoint_without_best_policies_resumes_and_says_so(runs, tmp_path):
+    """A run saved before runs kept their best policy: its checkpoint holds the train state alone."""
+    import io
+
+    _, full, _ = runs
+    part = runner.train(EVAL, tmp_path, stop_after_chunks=1, progress=None)
+    manifest = checkpoint.read_manifest(tmp_path)
+    meta = {k: v for k, v in manifest["meta"].items() if k != runner.BEST_POLICY}
+    extras = {f"metrics/{k}": v for k, v in part.metrics.items()}
+    shutil.rmtree(tmp_path / checkpoint.SUBFOLDER)
+    checkpoint.save(tmp_path, 1, part.state, extras, meta)  # as the version before saved it
+    with pytest.raises(ValueError, match=r"keeps no best policy: its checkpoint was saved by a version that kept "
+                                         r"none \(--resume it"):
+        runner.load_best_policies(tmp_path)
+    _assert_same(runner.load_policy(tmp_path, 0).params, jax.tree.map(lambda x: x[0], part.state.params))
+    said = io.StringIO()
+    resumed = runner.train(EVAL, tmp_path, resume=True, progress=said)
+    assert "keeps no best policy (saved by a version that kept none): the best policy is kept from this resume on" \
+        in said.getvalue()
+    _assert_same(full.state, resumed.state)  # training is the same either way
+    later = resumed.best_policy.update  # evaluations after update 2 only (the chunk saved ran updates 1 to 3)
+    assert (np.asarray(later) > 3).all()
+    _assert_same(runner.load_best_policies(tmp_path)[1], resumed.best_policy)
+
+
+def test_a_run_without_evaluation_keeps_no_best_policy(tmp_path):
+    result = runner.train(PLAIN, tmp_path, stop_after_chunks=1, progress=None)
+    assert result.best_policy is None
+    assert runner.BEST_POLICY not in checkpoint.read_manifest(tmp_path)["meta"]
+    with pytest.raises(ValueError, match=r"keeps no best policy: it was trained without periodic evaluation "
+                                         r"\(train with --eval-every"):
+        runner.load_policy(tmp_path, 0, best_policy=True)
 
 
 def test_off_policy_training_is_bit_identical_with_and_without_the_evaluation():
@@ -172,7 +275,7 @@ def test_cli_writes_eval_returns_to_csv_and_progress_and_resumes_identically(run
     assert [line.split("  eval ")[1].split(" (")[-1] for line in chunk_lines] == ["step 128)", "step 384)"]
     rows = _rows(whole, "eval_return")
     assert len(rows) == 2 * 6 and [np.isfinite(float(r["value"])) for r in rows[:6]] == [False, True] * 3
-    _, evaluated = runs
+    _, evaluated, _ = runs
     np.testing.assert_array_equal(np.float32([r["value"] for r in rows]), evaluated.metrics["eval_return"].ravel())
     assert json.loads((whole / "config.json").read_text())["eval_every"] == 2
 
@@ -237,3 +340,38 @@ def test_make_train_refuses_an_every_past_the_run_and_names_its_key():
                            (td3, td3.TD3Config(total_timesteps=2000, learning_starts=500, buffer_size=1000))):
         built = getattr(module, f"make_{module.__name__.rsplit('.', 1)[-1]}")(config)
         assert built.num_updates == config.num_updates, module.__name__
+
+
+def test_cli_reports_and_evaluates_each_runs_best_policy(runs, tmp_path, capsys):
+    """`train` names each run's best policy; `evaluate --best-policy` plays those policies (the keys of `evaluate`,
+    as `load_policy(F, r, best_policy=True)`), with their updates in the table and the CSV."""
+    _, evaluated, _ = runs
+    best, folder = evaluated.best_policy, tmp_path / "run"
+    assert cli.main([*ARGV, "--out", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert ("  best policy per run (its periodic evaluation's return @ update): "
+            + " ".join(f"{v}@{int(u)}" for v, u in zip(cli._figures(best.eval_return), best.update))
+            + f"; kept with the checkpoint: jaxrl-rollout evaluate {folder} --best-policy\n") in out
+
+    assert cli.main(["evaluate", str(folder), "--best-policy", "--num-episodes", "2", "--csv",
+                     str(tmp_path / "e.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "each run's best policy, checkpoint final" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("  default ")]
+    assert [int(row[-2]) for row in rows] == [int(u) for u in best.update]
+    assert [row[-1] for row in rows] == [f"{float(v):.2f}" for v in best.eval_return]
+    with open(tmp_path / "e.csv", newline="") as f:
+        updates = {(row["seed"], row["update"]) for row in csv.DictReader(f)}
+    assert updates == {(str(r), str(int(u))) for r, u in enumerate(best.update)}
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(0), 0), EVAL.num_runs)
+    for r, row in enumerate(rows):
+        policy = runner.load_policy(folder, r, best_policy=True)
+        result = evaluate(policy.env, policy.env_params, policy.policy_fn, policy.params, keys[r], 2)
+        assert row[2] == f"{float(result.returns.mean()):.2f}"
+
+    plain = tmp_path / "plain"
+    runner.train(PLAIN, plain, stop_after_chunks=1, progress=None)
+    assert cli.main(["evaluate", str(plain), "--best-policy"]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxrl-rollout: error: {plain} keeps no best policy: it was trained without periodic evaluation (train with "
+        "--eval-every to keep each run's best policy).\n")
