@@ -1597,10 +1597,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
                          "before the first chunk ended); continue it with: "
                          f"jaxrl-rollout train --resume {args.folder}")
     if args.best_policy:  # every run's best policy, kept with the checkpoint: evaluated in place of the state
-        from jaxrl_rollout.runner import load_best_policies
+        from jaxrl_rollout.runner import load_best_policies, no_evaluation_yet
 
         spec, state = load_best_policies(args.folder)
         manifest = checkpoint.read_manifest(args.folder)
+        why = no_evaluation_yet(spec, state, manifest["meta"]["updates_done"])
+        if why is not None:
+            raise ValueError(f"--best-policy: {why}; evaluate the latest policies without --best-policy.")
     else:
         spec, state, _, manifest = load_run(args.folder)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]

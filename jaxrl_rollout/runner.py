@@ -1297,6 +1297,15 @@ def load_best_policies(folder) -> tuple[RunSpec, Any]:
     return spec, state[1]
 
 
+def no_evaluation_yet(spec: RunSpec, best: Any, updates_done: int) -> str | None:
+    """Why `best` (`load_best_policies`'s) holds no evaluated policy, or None: its runs' updates are all 0 when
+    the checkpoint came before the first evaluation (then each run's "best" is its initial policy)."""
+    if np.any(np.asarray(best.update) > 0):
+        return None
+    return (f"no periodic evaluation has run yet: the first is after update {spec.eval_every}, and the checkpoint "
+            f"is after update {updates_done}")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class TrainedPolicy:
     """One run of a saved training run, ready to act (`load_policy`).
@@ -1458,6 +1467,10 @@ def load_policy(folder, run: int = 0, *, deterministic: bool = True, best_policy
         spec, algorithm = saved, make_algorithm(saved)
     if best_policy:
         _, best = load_best_policies(folder)
+        if int(best.update[int(run)]) == 0:
+            why = no_evaluation_yet(spec, best, checkpoint.read_manifest(folder)["meta"]["updates_done"])
+            raise ValueError(f"best_policy=True: run {run} of {folder} has no evaluated policy: "
+                             f"{why or 'its evaluations so far returned NaN'}.")
         params, updates_done = jax.tree.map(lambda x: x[int(run)], best.params), int(best.update[int(run)])
     else:
         state, _, manifest = _load_state(folder, spec, algorithm)

@@ -375,3 +375,16 @@ def test_cli_reports_and_evaluates_each_runs_best_policy(runs, tmp_path, capsys)
     assert capsys.readouterr().err == (
         f"jaxrl-rollout: error: {plain} keeps no best policy: it was trained without periodic evaluation (train with "
         "--eval-every to keep each run's best policy).\n")
+
+
+def test_best_policy_before_the_first_evaluation_is_refused_in_one_line(tmp_path, capsys):
+    """A checkpoint before the first evaluation holds each run's initial policy as its "best" (update 0)."""
+    spec = runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), num_seeds=2, chunk_updates=3, eval_every=6)
+    runner.train(spec, _start(spec, tmp_path), stop_after_chunks=1, progress=None)
+    assert (runner.load_best_policies(tmp_path)[1].update == 0).all()
+    why = "no periodic evaluation has run yet: the first is after update 6, and the checkpoint is after update 3"
+    with pytest.raises(ValueError, match=f"^best_policy=True: run 1 of {tmp_path} has no evaluated policy: {why}.$"):
+        runner.load_policy(tmp_path, 1, best_policy=True)
+    assert cli.main(["evaluate", str(tmp_path), "--best-policy"]) == 2
+    assert capsys.readouterr().err == (f"jaxrl-rollout: error: --best-policy: {why}; evaluate the latest policies "
+                                       "without --best-policy.\n")
