@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxrl_rollout import algorithms, runner
+from jaxrl_rollout import algorithms, periodic_eval, runner
 
 RUNS = 2
 
@@ -54,9 +54,10 @@ def _exported(algo: str, changes: dict, platform: str) -> tuple[str, str]:
     shape_of = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)  # noqa: E731
     keys, hparams, eval_keys = shape_of((spec.run_keys(), spec.run_hparams(), spec.eval_keys()))
     state = jax.eval_shape(init, keys, hparams)
+    best = jax.eval_shape(jax.vmap(lambda s: periodic_eval.no_best(algorithm, s)), state)  # each run's best policy
     init_text = jax.export.export(init, platforms=(platform,))(keys, hparams).mlir_module()
     chunk_text = jax.export.export(chunk, platforms=(platform,))(
-        state, hparams, eval_keys, jax.ShapeDtypeStruct((), jnp.int32)).mlir_module()
+        state, hparams, eval_keys, jax.ShapeDtypeStruct((), jnp.int32), best).mlir_module()
     return init_text, chunk_text
 
 
