@@ -1672,9 +1672,8 @@ def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm,
         g, s = divmod(r, spec.num_seeds)
         wdl = "".join(f"  {'/'.join(f'{x:.2f}' for x in rates[m][r]):>14}" for m in ("det", "sto")) if game else ""
         stochastic = f"  {sto[r].mean():z9.2f} ({sto[r].std():z5.1f})" if sto is not None else ""
-        if best is not None:
-            wdl += f"  {best[r]:>7}  {float(state.eval_return[r]):z11.2f}"
-        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f}){stochastic}{wdl}")
+        kept = f"  {best[r]:>7}  {float(state.eval_return[r]):z11.2f}" if best is not None else ""
+        print(f"  {labels[g]:<{width}}  {s:>4}  {det[r].mean():z9.2f} ({det[r].std():z5.1f}){stochastic}{wdl}{kept}")
     if spec.num_seeds > 1:
         print(report.format_evaluation_summary(spec, {"deterministic": det, "stochastic": sto}))
     if args.csv is not None:
@@ -1764,10 +1763,10 @@ def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
     folder = pathlib.Path(args.folder) / "videos"
     names = _video_names(spec)
     carry = algorithm.module.initial_carry(1) if algorithm.recurrent else None
-    update = f"{updates_done:0{len(str(spec.config.num_updates))}d}"
+    width = len(str(spec.config.num_updates))
+    update = f"{updates_done:0{width}d}"
     best = _best_updates(state)
-    if best is not None:  # each run's own update, in its name and on its frames
-        width = len(str(spec.config.num_updates))
+    if best is not None:  # each run's own update, in its name
         names = [f"{name}_update{u:0{width}d}" for name, u in zip(names, best)]
     try:
         videos = video.write_episode_videos(

@@ -76,7 +76,7 @@ def _metrics_class(cls: type, names: tuple[str, ...]) -> type:
 
 
 class BestPolicy(NamedTuple):
-    """A run's best evaluated policy so far (`keep_best`): what `train --eval-every` keeps in FOLDER/best.
+    """A run's best evaluated policy so far (`keep_best`): what `train --eval-every` keeps with its checkpoints.
 
     Attributes:
       eval_return: its evaluation's mean return (float32; -inf before the first evaluation).

@@ -941,6 +941,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
     with StopSignals(lambda line: say(line)) as signals:  # SIGINT / SIGTERM / SIGHUP stop at a chunk boundary
         compile_start = time.perf_counter()
         states, loaded_best = None, None
+        bests = [None] * len(groups)  # each group's best policies (`periodic_eval.keep_best`), with eval_every
         # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.
         concatenate = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts),
                               out_shardings=sharding)
@@ -952,15 +953,15 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         spec_unsaved = False  # config.json holds a smaller total than `spec` (a run extended here)
         if resume:
             saved_manifest = checkpoint.read_manifest(folder)
-            template = _state_template(spec, algorithm, saved_manifest)
             check_checkpoint_spec(folder, spec, saved_manifest, ignore=("config.total_timesteps",), given=True)
             spec_unsaved = ((folder / "config.json").exists()
                             and bool(spec_differences(read_spec(folder).to_json(), spec.to_json())))
-            loaded, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
-            loaded, loaded_best = loaded if manifest["meta"].get(BEST_POLICY) else (loaded, None)
+            loaded, loaded_best, extras, manifest = _load_saved(folder, spec, algorithm, saved_manifest, sharding)
             chunks_done = manifest["meta"]["chunks_done"]
             lengths = continued_lengths(spec, chunks_done, manifest["meta"]["updates_done"])
-            states = [loaded] if len(groups) == 1 else [_take_runs(loaded, a, b, sharding) for a, b in groups]
+            states = _split_runs(loaded, groups, sharding)
+            if loaded_best is not None:
+                bests = _split_runs(loaded_best, groups, sharding)
             metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
             if host is not None and chunks_done < len(lengths):
                 reopen = jax.jit(jax.vmap(lambda state: reopen_host_envs(algorithm, state)),
@@ -975,16 +976,14 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
                 for (a, b), h in zip(groups, group_hparams)
             ]
-        bests = [None] * len(groups)  # each group's best policies (`periodic_eval.keep_best`), with eval_every
-        if evaluating:
+        if evaluating and loaded_best is None:  # a new run, or one resumed from a checkpoint that kept none
             from jaxrl_rollout.periodic_eval import no_best
 
-            if resume and loaded_best is None and chunks_done:
+            if resume:
                 say(f"  {folder}'s checkpoint keeps no best policy (saved by a version that kept none): the best "
                     "policy is kept from this resume on")
             start = jax.jit(jax.vmap(lambda state: no_best(algorithm, state)), out_shardings=sharding)
-            bests = ([start(state) for state in states] if not resume or loaded_best is None else
-                     [_take_runs(loaded_best, a, b, sharding) for a, b in groups] if len(groups) > 1 else [loaded_best])
+            bests = [start(state) for state in states]
         executables = {}
         for length in sorted(set(lengths[chunks_done:])):
             for (a, b), state, h, e, best in zip(groups, states, group_hparams, group_eval, bests):
@@ -1123,9 +1122,13 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                          compile_s, run_s, mesh.size, len(lengths), merge(bests) if evaluating else None)
 
 
-def _take_runs(tree: Any, a: int, b: int, sharding: NamedSharding) -> Any:
-    """Runs a to b of `tree` (leaves [R, ...] laid out over `sharding`), laid out the same way."""
-    return jax.jit(lambda tree: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(tree)
+def _split_runs(tree: Any, groups: list, sharding: NamedSharding) -> list:
+    """Each group's (a, b) runs a to b of `tree` (leaves [R, ...] laid out over `sharding`), laid out the same
+    way; a single group's tree as it is."""
+    if len(groups) == 1:
+        return [tree]
+    return [jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(tree)
+            for a, b in groups]
 
 
 def _given(value: Any) -> tuple:
@@ -1259,13 +1262,30 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
 
 def _load_state(folder, spec: RunSpec, algorithm) -> tuple[Any, dict, dict]:
     """`checkpoint.load` of the folder's latest checkpoint against the state `algorithm` builds for `spec`."""
-    state, extras, manifest = _load_saved(folder, spec, algorithm)
-    return (state[0] if manifest["meta"].get(BEST_POLICY) else state), extras, manifest
+    state, _, extras, manifest = _load_saved(folder, spec, algorithm)
+    return state, extras, manifest
 
 
-def _load_saved(folder, spec: RunSpec, algorithm) -> tuple[Any, dict, dict]:
-    """`checkpoint.load` of the folder's latest checkpoint: the train state, or (state, best policies)."""
-    return checkpoint.load(folder, _state_template(spec, algorithm, checkpoint.read_manifest(folder)))
+def _load_saved(folder, spec: RunSpec, algorithm, manifest: dict | None = None,
+                sharding: NamedSharding | None = None) -> tuple[Any, Any, dict, dict]:
+    """`checkpoint.load` of the folder's latest checkpoint (whose `manifest` the caller may have read):
+    (train state, best policies or None where the run kept none, extras, manifest)."""
+    if manifest is None:
+        manifest = checkpoint.read_manifest(folder)
+    saved, extras, manifest = checkpoint.load(folder, _state_template(spec, algorithm, manifest), sharding=sharding)
+    return (*(saved if manifest["meta"].get(BEST_POLICY) else (saved, None)), extras, manifest)
+
+
+def _load_best(folder, spec: RunSpec, algorithm) -> tuple[Any, dict]:
+    """(every run's `periodic_eval.BestPolicy`, the manifest) of the folder's latest checkpoint; a ValueError
+    where the run keeps none (`load_best_policies`)."""
+    _, best, _, manifest = _load_saved(folder, spec, algorithm)
+    if best is None:
+        why = ("it was trained without periodic evaluation (train with --eval-every to keep each run's best "
+               "policy)" if spec.eval_every is None else
+               "its checkpoint was saved by a version that kept none (--resume it to keep one from then on)")
+        raise ValueError(f"{folder} keeps no best policy: {why}.")
+    return best, manifest
 
 
 def load_best_policies(folder) -> tuple[RunSpec, Any]:
@@ -1288,13 +1308,7 @@ def load_best_policies(folder) -> tuple[RunSpec, Any]:
     """
     spec = read_spec(folder)
     spec = run_spec(folder, spec, checkpoint.read_manifest(folder))
-    state, _, manifest = _load_saved(folder, spec, make_algorithm(spec))
-    if not manifest["meta"].get(BEST_POLICY):
-        why = ("it was trained without periodic evaluation (train with --eval-every to keep each run's best "
-               "policy)" if spec.eval_every is None else
-               "its checkpoint was saved by a version that kept none (--resume it to keep one from then on)")
-        raise ValueError(f"{folder} keeps no best policy: {why}.")
-    return spec, state[1]
+    return spec, _load_best(folder, spec, make_algorithm(spec))[0]
 
 
 def no_evaluation_yet(spec: RunSpec, best: Any, updates_done: int) -> str | None:
@@ -1466,9 +1480,9 @@ def load_policy(folder, run: int = 0, *, deterministic: bool = True, best_policy
     if saved != spec:  # an extension stopped before it rewrote config.json: its checkpoint's spec is the run's
         spec, algorithm = saved, make_algorithm(saved)
     if best_policy:
-        _, best = load_best_policies(folder)
+        best, manifest = _load_best(folder, spec, algorithm)
         if int(best.update[int(run)]) == 0:
-            why = no_evaluation_yet(spec, best, checkpoint.read_manifest(folder)["meta"]["updates_done"])
+            why = no_evaluation_yet(spec, best, manifest["meta"]["updates_done"])
             raise ValueError(f"best_policy=True: run {run} of {folder} has no evaluated policy: "
                              f"{why or 'its evaluations so far returned NaN'}.")
         params, updates_done = jax.tree.map(lambda x: x[int(run)], best.params), int(best.update[int(run)])

@@ -96,12 +96,15 @@ def test_interrupted_and_resumed_run_ends_bit_identical_eval_metrics_included(ru
     _assert_same(full.best_policy, resumed.best_policy)  # kept through the checkpoint, not started again
 
 
-def test_a_resumed_run_keeps_the_best_policy_of_its_checkpoint(runs, tmp_path):
+@pytest.mark.parametrize("max_parallel", [None, 1])
+def test_a_resumed_run_keeps_the_best_policy_of_its_checkpoint(runs, tmp_path, max_parallel):
     """In chunks of 2, run 0's best evaluation (after update 4) comes before the resume after chunk 2: a resumed
-    run that started its best policies again would end with run 0's evaluation after update 6."""
-    _, full, _ = runs
+    run that started its best policies again would end with run 0's evaluation after update 6. With
+    max_parallel=1 each run is a group of its own: the saved best policies are split between the groups (and
+    a group of one run computes in other float roundings than a group of two: the run to match is its own)."""
     spec = runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), num_seeds=2, chunk_updates=2, eval_every=2,
-                          eval_episodes=3)
+                          eval_episodes=3, max_parallel=max_parallel)
+    full = runs[1] if max_parallel is None else runner.train(spec, progress=None)
     assert int(full.best_policy.update[0]) == 4  # what the test stands on
     runner.train(spec, _start(spec, tmp_path), stop_after_chunks=2, progress=None)
     resumed = runner.train(spec, tmp_path, resume=True, progress=None)
