@@ -61,14 +61,20 @@ def _rgb(frames: Any) -> np.ndarray:
 # ---- gymnax: classic control and MinAtar ----
 
 
-def import_pygame(name: str) -> None:
-    """Imports pygame, quietly and headless, for drawing gymnax's env `name`; a `MissingExtra` naming the video extra
-    otherwise (gymnasium's renderer draws with pygame, and without it gymnasium would name its own extra, not ours)."""
-    # pygame's greeting on stdout when gymnasium imports it, and ALSA's complaints on a machine without sound
+def quiet_pygame() -> None:
+    """Sets pygame up to draw quietly and headless before it is imported or initialised (a value already set is
+    kept): no greeting on stdout when gymnasium imports it, and no ALSA complaints on a machine without sound
+    (gymnasium's renderers call `pygame.init()`, which opens the sound too)."""
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+
+def import_pygame(name: str) -> None:
+    """Imports pygame, quietly and headless, for drawing gymnax's env `name`; a `MissingExtra` naming the video extra
+    otherwise (gymnasium's renderer draws with pygame, and without it gymnasium would name its own extra, not ours)."""
+    quiet_pygame()
     try:
         import pygame  # noqa: F401
     except ImportError as err:
@@ -356,15 +362,16 @@ def render_navix(env: Any, env_params: Any, states: Any) -> np.ndarray:
 
 
 def refuse_host(env: Any, env_params: Any, states: Any) -> np.ndarray:
-    """Host envs (gymnasium, envpool) keep their state in the host process: nothing to draw from. A gymnasium
-    env draws itself: the message points at the README's recipe (`runner.load_policy`, render_mode="rgb_array")."""
-    recipe = ("; gymnasium draws its own episodes: play one with runner.load_policy(FOLDER).act in "
-              "gymnasium.make(ID, render_mode='rgb_array') (README, Videos)" if type(env).__name__ == "GymnasiumEnv"
-              else "")
-    raise ValueError(
-        f"cannot render {getattr(env, 'name', type(env).__name__)}: {type(env).__name__} is a host env (gymnasium, "
-        f"envpool) whose state lives in the host process, not in the recorded JAX states{recipe}."
-    )
+    """Host envs (gymnasium, envpool) keep their state in the host process: recorded states hold nothing to draw.
+    A gymnasium env draws itself while its episode is played (`write_episode_videos`, `TrainingVideos`); envpool
+    cannot draw at all."""
+    name = getattr(env, "name", type(env).__name__)
+    if type(env).__name__ == "GymnasiumEnv":
+        raise ValueError(f"cannot draw recorded states of {name}: a GymnasiumEnv's state lives in the host process; "
+                         "it draws itself while an episode is played: video.write_episode_videos, "
+                         "video.TrainingVideos, jaxrl-rollout evaluate --video.")
+    raise ValueError(f"cannot render {name}: {type(env).__name__} is a host env whose state lives in the host "
+                     "process, and it has no way to draw its envs (envpool renders nothing).")
 
 
 BUILTIN = {

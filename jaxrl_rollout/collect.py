@@ -528,6 +528,43 @@ def episode_limit(env: Any, env_params: Any, max_steps: int | None, what: str = 
     return bound
 
 
+def evaluation_step(env: Any, env_params: Any, policy_fn: Any, params: PyTree, num_episodes: int) -> Any:
+    """One step of `evaluate`'s episodes: `step(state, active) -> (state, active, reward)`.
+
+    `state` is the `RolloutState` of the N envs, `active` [N] marks the
+    episodes still running; a finished episode's later rewards and steps are
+    not counted (its reward in the result is 0) and it stays inactive.
+    `evaluate` and `video.record_episodes` loop over it in a
+    `lax.while_loop`; a host env's video steps it from Python, one call at a
+    time, drawing the env between calls: the same steps, so the same episodes.
+    `env_params` must be resolved (not None).
+    """
+    space = env.action_space(env_params)
+
+    def step(state: RolloutState, active: jax.Array) -> tuple[RolloutState, jax.Array, jax.Array]:
+        key, policy_key, env_keys = stepping.step_keys(state.key, num_episodes)
+        out, carry = stepping.act(
+            policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space
+        )
+        obs, env_state, reward, terminated, truncated, _ = stepping.env_step(
+            env, env_params, env_keys, state.env_state, out.action, num_episodes, reset_done=False
+        )
+        done = terminated | truncated
+        reward = jnp.where(active, reward, 0.0)
+        state = RolloutState(
+            env_state=env_state,
+            obs=obs,
+            first=done,
+            episode_return=state.episode_return + reward,
+            episode_length=state.episode_length + active.astype(jnp.int32),
+            carry=carry,
+            key=key,
+        )
+        return state, active & ~done, reward
+
+    return step
+
+
 def evaluate(
     env: Any,
     env_params: Any,
@@ -575,7 +612,7 @@ def evaluate(
     env_params = stepping.resolve_params(env, env_params)
     max_steps = episode_limit(env, env_params, max_steps, "the evaluation")
     state = rollout_init(key, env, env_params, num_episodes, initial_carry)
-    space = env.action_space(env_params)
+    step = evaluation_step(env, env_params, policy_fn, params, num_episodes)
 
     def cond(loop):
         state, active, t = loop
@@ -583,24 +620,8 @@ def evaluate(
 
     def body(loop):
         state, active, t = loop
-        key, policy_key, env_keys = stepping.step_keys(state.key, num_episodes)
-        out, carry = stepping.act(
-            policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space
-        )
-        obs, env_state, reward, terminated, truncated, _ = stepping.env_step(
-            env, env_params, env_keys, state.env_state, out.action, num_episodes, reset_done=False
-        )
-        done = terminated | truncated
-        state = RolloutState(
-            env_state=env_state,
-            obs=obs,
-            first=done,
-            episode_return=state.episode_return + jnp.where(active, reward, 0.0),
-            episode_length=state.episode_length + active.astype(jnp.int32),
-            carry=carry,
-            key=key,
-        )
-        return state, active & ~done, t + 1
+        state, active, _ = step(state, active)
+        return state, active, t + 1
 
     active = jnp.ones((num_episodes,), dtype=bool)
     state, active, _ = jax.lax.while_loop(cond, body, (state, active, jnp.int32(0)))

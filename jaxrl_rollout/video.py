@@ -59,9 +59,16 @@ raw suite env, whose state the adapter's state holds: `BraxState.brax_state`,
 states are the suite's own) is reached by each suite's hook.
 
 A suite that cannot render, and any other env without a hook, gets a
-one-line ValueError naming it; host envs (gymnasium, envpool) cannot, as
-their state lives in the host process. A machine without OpenGL gets a
-one-line RuntimeError from the brax/MuJoCo hook saying what is needed.
+one-line ValueError naming it. Host envs keep their state in the host
+process, so there are no recorded states to draw: a gymnasium env draws
+itself instead, while its episode is played from Python with `evaluate`'s
+own step (`collect.evaluation_step`), one jitted call at a time, in an env
+made with `render_mode="rgb_array"` (`GymnasiumEnv.drawing`);
+`write_episode_videos` and `TrainingVideos` do this for a host env (the
+same episodes and returns as `evaluate`; "best"/"worst" evaluate the runs
+one at a time), while `record_episodes`/`render_frames` cannot. envpool
+cannot draw at all. A machine without OpenGL gets a one-line RuntimeError
+from the brax/MuJoCo hook saying what is needed.
 
 The `video` extra (`pip install 'jaxrl-rollout[video]'`) installs imageio,
 imageio-ffmpeg, pygame (gymnax classic control) and cairosvg (pgx); a
@@ -85,7 +92,7 @@ import numpy as np
 
 from jaxrl_rollout import _checks, _extras, _render_suites, checkpoint, collect, prng, stepping
 from jaxrl_rollout._warnings import user_stacklevel
-from jaxrl_rollout.types import PyTree, RolloutState
+from jaxrl_rollout.types import PyTree
 
 __all__ = [
     "EpisodeRecording",
@@ -212,7 +219,7 @@ def record_episodes(
     env_params = stepping.resolve_params(env, env_params)
     max_steps = _episode_bound(env, env_params, max_steps)
     state = collect.rollout_init(key, env, env_params, num_episodes, initial_carry)
-    space = env.action_space(env_params)
+    step = collect.evaluation_step(env, env_params, policy_fn, params, num_episodes)
     # Filled with copies of the first state (not zeros): PRNG-key leaves have no zeros.
     states = jax.tree.map(lambda x: jnp.repeat(x[None], max_steps, axis=0), state.env_state)
     rewards = jnp.zeros((max_steps, num_episodes), jnp.float32)
@@ -224,24 +231,9 @@ def record_episodes(
     def body(loop):
         state, active, t, states, rewards = loop
         states = jax.tree.map(lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, t, 0), states, state.env_state)
-        key, policy_key, env_keys = stepping.step_keys(state.key, num_episodes)
-        out, carry = stepping.act(policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space)
-        obs, env_state, reward, terminated, truncated, _ = stepping.env_step(
-            env, env_params, env_keys, state.env_state, out.action, num_episodes, reset_done=False
-        )
-        done = terminated | truncated
-        reward = jnp.where(active, reward, 0.0)
-        state = RolloutState(
-            env_state=env_state,
-            obs=obs,
-            first=done,
-            episode_return=state.episode_return + reward,
-            episode_length=state.episode_length + active.astype(jnp.int32),
-            carry=carry,
-            key=key,
-        )
+        state, active, reward = step(state, active)
         rewards = jax.lax.dynamic_update_index_in_dim(rewards, reward, t, 0)
-        return state, active & ~done, t + 1, states, rewards
+        return state, active, t + 1, states, rewards
 
     active = jnp.ones((num_episodes,), dtype=bool)
     state, active, _, states, rewards = jax.lax.while_loop(cond, body, (state, active, jnp.int32(0), states, rewards))
@@ -372,7 +364,9 @@ def find_renderer(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
 
     Raises:
       ValueError: no hook is found for the env or anything it wraps (the
-        message names the env), or it is a host env.
+        message names the env), or it is a host env (whose recorded states
+        hold nothing to draw; `write_episode_videos` draws a gymnasium env
+        while playing it).
     """
     chain = [env]
     hook = _own_hook(env)
@@ -475,7 +469,24 @@ def check_recordable(env: Any) -> None:
       ValueError: `env` has no render hook (see `find_renderer`).
       ImportError: the `video` extra (imageio, pygame, cairosvg) is missing, naming the install command.
     """
+    if _drawing_host(env) is not None:
+        _imageio()
+        return
     _recordable(env)
+
+
+def _drawing_host(env: Any) -> Any:
+    """The host env that `env` is or wraps, checked to draw itself (`GymnasiumEnv.check_drawable`), or None for a
+    JAX env; a host env that cannot draw (envpool) is a one-line ValueError."""
+    from jaxrl_rollout.envs._host import host_env
+
+    host = host_env(env)
+    if host is None:
+        return None
+    if not hasattr(host, "check_drawable"):
+        _render_suites.refuse_host(host, None, None)
+    host.check_drawable()
+    return host
 
 
 def _recordable(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
@@ -976,7 +987,10 @@ def write_episode_videos(
     `evaluate`, which gives the same episodes). The renderer is found before
     anything runs, so an env that cannot render fails at once. An episode is
     drawn and encoded 64 states at a time (a registered hook is given it
-    whole), so a long one never has all its frames in memory.
+    whole), so a long one never has all its frames in memory. A gymnasium
+    env (a host env) is played from Python with `evaluate`'s steps instead,
+    drawing itself before every step (see the module docstring): the same
+    episode, frames encoded as they are drawn.
 
     Args:
       folder: where the videos go (created if missing).
@@ -1012,10 +1026,18 @@ def write_episode_videos(
       ImportError: the `video` extra is missing (checked before anything runs).
       OSError: a video cannot be written (see `write_video`).
     """
-    writer = _EpisodeWriter(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
-                            initial_carry=initial_carry, label=label)
+    writer = _episode_writer(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
+                             initial_carry=initial_carry, label=label)
     return [v for v, _ in writer.write(folder, params_per_run, keys, runs, names=names, prefix=prefix, caption=caption,
                                        keep_frames=False)]
+
+
+def _episode_writer(env: Any, env_params: Any, policy_fn: Any, **options: Any) -> _EpisodeWriter:
+    """The writer of `env`'s episode videos: drawn from recorded states, or, for a host env, while played."""
+    from jaxrl_rollout.envs._host import host_env
+
+    writer = _EpisodeWriter if host_env(env) is None else _HostEpisodeWriter
+    return writer(env, env_params, policy_fn, **options)
 
 
 class _EpisodeWriter:
@@ -1069,25 +1091,28 @@ class _EpisodeWriter:
         selected = select_runs(runs, num_runs, returns)
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        videos = []
-        for r in selected:
-            recording = self._record(jax.tree.map(lambda x: x[r], params_per_run), keys[r])
-            episode_return, length = float(recording.returns[0]), int(recording.lengths[0])
-            texts = None
-            if self._label:
-                so_far = np.cumsum(np.asarray(recording.rewards)[:length, 0])
-                # the return before step t's reward: what the frame (the state acted on) has earned
-                before = np.concatenate([[0.0], so_far[:-1]])
-                texts = [f"{names[r]}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)]
-            states = episode_states(recording, 0)
-            block = self.FRAMES_PER_BLOCK if self._draw.per_state else length
-            blocks = self._drawn(states, length, texts, block)
-            kept = []  # with keep_frames: the frames, filled block by block as they are encoded
-            path = write_video(folder / video_name(prefix + names[r], episode_return),
-                               _collected(blocks, length, kept) if keep_frames else blocks, fps=self._fps)
-            videos.append((EpisodeVideo(run=r, path=path, episode_return=episode_return, length=length),
-                           kept[0] if keep_frames else None))
-        return videos
+        return [self._video(folder, jax.tree.map(lambda x: x[r], params_per_run), keys[r], r, names[r], prefix,
+                            caption, keep_frames) for r in selected]
+
+    def _video(self, folder: Path, params: PyTree, key: jax.Array, run: int, name: str, prefix: str, caption: str,
+               keep_frames: bool) -> tuple[EpisodeVideo, np.ndarray | None]:
+        """One run's episode recorded, drawn and encoded into `folder` (see `write`)."""
+        recording = self._record(params, key)
+        episode_return, length = float(recording.returns[0]), int(recording.lengths[0])
+        texts = None
+        if self._label:
+            so_far = np.cumsum(np.asarray(recording.rewards)[:length, 0])
+            # the return before step t's reward: what the frame (the state acted on) has earned
+            before = np.concatenate([[0.0], so_far[:-1]])
+            texts = [f"{name}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)]
+        states = episode_states(recording, 0)
+        block = self.FRAMES_PER_BLOCK if self._draw.per_state else length
+        blocks = self._drawn(states, length, texts, block)
+        kept = []  # with keep_frames: the frames, filled block by block as they are encoded
+        path = write_video(folder / video_name(prefix + name, episode_return),
+                           _collected(blocks, length, kept) if keep_frames else blocks, fps=self._fps)
+        return (EpisodeVideo(run=run, path=path, episode_return=episode_return, length=length),
+                kept[0] if keep_frames else None)
 
     FRAMES_PER_BLOCK = 64
     """The states drawn at a time by a hook that draws state by state (`write`)."""
@@ -1101,6 +1126,70 @@ class _EpisodeWriter:
             if texts is not None:
                 frames = _label(frames, texts[start:stop], in_place=self._draw.new_frames and frames.flags.writeable)
             yield frames
+
+
+class _HostEpisodeWriter(_EpisodeWriter):
+    """`_EpisodeWriter` for a host env (gymnasium), which draws itself: its episode is played from Python, one
+    jitted `collect.evaluation_step` at a time (the steps `evaluate` takes, so the same episode and return),
+    with the env opened to draw (`GymnasiumEnv.drawing`) and its first sub-env drawn before every step. The
+    frames go to the encoder a block at a time, as they are drawn. A host env cannot run under vmap with its
+    runs ending at different steps, so "best" and "worst" evaluate the runs one at a time."""
+
+    def __init__(self, env: Any, env_params: Any, policy_fn: Any, *, max_steps: int | None = None, fps: float = 30,
+                 initial_carry: PyTree | None = None, label: bool = True):
+        self._host = _drawing_host(env)  # cannot draw, or a missing package: before anything runs
+        _imageio()
+        self._fps, self._label = fps, label
+        env_params = stepping.resolve_params(env, env_params)
+        self._max_steps = _episode_bound(env, env_params, max_steps)
+        one_return = jax.jit(lambda p, k: collect.evaluate(
+            env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
+        ).returns[0])
+        self._returns = lambda params, keys: np.array(
+            [one_return(jax.tree.map(lambda x: x[r], params), keys[r]) for r in range(keys.shape[0])])
+        self._start = jax.jit(lambda k: collect.rollout_init(k, env, env_params, 1, initial_carry))
+        self._step = jax.jit(lambda p, state, active: collect.evaluation_step(env, env_params, policy_fn, p, 1)(
+            state, active))
+
+    def _video(self, folder: Path, params: PyTree, key: jax.Array, run: int, name: str, prefix: str, caption: str,
+               keep_frames: bool) -> tuple[EpisodeVideo, np.ndarray | None]:
+        played, kept = {}, []
+        with self._host.drawing():
+            blocks = self._played(params, key, f"{name}{caption}", played)
+            # the return names the file, and is known once the episode ends: written under a hidden name first
+            path = write_video(folder / f".{prefix}{name}.playing.mp4",
+                               _kept(blocks, kept) if keep_frames else blocks, fps=self._fps)
+        episode_return, length = played["return"], played["length"]
+        final = path.with_name(video_name(prefix + name, episode_return, path.suffix))
+        path.replace(final)
+        return (EpisodeVideo(run=run, path=final, episode_return=episode_return, length=length),
+                np.concatenate(kept) if keep_frames else None)
+
+    def _played(self, params: PyTree, key: jax.Array, label: str, played: dict) -> Iterator[np.ndarray]:
+        """The episode's frames, `FRAMES_PER_BLOCK` at a time, as it is played; its return and length go into
+        `played` at the end."""
+        state, active = self._start(key), jnp.ones((1,), bool)
+        frames, texts, t = [], [], 0
+        while True:
+            frames.append(self._host.frame())  # the state the policy acts on next
+            texts.append(f"{label}  t={t}  return={float(state.episode_return[0]):.1f}")
+            state, active, _ = self._step(params, state, active)
+            t += 1
+            last = not bool(active[0]) or t >= self._max_steps
+            if last or len(frames) == self.FRAMES_PER_BLOCK:
+                block = _check_frames(np.stack(frames), self._host.name)
+                yield _label(block, texts, in_place=True) if self._label else block
+                frames, texts = [], []
+            if last:
+                break
+        played["return"], played["length"] = float(state.episode_return[0]), int(state.episode_length[0])
+
+
+def _kept(blocks: Iterator[np.ndarray], into: list) -> Iterator[np.ndarray]:
+    """`blocks` as they come, each also appended to `into`."""
+    for block in blocks:
+        into.append(block)
+        yield block
 
 
 def _collected(blocks: Iterator[np.ndarray], length: int, into: list) -> Iterator[np.ndarray]:
@@ -1133,7 +1222,9 @@ class TrainingVideos:
     Args:
       folder: where the videos go (created at the first video).
       env, env_params, policy_fn: as `write_episode_videos` (a deterministic
-        policy: an algorithm's `eval_policy_fn`).
+        policy: an algorithm's `eval_policy_fn`). A host env (gymnasium)
+        must be another object than the one training steps: its videos
+        reset it (the command line makes one of its own).
       policy_params: maps one run's train state to its policy params (an
         algorithm's `policy_params`); the hook is called with every run's
         state, leaves [R, ...].
@@ -1162,8 +1253,8 @@ class TrainingVideos:
                  first_update: int = 0, sinks: Sequence[Any] = (), num_updates: int | None = None,
                  max_steps: int | None = None, fps: float = 30, initial_carry: PyTree | None = None):
         self.every = _checks.check_positive_int("every", every)
-        self._writer = _EpisodeWriter(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
-                                      initial_carry=initial_carry)
+        self._writer = _episode_writer(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
+                                       initial_carry=initial_carry)
         self._keys = jnp.asarray(keys)
         select_runs(runs, int(self._keys.shape[0]), np.zeros(self._keys.shape[0]))  # a bad selector fails now
         self._folder, self._runs, self._names, self._sinks = Path(folder), runs, names, list(sinks)

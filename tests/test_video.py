@@ -661,36 +661,130 @@ def test_envs_that_cannot_render_get_one_line_naming_them():
         assert "\n" not in str(err.value) and "register_renderer" in str(err.value)
     pytest.importorskip("gymnasium")
     host, _ = envs.make("gymnasium/CartPole-v1")
-    with pytest.raises(ValueError, match="^cannot render CartPole-v1: GymnasiumEnv is a host env") as err:
-        video.find_renderer(host)
-    assert "runner.load_policy(FOLDER).act in gymnasium.make(ID, render_mode='rgb_array') (README, Videos)" in str(
-        err.value)
+    with pytest.raises(ValueError, match="^cannot draw recorded states of CartPole-v1: a GymnasiumEnv's state") as err:
+        video.find_renderer(host)  # recorded states: a gymnasium env draws itself while its episode is played
+    assert "\n" not in str(err.value) and "write_episode_videos" in str(err.value)
 
 
-def test_the_readmes_gymnasium_video_recipe_records_a_trained_runs_episode(tmp_path, monkeypatch):
-    """The README's block for a gymnasium run's video, verbatim, on a small run trained by `train --env
-    gymnasium/CartPole-v1` in its folder: the video decodes to the episode's frames (the first observation's
-    and one after each step) and its name gives the episode's return."""
+def test_a_gymnasium_envs_video_is_the_episode_evaluate_plays_drawn_state_by_state(tmp_path, monkeypatch):
+    """A host env draws itself while its episode is played from Python with evaluate's own steps: each run's video
+    has evaluate's return for its key (a stochastic policy, so the policy's keys are evaluate's too), and its
+    frames are those of a gymnasium CartPole made with render_mode="rgb_array", reset with the seed the video's env
+    got and stepped with the same actions: the states acted on, s_0 ... s_{L-1} (rows under the label compared)."""
+    gymnasium = pytest.importorskip("gymnasium")
+    pytest.importorskip("pygame")
+    from jaxrl_rollout.envs.gymnasium import GymnasiumEnv
+
+    env, _ = envs.make("gymnasium/CartPole-v1")
+    policy_fn, params = mlp_policy(jax.random.key(1))
+    params = jax.tree.map(lambda x: jnp.stack([x, 3 * x]), params)  # two runs of different policies
+    keys = jax.random.split(jax.random.key(5), 2)
+    drawn = []  # (seed, [actions]) of every env opened to draw
+
+    def host_open(self, seeds, opened=GymnasiumEnv._host_open):
+        if self._drawing:
+            drawn.append((int(seeds.item()), []))
+        return opened(self, seeds)
+
+    def host_step(self, action, stepped=GymnasiumEnv._host_step):
+        if self._drawing:
+            drawn[-1][1].append(int(action.item()))
+        return stepped(self, action)
+
+    monkeypatch.setattr(GymnasiumEnv, "_host_open", host_open)
+    monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
+
+    class Sink:  # a logger that takes the frames
+        def __init__(self):
+            self.got = []
+
+        def log_video(self, run, clip, frames, update):
+            self.got.append((run, clip, frames, update))
+
+    sink = Sink()
+    record = video.TrainingVideos(tmp_path, env, None, policy_fn, lambda state: state, keys, every=2, runs="all",
+                                  sinks=[sink])
+    assert record(params, 1) == [] and not drawn
+    clips = record(params, 2)
+    assert [c.run for c in clips] == [0, 1] and [g[0] for g in sink.got] == [0, 1] and len(drawn) == 2
+    one = jax.jit(lambda p, k: jr.evaluate(env, None, policy_fn, p, k, 1).returns[0])
+    for r, (clip, (seed, actions)) in enumerate(zip(clips, drawn)):
+        key = jax.random.fold_in(keys[r], 2)  # TrainingVideos' key of run r at update 2
+        assert clip.episode_return == float(one(jax.tree.map(lambda x: x[r], params), key))
+        assert clip.length == len(actions) == clip.episode_return  # CartPole pays 1 a step
+        assert clip.path == tmp_path / video.video_name(f"update2_run{r}", clip.episode_return)
+        reference = gymnasium.make("CartPole-v1", render_mode="rgb_array")
+        reference.reset(seed=seed)
+        expected = [reference.render()]
+        for action in actions[:-1]:
+            reference.step(action)
+            expected.append(reference.render())
+        reference.close()
+        frames = sink.got[r][2]
+        assert frames.shape == (len(actions), *expected[0].shape)
+        np.testing.assert_array_equal(frames[:, 60:], np.stack(expected)[:, 60:])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(c.path.name for c in clips)  # no hidden files left
+    assert drawn[0][1] != drawn[1][1]
+    assert not env._drawing and env._render_env_fn is not None  # drawing ends with the videos
+    # a bound on the steps, as evaluate's: the episode stops there, its frames too
+    (short,) = video.write_episode_videos(tmp_path / "short", env, None, policy_fn, params, keys, "1", max_steps=5)
+    bounded = jr.evaluate(env, None, policy_fn, jax.tree.map(lambda x: x[1], params), keys[1], 1, max_steps=5)
+    assert (short.length, short.episode_return) == (5, float(bounded.returns[0])) == (int(bounded.lengths[0]), 5.0)
+
+
+def test_a_gymnasium_env_without_a_way_to_draw_says_how_to_give_one(tmp_path):
+    gymnasium = pytest.importorskip("gymnasium")
+    pytest.importorskip("pygame")
+    from jaxrl_rollout.envs.gymnasium import GymnasiumEnv
+
+    plain = GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"))
+    with pytest.raises(ValueError, match="^cannot draw CartPole-v1: its envs are made without render_mode='rgb_array'"
+                       ) as err:
+        video.check_recordable(plain)
+    assert "render_env_fn=lambda: gymnasium.make(ID, render_mode='rgb_array'" in str(err.value)
+    # envs that draw only when asked: env_fn itself draws the videos, and trains as it is
+    video.check_recordable(GymnasiumEnv(lambda: gymnasium.make("CartPole-v1", render_mode="rgb_array")))
+    video.check_recordable(GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"),
+                                        render_env_fn=lambda: gymnasium.make("CartPole-v1", render_mode="rgb_array")))
+    with pytest.raises(ValueError, match="render_env_fn made an env with render_mode=None"):
+        video.check_recordable(GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"),
+                                            render_env_fn=lambda: gymnasium.make("CartPole-v1")))
+    with pytest.raises(TypeError, match="^render_env_fn must be a callable"):
+        GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"), render_env_fn="rgb_array")
+
+
+def test_envpool_cannot_draw_and_says_so_in_one_line():
+    pytest.importorskip("envpool")
+    pool, _ = envs.make("envpool/CartPole-v1")
+    with pytest.raises(ValueError, match="^cannot render CartPole-v1: EnvpoolEnv is a host env .*envpool renders "
+                       "nothing") as err:
+        video.check_recordable(pool)
+    assert "\n" not in str(err.value)
+
+
+def test_a_gymnasium_run_records_videos_in_training_and_in_evaluate(tmp_path, monkeypatch):
+    """`train --env gymnasium/... --video-every N` and `evaluate --video`, as a user types them (a relative folder):
+    each video decodes to one frame per step of its episode, and its name gives the episode's return."""
     imageio = pytest.importorskip("imageio.v3")
     pytest.importorskip("pygame")
-    import pathlib
-
+    pytest.importorskip("gymnasium")
     from jaxrl_rollout import cli
 
-    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    block = re.search(r"A gymnasium env draws itself.*?```python\n(.*?)```", readme, flags=re.S).group(1)
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--seeds", "1", "--num-envs", "2", "--num-steps", "16",
-                     "--total-steps", "256", "--num-eval", "1", "--tensorboard", "false",
-                     "--out", "runs/gym-cartpole"]) == 0
-    scope = {}
-    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own code
-    total, frames = scope["total"], scope["frames"]
-    assert scope["done"] and total == len(frames) - 1  # CartPole: a reward of 1 per step
-    written = list(tmp_path.glob("gym-cartpole_return*.mp4"))
-    assert [p.name for p in written] == [video.video_name("gym-cartpole", total)]
-    decoded = imageio.imread(written[0], plugin="FFMPEG")
-    assert decoded.shape[0] == len(frames) and decoded.shape[-1] == 3 and decoded.std() > 0
+    assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--seeds", "2", "--num-envs", "2", "--num-steps", "16",
+                     "--total-steps", "256", "--chunk-updates", "4", "--num-eval", "1", "--tensorboard", "false",
+                     "--video-every", "4", "--out", "runs/gym"]) == 0
+    assert cli.main(["evaluate", "runs/gym", "--video", "--runs", "best,worst", "--num-episodes", "2"]) == 0
+    training = sorted(p.name for p in (tmp_path / "runs/gym/videos/training").iterdir())
+    assert [re.sub(r"return-?\d+\.\d", "return*", n) for n in training] == [
+        "update4_seed0_return*.mp4", "update8_seed0_return*.mp4"]
+    evaluated = sorted(p.name for p in (tmp_path / "runs/gym/videos").glob("*.mp4"))
+    assert [re.sub(r"return-?\d+\.\d", "return*", n) for n in evaluated] == [
+        "update8_evalseed0_seed0_return*.mp4", "update8_evalseed0_seed1_return*.mp4"]
+    for path in [*(tmp_path / "runs/gym/videos/training").iterdir(), *(tmp_path / "runs/gym/videos").glob("*.mp4")]:
+        steps = float(re.search(r"return([\d.]+)\.mp4", path.name).group(1))  # CartPole pays 1 a step
+        assert imageio.imread(path, plugin="FFMPEG").shape[0] == steps
+    assert not list((tmp_path / "runs/gym/videos").rglob(".*"))  # no hidden file left behind
 
 
 # ---- every suite's hook ----

@@ -33,11 +33,22 @@ What a host env cannot do:
 Every `reset` (re)builds the host env with as many sub-envs as keys given
 (times the runs under vmap): `gymnasium.vector.SyncVectorEnv`, or
 `AsyncVectorEnv` with `asynchronous=True`, in `AutoresetMode.SAME_STEP`.
+
+Videos. A gymnasium env draws itself (`render()` in `render_mode="rgb_array"`),
+so its episodes are drawn while they are played, not from recorded states:
+`jaxrl_rollout.video.write_episode_videos` and `TrainingVideos` (and so
+`evaluate --video`, `train --video-every`) step the episode from Python with
+`evaluate`'s own step and draw sub-env 0 between steps. For that the env needs
+a way to make envs that draw: `make(name)` knows it (`gymnasium.make(name,
+render_mode="rgb_array")`); a `GymnasiumEnv(env_fn)` takes `render_env_fn`,
+or uses `env_fn` itself when its envs are already made with
+`render_mode="rgb_array"` (they draw only when asked, so training pays nothing).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -62,8 +73,10 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
     gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
     _check_registered(gymnasium, name)
     make_kwargs = _base.with_max_episode_steps(make_kwargs)
+    drawing = {**make_kwargs, "render_mode": "rgb_array"}  # for videos only; a given render_mode is the user's
     try:
-        env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name)
+        env = GymnasiumEnv(lambda: gymnasium.make(name, **make_kwargs), asynchronous=asynchronous, name=name,
+                           render_env_fn=lambda: gymnasium.make(name, **drawing))
     except TypeError as error:
         if not make_kwargs:
             raise
@@ -140,30 +153,104 @@ class GymnasiumEnv(HostEnv):
         here to read the spaces, then B times at every reset.
       asynchronous: use `AsyncVectorEnv` (worker processes) for the B envs.
       name: a name for messages; defaults to the env's spec id.
+      render_env_fn: a no-argument callable returning the same env made with
+        `render_mode="rgb_array"`, for videos (see the module docstring);
+        None uses `env_fn` if its envs have that render mode, else the env
+        cannot be drawn (`check_drawable` says how to fix it).
     """
 
-    def __init__(self, env_fn: Callable[[], Any], *, asynchronous: bool = False, name: str | None = None):
+    def __init__(self, env_fn: Callable[[], Any], *, asynchronous: bool = False, name: str | None = None,
+                 render_env_fn: Callable[[], Any] | None = None):
         gymnasium = _base.require("gymnasium", "gymnasium", "GymnasiumEnv")
         if not callable(env_fn):
             raise TypeError(f"env_fn must be a callable returning a gymnasium.Env, got {type(env_fn).__name__}.")
         probe = env_fn()
         if not isinstance(probe, gymnasium.Env):
             raise TypeError(f"env_fn must return a gymnasium.Env, got {type(probe).__name__}.")
+        if render_env_fn is not None and not callable(render_env_fn):
+            raise TypeError(f"render_env_fn must be a callable returning a gymnasium.Env made with "
+                            f"render_mode='rgb_array', or None; got {type(render_env_fn).__name__}.")
+        if render_env_fn is None and getattr(probe, "render_mode", None) == "rgb_array":
+            render_env_fn = env_fn
         try:
             name = name or (probe.spec.id if probe.spec is not None else type(probe.unwrapped).__name__)
             super().__init__(name, probe.action_space, probe.observation_space, _time_limit(probe.spec))
         finally:
             probe.close()
         self._env_fn = env_fn
+        self._render_env_fn = render_env_fn
+        self._drawing = False
         self._asynchronous = bool(asynchronous)
         self._vec = None
+
+    def check_drawable(self) -> None:
+        """Checks that this env's episodes can be drawn: makes one drawing env, resets it and draws a frame.
+
+        Raises:
+          ValueError: no way to make envs with `render_mode="rgb_array"`
+            (says to pass `render_env_fn`), or the env draws no RGB frame.
+          ImportError: a package the drawing needs is missing (pygame for
+            classic control: the `video` extra names it).
+        """
+        import gymnasium
+
+        from jaxrl_rollout import _render_suites
+
+        _render_suites.quiet_pygame()  # before gymnasium's renderer imports and initialises pygame
+        if self._render_env_fn is None:
+            raise ValueError(
+                f"cannot draw {self.name}: its envs are made without render_mode='rgb_array', and GymnasiumEnv "
+                f"was given no render_env_fn; pass GymnasiumEnv(env_fn, render_env_fn=lambda: gymnasium.make(ID, "
+                "render_mode='rgb_array', ...)), or make env_fn's envs with that render mode (drawn only when a "
+                "video asks).")
+        try:
+            env = self._render_env_fn()
+        except gymnasium.error.Error as error:  # a render mode the env does not have, ...
+            raise ValueError(f"cannot draw {self.name}: making it with render_mode='rgb_array' failed ({error}).") \
+                from None
+        try:
+            if getattr(env, "render_mode", None) != "rgb_array":
+                raise ValueError(f"cannot draw {self.name}: render_env_fn made an env with render_mode="
+                                 f"{getattr(env, 'render_mode', None)!r}; videos need 'rgb_array'.")
+            env.reset(seed=0)
+            frame = env.render()
+        except gymnasium.error.DependencyNotInstalled as error:  # pygame for classic control, ...
+            from jaxrl_rollout import _extras
+
+            raise _extras.missing(f"drawing {self.name}", "video", error) from None
+        finally:
+            env.close()
+        shape = np.shape(frame)
+        if len(shape) != 3 or shape[-1] not in (3, 4):
+            raise ValueError(f"cannot draw {self.name}: its render() in render_mode='rgb_array' gave "
+                             f"{type(frame).__name__} of shape {shape}, not an RGB frame [H, W, 3].")
+
+    @contextlib.contextmanager
+    def drawing(self) -> Iterator[None]:
+        """Within it, every reset makes envs that draw (`render_env_fn`), and `frame()` draws sub-env 0."""
+        if self._render_env_fn is None:
+            self.check_drawable()  # raises, saying how to make the env drawable
+        self._drawing = True
+        try:
+            yield
+        finally:
+            self._drawing = False
+            self.close()  # the next reset opens envs that do not draw
+
+    def frame(self) -> np.ndarray:
+        """The current frame of the first sub-env, uint8 [H, W, 3] (inside `drawing`, after a reset)."""
+        with self._lock:
+            if not (self._drawing and self._vec is not None):
+                raise RuntimeError(f"{self!r}.frame() draws an env opened inside `with env.drawing():`.")
+            return np.asarray(self._vec.call("render")[0])
 
     def _host_open(self, seeds: np.ndarray) -> Any:
         import gymnasium
 
         vector = gymnasium.vector.AsyncVectorEnv if self._asynchronous else gymnasium.vector.SyncVectorEnv
+        env_fn = self._render_env_fn if self._drawing else self._env_fn
         # One vector env for every run's envs: sub-envs are independent, each seeded with its own seed.
-        self._vec = vector([self._env_fn] * seeds.size, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+        self._vec = vector([env_fn] * seeds.size, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
         obs, _ = self._vec.reset(seed=[int(s) for s in seeds.flat])
         return obs
 
