@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once"]
+__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once", "raise_at_once"]
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 """The signals `StopSignals` turns into a stop at the next chunk boundary (Windows has no SIGHUP)."""
@@ -105,6 +105,18 @@ class StopSignals:
             signal.signal(sig, previous)
         self._previous = {}
         _ACTIVE = None
+
+
+@contextlib.contextmanager
+def raise_at_once():
+    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` at once while active (a `StopSignals` in `at_once` mode from
+    the start): for commands with no chunk boundary to stop at (`evaluate`, `rollout`), so a job scheduler's
+    SIGTERM or a closed terminal's SIGHUP unwinds the command as Ctrl-C does (a video's temporary file removed,
+    ffmpeg and host env workers ended, the exit status 128 + the signal's number), instead of ending the process
+    where it stands. A signal the process was started ignoring stays ignored."""
+    with StopSignals(lambda line: None) as stop:
+        stop.at_once = True
+        yield stop
 
 
 @contextlib.contextmanager

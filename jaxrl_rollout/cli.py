@@ -37,7 +37,7 @@ import time
 import warnings
 from collections.abc import Sequence
 
-from jaxrl_rollout._signals import StopSignals
+from jaxrl_rollout._signals import StopSignals, raise_at_once
 from jaxrl_rollout._warnings import PartialRunWarning
 
 DEFAULT_ENV = "CartPole-v1"
@@ -2082,8 +2082,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["train", *argv]  # `train` is the default command
     # During `train`, SIGINT, SIGTERM (SLURM, Kubernetes) and SIGHUP (a terminal gone) ask the run to stop at the
     # next chunk boundary with a checkpoint, from now on: a signal during the imports or the compile waits for it.
+    # `evaluate` and `rollout` have no boundary to stop at: there all three raise at once, as Ctrl-C does, so a
+    # SIGTERM or SIGHUP unwinds them (a video's temporary file removed, its ffmpeg ended) with 128 + its number.
     stop = StopSignals(lambda line: print(line, file=sys.stderr, flush=True)) if argv[0] == "train" else (
-        contextlib.nullcontext())
+        raise_at_once() if argv[0] in ("evaluate", "rollout") else contextlib.nullcontext())
     # Both streams' readers may go before the command ends (`| head`; `2>&1 | tee log` and a Ctrl-C, which
     # stops tee too): the command goes on with its work and its files, its text dropped.
     with contextlib.redirect_stdout(ReaderMayClose(sys.stdout)), contextlib.redirect_stderr(ReaderMayClose(sys.stderr)):

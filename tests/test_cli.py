@@ -1054,3 +1054,41 @@ def test_the_continue_command_keeps_a_multi_process_runs_options():
     resumed = cli.build_parser().parse_args([*command.split()[1:], "--process-id", "1"])
     assert (resumed.distributed, resumed.coordinator, resumed.num_processes, resumed.process_id) == (
         True, "127.0.0.1:1234", 2, 1)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "rollout"])
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_evaluate_and_rollout_unwind_on_sigterm_and_sighup_as_on_ctrl_c(command, name, sweep_run, monkeypatch,
+                                                                       capsys):
+    """A job scheduler's SIGTERM or a closed terminal's SIGHUP raises at once in `evaluate` and `rollout` (no chunk
+    boundary to wait for), so the command unwinds as a Ctrl-C does (its `finally`s run: a video's temporary file
+    removed, ffmpeg ended) and exits 128 + the signal's number, with one line; the handlers are put back after."""
+    import signal
+    import time
+
+    sig = getattr(signal, name)
+    unwound = []
+
+    def signalled(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), sig)
+            time.sleep(30)  # the handler raises here, in Python, long before
+        finally:
+            unwound.append(name)
+        raise AssertionError("the signal did not interrupt the command")
+
+    def left_alone(signum, frame):  # the signal's default would end this test process: a plain failure instead
+        raise RuntimeError(f"the command left {name} to the handler it found")
+
+    monkeypatch.setattr(cli, "_evaluate" if command == "evaluate" else "run_rollout", signalled)
+    previous = signal.signal(sig, left_alone)
+    try:
+        before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+        argv = ["evaluate", str(sweep_run)] if command == "evaluate" else ["rollout", "--num-steps", "8"]
+        start = time.perf_counter()
+        assert cli.main(argv) == 128 + int(sig)
+        assert time.perf_counter() - start < 20 and unwound == [name]
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"jaxrl-rollout: interrupted ({name})"
+        assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == before
+    finally:
+        signal.signal(sig, previous)
