@@ -21,13 +21,14 @@ while JAX is still importing or compiling is kept until the loop can act on it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once", "raise_at_once"]
+__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once", "raise_at_once", "stopped_at_once"]
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 """The signals `StopSignals` turns into a stop at the next chunk boundary (Windows has no SIGHUP)."""
@@ -67,6 +68,7 @@ class StopSignals:
         self.requested: str | None = None
         self.saving = False
         self.at_once = False  # set by `at_once`: no chunk boundary is left to wait for
+        self.raised: str | None = None  # the signal that raised at once (`stopped_at_once`)
         self._say = say
         self._previous: dict = {}
         self._outer: StopSignals | None = None
@@ -74,8 +76,10 @@ class StopSignals:
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         if self.at_once and not self.saving:
+            self.raised = self.requested = name
             raise Interrupted(name)
         if self.requested is not None and signum == signal.SIGINT and not self.saving:
+            self.raised = "SIGINT"
             raise KeyboardInterrupt
         if self.requested is None:
             self._say(f"  {name}: stopping at the next chunk boundary, after saving"
@@ -105,6 +109,41 @@ class StopSignals:
             signal.signal(sig, previous)
         self._previous = {}
         _ACTIVE = None
+
+
+def stopped_at_once() -> str | None:
+    """The signal that raised at once (in `at_once`, `raise_at_once`, or a second Ctrl-C), or None.
+
+    Raised where the main thread happened to be, the exception may have become
+    another: inside a host env's step (its `io_callback` runs on the main
+    thread) JAX reports it as a runtime error, and code that turns errors into
+    one line (`evaluate --video`'s) may have turned that into a ValueError.
+    The runner (to save the last whole chunk) and the command line (to
+    report it in one line) ask this to treat such an error as the interruption it is.
+    """
+    return None if _ACTIVE is None else _ACTIVE.raised
+
+
+class _InterruptedCallbacks(logging.Filter):
+    """Drops JAX's log of a host callback that a signal interrupted (`quiet_interrupted_callbacks`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and issubclass(kind, KeyboardInterrupt))
+
+
+@contextlib.contextmanager
+def quiet_interrupted_callbacks():
+    """Within it, JAX does not log a traceback for a host callback (a host env's step) that a Ctrl-C or a signal
+    raised at once interrupted: the interruption is reported where it is handled, in one line, and the log
+    printed a traceback from inside gymnasium's step above it. Other failures of a callback are logged as before."""
+    logger = logging.getLogger("jax._src.callback")
+    quiet = _InterruptedCallbacks()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 @contextlib.contextmanager

@@ -37,7 +37,13 @@ import time
 import warnings
 from collections.abc import Sequence
 
-from jaxrl_rollout._signals import StopSignals, raise_at_once
+from jaxrl_rollout._signals import (
+    Interrupted,
+    StopSignals,
+    quiet_interrupted_callbacks,
+    raise_at_once,
+    stopped_at_once,
+)
 from jaxrl_rollout._warnings import PartialRunWarning
 
 DEFAULT_ENV = "CartPole-v1"
@@ -2091,7 +2097,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.redirect_stdout(ReaderMayClose(sys.stdout)), contextlib.redirect_stderr(ReaderMayClose(sys.stderr)):
         try:
             # The header line says the env steps a run trains; the configs' warning for Python users repeats it.
-            with stop, warnings.catch_warnings():
+            with stop, quiet_interrupted_callbacks(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", PartialRunWarning)
                 return _main(argv)
         except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or Ctrl-C in another command
@@ -2131,11 +2137,19 @@ def _main(argv: list) -> int:
     from jaxrl_rollout._extras import MissingExtra
     from jaxrl_rollout.runner import Diverged  # after _configure_jax_early: it imports the algorithms
     try:
-        if args.command == "train":
-            return run_train(args)
-        if args.command == "evaluate":
-            return run_evaluate(args)
-        run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval)
+        try:
+            if args.command == "train":
+                return run_train(args)
+            if args.command == "evaluate":
+                return run_evaluate(args)
+            run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval)
+        except Exception as error:
+            # a signal raised at once inside a host env's step comes out of JAX as a runtime error (and out of
+            # evaluate --video as its one-line ValueError): it is the interruption, not an error
+            stopped = stopped_at_once()
+            if stopped is not None:
+                raise Interrupted(stopped) from error
+            raise
     except Diverged as error:  # the run trained to NaN or inf: its last finite checkpoint is kept
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 3

@@ -51,7 +51,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_rollout import _checks, _signals, algorithms, checkpoint, envs, prng
-from jaxrl_rollout._signals import Interrupted, StopSignals
+from jaxrl_rollout._signals import Interrupted, StopSignals, stopped_at_once
 from jaxrl_rollout._warnings import PartialRunWarning
 from jaxrl_rollout.algorithms import stack_hparams
 from jaxrl_rollout.algorithms._common import (
@@ -1100,7 +1100,12 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 raise Interrupted(signals.requested)
             # or during the run's last chunk: it is complete, and saved below; the request stays, for a caller
             # with closing work of its own (the command line's evaluation) to act on (`_signals.at_once`)
-        except KeyboardInterrupt:
+        except BaseException as error:
+            # a second Ctrl-C whose handler ran inside a host env's step (an io_callback) comes out of JAX as a
+            # runtime error: an interruption all the same, reported as one below
+            stopped = stopped_at_once()
+            if not isinstance(error, KeyboardInterrupt) and stopped is None:
+                raise
             saved = ""
             if chunks_done > last_saved:
                 save(states)
@@ -1109,6 +1114,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 saved = f"; its checkpoint is in {folder}"
             say(f"  interrupted after chunk {chunks_done}{saved}" if chunks_done else
                 "  interrupted before the first chunk")
+            if not isinstance(error, KeyboardInterrupt):
+                raise Interrupted(stopped) from error
             raise
         finally:
             if bar is not None:

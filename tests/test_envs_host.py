@@ -466,3 +466,33 @@ def test_an_ale_game_s_time_limit_is_its_emulator_s_frame_limit():
     assert _time_limit(EnvSpec("X-v0", "m:E", max_episode_steps=100, kwargs=ale)) == 100  # a TimeLimit comes first
     assert _time_limit(EnvSpec("X-v0", "m:E")) is None and _time_limit(None) is None
     assert _time_limit(EnvSpec("X-v0", "m:E", kwargs={"max_num_frames_per_episode": 0, "frameskip": 4})) is None
+
+
+def test_a_second_ctrl_c_inside_a_host_envs_step_saves_the_last_whole_chunk(tmp_path, monkeypatch, capsys, caplog):
+    """A signal's handler runs in the main thread, between two bytecodes, and a host env's step (an io_callback)
+    may run there: then a second Ctrl-C raises inside the step and comes out of JAX as a runtime error. The runner
+    still takes it as the interruption (saving the chunks done since the last checkpoint, and saying so) and the
+    command line prints its --resume line, exit 130, with no traceback. (Where the handler runs is the machine's
+    choice, so the test runs the active handler inside the step, as Python would there.)"""
+    import signal
+
+    from jaxrl_rollout import _signals, checkpoint, cli
+
+    steps = []
+
+    def host_step(self, action, stepped=GymnasiumEnv._host_step):
+        steps.append(1)
+        if len(steps) in (3 * 8 + 2, 3 * 8 + 4):  # in the 4th chunk (8 steps an update, a chunk of 1 update)
+            _signals._ACTIVE._handle(signal.SIGINT, None)  # a stop at the next boundary, then at once
+        return stepped(self, action)
+
+    monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
+    code = cli.main(["train", "--env", "gymnasium/CartPole-v1", "--seeds", "1", "--num-envs", "2", "--num-steps", "8",
+                     "--total-steps", "160", "--chunk-updates", "1", "--checkpoint-every", "5", "--eval-every", "off",
+                     "--tensorboard", "false", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err and "io_callback" not in err + caplog.text  # JAX's log, dropped
+    assert err.strip().splitlines()[-2:] == [
+        f"  interrupted after chunk 3; checkpoint saved in {tmp_path / 'run'}",
+        f"interrupted; continue with: jaxrl-rollout train --resume {tmp_path / 'run'} --tensorboard false"]
+    assert checkpoint.read_manifest(tmp_path / "run")["meta"]["chunks_done"] == 3

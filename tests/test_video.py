@@ -762,7 +762,7 @@ def test_envpool_cannot_draw_and_says_so_in_one_line():
     assert "\n" not in str(err.value)
 
 
-def test_a_gymnasium_run_records_videos_in_training_and_in_evaluate(tmp_path, monkeypatch):
+def test_a_gymnasium_run_records_videos_in_training_and_in_evaluate(tmp_path, monkeypatch, caplog):
     """`train --env gymnasium/... --video-every N` and `evaluate --video`, as a user types them (a relative folder):
     each video decodes to one frame per step of its episode, and its name gives the episode's return."""
     imageio = pytest.importorskip("imageio.v3")
@@ -785,6 +785,35 @@ def test_a_gymnasium_run_records_videos_in_training_and_in_evaluate(tmp_path, mo
         steps = float(re.search(r"return([\d.]+)\.mp4", path.name).group(1))  # CartPole pays 1 a step
         assert imageio.imread(path, plugin="FFMPEG").shape[0] == steps
     assert not list((tmp_path / "runs/gym/videos").rglob(".*"))  # no hidden file left behind
+
+    # SIGTERM while a video's episode is played: raised inside the host env's step (its io_callback runs on the
+    # main thread), it comes out of JAX as a runtime error and out of --video as one line; it is still reported as
+    # the interruption it is (exit 143), and the video's temporary file is removed
+    import signal
+
+    from jaxrl_rollout.envs.gymnasium import GymnasiumEnv
+
+    steps = []
+
+    def host_step(self, action, stepped=GymnasiumEnv._host_step):
+        if self._drawing:
+            steps.append(1)
+            if len(steps) == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return stepped(self, action)
+
+    def left_alone(signum, frame):  # the signal's default would end this test process: a plain failure instead
+        raise AssertionError("evaluate left SIGTERM to the handler it found")
+
+    monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
+    before = sorted((tmp_path / "runs/gym/videos").iterdir())
+    previous = signal.signal(signal.SIGTERM, left_alone)
+    try:
+        assert cli.main(["evaluate", "runs/gym", "--video", "--seed", "1", "--runs", "0"]) == 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert "io_callback failed" not in caplog.text  # JAX's traceback of the interrupted step: dropped
+    assert sorted((tmp_path / "runs/gym/videos").iterdir()) == before
 
 
 # ---- every suite's hook ----
