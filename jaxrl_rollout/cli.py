@@ -9,6 +9,7 @@
     jaxrl-rollout evaluate runs/sweep --csv eval.csv   # and every episode's return in a CSV
     jaxrl-rollout evaluate runs/sweep --csv - | python plot.py   # the CSV alone on stdout, the report on stderr
     jaxrl-rollout rollout                           # a uniform random policy's episode statistics
+    jaxrl-rollout rollout --env brax/ant --video    # and a video of one of its episodes in ./videos
 
 `--algo` is one of the registered algorithms (ppo, a2c, dqn, pqn, sac,
 td3; `algorithms.NAMES`), each with its own config's defaults (its env
@@ -1823,9 +1824,11 @@ def _random_policy(env, env_params):
 ROLLOUT_CHUNK_STEPS = 1024  # `rollout`'s steps per inner rollout (its memory: one chunk's trajectory)
 
 
-def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int) -> dict:
+def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int, *,
+                video: str | None = None) -> dict:
     """Rolls out a uniform random policy (over the legal moves where the env masks them), then evaluates it; prints
-    and returns the figures."""
+    and returns the figures. With `video` (a folder), also writes one episode of that policy there (`--video`):
+    everything it needs is checked before the rollout."""
     import jax
     import jax.numpy as jnp
     from gymnax.environments import spaces
@@ -1843,6 +1846,14 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
         raise ValueError(f"--env {env_id}: rollout draws Discrete or Box actions, got {space!r}."
                          f"{_common.tuple_actions_hint(space)}")
     policy_fn = _random_policy(env, env_params)
+    if video is not None:  # before anything runs: an env that cannot be drawn, no `video` extra, no writable folder
+        from jaxrl_rollout import video as videos
+
+        try:
+            videos.check_recordable(env)
+        except (ImportError, ValueError) as error:
+            raise ValueError(f"--video: {error}") from None
+        _check_writable(pathlib.Path(video), f"--video {video}")
 
     # In rollouts of ROLLOUT_CHUNK_STEPS steps, the finished episodes summed between them, so memory stays one
     # chunk's worth however many steps are asked for (one trajectory kept ~17 bytes a step and env: 7 GB for
@@ -1894,7 +1905,18 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     print(f"  evaluate: {num_eval} episode{'s' * (num_eval != 1)}, return mean {float(returns.mean()):z.2f} "
           f"min {float(returns.min()):z.1f} max {float(returns.max()):z.1f}, "
           f"{int(result.completed.sum())} completed")
-    return {"metrics": metrics, "eval": result, "compile_s": compile_s, "run_s": run_s}
+    clip = None
+    if video is not None:
+        import re
+
+        try:
+            (clip,) = videos.write_episode_videos(
+                video, env, env_params, policy_fn, None, jax.random.split(jax.random.fold_in(key, 2), 1),
+                names=[f"{re.sub(r'[^A-Za-z0-9.=-]+', '-', env_id)}_random_seed{seed}"])
+        except (ImportError, OSError, RuntimeError) as error:  # e.g. no OpenGL for MuJoCo's renderer: one line
+            raise ValueError(f"--video: {error}") from None
+        print(f"  video of one episode: return {clip.episode_return:z.1f}, {clip.length} steps: {clip.path}")
+    return {"metrics": metrics, "eval": result, "compile_s": compile_s, "run_s": run_s, "video": clip}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -1969,6 +1991,10 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--num-steps", type=_positive_int, default=1000, help="steps per env (default: %(default)s)")
     roll.add_argument("--num-eval", type=_positive_int, default=16, help="evaluation episodes (default: %(default)s)")
     roll.add_argument("--seed", type=_seed, default=0, help="PRNG seed (default: %(default)s)")
+    roll.add_argument("--video", nargs="?", const="videos", metavar="FOLDER",
+                      help="also write a video of one random-policy episode to FOLDER (default: videos) as "
+                           "<env>_random_seed<S>_return<R>.mp4, to see what the env looks like; needs the video "
+                           "extra")
     return parser
 
 
@@ -2142,7 +2168,7 @@ def _main(argv: list) -> int:
                 return run_train(args)
             if args.command == "evaluate":
                 return run_evaluate(args)
-            run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval)
+            run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval, video=args.video)
         except Exception as error:
             # a signal raised at once inside a host env's step comes out of JAX as a runtime error (and out of
             # evaluate --video as its one-line ValueError): it is the interruption, not an error

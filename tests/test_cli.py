@@ -513,6 +513,35 @@ def test_rollout_sums_its_episodes_chunk_by_chunk_as_one_rollout_would(capsys, m
     capsys.readouterr()
 
 
+def test_rollout_video_writes_one_random_episode_after_checking_it_can(tmp_path, monkeypatch, capsys):
+    """`rollout --video [FOLDER]`: one episode of the random policy, `evaluate`'s for the key fold_in(seed key, 2),
+    in FOLDER (default ./videos), named after the env and the seed; an env that cannot be drawn is one line before
+    anything is rolled out."""
+    imageio = pytest.importorskip("imageio.v3")
+    pytest.importorskip("pygame")
+    import jax
+
+    import jaxrl_rollout as jr
+    from jaxrl_rollout import envs
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["rollout", "--num-envs", "2", "--num-steps", "16", "--num-eval", "2", "--seed", "3",
+                     "--video"]) == 0
+    env, params = envs.make("CartPole-v1")
+    episode = jr.evaluate(env, params, cli._random_policy(env, params), None,
+                          jax.random.split(jax.random.fold_in(jax.random.key(3), 2), 1)[0], 1)
+    ret = float(episode.returns[0])
+    name = f"CartPole-v1_random_seed3_return{ret:.1f}.mp4"
+    assert [p.name for p in (tmp_path / "videos").iterdir()] == [name]
+    assert imageio.imread(tmp_path / "videos" / name, plugin="FFMPEG").shape[0] == int(episode.lengths[0]) == ret
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"  video of one episode: return {ret:.1f}, {int(ret)} steps: videos/{name}")
+    assert cli.main(["rollout", "--env", "DeepSea-bsuite", "--video", "clips"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("jaxrl-rollout: error: --video: cannot render DeepSea-bsuite") and "rollout:" not in out
+    assert not (tmp_path / "clips").exists()
+
+
 def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monkeypatch):
     """XLA's RESOURCE_EXHAUSTED (a JaxRuntimeError) was a traceback; another runtime error still is one."""
     import jax
