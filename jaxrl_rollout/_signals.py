@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once", "raise_at_once", "stopped_at_once"]
+__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once", "raise_at_once", "ready_time", "stopped_at_once"]
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 """The signals `StopSignals` turns into a stop at the next chunk boundary (Windows has no SIGHUP)."""
@@ -197,3 +197,34 @@ def wait_ready(tree: Any, longest_sleep: float = 0.02) -> None:
     while not all(x.is_ready() for x in leaves):
         time.sleep(sleep)
         sleep = min(2 * sleep, longest_sleep)
+
+
+def ready_time(tree: Any) -> float:
+    """Waits until every array of `tree` is computed, in a way a signal's handler can interrupt, and returns the
+    `time.perf_counter()` at which they were: for timing a computation (`rollout`'s figures).
+
+    A helper thread waits inside XLA (`jax.block_until_ready`) and notes the time it returns, while the main
+    thread waits on an event in Python, where handlers run: the time is exact, and no polling takes CPU from
+    the computation (`wait_ready`'s sleeps cost a 2-core machine about 5% of a rollout's speed). An error of
+    the computation is raised here. Interrupted, the helper thread (a daemon) is left waiting for the
+    computation, which cannot be stopped.
+    """
+    import jax
+
+    done, outcome = threading.Event(), []
+
+    def block() -> None:
+        try:
+            jax.block_until_ready(tree)
+            outcome.append(time.perf_counter())
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+            outcome.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=block, name="jaxrl_rollout-ready", daemon=True).start()
+    while not done.wait(0.1):
+        pass
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]

@@ -1124,7 +1124,7 @@ def test_evaluate_and_rollout_unwind_on_sigterm_and_sighup_as_on_ctrl_c(command,
 
 
 def test_a_signal_during_rollouts_run_stops_it_at_once(monkeypatch, capsys):
-    """`rollout` waits for its run in Python (`_signals.wait_ready`), where a signal's handler runs: a Ctrl-C or
+    """`rollout` waits for its run in Python (`_signals.ready_time`), where a signal's handler runs: a Ctrl-C or
     SIGTERM during a long rollout stops it then, not when the whole rollout is done (a wait inside XLA would hold
     it). The signal is sent as the wait begins."""
     import signal
@@ -1133,15 +1133,15 @@ def test_a_signal_during_rollouts_run_stops_it_at_once(monkeypatch, capsys):
 
     waited = []
 
-    def wait_ready(tree, longest_sleep=0.02, ready=_signals.wait_ready):
-        waited.append(longest_sleep)
+    def ready_time(tree, ready=_signals.ready_time):
+        waited.append(tree)
         os.kill(os.getpid(), signal.SIGTERM)
-        return ready(tree, longest_sleep)
+        return ready(tree)
 
     def left_alone(signum, frame):  # the signal's default would end this test process: a plain failure instead
         raise AssertionError("rollout left SIGTERM to the handler it found")
 
-    monkeypatch.setattr(_signals, "wait_ready", wait_ready)
+    monkeypatch.setattr(_signals, "ready_time", ready_time)
     previous = signal.signal(signal.SIGTERM, left_alone)
     try:
         assert cli.main(["rollout", "--num-steps", "64"]) == 143
