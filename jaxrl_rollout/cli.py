@@ -1101,7 +1101,7 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
 def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool, algorithm=None):
     """[R, num_episodes] returns of every run's policy (mode actions if deterministic), one vmapped call.
 
-    A host env's runs are evaluated one after another (`runner.map_runs`).
+    A host env's runs are evaluated together, in lockstep (`collect.evaluate`).
     None for the stochastic policy of an algorithm that has none (DQN and
     TD3 act deterministically; their exploration belongs to training).
     `algorithm` is the spec's, if the caller has built it (else it is built here).
@@ -1181,12 +1181,12 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
 
     import jaxrl_rollout as jr
     from jaxrl_rollout._signals import wait_ready
-    from jaxrl_rollout.runner import map_runs
 
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
-    run = map_runs(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
-                                            num_episodes, initial_carry=carry).returns, algorithm.env)
+    # every run at once (a host env's in lockstep: one pool of R x num_episodes envs, see `collect.evaluate`)
+    run = jax.jit(jax.vmap(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
+                                                    num_episodes, initial_carry=carry).returns))
     def evaluator(params, key):
         returns = run(params, jax.random.split(key, spec.num_runs))
         wait_ready(returns)  # in Python, where a signal's handler can run (np.asarray waits in C++)

@@ -611,8 +611,26 @@ def evaluate(
     _checks.check_key(key, "evaluate's key", "it splits the one key over the num_episodes episodes itself")
     env_params = stepping.resolve_params(env, env_params)
     max_steps = episode_limit(env, env_params, max_steps, "the evaluation")
-    state = rollout_init(key, env, env_params, num_episodes, initial_carry)
-    step = evaluation_step(env, env_params, policy_fn, params, num_episodes)
+    from jaxrl_rollout.envs._host import host_env  # (light: the host env machinery, no suite)
+
+    if host_env(env) is not None:
+        return _lockstep_runs(env, env_params, policy_fn, num_episodes, max_steps)(params, key, initial_carry)
+    return _evaluate_runs(env, env_params, policy_fn, num_episodes, max_steps, params, key, initial_carry, ())
+
+
+def _evaluate_runs(env: Any, env_params: Any, policy_fn: Any, num_episodes: int, max_steps: Any, params: PyTree,
+                   key: jax.Array, initial_carry: PyTree | None, runs: tuple[int, ...]) -> EvalResult:
+    """`evaluate`'s episodes for the runs of leading shape `runs` (() for one run): params, key and carry with
+    those leading axes, every run's envs stepped together in one `lax.while_loop` until every run's episodes
+    are done. A run's episodes are its own key's, as alone: its finished episodes are masked as they are within
+    one run, so stepping them on changes nothing of its result."""
+    def each(fn):  # vmapped over every runs axis
+        for _ in runs:
+            fn = jax.vmap(fn)
+        return fn
+
+    state = each(lambda k, c: rollout_init(k, env, env_params, num_episodes, c))(key, initial_carry)
+    step = each(lambda p, st, a: evaluation_step(env, env_params, policy_fn, p, num_episodes)(st, a))
 
     def cond(loop):
         state, active, t = loop
@@ -620,11 +638,50 @@ def evaluate(
 
     def body(loop):
         state, active, t = loop
-        state, active, _ = step(state, active)
+        state, active, _ = step(params, state, active)
         return state, active, t + 1
 
-    active = jnp.ones((num_episodes,), dtype=bool)
+    active = jnp.ones((*runs, num_episodes), dtype=bool)
     state, active, _ = jax.lax.while_loop(cond, body, (state, active, jnp.int32(0)))
     return EvalResult(
         returns=state.episode_return, lengths=state.episode_length, completed=~active
     )
+
+
+def _lockstep_runs(env: Any, env_params: Any, policy_fn: Any, num_episodes: int, max_steps: Any) -> Any:
+    """`evaluate` of a host env as `fn(params, key, initial_carry)`, which runs evaluate in lockstep under vmap.
+
+    Under a plain vmap, a `lax.while_loop` whose runs finish at different steps keeps a finished run's state
+    while the others step on, and a host env, whose one pool of R x N envs every step call advances, refuses
+    such a stale state. Here a vmap (any number of them, nested) evaluates all its runs in one
+    `_evaluate_runs` over their leading axes: one reset of the pool and one loop, whose condition is every
+    run's, so each run's env state follows the pool. Each run's result equals its evaluation alone.
+    """
+    @jax.custom_batching.custom_vmap
+    def one(params, key, carry):
+        return _evaluate_runs(env, env_params, policy_fn, num_episodes, max_steps, params, key, carry, ())
+
+    def batched(runs: tuple[int, ...]):
+        @jax.custom_batching.custom_vmap
+        def fn(params, key, carry):
+            return _evaluate_runs(env, env_params, policy_fn, num_episodes, max_steps, params, key, carry, runs)
+
+        @fn.def_vmap
+        def _rule(axis_size, in_batched, params, key, carry):
+            return _vmap_rule(batched((axis_size, *runs)), axis_size, in_batched, params, key, carry)
+
+        return fn
+
+    @one.def_vmap
+    def _rule(axis_size, in_batched, params, key, carry):
+        return _vmap_rule(batched((axis_size,)), axis_size, in_batched, params, key, carry)
+
+    return one
+
+
+def _vmap_rule(fn: Any, axis_size: int, in_batched: Any, *args: Any) -> tuple[Any, Any]:
+    """A custom_vmap rule calling `fn` with every argument given the new leading axis (broadcast where unbatched)."""
+    args = [jax.tree.map(lambda x, mapped: x if mapped else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))), a, b)
+            for a, b in zip(args, in_batched)]
+    out = fn(*args)
+    return out, jax.tree.map(lambda _: True, out)

@@ -65,8 +65,8 @@ itself instead, while its episode is played from Python with `evaluate`'s
 own step (`collect.evaluation_step`), one jitted call at a time, in an env
 made with `render_mode="rgb_array"` (`GymnasiumEnv.drawing`);
 `write_episode_videos` and `TrainingVideos` do this for a host env (the
-same episodes and returns as `evaluate`; "best"/"worst" evaluate the runs
-one at a time), while `record_episodes`/`render_frames` cannot. envpool
+same episodes and returns as `evaluate`), while
+`record_episodes`/`render_frames` cannot. envpool
 cannot draw at all. A machine without OpenGL gets a one-line RuntimeError
 from the brax/MuJoCo hook saying what is needed.
 
@@ -1132,8 +1132,7 @@ class _HostEpisodeWriter(_EpisodeWriter):
     """`_EpisodeWriter` for a host env (gymnasium), which draws itself: its episode is played from Python, one
     jitted `collect.evaluation_step` at a time (the steps `evaluate` takes, so the same episode and return),
     with the env opened to draw (`GymnasiumEnv.drawing`) and its first sub-env drawn before every step. The
-    frames go to the encoder a block at a time, as they are drawn. A host env cannot run under vmap with its
-    runs ending at different steps, so "best" and "worst" evaluate the runs one at a time."""
+    frames go to the encoder a block at a time, as they are drawn."""
 
     def __init__(self, env: Any, env_params: Any, policy_fn: Any, *, max_steps: int | None = None, fps: float = 30,
                  initial_carry: PyTree | None = None, label: bool = True):
@@ -1142,11 +1141,9 @@ class _HostEpisodeWriter(_EpisodeWriter):
         self._fps, self._label = fps, label
         env_params = stepping.resolve_params(env, env_params)
         self._max_steps = _episode_bound(env, env_params, max_steps)
-        one_return = jax.jit(lambda p, k: collect.evaluate(
+        self._returns = jax.jit(jax.vmap(lambda p, k: collect.evaluate(  # a host env's runs, in lockstep
             env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
-        ).returns[0])
-        self._returns = lambda params, keys: np.array(
-            [one_return(jax.tree.map(lambda x: x[r], params), keys[r]) for r in range(keys.shape[0])])
+        ).returns[0]))
         self._start = jax.jit(lambda k: collect.rollout_init(k, env, env_params, 1, initial_carry))
         self._step = jax.jit(lambda p, state, active: collect.evaluation_step(env, env_params, policy_fn, p, 1)(
             state, active))

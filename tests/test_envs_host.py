@@ -156,6 +156,34 @@ def test_vmapped_rollouts_step_one_pool_and_each_run_equals_its_key_alone():
     assert not np.array_equal(nested.obs[0, 0], nested.obs[0, 1])
 
 
+def test_a_vmapped_evaluate_steps_its_runs_in_lockstep_and_each_equals_its_evaluation_alone():
+    """Under a plain vmap, evaluate's while_loop kept a finished run's env state while the host pool stepped on, and
+    the host env refused the stale state; a host env's evaluate now runs the runs of any vmap (nested too, with
+    arguments batched on some axes only) in one pool and one loop, and each run's episodes are its own key's."""
+    env, _ = envs.make("gymnasium/CartPole-v1")
+    policy = jr.policies.categorical_policy(_apply)  # stochastic: the policy keys must be each run's own too
+    params = jax.tree.map(lambda x: jnp.stack([x, 2 * x, -x]), _params())
+    keys = jax.random.split(jax.random.key(4), 6).reshape(2, 3)
+
+    def one(p, k):
+        return jr.evaluate(env, None, policy, p, k, 4)
+
+    before = env.stats()
+    grid = jax.jit(jax.vmap(lambda p, ks: jax.vmap(lambda k: one(p, k))(ks)))(jax.tree.map(lambda x: x[:2], params),
+                                                                           keys)
+    steps = env.stats().env_steps - before.env_steps
+    assert grid.returns.shape == (2, 3, 4) and steps == 2 * 3 * 4 * int(grid.lengths.max())  # one pool of 24 envs
+    alone = jax.jit(one)
+    for g in range(2):
+        for s in range(3):
+            solo = alone(jax.tree.map(lambda x: x[g], params), keys[g, s])
+            for name in ("returns", "lengths", "completed"):
+                np.testing.assert_array_equal(getattr(grid, name)[g, s], getattr(solo, name))
+    assert len(set(np.asarray(grid.lengths).flat)) > 1  # episodes of different lengths: runs finished apart
+    runs = jax.jit(jax.vmap(one))(params, keys[0])  # one vmap, every argument batched
+    np.testing.assert_array_equal(runs.returns[1], alone(jax.tree.map(lambda x: x[1], params), keys[0, 1]).returns)
+
+
 def test_stepping_a_stale_state_is_an_error_not_a_silent_continuation():
     env, _ = envs.make("gymnasium/CartPole-v1")
     policy = jr.policies.uniform_random_policy(env.action_space())

@@ -244,8 +244,10 @@ class HostEnv:
                     f"{self!r} was stepped from a stale env state (tick {int(tick.flat[0]) if tick.size else '?'} "
                     f"for envs {list(tick.shape)}, the host env is at tick {self._tick} for envs "
                     f"{list(self._shape)}): a host env cannot be rewound or shared between two rollout states, "
-                    "nor evaluated under vmap (runs whose episodes end first stop advancing). Continue from the "
-                    "latest RolloutState, use one env object per rollout, and evaluate runs one at a time."
+                    "nor stepped under vmap by a loop whose runs stop at different steps (a finished run stops "
+                    "advancing). Continue from the "
+                    "latest RolloutState, use one env object per rollout, and step runs under vmap in lockstep "
+                    "(jaxrl_rollout.evaluate does)."
                 )
             if self._discrete_actions:
                 action = action.astype(np.int64)

@@ -27,8 +27,9 @@ What a host env cannot do:
     `RolloutState`, or after another reset of the same env) raises an error
     instead of silently continuing from wherever the host env is. Use separate
     `GymnasiumEnv` objects for training and evaluation. The same check stops
-    a vmapped `evaluate`: its runs finish at different steps, and a finished
-    run stops advancing its env state; evaluate runs one at a time.
+    a vmapped `lax.while_loop` whose runs finish at different steps (a
+    finished run stops advancing its env state); `evaluate` of a host env
+    runs the runs of a vmap in lockstep instead, so it vmaps.
 
 Every `reset` (re)builds the host env with as many sub-envs as keys given
 (times the runs under vmap): `gymnasium.vector.SyncVectorEnv`, or
