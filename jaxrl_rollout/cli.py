@@ -336,8 +336,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                           "eval_length (win/draw/loss for a two-player game) in metrics.csv, TensorBoard, W&B, the "
                           "progress line and learning_curve.png; each run's best policy so far is kept with the "
                           "checkpoint (evaluate --best-policy); training is unchanged bit for bit "
-                          f"(default: {DEFAULT_EVAL_EVERY}; off for a host env, gymnasium or envpool, which "
-                          "cannot be evaluated inside the chunk)")
+                          f"(default: {DEFAULT_EVAL_EVERY}; a host env, gymnasium or envpool, evaluates in a pool "
+                          "of envs of its own)")
     run.add_argument("--eval-episodes", type=_positive_int,
                      help="episodes per periodic evaluation (default: 10)")
     run.add_argument("--video-every", type=_positive_int, metavar="N",
@@ -941,15 +941,6 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
             raise
         raise ValueError(f"{error}{note}") from None
     env = algorithm.env
-    if spec.eval_every is not None and "eval_every" not in given:
-        from jaxrl_rollout.runner import host_env
-
-        if host_env(env) is not None:  # a host env's pool cannot be evaluated inside the chunk: at the end only
-            if "eval_episodes" in given:
-                raise ValueError(f"{_typed('eval_episodes', given['eval_episodes'])}: {spec.config.env_id} is a host "
-                                 "env, evaluated only after training (its pool of envs cannot be evaluated inside "
-                                 f"a chunk), with --num-eval episodes: use --num-eval {given['eval_episodes']}.")
-            spec = dataclasses.replace(spec, eval_every=None, eval_episodes=10)
     _check_devices(spec, args.devices, env=env, given=given)  # before the folder is written
     _check_video(args, spec, env)
     if args.out:

@@ -15,7 +15,8 @@ with n % every == 0, a `lax.cond` runs `collect.evaluate` on
 of the action distribution; observation normalisation with the state's
 frozen statistics, which `policy_params` carries): `num_episodes` whole
 episodes in their own env copies of `algorithm.env` (for a self-play pgx
-game, the game against a random opponent from a random seat), a recurrent
+game, the game against a random opponent from a random seat; for a host
+env, gymnasium or envpool, another object of it, `eval_env`), a recurrent
 policy from `module.initial_carry`. Its key is `fold_in(eval_key, n)`, never
 split from the training state's keys, so the trained params are bit-identical
 with and without the evaluation. `update_index` must not be vmapped (pass it
@@ -110,7 +111,8 @@ def keep_best(best: BestPolicy, algorithm: Algorithm, state: Any, metrics: Any, 
     return jax.tree.map(lambda a, b: jnp.where(better, a, b), new, best)
 
 
-def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_steps: int | None = None) -> Callable:
+def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_steps: int | None = None, *,
+                eval_env: Any = None, eval_env_params: Any = None) -> Callable:
     """`update(state, hparams, update_index, eval_key) -> (state, metrics)`: `algorithm.update`, then an evaluation.
 
     Args:
@@ -118,6 +120,11 @@ def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_st
       every: N, a positive int: evaluate after updates N, 2N, ... counted from 1 over the whole run.
       num_episodes: K, whole episodes per evaluation, each in its own env copy.
       max_steps: the most steps of an evaluation (None: the env's time limit, as `collect.evaluate`).
+      eval_env, eval_env_params: the env the evaluations play (None: `algorithm.env` and its params). A host
+        env (gymnasium, envpool) needs one of its own: training steps `algorithm.env`'s one pool of envs, so
+        the evaluations take another object of the same env (e.g. `runner.make_algorithm(spec).env`, as the
+        runner does), whose pool each evaluation resets; a vmap's runs are evaluated in lockstep in it
+        (`collect.evaluate`).
 
     Returns:
       The wrapped update. `update_index` is an int32 scalar, the updates done
@@ -128,25 +135,27 @@ def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_st
       evaluation. The state is exactly `algorithm.update`'s.
 
     Raises:
-      ValueError: naming `every`, `num_episodes`, or `algorithm` when its
-        env is a host env (gymnasium, envpool), whose one host pool
-        training steps: evaluate those after training.
+      ValueError: naming `every`, `num_episodes`, or `eval_env` when the
+        algorithm's env is a host env (gymnasium, envpool) and no other
+        object of it is given to evaluate on.
     """
     every = _checks.check_positive_int("every", every)
     num_episodes = _checks.check_positive_int("num_episodes", num_episodes)
     host = host_env(algorithm.env)
-    if host is not None:  # it reopened the pool training steps, and the next update failed on a stale state
+    env, env_params = (algorithm.env, algorithm.env_params) if eval_env is None else (eval_env, eval_env_params)
+    if host is not None and host_env(env) is host:  # it reopened the pool training steps: a stale state next update
         raise ValueError(
-            f"algorithm: its env {host!r} is a host env, stepped by one host pool that training uses; an "
-            "evaluation inside the jitted program would reopen that pool under the training's envs. Evaluate "
-            "after training instead (collect.evaluate on another env object, or jaxrl-rollout evaluate FOLDER)."
+            f"eval_env: the algorithm's env {host!r} is a host env, whose one pool of envs training steps; an "
+            "evaluation in it would reopen that pool under the training's envs. Pass another object of the env "
+            "to evaluate on: make_update(..., eval_env=other.env, eval_env_params=other.env_params) with "
+            "other = runner.make_algorithm(spec) (or the algorithm built again)."
         )
     names = eval_metric_names(algorithm)
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
 
     def run_eval(state, key):
-        result = evaluate(algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
-                          algorithm.policy_params(state), key, num_episodes, max_steps, initial_carry=carry)
+        result = evaluate(env, env_params, algorithm.eval_policy_fn, algorithm.policy_params(state), key,
+                          num_episodes, max_steps, initial_carry=carry)
         returns = result.returns.astype(jnp.float32)
         values = [returns.mean(), result.lengths.astype(jnp.float32).mean()]
         if len(names) > 2:  # as `envs.pgx.outcome_rates`: a game won pays > 0, drawn 0, lost < 0
@@ -156,16 +165,51 @@ def make_update(algorithm: Algorithm, every: int, num_episodes: int = 10, max_st
     def skip(state, key):
         return tuple(jnp.full((), jnp.nan, jnp.float32) for _ in names)
 
+    # a host env's evaluation calls back into the host: JAX refuses that inside a cond under vmap, so there the
+    # cond is taken above the vmap of the runs (its condition, the update number, is the same for all of them)
+    cond = jax.lax.cond if host_env(env) is None else _cond_above_vmap
+
     def update(state, hparams, update_index, eval_key):
         state, metrics = algorithm.update(state, hparams)
         number = jnp.asarray(update_index, jnp.int32) + 1
-        values = jax.lax.cond(number % every == 0, run_eval, skip, state, jax.random.fold_in(eval_key, number))
+        values = cond(number % every == 0, run_eval, skip, state, jax.random.fold_in(eval_key, number))
         return state, _metrics_class(type(metrics), names)(*metrics, *values)
 
     return update
 
 
-def make_train(algorithm: Algorithm, num_updates: int | None, every: int, num_episodes: int = 10) -> Callable:
+def _cond_above_vmap(pred: Any, true_fn: Callable, false_fn: Callable, *operands: Any, runs: int = 0) -> Any:
+    """`lax.cond(pred, true_fn, false_fn, *operands)` that may call back into the host under `jax.vmap`.
+
+    JAX refuses a cond (or while_loop) holding an io_callback under vmap. This one is a `custom_vmap`
+    function: vmapped (any number of times), it takes the cond once, above the vmaps, with each branch
+    vmapped over the runs inside it, so a host env's evaluation (`collect.evaluate`, which evaluates a vmap's
+    runs in lockstep) runs every run's episodes in one pool. `pred` must not be vmapped (the update number).
+    """
+    def each(fn: Callable) -> Callable:
+        for _ in range(runs):
+            fn = jax.vmap(fn)
+        return fn
+
+    @jax.custom_batching.custom_vmap
+    def taken(pred, *operands):
+        return jax.lax.cond(pred, each(true_fn), each(false_fn), *operands)
+
+    @taken.def_vmap
+    def _rule(axis_size, in_batched, pred, *operands):
+        if in_batched[0]:
+            raise ValueError("an evaluation's condition (the update number) must be the same for every run: pass "
+                             "update_index unbatched (in_axes=None, or scan over it).")
+        operands = [jax.tree.map(lambda x, mapped: x if mapped else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))),
+                                 value, batched) for value, batched in zip(operands, in_batched[1:])]
+        out = _cond_above_vmap(pred, true_fn, false_fn, *operands, runs=runs + 1)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return taken(pred, *operands)
+
+
+def make_train(algorithm: Algorithm, num_updates: int | None, every: int, num_episodes: int = 10, *,
+               eval_env: Any = None, eval_env_params: Any = None) -> Callable:
     """`train(key, hparams=None)`: `algorithm.train` with the evaluations of `make_update`.
 
     Init with `key`, then `num_updates` updates in one `lax.scan` over the
@@ -178,7 +222,7 @@ def make_train(algorithm: Algorithm, num_updates: int | None, every: int, num_ep
         algorithm's own `num_updates`). Fewer than the config's train a prefix
         of its run; more are refused: the schedules end with the config's run
         (with anneal_lr every later update trained at a learning rate of 0).
-      every, num_episodes: as in `make_update`.
+      every, num_episodes, eval_env, eval_env_params: as in `make_update`.
 
     Returns:
       `train(key, hparams=None) -> (state, metrics [num_updates])`.
@@ -193,7 +237,7 @@ def make_train(algorithm: Algorithm, num_updates: int | None, every: int, num_ep
         raise ValueError(f"num_updates={num_updates} is more than the {configured} updates the algorithm's config "
                          "was built for: its schedules end there (with anneal_lr the rest would train at a "
                          "learning rate of 0); build the algorithm with a larger total_timesteps.")
-    update = make_update(algorithm, every, num_episodes)
+    update = make_update(algorithm, every, num_episodes, eval_env=eval_env, eval_env_params=eval_env_params)
     if every > num_updates:
         raise ValueError(f"every={every} is more than num_updates={num_updates}: no update would be evaluated "
                          "(every eval metric NaN); evaluate every num_updates or fewer.")

@@ -21,9 +21,11 @@ an error.
 
 Host envs (gymnasium, envpool): the R runs' envs form one host pool, stepped in
 one ordered callback per step (`jaxrl_rollout.envs._host`), so a host env's runs
-train as one group on one device (`check_host_run`), evaluate one run at a time
-(`map_runs`), and on resume start new episodes (`reopen_host_envs`). The
-progress lines add the host env's steps/s and its share of the time.
+train as one group on one device (`check_host_run`), evaluate their runs in
+lockstep (`collect.evaluate`; the periodic evaluations in another object of
+the env, a pool of their own, `_program`), and on resume start new episodes
+(`reopen_host_envs`). The progress lines add the host env's steps/s and its
+share of the time.
 
     spec = RunSpec("ppo", ppo.PPOConfig(total_timesteps=20_480), grid=(ppo.PPOHParams(),), num_seeds=4)
     result = train(spec, folder="runs/demo")         # checkpoints in runs/demo
@@ -512,32 +514,23 @@ def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None
 
     A host env's R runs share one host pool stepped by one ordered callback per
     step, so they run as one group (no `max_parallel` split: a second group's
-    reset would reopen the pool under the first) on one device of one process,
-    and without `eval_every` (an evaluation in the chunk would step that pool
-    with its own episodes; evaluate after training, one run at a time, instead).
+    reset would reopen the pool under the first) on one device of one process.
+    (Its periodic evaluations play in a pool of their own, `_program`.)
 
     Args:
       spec: the sweep.
       devices: `train`'s devices argument.
       env: the spec's env if already built (else built here from its env_id).
-      eval_every_option: the command-line option that set `spec.eval_every`,
-        as typed ("--eval-every chunk"): the refusal leads with it.
+      eval_every_option: kept for callers; a host env's run may evaluate.
     """
-    if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1
-            and spec.eval_every is None) or host_env(
+    del eval_every_option
+    if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1) or host_env(
             env if env is not None else envs.make(spec.config.env_id)[0]) is None:
         return  # the env is built only when there is something to refuse
     if jax.process_count() > 1:
         raise ValueError(
             f"{spec.config.env_id} is a host env, whose envs live in one Python process: it cannot train across "
             f"{jax.process_count()} processes (--distributed); run it in one process."
-        )
-    if spec.eval_every is not None:
-        what, drop = ((f"{eval_every_option}: the periodic evaluation runs", eval_every_option.split()[0])
-                      if eval_every_option else (f"eval_every={spec.eval_every} (--eval-every) evaluates", "eval_every"))
-        raise ValueError(
-            f"{what} inside the jitted chunk, but {spec.config.env_id} is a host env, stepped by one host pool that "
-            f"the training runs share: drop {drop} and evaluate after training (jaxrl-rollout evaluate FOLDER)."
         )
     if len(spec.groups) > 1:
         raise ValueError(
@@ -598,11 +591,12 @@ def _holds_envs(node: Any) -> bool:
 def map_runs(fn: Callable, env: Any) -> Callable:
     """`jax.jit(jax.vmap(fn))` over the leading runs axis of every argument; one run at a time for a host env.
 
-    For `evaluate` and other code whose runs may stop stepping at different
-    times (a `lax.while_loop` under vmap keeps a finished run's env state while
-    the host pool advances, which the host env's tick check refuses): a host
-    env's runs are evaluated one after another, each a call of `jax.jit(fn)`
-    on its own slice, and the results stacked [R, ...].
+    For code whose runs may stop stepping at different times (a
+    `lax.while_loop` under vmap keeps a finished run's env state while the host
+    pool advances, which the host env's tick check refuses): a host env's runs
+    are run one after another, each a call of `jax.jit(fn)` on its own slice,
+    and the results stacked [R, ...]. (`collect.evaluate` itself needs none of
+    this: it runs a vmap's runs of a host env in lockstep.)
     """
     if host_env(env) is None:
         return jax.jit(jax.vmap(fn))
@@ -685,7 +679,10 @@ def _program(spec: RunSpec, algorithm, kind: str, length: int) -> Callable:
     if spec.eval_every is not None:
         from jaxrl_rollout.periodic_eval import keep_best, make_update
 
-        update = make_update(algorithm, spec.eval_every, spec.eval_episodes)
+        # a host env's evaluations play in another object of the env: training steps this one's pool
+        other = make_algorithm(spec) if host_env(algorithm.env) is not None else algorithm
+        update = make_update(algorithm, spec.eval_every, spec.eval_episodes, eval_env=other.env,
+                             eval_env_params=other.env_params)
 
         def chunk(state, hparams, eval_key, first_update, best):
             def step(carry, u):

@@ -223,39 +223,43 @@ def test_eval_settings_live_in_config_json_and_old_configs_read_as_off():
             runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), 2, **bad)
 
 
-def test_a_host_env_refuses_eval_every_in_one_line():
-    pytest.importorskip("gymnasium")
-    spec = runner.RunSpec("ppo", ppo.PPOConfig(env_id="gymnasium/CartPole-v1"), (ppo.PPOHParams(),), 2, eval_every=5)
-    with pytest.raises(ValueError, match=r"eval_every=5 \(--eval-every\) .* host env") as info:
-        runner.check_host_run(spec, env=envs.make("gymnasium/CartPole-v1")[0])
-    assert "\n" not in str(info.value)
-
-
-def test_periodic_eval_refuses_a_host_env_from_python():
-    """From Python it built, and the first evaluation reopened the host pool under training's envs: the next
-    update failed mid-run on a 'stale env state' (the command line refused it already)."""
+def test_a_host_env_evaluates_in_an_env_object_of_its_own_and_trains_unchanged():
+    """A host env's one pool is what training steps: make_update refuses to evaluate in it (that reset the pool
+    under the training's envs, and the next update failed on a 'stale env state'), and evaluates in another object
+    of the env given as eval_env. Vmapped over seeds, the runs' evaluations play in lockstep in that object's pool
+    (a cond above the vmap): training is bit-identical to `algorithm.train`'s, and each evaluation after update n
+    equals `evaluate` of the policy trained n updates, with the key fold_in(eval_key(key), n), run by run."""
     pytest.importorskip("gymnasium")
     env, env_params = envs.make("gymnasium/CartPole-v1")
-    algorithm = ppo.make_ppo(ppo.PPOConfig(total_timesteps=1024, num_steps=128), env=env, env_params=env_params)
+    config = ppo.PPOConfig(env_id="gymnasium/CartPole-v1", total_timesteps=4 * 2 * 16, num_envs=2, num_steps=16,
+                           num_minibatches=2, update_epochs=1)
+    algorithm = ppo.make_ppo(config, env=env, env_params=env_params)
     for build in (lambda: periodic_eval.make_update(algorithm, every=2),
                   lambda: periodic_eval.make_train(algorithm, None, every=2, num_episodes=2)):
-        with pytest.raises(ValueError, match=r"^algorithm: its env GymnasiumEnv\('CartPole-v1'.* is a host env.*"
-                                             r"Evaluate after training instead"):
+        with pytest.raises(ValueError, match=r"^eval_env: the algorithm's env GymnasiumEnv\('CartPole-v1'.* is a "
+                                             r"host env.*Pass another object of the env"):
             build()
-
-
-@pytest.mark.parametrize("typed", ["chunk", "3"])
-def test_a_host_envs_eval_every_is_refused_led_by_what_was_typed(typed, capsys, tmp_path):
-    """`--eval-every chunk` on a host env was refused as "eval_every=1 (--eval-every)", a value never typed."""
-    pytest.importorskip("gymnasium")
-    folder = tmp_path / "run"
-    assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--eval-every", typed, "--total-steps", "2048",
-                     "--seeds", "1", "--out", str(folder)]) == 2
-    err = capsys.readouterr().err
-    assert err == (f"jaxrl-rollout: error: --eval-every {typed}: the periodic evaluation runs inside the jitted chunk, "
-                   "but gymnasium/CartPole-v1 is a host env, stepped by one host pool that the training runs share: "
-                   "drop --eval-every and evaluate after training (jaxrl-rollout evaluate FOLDER).\n"), err
-    assert not folder.exists()
+    other, other_params = envs.make("gymnasium/CartPole-v1")
+    keys = jax.random.split(jax.random.key(3), 2)
+    train = periodic_eval.make_train(algorithm, None, every=2, num_episodes=3, eval_env=other,
+                                     eval_env_params=other_params)
+    state, metrics = jax.jit(jax.vmap(train))(keys)
+    # (on an env object of its own: a host env's state holds its pool's step count, which goes on from run to run)
+    plain = ppo.make_ppo(config, env=envs.make("gymnasium/CartPole-v1")[0], env_params=env_params)
+    plain_state, plain_metrics = jax.jit(jax.vmap(plain.train))(keys)
+    _assert_same(state, plain_state)
+    np.testing.assert_array_equal(metrics.episode_return, plain_metrics.episode_return)
+    assert np.isnan(metrics.eval_return[:, [0, 2]]).all() and not np.isnan(metrics.eval_return[:, [1, 3]]).any()
+    for n in (2, 4):
+        prefix = jax.jit(jax.vmap(periodic_eval.make_train(algorithm, n, every=n, num_episodes=3, eval_env=other,
+                                                           eval_env_params=other_params)))
+        trained, _ = prefix(keys)
+        for r in range(2):
+            params = algorithm.policy_params(jax.tree.map(lambda x: x[r], trained))
+            alone = evaluate(other, other_params, algorithm.eval_policy_fn, params,
+                                jax.random.fold_in(periodic_eval.eval_key(keys[r]), n), 3)
+            assert float(metrics.eval_return[r, n - 1]) == float(alone.returns.mean())
+            assert float(metrics.eval_length[r, n - 1]) == float(alone.lengths.astype(np.float32).mean())
 
 
 def _rows(folder, metric):
