@@ -590,6 +590,10 @@ def evaluate(
     For deterministic evaluation pass a policy that acts with the mode of its
     action distribution, e.g. `categorical_policy(apply_fn, deterministic=True)`.
 
+    A host env (gymnasium, envpool) vmaps too: the runs of a vmap are
+    evaluated in lockstep, in one pool of every run's envs and one loop until
+    every run's episodes are done, each run's result that of its key alone.
+
     Args:
       env: gymnax>=1.0.1 environment (static).
       env_params: env params (traced), or None for `env.default_params`.
@@ -657,26 +661,18 @@ def _lockstep_runs(env: Any, env_params: Any, policy_fn: Any, num_episodes: int,
     `_evaluate_runs` over their leading axes: one reset of the pool and one loop, whose condition is every
     run's, so each run's env state follows the pool. Each run's result equals its evaluation alone.
     """
-    @jax.custom_batching.custom_vmap
-    def one(params, key, carry):
-        return _evaluate_runs(env, env_params, policy_fn, num_episodes, max_steps, params, key, carry, ())
-
-    def batched(runs: tuple[int, ...]):
+    def runs_of(runs: tuple[int, ...]):  # the runs of leading shape `runs`; vmapped, a new axis in front
         @jax.custom_batching.custom_vmap
         def fn(params, key, carry):
             return _evaluate_runs(env, env_params, policy_fn, num_episodes, max_steps, params, key, carry, runs)
 
         @fn.def_vmap
         def _rule(axis_size, in_batched, params, key, carry):
-            return _vmap_rule(batched((axis_size, *runs)), axis_size, in_batched, params, key, carry)
+            return _vmap_rule(runs_of((axis_size, *runs)), axis_size, in_batched, params, key, carry)
 
         return fn
 
-    @one.def_vmap
-    def _rule(axis_size, in_batched, params, key, carry):
-        return _vmap_rule(batched((axis_size,)), axis_size, in_batched, params, key, carry)
-
-    return one
+    return runs_of(())
 
 
 def _vmap_rule(fn: Any, axis_size: int, in_batched: Any, *args: Any) -> tuple[Any, Any]:
