@@ -15,6 +15,7 @@ import json
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -260,6 +261,11 @@ def test_a_host_env_evaluates_in_an_env_object_of_its_own_and_trains_unchanged()
                                 jax.random.fold_in(periodic_eval.eval_key(keys[r]), n), 3)
             assert float(metrics.eval_return[r, n - 1]) == float(alone.returns.mean())
             assert float(metrics.eval_length[r, n - 1]) == float(alone.lengths.astype(np.float32).mean())
+    # the cond is taken once above the vmap: an update number vmapped with the runs is refused when traced
+    update = periodic_eval.make_update(algorithm, 2, 3, eval_env=other, eval_env_params=other_params)
+    with pytest.raises(ValueError, match="^an evaluation's condition .* pass update_index unbatched"):
+        jax.eval_shape(jax.vmap(update, in_axes=(0, None, 0, 0)), state, None, jnp.arange(2, dtype=jnp.int32),
+                       jax.vmap(periodic_eval.eval_key)(keys))
 
 
 def _rows(folder, metric):
