@@ -187,13 +187,13 @@ def wait_ready(tree: Any, longest_sleep: float = 0.02) -> None:
     its notice until the chunk ended. Sleeping in Python instead lets the
     handler print at once, and a second Ctrl-C raise KeyboardInterrupt here
     (the last whole chunk is then saved while the one in flight is dropped).
-    The sleeps grow from 1 ms (or `longest_sleep` if shorter) to
-    `longest_sleep`, so a chunk ends at most that much later than it would have.
+    The sleeps grow from 1 ms to `longest_sleep`, so a chunk ends at most that
+    much later than it would have.
     """
     import jax  # here: the command line imports this module before it imports JAX
 
     leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "is_ready")]
-    sleep = min(0.001, longest_sleep)
+    sleep = 0.001
     while not all(x.is_ready() for x in leaves):
         time.sleep(sleep)
         sleep = min(2 * sleep, longest_sleep)

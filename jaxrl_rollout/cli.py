@@ -796,19 +796,17 @@ def _rechunked(spec, total_steps: int):
     return rechunked
 
 
-def _check_devices(spec, devices, env=None, given: dict | None = None) -> None:
+def _check_devices(spec, devices, env=None) -> None:
     """Refuses a `--devices` count the runs cannot shard over, before anything is written.
 
     Args:
       spec: the run's spec.
       devices: the `--devices` count, or None.
       env: the spec's env if already built (`_build_algorithm`), else built here only if there is something to refuse.
-      given: the options given, whose --eval-every leads a host env's refusal as it was typed ("--eval-every chunk").
     """
     from jaxrl_rollout import runner
 
-    typed = _typed("eval_every", given["eval_every"]) if given and "eval_every" in given else None
-    runner.check_host_run(spec, devices=devices, env=env, eval_every_option=typed)
+    runner.check_host_run(spec, devices=devices, env=env)
     try:
         runner.choose_devices([b - a for a, b in spec.groups], devices)
     except ValueError as error:  # without --devices: the runs of a multi-process run that its processes cannot share
@@ -941,7 +939,7 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
             raise
         raise ValueError(f"{error}{note}") from None
     env = algorithm.env
-    _check_devices(spec, args.devices, env=env, given=given)  # before the folder is written
+    _check_devices(spec, args.devices, env=env)  # before the folder is written
     _check_video(args, spec, env)
     if args.out:
         folder = pathlib.Path(args.out)
@@ -1021,12 +1019,6 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
             print(f"jaxrl_rollout: {folder} holds no config.json: it is written again from its checkpoint's spec")
             _write_config(folder, saved, option)
     saved = runner.read_spec(folder)
-    if given.get("eval_every") == "chunk" and saved.eval_every is None:  # a host env's run: refused as a new one is
-        try:
-            runner.check_host_run(dataclasses.replace(saved, eval_every=given.get("chunk_updates", saved.chunk_updates)),
-                                  eval_every_option="--eval-every chunk")
-        except ValueError as error:
-            raise ValueError(f"{option}: {error}") from None
     if given.get("eval_every") == "chunk":  # as a new run reads it: after each chunk of the run's (or the given) size
         given = {**given, "eval_every": given.get("chunk_updates", saved.chunk_updates)}
     saved_options = _spec_options(saved)

@@ -668,15 +668,17 @@ def _lockstep_runs(env: Any, env_params: Any, policy_fn: Any, num_episodes: int,
 
         @fn.def_vmap
         def _rule(axis_size, in_batched, params, key, carry):
-            return _vmap_rule(runs_of((axis_size, *runs)), axis_size, in_batched, params, key, carry)
+            return vmap_rule(runs_of((axis_size, *runs)), axis_size, in_batched, params, key, carry)
 
         return fn
 
     return runs_of(())
 
 
-def _vmap_rule(fn: Any, axis_size: int, in_batched: Any, *args: Any) -> tuple[Any, Any]:
-    """A custom_vmap rule calling `fn` with every argument given the new leading axis (broadcast where unbatched)."""
+def vmap_rule(fn: Any, axis_size: int, in_batched: Any, *args: Any) -> tuple[Any, Any]:
+    """A `jax.custom_batching.custom_vmap` rule: `fn(*args)` with every argument given the new leading axis
+    (broadcast where unbatched), every output batched. Used by the host env's lockstep evaluation here and
+    `periodic_eval`'s cond above the vmap."""
     args = [jax.tree.map(lambda x, mapped: x if mapped else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))), a, b)
             for a, b in zip(args, in_batched)]
     out = fn(*args)

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrl_rollout import _checks
+from jaxrl_rollout import _checks, collect
 from jaxrl_rollout.algorithms._common import Algorithm, check_train_key, is_self_play
 from jaxrl_rollout.collect import evaluate
 from jaxrl_rollout.envs._host import host_env
@@ -200,10 +200,8 @@ def _cond_above_vmap(pred: Any, true_fn: Callable, false_fn: Callable, *operands
         if in_batched[0]:
             raise ValueError("an evaluation's condition (the update number) must be the same for every run: pass "
                              "update_index unbatched (in_axes=None, or scan over it).")
-        operands = [jax.tree.map(lambda x, mapped: x if mapped else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))),
-                                 value, batched) for value, batched in zip(operands, in_batched[1:])]
-        out = _cond_above_vmap(pred, true_fn, false_fn, *operands, runs=runs + 1)
-        return out, jax.tree.map(lambda _: True, out)
+        return collect.vmap_rule(lambda *ops: _cond_above_vmap(pred, true_fn, false_fn, *ops, runs=runs + 1),
+                                 axis_size, in_batched[1:], *operands)
 
     return taken(pred, *operands)
 

@@ -508,8 +508,7 @@ def _per_process(available: Sequence[Any], each: int) -> list:
 _COMPILED: dict = {}
 
 
-def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None,
-                   eval_every_option: str | None = None) -> None:
+def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None) -> None:
     """Refuses what a host env's sweep cannot do, in one line naming the argument; nothing for a JAX env.
 
     A host env's R runs share one host pool stepped by one ordered callback per
@@ -521,9 +520,7 @@ def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None
       spec: the sweep.
       devices: `train`'s devices argument.
       env: the spec's env if already built (else built here from its env_id).
-      eval_every_option: kept for callers; a host env's run may evaluate.
     """
-    del eval_every_option
     if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1) or host_env(
             env if env is not None else envs.make(spec.config.env_id)[0]) is None:
         return  # the env is built only when there is something to refuse

@@ -1040,6 +1040,14 @@ def _episode_writer(env: Any, env_params: Any, policy_fn: Any, **options: Any) -
     return writer(env, env_params, policy_fn, **options)
 
 
+def _episode_returns(env: Any, env_params: Any, policy_fn: Any, max_steps: int | None,
+                     initial_carry: PyTree | None) -> Callable:
+    """`(params [R, ...], keys [R]) -> [R]` returns of each run's one evaluation episode (for "best"/"worst")."""
+    return jax.jit(jax.vmap(lambda p, k: collect.evaluate(
+        env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
+    ).returns[0]))
+
+
 class _EpisodeWriter:
     """`write_episode_videos`' work, its jitted functions kept for repeated calls (`TrainingVideos`).
 
@@ -1051,9 +1059,7 @@ class _EpisodeWriter:
                  initial_carry: PyTree | None = None, label: bool = True):
         self._draw = _recordable(env)  # a missing extra is reported before any episode runs
         self._env_params, self._fps, self._label = env_params, fps, label
-        self._returns = jax.jit(jax.vmap(lambda p, k: collect.evaluate(
-            env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
-        ).returns[0]))
+        self._returns = _episode_returns(env, env_params, policy_fn, max_steps, initial_carry)
         self._record = jax.jit(lambda p, k: record_episodes(
             env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
         ))
@@ -1141,9 +1147,7 @@ class _HostEpisodeWriter(_EpisodeWriter):
         self._fps, self._label = fps, label
         env_params = stepping.resolve_params(env, env_params)
         self._max_steps = _episode_bound(env, env_params, max_steps)
-        self._returns = jax.jit(jax.vmap(lambda p, k: collect.evaluate(  # a host env's runs, in lockstep
-            env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
-        ).returns[0]))
+        self._returns = _episode_returns(env, env_params, policy_fn, max_steps, initial_carry)  # (in lockstep)
         self._start = jax.jit(lambda k: collect.rollout_init(k, env, env_params, 1, initial_carry))
         self._step = jax.jit(lambda p, state, active: collect.evaluation_step(env, env_params, policy_fn, p, 1)(
             state, active))
