@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
+from jax.experimental import checkify
 
 from jaxrl_rollout import prng
 from jaxrl_rollout.types import PolicyOutput
@@ -179,6 +180,7 @@ def check_action(action: Any, space: Any, batch_size: int, where: str = "action"
                 f"{where} must have an integer dtype for the Discrete({space.n}) action "
                 f"space, got {dtype}."
             )
+        _debug_check_discrete_values(action, space, where)
     elif isinstance(space, spaces.Box):
         space_shape = (space.shape,) if isinstance(space.shape, int) else tuple(space.shape)
         expected = (batch_size, *space_shape)
@@ -217,6 +219,20 @@ def check_action(action: Any, space: Any, batch_size: int, where: str = "action"
                     f"{where}{jax.tree_util.keystr(path)} must be batched with leading "
                     f"axis B={batch_size}, got shape {tuple(shape)}."
                 )
+
+
+def _debug_check_discrete_values(action: Any, space: Any, where: str) -> None:
+    """Under `jax.experimental.checkify.checkify` (with `checkify.user_checks`), a failed check when an action is
+    outside [0, n) for the Discrete(n) space; otherwise nothing (a `debug_check` is dropped from the program).
+
+    The values are traced, so only a run-time check can see them, and one in every step would cost every user: this
+    one costs nothing unless asked for. gymnax's envs take such an action without a word (CartPole pushes with three
+    times the force for action 2)."""
+    n = space.n
+    checkify.debug_check(
+        jnp.all((action >= 0) & (action < n)),
+        f"{where} must be in [0, n) for the env's Discrete(n={{n}}) action space; got actions from {{low}} to {{high}}",
+        n=jnp.asarray(n), low=jnp.min(action), high=jnp.max(action))
 
 
 # The env's action space while the rollout calls a policy (`acting_in`), so that a ready-made policy can check at

@@ -194,6 +194,24 @@ def test_stepping_a_stale_state_is_an_error_not_a_silent_continuation():
         jax.block_until_ready(run(state))
 
 
+@pytest.mark.parametrize("action", [-1, 2])
+def test_discrete_actions_outside_the_space_are_an_error(action):
+    """A host env sees the actions' values on the host, so it checks them there at every step, at no cost to the
+    program: an action outside [0, n) (which envpool's envs, unlike gymnasium's CartPole, take without a word) is an
+    error naming the env, the actions' range and the space."""
+    env, _ = envs.make("gymnasium/CartPole-v1")
+
+    def policy_fn(params, obs, key):
+        b = obs.shape[0]
+        return jr.PolicyOutput(jnp.where(jnp.arange(b) == 1, action, 0).astype(jnp.int32), jnp.zeros(b), jnp.zeros(b))
+
+    state = jr.rollout_init(jax.random.key(0), env, None, 3)
+    with pytest.raises(Exception, match=rf"GymnasiumEnv\('CartPole-v1', envs=3\) was given actions from "
+                                        rf"{min(action, 0)} to {max(action, 0)}, outside \[0, n\) for its "
+                                        rf"Discrete\(n=2\) action space"):
+        jax.block_until_ready(jax.jit(lambda s: jr.rollout(env, None, policy_fn, None, s, 2))(state))
+
+
 def test_box_actions_and_evaluate_with_the_env_time_limit():
     env, env_params = envs.make("gymnasium/Pendulum-v1")
     assert env_params.max_steps_in_episode == 200

@@ -1,9 +1,13 @@
 """Bad input gets a clear error naming the argument, at trace or call time."""
 
+import re
+
 import gymnax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.experimental import checkify
 
 import jaxrl_rollout as jr
 from tests.toy_envs import CountingEnv, OldApiEnv, scripted_policy
@@ -180,6 +184,60 @@ def test_categorical_policy_logits_must_match_the_discrete_actions(num_logits):
     # Outside a rollout the policy cannot know the env: called directly it samples from its A logits.
     out = jax.jit(policy_fn)(w, jnp.ones((5, 4)), jax.random.key(2))
     assert out.action.shape == (5,) and int(out.action.max()) < num_logits
+
+
+def _one_env_acting(action):
+    """A policy whose env 1 takes `action` and every other env action 0."""
+    def policy_fn(params, obs, key):
+        b = obs.shape[0]
+        return jr.PolicyOutput(jnp.where(jnp.arange(b) == 1, action, 0).astype(jnp.int32), jnp.zeros(b), jnp.zeros(b))
+
+    return policy_fn
+
+
+def _without_metadata(compiled_text):
+    """The computations of an optimised HLO module's text, without the source locations (file, line and function
+    tables and each instruction's metadata) and the numbers of their names."""
+    computations = compiled_text[re.search(r"^(%|ENTRY )", compiled_text, re.MULTILINE).start():]
+    computations = re.sub(r", metadata=\{[^}]*\}", "", computations)
+    return re.sub(r"\b([A-Za-z_][\w-]*)\.\d+\b", r"\1", computations)  # XLA numbers names as they were traced
+
+
+@pytest.mark.parametrize("action", [-1, 1, 2])
+def test_discrete_action_values_are_checked_under_checkify(action, monkeypatch):
+    """A policy of one's own whose action is outside [0, n): gymnax's CartPole took action 2 as a push of three
+    times the force, without a word. The values are traced, so the check is a run-time one, asked for with
+    `checkify.checkify(f, errors=checkify.user_checks)` (of a vmap too, and of evaluate); without it the program
+    XLA compiles is the one without the check, so it costs nothing."""
+    env, env_params = gymnax.make("CartPole-v1")
+    policy_fn = _one_env_acting(action)
+
+    def roll(key):
+        state = jr.rollout_init(key, env, env_params, 3)
+        return jr.rollout(env, env_params, policy_fn, None, state, 4)[1].action
+
+    def evaluate(key):
+        return jr.evaluate(env, env_params, policy_fn, None, key, 3, max_steps=5).returns
+
+    keys = jax.random.split(jax.random.key(0), 2)
+    # A vmapped rollout, and evaluate's one run (JAX 0.10's checkify fails on a vmapped while loop, evaluate's,
+    # with or without jaxrl_rollout, whichever side of it the vmap is).
+    for f, arg in ((jax.vmap(roll), keys), (evaluate, keys[0])):
+        error, out = jax.jit(checkify.checkify(f, errors=checkify.user_checks))(arg)
+        np.testing.assert_array_equal(out, jax.jit(f)(arg))  # the check changes no result
+        if action == 1:
+            error.throw()  # nothing to throw
+        else:
+            with pytest.raises(checkify.JaxRuntimeError,
+                               match=rf"policy_fn output action must be in \[0, n\) for the env's Discrete\(n=2\) "
+                                     rf"action space; got actions from {min(action, 0)} to {max(action, 0)}"):
+                error.throw()
+    def compiled():  # traced anew (a new function: jit's trace cache is keyed by the function)
+        return _without_metadata(jax.jit(lambda key: roll(key)).lower(keys[0]).compile().as_text())
+
+    checked = compiled()
+    monkeypatch.setattr(jr._checks, "_debug_check_discrete_values", lambda *args: None)
+    assert compiled() == checked
 
 
 @pytest.mark.parametrize("field", ["value", "log_prob"])

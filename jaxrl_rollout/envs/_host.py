@@ -250,6 +250,12 @@ class HostEnv:
                     "(jaxrl_rollout.evaluate does)."
                 )
             if self._discrete_actions:
+                n = self._action_space.n
+                if action.size and (action.min() < 0 or action.max() >= n):
+                    raise ValueError(
+                        f"{self!r} was given actions from {action.min()} to {action.max()}, outside [0, n) for its "
+                        f"Discrete(n={n}) action space."
+                    )
                 action = action.astype(np.int64)
             runs = math.prod(self._shape[:-1])
             action = action.reshape(runs, self._shape[-1], *action.shape[tick.ndim:])
