@@ -677,8 +677,8 @@ def _lockstep_runs(env: Any, env_params: Any, policy_fn: Any, num_episodes: int,
 
 def vmap_rule(fn: Any, axis_size: int, in_batched: Any, *args: Any) -> tuple[Any, Any]:
     """A `jax.custom_batching.custom_vmap` rule: `fn(*args)` with every argument given the new leading axis
-    (broadcast where unbatched), every output batched. Used by the host env's lockstep evaluation here and
-    `periodic_eval`'s cond above the vmap."""
+    (broadcast where unbatched), every output batched. Used by the host env's lockstep evaluation here,
+    `periodic_eval`'s cond above the vmap and the host env's own calls (`envs._host`)."""
     args = [jax.tree.map(lambda x, mapped: x if mapped else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))), a, b)
             for a, b in zip(args, in_batched)]
     out = fn(*args)

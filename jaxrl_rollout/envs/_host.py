@@ -21,6 +21,7 @@ terminated, truncated)`, each [R, B, ...], with same-step auto-reset, and
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -33,7 +34,7 @@ import numpy as np
 from flax import struct
 from jax.experimental import io_callback
 
-from jaxrl_rollout import prng
+from jaxrl_rollout import collect, prng
 
 __all__ = ["HostEnv", "HostParams", "HostStats"]
 
@@ -110,9 +111,7 @@ def _host_call(callback: Callable, result_fn: Callable, *args: jax.Array) -> Any
                 f"(jax.vmap(train)(jnp.stack([key] * {axis_size}), grid)), so that the reset opens the host envs "
                 "of each run."
             )
-        args = [x if mapped else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))) for x, mapped in zip(args, in_batched)]
-        out = _host_call(callback, result_fn, *args)
-        return out, jax.tree.map(lambda _: True, out)
+        return collect.vmap_rule(functools.partial(_host_call, callback, result_fn), axis_size, in_batched, *args)
 
     return call(*args)
 
