@@ -15,7 +15,8 @@ a save, raises KeyboardInterrupt at once for a user who does not want to wait.
 
 Contexts nest: an inner `StopSignals` (the runner's) joins the outer one (the
 command line's, entered before the slow imports), so a signal that arrives
-while JAX is still importing or compiling is kept until the loop can act on it.
+while JAX is still importing is kept until the runner can act on it; during the
+compile (`at_once`, `compiled`) it stops the run at once.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once", "raise_at_once", "ready_time", "stopped_at_once"]
+__all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once", "compiled", "raise_at_once", "ready_time",
+           "stopped_at_once"]
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 """The signals `StopSignals` turns into a stop at the next chunk boundary (Windows has no SIGHUP)."""
@@ -199,6 +201,29 @@ def wait_ready(tree: Any, longest_sleep: float = 0.02) -> None:
         sleep = min(2 * sleep, longest_sleep)
 
 
+def _in_helper(fn: Callable[[], Any], name: str) -> Any:
+    """`fn()` run in a helper thread (a daemon) while the main thread waits on an event in Python, where a
+    signal's handler runs: for calls that wait inside XLA, in C++, where none does. Its result is returned, its
+    error raised here. Interrupted, the helper thread is left to finish (XLA's work cannot be stopped)."""
+    done, outcome = threading.Event(), []
+
+    def call() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+            outcome.append((False, error))
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name=f"jaxrl_rollout-{name}", daemon=True).start()
+    while not done.wait(0.1):
+        pass
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 def ready_time(tree: Any) -> float:
     """Waits until every array of `tree` is computed, in a way a signal's handler can interrupt, and returns the
     `time.perf_counter()` at which they were: for timing a computation (`rollout`'s figures).
@@ -211,20 +236,21 @@ def ready_time(tree: Any) -> float:
     """
     import jax
 
-    done, outcome = threading.Event(), []
+    def block() -> float:
+        jax.block_until_ready(tree)
+        return time.perf_counter()
 
-    def block() -> None:
-        try:
-            jax.block_until_ready(tree)
-            outcome.append(time.perf_counter())
-        except BaseException as error:  # noqa: BLE001 - handed to the main thread
-            outcome.append(error)
-        finally:
-            done.set()
+    return _in_helper(block, "ready")
 
-    threading.Thread(target=block, name="jaxrl_rollout-ready", daemon=True).start()
-    while not done.wait(0.1):
-        pass
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    return outcome[0]
+
+def compiled(jitted: Any, *args: Any) -> Any:
+    """`jitted.lower(*args).compile()`, with XLA's compile waited for in a way a signal's handler can interrupt.
+
+    The trace and the lowering run here, on the calling thread (Python, where handlers run, with the caller's
+    JAX settings); only XLA's compile, which can take a minute for a large program on a CPU (craftax's) and
+    during which no handler runs, is waited for from a helper thread (`_in_helper`). So a Ctrl-C or a SIGTERM
+    during a compile is acted on at once, not when the compile ends. The compile itself cannot be stopped: an
+    interrupted one goes on in the helper thread (a daemon) until the process exits.
+    """
+    lowered = jitted.lower(*args)
+    return _in_helper(lowered.compile, "compile")

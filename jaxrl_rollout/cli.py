@@ -1163,15 +1163,20 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
     import numpy as np
 
     import jaxrl_rollout as jr
-    from jaxrl_rollout._signals import wait_ready
+    from jaxrl_rollout._signals import compiled, wait_ready
 
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
     # every run at once (a host env's in lockstep: one pool of R x num_episodes envs, see `collect.evaluate`)
     run = jax.jit(jax.vmap(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
                                                     num_episodes, initial_carry=carry).returns))
+    executable = []  # compiled on the first call, where a signal's handler runs during XLA's compile
+
     def evaluator(params, key):
-        returns = run(params, jax.random.split(key, spec.num_runs))
+        keys = jax.random.split(key, spec.num_runs)
+        if not executable:
+            executable.append(compiled(run, params, keys))
+        returns = executable[0](params, keys)
         wait_ready(returns)  # in Python, where a signal's handler can run (np.asarray waits in C++)
         return np.asarray(returns)
 
@@ -1818,7 +1823,7 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
 
     import jaxrl_rollout as jr
     from jaxrl_rollout import envs, episodes
-    from jaxrl_rollout._signals import ready_time
+    from jaxrl_rollout._signals import compiled, ready_time, wait_ready
     from jaxrl_rollout.algorithms import _common
 
     env, env_params = _make_env(env_id)
@@ -1866,14 +1871,14 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
 
     key = jax.random.key(seed)
     start = time.perf_counter()
-    compiled = collect.lower(key).compile()
+    executable = compiled(collect, key)  # XLA's compile waited for where a signal's handler runs
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
-    metrics = compiled(key)
+    metrics = executable(key)
     run_s = ready_time(metrics) - start  # waited for in Python: a Ctrl-C (or SIGTERM) stops a long rollout at once
-    result = jax.jit(lambda k: jr.evaluate(env, env_params, policy_fn, None, k, num_eval))(
-        jax.random.fold_in(key, 1)
-    )
+    eval_key = jax.random.fold_in(key, 1)
+    result = compiled(jax.jit(lambda k: jr.evaluate(env, env_params, policy_fn, None, k, num_eval)), eval_key)(eval_key)
+    wait_ready(result)
 
     steps = num_envs * num_steps
     print(f"jaxrl_rollout: uniform random policy on {env_id}, {num_envs} env{'s' * (num_envs != 1)} x {num_steps} steps")

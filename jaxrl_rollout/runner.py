@@ -665,7 +665,7 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
         if evaluating:  # the first update's index is one scalar for every run
             in_shardings = (sharding, sharding, sharding, NamedSharding(sharding.mesh, PartitionSpec()), sharding)
         jitted = jax.jit(_program(spec, algorithm, kind, length), in_shardings=in_shardings, out_shardings=sharding)
-        cache[cache_key] = jitted.lower(*args).compile()
+        cache[cache_key] = _signals.compiled(jitted, *args)  # a signal's handler runs during XLA's compile
     return cache[cache_key]
 
 
@@ -965,25 +965,35 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             chunks_done, metrics = 0, {}
             if folder is not None and jax.process_index() == 0 and not (pathlib.Path(folder) / "config.json").exists():
                 write_spec(folder, spec)  # as the command line writes it first: load_run, evaluate, --resume read it
-        if states is None:
-            states = [
-                _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
-                for (a, b), h in zip(groups, group_hparams)
-            ]
-        if evaluating and loaded_best is None:  # a new run, or one resumed from a checkpoint that kept none
-            from jaxrl_rollout.periodic_eval import no_best
+        try:
+            with _signals.at_once():  # no chunk in flight, nothing new to save: a signal while compiling stops at once
+                if states is None:
+                    states = [
+                        _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
+                        for (a, b), h in zip(groups, group_hparams)
+                    ]
+                if evaluating and loaded_best is None:  # a new run, or one resumed from a checkpoint that kept none
+                    from jaxrl_rollout.periodic_eval import no_best
 
-            if resume:
-                say(f"  {folder}'s checkpoint keeps no best policy (saved by a version that kept none): the best "
-                    "policy is kept from this resume on")
-            start = jax.jit(jax.vmap(lambda state: no_best(algorithm, state)), out_shardings=sharding)
-            bests = [start(state) for state in states]
-        executables = {}
-        for length in sorted(set(lengths[chunks_done:])):
-            for (a, b), state, h, e, best in zip(groups, states, group_hparams, group_eval, bests):
-                executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding,
-                                                      (state, h, *e, *at_update(0), *_given(best)))
-        jax.block_until_ready(states)
+                    if resume:
+                        say(f"  {folder}'s checkpoint keeps no best policy (saved by a version that kept none): the best "
+                            "policy is kept from this resume on")
+                    start = jax.jit(jax.vmap(lambda state: no_best(algorithm, state)), out_shardings=sharding)
+                    bests = [start(state) for state in states]
+                executables = {}
+                for length in sorted(set(lengths[chunks_done:])):
+                    for (a, b), state, h, e, best in zip(groups, states, group_hparams, group_eval, bests):
+                        executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding,
+                                                              (state, h, *e, *at_update(0), *_given(best)))
+                _signals.ready_time(states)  # the init's run, waited for where a handler runs
+        except BaseException as error:
+            stopped = stopped_at_once()  # a signal raised inside a host env's reset comes out of JAX as an error
+            if not isinstance(error, KeyboardInterrupt) and stopped is None:
+                raise
+            say("  interrupted while compiling" + (f"; its checkpoint is in {folder}" if resume else ""))
+            if not isinstance(error, KeyboardInterrupt):
+                raise Interrupted(stopped) from error
+            raise
         compile_s = time.perf_counter() - compile_start
         updates_done = sum(lengths[:chunks_done])
         if chunks_done and lengths != spec.chunk_lengths:  # an extended run: its done chunks' sizes are not kept

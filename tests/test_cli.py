@@ -1123,6 +1123,65 @@ def test_evaluate_and_rollout_unwind_on_sigterm_and_sighup_as_on_ctrl_c(command,
         signal.signal(sig, previous)
 
 
+@pytest.mark.parametrize("command", ["train", "evaluate", "rollout"])
+def test_a_signal_during_xlas_compile_stops_the_command_at_once(command, sweep_run, tmp_path, monkeypatch, capsys):
+    """XLA's compile runs in C++, where Python runs no signal handler: a Ctrl-C or SIGTERM during a large program's
+    compile (craftax's takes a minute on a CPU) was acted on only when the compile ended. The commands now wait for
+    it where a handler runs (`_signals.compiled`), and stop at once: nothing has run, so nothing is lost. Here the
+    first compile sends SIGTERM and then holds XLA for 20 s (a host callback that sleeps, waited for in C++); the
+    command must be back, with exit 143 and its one line, long before. An interrupted new run resumes from its
+    folder with no checkpoint."""
+    import signal
+    import threading
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl_rollout import checkpoint, runner
+
+    held = jax.jit(lambda x: jax.pure_callback(lambda v: (time.sleep(20), v)[1], jax.ShapeDtypeStruct((), x.dtype), x))
+    real_compile, released = jax.stages.Lowered.compile, threading.Event()
+
+    def compile_held(self, *args, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            raise AssertionError("XLA's compile was waited for on the main thread")
+        if not released.is_set():
+            released.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+            jax.block_until_ready(held(jnp.float32(0)))
+        return real_compile(self, *args, **kwargs)
+
+    def left_alone(signum, frame):  # the signal's default would end this test process: a plain failure instead
+        raise AssertionError(f"{command} left SIGTERM to the handler it found")
+
+    folder = tmp_path / "run"
+    # (train: another config than the module's runs, whose programs this process keeps compiled)
+    argv = {"train": ["train", *SWEEP, "--num-envs", "2", "--out", str(folder), "--compile-cache", "off"],
+            "evaluate": ["evaluate", str(sweep_run), "--compile-cache", "off"],
+            "rollout": ["rollout", "--num-steps", "8"]}[command]
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile_held)
+    previous = signal.signal(signal.SIGTERM, left_alone)
+    try:
+        start = time.perf_counter()
+        assert cli.main(argv) == 143
+        assert time.perf_counter() - start < 15 and released.is_set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    if command == "train":
+        assert "  interrupted while compiling\n" in err, err
+        assert err.strip().splitlines()[-1] == f"interrupted; continue with: jaxrl-rollout train --resume {folder} " \
+                                               "--num-eval 2 --compile-cache off", err
+        assert not checkpoint.exists(folder)
+        monkeypatch.setattr(jax.stages.Lowered, "compile", real_compile)
+        assert cli.main(["train", "--resume", str(folder)]) == 0
+        assert "interrupted" not in capsys.readouterr().err
+        assert runner.load_run(folder)[0].config.num_envs == 2
+    else:
+        assert err.strip().splitlines()[-1] == "jaxrl-rollout: interrupted (SIGTERM)", err
+
+
 def test_a_signal_during_rollouts_run_stops_it_at_once(monkeypatch, capsys):
     """`rollout` waits for its run in Python (`_signals.ready_time`), where a signal's handler runs: a Ctrl-C or
     SIGTERM during a long rollout stops it then, not when the whole rollout is done (a wait inside XLA would hold
