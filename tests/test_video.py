@@ -744,11 +744,16 @@ def test_a_gymnasium_env_without_a_way_to_draw_says_how_to_give_one(tmp_path):
     assert "render_env_fn=lambda: gymnasium.make(ID, render_mode='rgb_array'" in str(err.value)
     # envs that draw only when asked: env_fn itself draws the videos, and trains as it is
     video.check_recordable(GymnasiumEnv(lambda: gymnasium.make("CartPole-v1", render_mode="rgb_array")))
-    video.check_recordable(GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"),
-                                        render_env_fn=lambda: gymnasium.make("CartPole-v1", render_mode="rgb_array")))
-    with pytest.raises(ValueError, match="render_env_fn made an env with render_mode=None"):
-        video.check_recordable(GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"),
-                                            render_env_fn=lambda: gymnasium.make("CartPole-v1")))
+    made = []  # a passed check is not made again (`evaluate --video` checks before anything runs, then writes)
+    drawable = GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"),
+                            render_env_fn=lambda: made.append(1) or gymnasium.make("CartPole-v1", render_mode="rgb_array"))
+    video.check_recordable(drawable)
+    video.check_recordable(drawable)
+    assert len(made) == 1
+    undrawable = GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"), render_env_fn=lambda: gymnasium.make("CartPole-v1"))
+    for _ in range(2):  # a failed check fails again
+        with pytest.raises(ValueError, match="render_env_fn made an env with render_mode=None"):
+            video.check_recordable(undrawable)
     with pytest.raises(TypeError, match="^render_env_fn must be a callable"):
         GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"), render_env_fn="rgb_array")
 

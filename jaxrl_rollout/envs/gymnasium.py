@@ -181,11 +181,13 @@ class GymnasiumEnv(HostEnv):
         self._env_fn = env_fn
         self._render_env_fn = render_env_fn
         self._drawing = False
+        self._drawable = False  # `check_drawable` passed
         self._asynchronous = bool(asynchronous)
         self._vec = None
 
     def check_drawable(self) -> None:
-        """Checks that this env's episodes can be drawn: makes one drawing env, resets it and draws a frame.
+        """Checks that this env's episodes can be drawn: makes one drawing env, resets it and draws a frame
+        (once: a later call returns at once, so `evaluate --video`'s check and its writer's make one env, not two).
 
         Raises:
           ValueError: no way to make envs with `render_mode="rgb_array"`
@@ -193,6 +195,8 @@ class GymnasiumEnv(HostEnv):
           ImportError: a package the drawing needs is missing (pygame for
             classic control: the `video` extra names it).
         """
+        if self._drawable:
+            return
         import gymnasium
 
         from jaxrl_rollout import _render_suites
@@ -225,6 +229,7 @@ class GymnasiumEnv(HostEnv):
         if len(shape) != 3 or shape[-1] not in (3, 4):
             raise ValueError(f"cannot draw {self.name}: its render() in render_mode='rgb_array' gave "
                              f"{type(frame).__name__} of shape {shape}, not an RGB frame [H, W, 3].")
+        self._drawable = True
 
     @contextlib.contextmanager
     def drawing(self) -> Iterator[None]:
