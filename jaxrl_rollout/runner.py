@@ -1005,7 +1005,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         say(f"  compile {compile_s:.1f} s; network {network_name(algorithm.module)}"
             + (" (chosen by network=auto)" if getattr(spec.config, "network", None) == "auto" else "")
             + f"; {spec.num_runs} run{'s' if spec.num_runs != 1 else ''} in {len(groups)} group(s) over {mesh.size} "
-            f"{mesh.devices.flat[0].platform} device(s); {chunks}")
+            f"{mesh.devices.flat[0].platform} device(s); {chunks}" + _replay_text(states, spec.num_runs))
         if chunks_done and chunks_done == len(lengths):
             say(f"  the run is complete ({updates_done:,} update{'s' if updates_done != 1 else ''}): nothing left to "
                 f"train; its summary follows (to train it longer: jaxrl-rollout train --resume {folder} "
@@ -1176,6 +1176,26 @@ def _runs_near(folder: pathlib.Path, most: int = 5) -> str:
         return ""
     names = ", ".join(str(p) for p in inside[:most]) + (f" and {len(inside) - most} more" if len(inside) > most else "")
     return f" The runs in it: {names}."
+
+
+def _bytes_text(n: float) -> str:
+    """A size in bytes as "564 MB", "4.5 GB" (decimal units, two or three figures)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.3g} {unit}" if n < 1000 else f"{n:,.0f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _replay_text(states: list, num_runs: int) -> str:
+    """"; replay buffers 564 MB per run (4.51 GB in all)" for an off-policy run, whose state holds a replay buffer
+    (DQN, SAC, TD3; their state is mostly it, on the device through training and in every checkpoint); "" else."""
+    buffers = [state.buffer for state in states if hasattr(state, "buffer")]
+    if not buffers:
+        return ""
+    total = sum(x.nbytes for x in jax.tree.leaves(buffers))
+    return f"; replay buffers {_bytes_text(total / num_runs)} per run" + (
+        f" ({_bytes_text(total)} in all)" if num_runs > 1 else "")
 
 
 def _chunks_text(lengths: list) -> str:

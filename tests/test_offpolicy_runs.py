@@ -207,7 +207,16 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     assert cli.main(["train", *_argv(algo), "--seeds", "2", "--chunk-updates", str(CHUNK[algo]), "--num-eval", "2",
                      "--tensorboard", "false", "--eval-every", "off", "--out", "run"]) == 0  # the runner tests' chunk
     env = "Pendulum-v1" if algo == "td3" else "CartPole-v1"
-    assert f"{algo.upper()} on {env}, 2 seeds" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert f"{algo.upper()} on {env}, 2 seeds" in out
+    # the replay buffer's size, the state's bulk: buffer_size x (obs and next_obs, float32 action or int32, float32
+    # reward, two flags), a few bytes of ring indices aside (CartPole: 4 floats an observation; Pendulum: 3)
+    buffer = {"dqn": "; replay buffers 21 kB per run (42 kB in all)\n",
+              "td3": "; replay buffers 20.4 kB per run (40.8 kB in all)\n"}
+    if algo in buffer:
+        assert buffer[algo] in err, err
+    else:  # PQN keeps no buffer
+        assert "replay" not in err
     assert cli.main(["evaluate", "run", "--num-episodes", "2", "--video", "--runs", "worst,0"]) == 0
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.lstrip().startswith("grid point"))
