@@ -96,6 +96,14 @@ def _leaf_specs(template: Any) -> tuple[str, list[dict]]:
 
 def _check_structure(folder, manifest: dict, template: Any) -> None:
     treedef_str, specs = _leaf_specs(template)
+    inner = treedef_str[len("PyTreeDef("):-1]
+    if manifest["treedef"] != treedef_str and manifest["treedef"].startswith(f"PyTreeDef(({inner}, "):
+        raise CheckpointError(
+            f"checkpoint in {folder} holds a pair (state, best policies), as a run with periodic evaluation saves "
+            "it, and the template is its state alone: pass the template (state, best policies) (the best "
+            "policies' structure is jax.eval_shape(jax.vmap(lambda s: periodic_eval.no_best(algorithm, s)), "
+            "state)), or read the run with jaxrl_rollout.runner.load_run(folder) (its state) and "
+            "runner.load_best_policies(folder).")
     if manifest["treedef"] != treedef_str:
         raise CheckpointError(
             f"checkpoint in {folder} has a different state structure than this config builds:\n"

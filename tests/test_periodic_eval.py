@@ -145,6 +145,25 @@ def test_each_runs_best_policy_is_the_params_of_its_best_evaluation(runs):
     _assert_same(latest.params, jax.tree.map(lambda x: x[1], jax.vmap(algorithm.policy_params)(evaluated.state)))
 
 
+def test_the_checkpoint_reader_with_the_state_alone_says_the_checkpoint_holds_a_pair(runs):
+    """`checkpoint.load` with a template of the train state alone, as for a run without evaluation, printed the two
+    tree structures (cut at 400 characters each) and nothing else; it now says what the checkpoint holds and how to
+    read it, and the template it names reads it."""
+    _, evaluated, folder = runs
+    algorithm = runner.make_algorithm(EVAL)
+    state = jax.eval_shape(jax.vmap(algorithm.init), EVAL.run_keys(), EVAL.run_hparams())
+    with pytest.raises(checkpoint.CheckpointError, match=r"holds a pair \(state, best policies\), as a run with "
+                                                         r"periodic evaluation saves it, and the template is its "
+                                                         r"state alone: pass the template") as error:
+        checkpoint.load(folder, state)
+    assert "PyTreeDef" not in str(error.value)
+    best = jax.eval_shape(jax.vmap(lambda s: periodic_eval.no_best(algorithm, s)), state)
+    (loaded, loaded_best), _, _ = checkpoint.load(folder, (state, best))
+    _assert_same(loaded_best, evaluated.best_policy)
+    with pytest.raises(checkpoint.CheckpointError, match="different state structure"):  # other structures: as before
+        checkpoint.load(folder, (state, best, None))
+
+
 def test_keep_best_skips_updates_without_an_evaluation_and_ties():
     algorithm = runner.make_algorithm(EVAL)
     state = algorithm.init(jax.random.key(0))
