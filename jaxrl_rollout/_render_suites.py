@@ -364,14 +364,15 @@ def render_navix(env: Any, env_params: Any, states: Any) -> np.ndarray:
 def refuse_host(env: Any, env_params: Any, states: Any) -> np.ndarray:
     """Host envs (gymnasium, envpool) keep their state in the host process: recorded states hold nothing to draw.
     A gymnasium env draws itself while its episode is played (`write_episode_videos`, `TrainingVideos`); envpool
-    cannot draw at all."""
+    cannot draw, and its videos show the observations where those are images (`video._ObservationFrames`)."""
     name = getattr(env, "name", type(env).__name__)
     if type(env).__name__ == "GymnasiumEnv":
         raise ValueError(f"cannot draw recorded states of {name}: a GymnasiumEnv's state lives in the host process; "
                          "it draws itself while an episode is played: video.write_episode_videos, "
                          "video.TrainingVideos, jaxrl-rollout evaluate --video.")
     raise ValueError(f"cannot render {name}: {type(env).__name__} is a host env whose state lives in the host "
-                     "process, and it has no way to draw its envs (envpool renders nothing).")
+                     "process, and it has no way to draw its envs (envpool renders nothing; its videos show the "
+                     "observations where they are images, as Atari's are, and this env's are not).")
 
 
 BUILTIN = {

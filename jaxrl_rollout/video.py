@@ -79,6 +79,7 @@ Importing this module imports neither them nor any suite.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import warnings
@@ -476,17 +477,50 @@ def check_recordable(env: Any) -> None:
 
 
 def _drawing_host(env: Any) -> Any:
-    """The host env that `env` is or wraps, checked to draw itself (`GymnasiumEnv.check_drawable`), or None for a
-    JAX env; a host env that cannot draw (envpool) is a one-line ValueError."""
+    """The host env that `env` is or wraps, checked to draw itself (`GymnasiumEnv.check_drawable`), or an
+    `_ObservationFrames` for one that cannot draw but sees images (envpool's Atari), or None for a JAX env; a host
+    env with neither (envpool's CartPole) is a one-line ValueError."""
     from jaxrl_rollout.envs._host import host_env
 
     host = host_env(env)
     if host is None:
         return None
     if not hasattr(host, "check_drawable"):
-        _render_suites.refuse_host(host, None, None)
+        space = host.observation_space(host.default_params)
+        if not _ObservationFrames.fits(space):
+            _render_suites.refuse_host(host, None, None)
+        return _ObservationFrames(host.name, space)
     host.check_drawable()
     return host
+
+
+class _ObservationFrames:
+    """Frames of a host env that cannot draw (envpool renders nothing) but whose observation is an image: each frame
+    is the observation the policy acts on, as the agent sees it: its newest plane (the last channel of a frame stack
+    such as Atari's [84, 84, 4], envpool's oldest-to-newest order) in grey, or its RGB, enlarged by a whole factor
+    to at least `MIN_SIDE` pixels a side (Atari's 84 x 84 to 336 x 336). The `_HostEpisodeWriter` passes it the
+    observation (`frame(obs)`); there is no env to open for drawing."""
+
+    MIN_SIDE = 256
+
+    def __init__(self, name: str, space: Any):
+        self.name = name
+        self._scale = -(-self.MIN_SIDE // min(space.shape[:2]))
+
+    @staticmethod
+    def fits(space: Any) -> bool:
+        """Whether `space` is a pixel image [H, W, C] (uint8, bounds 0 and 255; `is_pixel_space`) to draw from."""
+        from jaxrl_rollout.algorithms._common import is_pixel_space
+
+        return is_pixel_space(space) and len(space.shape) == 3
+
+    def drawing(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def frame(self, obs: np.ndarray) -> np.ndarray:
+        """[H * k, W * k, 3] uint8 of one observation [H, W, C]."""
+        image = obs if obs.shape[-1] == 3 else np.repeat(obs[..., -1:], 3, axis=-1)
+        return np.repeat(np.repeat(image, self._scale, axis=0), self._scale, axis=1)
 
 
 def _recordable(env: Any) -> Callable[[Any, PyTree], np.ndarray]:
@@ -1172,7 +1206,9 @@ class _HostEpisodeWriter(_EpisodeWriter):
         state, active = self._start(key), jnp.ones((1,), bool)
         frames, texts, t = [], [], 0
         while True:
-            frames.append(self._host.frame())  # the state the policy acts on next
+            # the state the policy acts on next (an env that cannot draw: the observation it acts on)
+            frames.append(self._host.frame(np.asarray(state.obs[0])) if isinstance(self._host, _ObservationFrames)
+                          else self._host.frame())
             texts.append(f"{label}  t={t}  return={float(state.episode_return[0]):.1f}")
             state, active, _ = self._step(params, state, active)
             t += 1
@@ -1186,10 +1222,20 @@ class _HostEpisodeWriter(_EpisodeWriter):
         played["return"], played["length"] = float(state.episode_return[0]), int(state.episode_length[0])
 
 
+KEPT_FRAMES = 1_000
+"""The most frames of one episode played from Python (a host env's) kept for `TrainingVideos`' sinks (TensorBoard,
+W&B): its first ones. The video file has them all; the sinks' copy is held in memory whole, and an episode of a
+host env can be long (an Atari game's time limit is 27,000 steps, which an untrained policy that never fires
+reaches: 9 GB of envpool's 336 x 336 frames)."""
+
+
 def _kept(blocks: Iterator[np.ndarray], into: list) -> Iterator[np.ndarray]:
-    """`blocks` as they come, each also appended to `into`."""
+    """`blocks` as they come, the first `KEPT_FRAMES` of their frames also appended to `into`."""
+    room = KEPT_FRAMES
     for block in blocks:
-        into.append(block)
+        if room > 0:
+            into.append(block[:room])
+            room -= len(into[-1])
         yield block
 
 

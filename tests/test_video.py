@@ -762,9 +762,61 @@ def test_envpool_cannot_draw_and_says_so_in_one_line():
     pytest.importorskip("envpool")
     pool, _ = envs.make("envpool/CartPole-v1")
     with pytest.raises(ValueError, match="^cannot render CartPole-v1: EnvpoolEnv is a host env .*envpool renders "
-                       "nothing") as err:
+                       "nothing; its videos show the observations where they are images, as Atari's are, and this "
+                       "env's are not") as err:
         video.check_recordable(pool)
     assert "\n" not in str(err.value)
+
+
+def test_envpool_atari_videos_show_the_frames_the_agent_sees(tmp_path, monkeypatch):
+    """envpool renders nothing, but an Atari env's observation is the picture: its video's frame t is the newest
+    plane of the observation the policy acts on at t (the reset's, then each step's), in grey, 4 x 4 pixels for each
+    of its 84 x 84; the episode and its return are evaluate's for the key. The sinks (TensorBoard, W&B) get its
+    first `KEPT_FRAMES` frames, the file all: an untrained policy's Atari game runs to its 27,000-step limit, whose
+    frames the sinks' copy, held whole in memory, would hold 9 GB of."""
+    pytest.importorskip("envpool")
+    iio = pytest.importorskip("imageio.v3")
+    from jaxrl_rollout.envs.envpool import EnvpoolEnv
+
+    env, _ = envs.make("envpool/Breakout-v5")
+    seen = []  # the observations of the last pool opened, as the env gives them (channels last)
+
+    def host_open(self, seeds, opened=EnvpoolEnv._host_open):
+        obs = opened(self, seeds)
+        seen[:] = [obs]
+        return obs
+
+    def host_step(self, action, stepped=EnvpoolEnv._host_step):
+        out = stepped(self, action)
+        seen.append(out[0])
+        return out
+
+    monkeypatch.setattr(EnvpoolEnv, "_host_open", host_open)
+    monkeypatch.setattr(EnvpoolEnv, "_host_step", host_step)
+    policy_fn = jr.policies.uniform_random_policy(env.action_space())
+    got = []
+
+    class Sink:
+        def log_video(self, run, clip, frames, update):
+            got.append((clip, frames))
+
+    keys = jax.random.split(jax.random.key(3), 1)
+    record = video.TrainingVideos(tmp_path, env, None, policy_fn, lambda state: state, keys, every=1, sinks=[Sink()],
+                                  max_steps=40)
+    monkeypatch.setattr(video, "KEPT_FRAMES", 30)  # the sinks get the first ones of a long episode, the file all
+    assert len(record(jnp.zeros((1,)), 1)) == 1  # params with a runs axis (the random policy reads none)
+    ((clip, frames),) = got
+    evaluated = jr.evaluate(env, None, policy_fn, jnp.zeros(()), jax.random.fold_in(keys[0], 1), 1, max_steps=40)
+    assert (clip.length, clip.episode_return) == (int(evaluated.lengths[0]), float(evaluated.returns[0]))
+    # frames of the reset's and each step's observation but the last step's (where the episode, bound here, ends)
+    assert frames.shape == (30, 336, 336, 3) and len(seen) == clip.length + 1 == 41
+    assert iio.imread(clip.path).shape == (40, 336, 336, 3)
+    newest = np.stack([obs.reshape(84, 84, 4)[..., -1] for obs in seen[:30]])
+    expected = np.repeat(np.repeat(newest, 4, axis=1), 4, axis=2)
+    for channel in range(3):
+        np.testing.assert_array_equal(frames[:, 60:, :, channel], expected[:, 60:])
+    assert len(np.unique(newest.reshape(len(newest), -1), axis=0)) > 1  # the picture moves
+    assert clip.path.exists()
 
 
 def test_a_gymnasium_run_records_videos_in_training_and_in_evaluate(tmp_path, monkeypatch, caplog):
