@@ -307,7 +307,8 @@ def test_video_every_sends_clips_to_files_tensorboard_and_wandb(tmp_path, monkey
     (["--video-runs", "1"], "--video-runs selects the runs of --video-every"),
     (["--video-every", "5"], "--video-every 5: the run has only 4 updates"),
     (["--video-every", "1", "--video-runs", "4"], "--video-runs: run '4'"),
-    # (a gymnasium env draws itself: tests/test_video.py records its videos; envpool cannot draw)
+    # (a gymnasium env draws itself and envpool's Atari shows its observations: tests/test_video.py; envpool's
+    # CartPole can do neither)
     (["--video-every", "1", "--env", "envpool/CartPole-v1", "--seeds", "1", "--lr", "1e-3"],
      "--video-every: cannot render CartPole-v1: EnvpoolEnv is a host env"),
 ])
