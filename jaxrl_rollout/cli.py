@@ -350,6 +350,10 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--video-runs", metavar="SELECTOR",
                      help="with --video-every: which runs, e.g. 0 or best,worst,3 (run r = grid point x seeds + "
                           "seed; best/worst by that episode's return) (default: 0)")
+    run.add_argument("--video-max-steps", type=_positive_int, metavar="N",
+                     help="with --video-every: end each video's episode after N steps, its return the steps' "
+                          "(an untrained policy's Atari game runs to its limit, 27,000 steps, played and drawn "
+                          "from Python on a host env) (default: the env's time limit)")
     run.add_argument("--stop-after-chunks", type=_positive_int, metavar="N",
                      help="stop after N chunks of this call, saved, as if interrupted, and exit 0 with the command "
                           "that continues the run (to split a long run across jobs) (default: run to the end)")
@@ -377,7 +381,7 @@ def _given(args: argparse.Namespace) -> dict:
 
 # `train`'s options that belong to the command, not to the run: not saved in the run folder, so a `--resume`
 # uses them only when given again.
-_SESSION_OPTIONS = ("video_every", "video_runs", "num_eval", "tensorboard", "wandb", "wandb_project",
+_SESSION_OPTIONS = ("video_every", "video_runs", "video_max_steps", "num_eval", "tensorboard", "wandb", "wandb_project",
                     "checkpoint_every", "devices", "host_devices", "compile_cache", "distributed", "coordinator",
                     "num_processes")
 _FLAGS = ("distributed",)  # session options that take no value
@@ -717,8 +721,9 @@ def _check_video(args, spec, env=None, updates_done: int = 0) -> None:
     `updates_done`, a resumed run's: a multiple of N must be left among the updates still to train.
     """
     if args.video_every is None:
-        if args.video_runs is not None:
-            raise ValueError("--video-runs selects the runs of --video-every; add --video-every N.")
+        for option, value in (("--video-runs", args.video_runs), ("--video-max-steps", args.video_max_steps)):
+            if value is not None:
+                raise ValueError(f"{option} is an option of --video-every's videos; add --video-every N.")
         return
     if args.distributed:
         raise ValueError("--video-every needs a single-process run (one process cannot read the others' runs); "
@@ -1698,7 +1703,7 @@ def _training_videos(args, spec, folder: pathlib.Path, sinks: list, first_update
         folder / "videos" / "training", algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
         algorithm.policy_params, keys, args.video_every, _video_runs(args), names=_video_names(spec),
         first_update=first_update, sinks=[log for log in sinks if hasattr(log, "log_video")],
-        num_updates=spec.config.num_updates,
+        num_updates=spec.config.num_updates, max_steps=args.video_max_steps,
         initial_carry=algorithm.module.initial_carry(1) if algorithm.recurrent else None)
     failed = []
 

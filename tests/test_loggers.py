@@ -303,8 +303,27 @@ def test_video_every_sends_clips_to_files_tensorboard_and_wandb(tmp_path, monkey
     assert files[1] == video.video_name("update4_lr=0.0005_seed1", float(episode.returns[0]))
 
 
+def test_video_max_steps_ends_each_videos_episode_there(tmp_path, monkeypatch):
+    """`--video-max-steps 3`: each training video's episode stops after 3 steps (3 frames; CartPole's return 3), as
+    evaluate's with max_steps=3; the option is the command's, so an interrupted run's resume line repeats it."""
+    import imageio.v3 as iio
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", *SWEEP, "--video-every", "2", "--video-max-steps", "3", "--tensorboard", "false", "--out", "v"]
+    assert cli.main([*argv, "--stop-after-chunks", "2"]) == 0
+    files = sorted((tmp_path / "v" / "videos" / "training").iterdir())
+    assert [f.name for f in files] == ["update2_lr=0.001_seed0_return3.0.mp4"]
+    assert iio.imread(files[0]).shape[0] == 3
+    from jaxrl_rollout import cli as cli_module
+
+    args = cli_module.build_parser().parse_args(argv)
+    assert cli_module._resume_command(args, "v") == ("jaxrl-rollout train --resume v --video-every 2 "
+                                                     "--video-max-steps 3 --num-eval 1 --tensorboard false")
+
+
 @pytest.mark.parametrize("options, message", [
-    (["--video-runs", "1"], "--video-runs selects the runs of --video-every"),
+    (["--video-runs", "1"], "--video-runs is an option of --video-every's videos; add --video-every N."),
+    (["--video-max-steps", "3"], "--video-max-steps is an option of --video-every's videos; add --video-every N."),
     (["--video-every", "5"], "--video-every 5: the run has only 4 updates"),
     (["--video-every", "1", "--video-runs", "4"], "--video-runs: run '4'"),
     # (a gymnasium env draws itself and envpool's Atari shows its observations: tests/test_video.py; envpool's
