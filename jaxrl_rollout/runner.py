@@ -1180,11 +1180,11 @@ def _runs_near(folder: pathlib.Path, most: int = 5) -> str:
 
 def _bytes_text(n: float) -> str:
     """A size in bytes as "564 MB", "4.5 GB" (decimal units, two or three figures)."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.3g} {unit}" if n < 1000 else f"{n:,.0f} {unit}"
+    for unit in ("B", "kB", "MB"):
+        if n < 1000:
+            return f"{n:.3g} {unit}"
         n /= 1000
-    raise AssertionError("unreachable")
+    return f"{n:.3g} GB" if n < 1000 else f"{n:,.0f} GB"
 
 
 def _replay_text(states: list, num_runs: int) -> str:
