@@ -160,6 +160,40 @@ def _float(text: str, no_limit: bool = False) -> float:
     return value
 
 
+def _env_option(text: str) -> tuple:
+    """`--env-option NAME=VALUE` as (name, value): VALUE read as true/false (a bool), none (None), an integer, a
+    number, or else the text itself (a string)."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME an option of the env's make, e.g. "
+                                         f"max_episode_steps=500, got {text!r}")
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return name, lowered == "true"
+    if lowered == "none":
+        return name, None
+    integer = _integer(raw)
+    if integer is not None:
+        return name, integer
+    try:
+        return name, float(raw)
+    except ValueError:
+        return name, raw
+
+
+def _env_options_text(options) -> str:
+    """Env options as typed: "--env-option max_episode_steps=500 --env-option backend=mjx"."""
+    return " ".join(f"--env-option {name}={str(value).lower() if isinstance(value, bool) or value is None else value}"
+                    for name, value in options)
+
+
+def _env_text(config) -> str:
+    """A config's env as the command's header names it: "jumanji/Game2048-v1 (max_episode_steps=200)"."""
+    options = ", ".join(f"{name}={value}" for name, value in config.env_options)
+    return f"{config.env_id} ({options})" if options else config.env_id
+
+
 def _bool(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "1", "yes", "on"):
@@ -201,10 +235,10 @@ def _algorithms():
 
 
 # Config fields with their own option names (--env, --total-steps).
-_RENAMED = {"env_id": "env", "total_timesteps": "total_steps"}
+_RENAMED = {"env_id": "env", "total_timesteps": "total_steps", "env_options": "env_option"}
 # Options that are not config fields or hyperparameters but still fix the run's results.
-_RUN_OPTIONS = ("algo", "env", "seeds", "total_steps", "seed", "chunk_updates", "max_parallel", "eval_every",
-                "eval_episodes")
+_RUN_OPTIONS = ("algo", "env", "env_option", "seeds", "total_steps", "seed", "chunk_updates", "max_parallel",
+                "eval_every", "eval_episodes")
 
 
 def _config_fields() -> dict:
@@ -267,6 +301,12 @@ def _defaults_text(defaults: dict) -> str:
     return ", ".join(f"{algo}: {','.join(map(str, v)) if isinstance(v, tuple) else v}" for algo, v in defaults.items())
 
 
+_ENV_OPTION_HELP = ("an option of the env's make (envs.make(ENV, NAME=VALUE)), repeated for more, e.g. "
+                    "max_episode_steps=500 (gymnasium, envpool, jumanji), episode_length=500 (brax), max_steps=100 "
+                    "(pgx, navix, xminigrid); VALUE is read as true/false, none, a number or else text; gymnax envs "
+                    "take none")
+
+
 _COMPILE_CACHE_HELP = ("keep compiled XLA programs in a folder, so that a later command building the same program "
                        "(a --resume, a second evaluate, the same config again) loads it instead of compiling: auto "
                        "uses JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/jaxrl_rollout/xla (XDG_CACHE_HOME "
@@ -280,8 +320,10 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--algo", type=str.lower, choices=tuple(_algorithms()),
                      help="algorithm, in any case (default: ppo)")
     run.add_argument("--env", help="gymnax env id, or SUITE/NAME for another suite (brax, jumanji, craftax, xminigrid, "
-                     "navix, pgx, gymnasium, envpool), e.g. brax/ant; an env's options (time limits) are given from "
-                     f"Python, with envs.make (default: the algorithm's, {DEFAULT_ENV}; Pendulum-v1 for sac and td3)")
+                     "navix, pgx, gymnasium, envpool), e.g. brax/ant (default: the algorithm's, "
+                     f"{DEFAULT_ENV}; Pendulum-v1 for sac and td3)")
+    run.add_argument("--env-option", dest="env_option", action="append", type=_env_option, metavar="NAME=VALUE",
+                     help=_ENV_OPTION_HELP + "; saved with the run")
     run.add_argument("--seeds", type=_positive_int, help=f"seeds per grid point (default: {DEFAULT_SEEDS})")
     run.add_argument("--total-steps", type=_total_steps,
                      help="env steps per run, at most 2**31 - 1, e.g. 500000, 500_000 or 5e5 (default: the algorithm's, "
@@ -295,7 +337,7 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     run.add_argument("--config", type=_folder, metavar="PATH",
                      help="start a new run with the options of the run saved at PATH (its folder or its "
                           "config.json: algorithm, env, grid, seeds, steps, config); options given here replace "
-                          "theirs, e.g. --config runs/sweep --seed 1 --out runs/sweep-seed1")
+                          "theirs (another --env, their --env-options too), e.g. --config runs/sweep --seed 1 --out runs/sweep-seed1")
     run.add_argument("--chunk-updates", type=_positive_int,
                      help="updates per jitted chunk (default: a divisor of the updates giving 10-100 chunks, near 20; "
                           "near 100 for sac and td3)")
@@ -376,7 +418,19 @@ def _given(args: argparse.Namespace) -> dict:
     """The run-defining options given on the command line (option name -> value)."""
     names = [*_RUN_OPTIONS, *_config_fields(), *_hparam_fields()]
     given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if "env_option" in given:  # as a config keeps them (sorted pairs), so that a saved run's compare
+        given["env_option"] = _given_env_options(given["env_option"])
     return {name: None if value is _NONE_GIVEN else value for name, value in given.items()}
+
+
+def _given_env_options(pairs) -> tuple:
+    """The `--env-option`s given (a list of (name, value), or None) as a config keeps them: sorted pairs."""
+    from jaxrl_rollout.algorithms._common import env_options_tuple
+
+    try:
+        return env_options_tuple(pairs or ())
+    except ValueError as error:  # a name given twice
+        raise ValueError(f"--env-option: {str(error).removeprefix('env_options: ')}") from None
 
 
 # `train`'s options that belong to the command, not to the run: not saved in the run folder, so a `--resume`
@@ -413,7 +467,9 @@ def _resume_command(args: argparse.Namespace, folder, total_steps: int | None = 
 def _spec_options(spec) -> dict:
     """A RunSpec as option name -> value, the inverse of `_build_spec`."""
     config = dataclasses.asdict(spec.config)
-    options = {"algo": spec.algo, "env": config.pop("env_id"), "seeds": spec.num_seeds,
+    config.pop("env_options")
+    options = {"algo": spec.algo, "env": config.pop("env_id"), "env_option": spec.config.env_options,
+               "seeds": spec.num_seeds,
                "total_steps": config.pop("total_timesteps"), "seed": spec.seed, "chunk_updates": spec.chunk_updates,
                "max_parallel": spec.max_parallel, "eval_every": "off" if spec.eval_every is None else spec.eval_every,
                "eval_episodes": spec.eval_episodes, **config}
@@ -423,7 +479,10 @@ def _spec_options(spec) -> dict:
 
 
 def _typed(option: str, value) -> str:
-    """An option as it was typed: "--hidden-sizes 64,64", "--anneal-lr false", "--obs-clip none"."""
+    """An option as it was typed: "--hidden-sizes 64,64", "--anneal-lr false", "--obs-clip none",
+    "--env-option max_steps=50"."""
+    if option == "env_option":
+        return _env_options_text(value)
     shown = (",".join(map(str, value)) if isinstance(value, (tuple, list))
              else str(value).lower() if isinstance(value, bool) or value is None else str(value))
     return f"--{option.replace('_', '-')} {shown}"
@@ -530,6 +589,13 @@ def _build_spec(given: dict):
     config_cls, hparams_cls, _ = _algorithms()[algo]
     config_names = {f.name for f in dataclasses.fields(config_cls)}
     fields = {"env_id": given["env"]} if "env" in given else {}  # else the algorithm's own default env
+    if given.get("env_option"):
+        env_id = fields.get("env_id", config_cls.env_id)
+        if "/" not in env_id or env_id.startswith("gymnax/"):
+            raise ValueError(f"{_typed('env_option', given['env_option'])}: {env_id} is a gymnax env, whose make "
+                             "takes no options (its settings are its env params, given from Python: "
+                             "make_train(config, env=env, env_params=...)).")
+        fields["env_options"] = given["env_option"]
     if "total_steps" in given:
         fields["total_timesteps"] = given["total_steps"]
     for name in _config_fields():
@@ -630,6 +696,8 @@ def _with_saved_options(args: argparse.Namespace, given: dict) -> dict:
             if saved.eval_episodes != defaults["eval_episodes"]:
                 taken["eval_episodes"] = saved.eval_episodes
     taken = {name: value for name, value in taken.items() if name not in given}
+    if given.get("env", saved.config.env_id) != saved.config.env_id:  # another env: the saved env's options are not its
+        taken.pop("env_option", None)
     if "chunk_updates" not in given:
         try:
             chosen = _build_spec({**taken, **given})
@@ -656,8 +724,12 @@ def _as_json(value):
 
 
 def _differences(saved: dict, wanted: dict, names) -> list[str]:
-    shown = lambda v: "unset" if v is None else _as_json(v)  # noqa: E731  (Python's None is no option value)
-    return [f"--{n.replace('_', '-')}: {shown(saved.get(n))} there, {shown(wanted.get(n))} here"
+    def shown(name, value):
+        if name == "env_option":  # "max_steps=50, backend=mjx", or none
+            return ", ".join(f"{k}={v}" for k, v in value or ()) or "none"
+        return "unset" if value is None else _as_json(value)  # (Python's None is no option value)
+
+    return [f"--{n.replace('_', '-')}: {shown(n, saved.get(n))} there, {shown(n, wanted.get(n))} here"
             for n in names if _as_json(saved.get(n)) != _as_json(wanted.get(n))]
 
 
@@ -819,21 +891,27 @@ def _check_devices(spec, devices, env=None) -> None:
                          f"--seeds / --max-parallel: {error}") from None
 
 
-def _make_env(env_id: str, **options):
-    """`envs.make(env_id, **options)`, an env it refuses (an unknown name in a suite, `envs._base.UnsupportedEnv`: a
-    multi-agent jumanji env) refused as `--env ID: ...`, as every other env the command line cannot take."""
+def _make_env(env_id: str, options: tuple = ()):
+    """`envs.make(env_id, **dict(options))` (`options`: the run's `--env-option`s, as sorted pairs), an env it
+    refuses (an unknown name in a suite, an option it does not take, `envs._base.UnsupportedEnv`: a multi-agent
+    jumanji env) refused as `--env ID [--env-option ...]: ...`, as every other env the command line cannot take."""
     from jaxrl_rollout import envs
 
+    typed = " ".join([f"--env {env_id}", *([_env_options_text(options)] if options else [])])
     try:
-        return envs.make(env_id, **options)
+        return envs.make(env_id, **dict(options))
     except ValueError as error:  # UnsupportedEnv is one
-        raise ValueError(f"--env {env_id}: {error}") from None
+        raise ValueError(f"{typed}: {error}") from None
+    except TypeError as error:  # a suite whose make passes unknown options on to a constructor
+        if not options:
+            raise
+        raise ValueError(f"{typed}: {type(error).__name__}: {error}") from None
 
 
 def _check_time_limit(env_id: str, env, env_params) -> None:
     """A ValueError naming --env for an env without a time limit (jumanji's Game2048, Knapsack, TSP, ...): every
     command evaluates whole episodes, which then have no bound; the time limit is an option of the env's make,
-    given from Python (the run failed at its closing evaluation, after training, its folder written)."""
+    `--env-option` (the run failed at its closing evaluation, after training, its folder written)."""
     from jaxrl_rollout.collect import episode_limit
 
     try:
@@ -842,8 +920,7 @@ def _check_time_limit(env_id: str, env, env_params) -> None:
         option = _TIME_LIMIT_OPTIONS.get(env_id.split("/", 1)[0], "max_episode_steps")
         raise ValueError(
             f"--env {env_id}: the env has no time limit, and the command line evaluates whole episodes (train's "
-            "evaluations, evaluate, rollout), which it then cannot bound; from Python, give it one with "
-            f"envs.make({env_id!r}, {option}=N) and pass that env to make_train(config, env=...)."
+            f"evaluations, evaluate, rollout), which it then cannot bound; give it one: --env-option {option}=N."
         ) from None
 
 
@@ -858,13 +935,13 @@ def _refuse_unfit_env(algo: str, config_cls, given: dict) -> None:
     was refused, so that the env, which the other options would be tuned for, is the first error the user meets
     (`--algo sac --env CartPole-v1 --total-steps 1000` named learning_starts first, then the actions)."""
     try:
-        config = config_cls(env_id=given["env"])
-    except ValueError as err:  # the env alone is refused (an unknown gymnax name)
+        config = config_cls(env_id=given["env"], env_options=given.get("env_option", ()))
+    except ValueError as err:  # the env alone is refused (an unknown gymnax name, options for a gymnax env)
         raise ValueError(_led_by_options(str(err), given)) from None
     try:
         _build_algorithm_of(algo, config)
     except ValueError as error:
-        if str(error).startswith(f"--env {config.env_id}:"):
+        if str(error).startswith(f"--env {config.env_id}"):
             raise
         # anything else is the default config's (another option of the user's may mend it): not the user's error
 
@@ -883,7 +960,7 @@ def _build_algorithm_of(algo: str, config, given: dict | None = None):
     """`_build_algorithm` for an algorithm's name and config."""
     from jaxrl_rollout.algorithms import _common, get
 
-    env, env_params = _make_env(config.env_id)
+    env, env_params = _make_env(config.env_id, config.env_options)
     if not _common.is_self_play(env):
         _check_time_limit(config.env_id, env, env_params)
     # The algorithm is built once too, so that an env it cannot train (DQN on continuous actions,
@@ -1195,7 +1272,7 @@ def _self_play_game(spec) -> bool:
     from jaxrl_rollout import envs
     from jaxrl_rollout.algorithms._common import is_self_play
 
-    return is_self_play(envs.make(spec.config.env_id)[0])
+    return is_self_play(envs.make(spec.config.env_id, **dict(spec.config.env_options))[0])
 
 
 def _curve_label(metrics: dict) -> str:
@@ -1347,7 +1424,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     steps = total_steps(cfg)
     grid = f"{len(spec.grid)} grid points x " if len(spec.grid) > 1 else ""
     seeds = f"{spec.num_seeds} seed" + ("s" if spec.num_seeds != 1 else "")
-    print(f"jaxrl_rollout: {spec.algo.upper()} on {cfg.env_id}, {grid}{seeds} x {steps:,} steps "
+    print(f"jaxrl_rollout: {spec.algo.upper()} on {_env_text(cfg)}, {grid}{seeds} x {steps:,} steps "
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
     if getattr(args, "from_config", None) is not None:
@@ -1581,6 +1658,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     if args.runs != "all" and not args.video:  # before the checkpoint is read and every run evaluated
         raise ValueError("--runs selects the runs of --video; add --video.")
+    if args.video_max_steps is not None and not args.video:
+        raise ValueError(f"--video-max-steps {args.video_max_steps} bounds the episodes of --video; add --video.")
     from jaxrl_rollout import checkpoint
     from jaxrl_rollout.runner import read_spec
 
@@ -1646,7 +1725,7 @@ def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm,
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
     best = _best_updates(state)
-    print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {spec.config.env_id}, "
+    print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {_env_text(spec.config)}, "
           + ("each run's best policy, " if best is not None else "") + f"checkpoint "
           f"{status}), {_count(args.num_episodes, 'episode')} per run; return mean (std)")
     if best is not None:
@@ -1774,7 +1853,8 @@ def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
             _policy_params(algorithm, state), jax.random.split(key, spec.num_runs), args.runs,
             names=names, prefix=f"best_evalseed{args.seed}_" if best is not None else
             f"update{update}_evalseed{args.seed}_",
-            caption="  best policy" if best is not None else f"  update {updates_done}", initial_carry=carry)
+            caption="  best policy" if best is not None else f"  update {updates_done}", initial_carry=carry,
+            max_steps=args.video_max_steps)
     except (ImportError, OSError, RuntimeError) as error:
         # a missing extra, a video that cannot be written (a folder of its name, a full disk), no OpenGL for
         # MuJoCo's renderer: one line
@@ -1818,22 +1898,23 @@ ROLLOUT_CHUNK_STEPS = 1024  # `rollout`'s steps per inner rollout (its memory: o
 
 
 def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval: int, *,
-                video: str | None = None) -> dict:
+                video: str | None = None, env_options: tuple = ()) -> dict:
     """Rolls out a uniform random policy (over the legal moves where the env masks them), then evaluates it; prints
     and returns the figures. With `video` (a folder), also writes one episode of that policy there (`--video`):
-    everything it needs is checked before the rollout."""
+    everything it needs is checked before the rollout. `env_options`: the env's make options (`--env-option`), as
+    (name, value) pairs."""
     import jax
     import jax.numpy as jnp
     from gymnax.environments import spaces
 
     import jaxrl_rollout as jr
-    from jaxrl_rollout import envs, episodes
+    from jaxrl_rollout import episodes
     from jaxrl_rollout._signals import compiled, ready_time, wait_ready
     from jaxrl_rollout.algorithms import _common
 
-    env, env_params = _make_env(env_id)
+    env, env_params = _make_env(env_id, env_options)
     if _common.is_self_play(env):  # a two-player pgx game: against its random opponent, as train evaluates it
-        env, env_params = envs.make(env_id, agent_seat="random", max_steps=_common.SELF_PLAY_EVAL_MAX_MOVES)
+        env, env_params = _common.self_play_eval_env(env_id, env_options)
     _check_time_limit(env_id, env, env_params)
     space = env.action_space(env_params)
     if not isinstance(space, (spaces.Discrete, spaces.Box)):
@@ -1886,7 +1967,8 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     wait_ready(result)
 
     steps = num_envs * num_steps
-    print(f"jaxrl_rollout: uniform random policy on {env_id}, {num_envs} env{'s' * (num_envs != 1)} x {num_steps} steps")
+    shown = f"{env_id} ({', '.join(f'{k}={v}' for k, v in env_options)})" if env_options else env_id
+    print(f"jaxrl_rollout: uniform random policy on {shown}, {num_envs} env{'s' * (num_envs != 1)} x {num_steps} steps")
     print(f"  backend {jax.default_backend()}, compile {compile_s:.2f} s, run {run_s:.3f} s "
           f"({steps / run_s:,.0f} env steps/s)")
     n = int(metrics.num_episodes)
@@ -1966,6 +2048,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "--seed; with --best-policy best_evalseed<E>_seed<S>_update<U>_return<R>.mp4, U the "
                                "best policy's; mp4, or gif without ffmpeg; the return also on the frames; the video "
                                "extra)")
+    evaluate.add_argument("--video-max-steps", type=_positive_int, metavar="N",
+                          help="with --video: end each video's episode after N steps, its return then those steps' "
+                               "(an untrained policy's Atari game runs to its limit, 27,000 steps, played and drawn "
+                               "from Python on a host env) (default: the env's time limit)")
     evaluate.add_argument("--csv", type=_file, metavar="FILE",
                           help="also write every episode's return to FILE (made with its folder if missing; "
                                "replaced if there), or to stdout with -, the report then going to stderr: one row "
@@ -1981,6 +2067,8 @@ def build_parser() -> argparse.ArgumentParser:
     roll = sub.add_parser("rollout", help="roll out a random policy and print episode statistics")
     roll.add_argument("--env", default=DEFAULT_ENV,
                       help="gymnax env id, or SUITE/NAME for another suite, e.g. brax/ant (default: %(default)s)")
+    roll.add_argument("--env-option", dest="env_option", action="append", type=_env_option, metavar="NAME=VALUE",
+                      help=_ENV_OPTION_HELP)
     roll.add_argument("--num-envs", type=_positive_int, default=8, help="parallel envs (default: %(default)s)")
     roll.add_argument("--num-steps", type=_positive_int, default=1000, help="steps per env (default: %(default)s)")
     roll.add_argument("--num-eval", type=_positive_int, default=16, help="evaluation episodes (default: %(default)s)")
@@ -2162,7 +2250,9 @@ def _main(argv: list) -> int:
                 return run_train(args)
             if args.command == "evaluate":
                 return run_evaluate(args)
-            run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval, video=args.video)
+            options = _given_env_options(args.env_option)
+            run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval, video=args.video,
+                        env_options=options)
         except Exception as error:
             # a signal raised at once inside a host env's step comes out of JAX as a runtime error (and out of
             # evaluate --video as its one-line ValueError): it is the interruption, not an error

@@ -285,6 +285,11 @@ class RunSpec:
 
     def to_json(self) -> dict:
         config = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.config).items()}
+        # env_options as the object of the env's make options, and only when set: a run without them (every run
+        # saved before the field) has the same config.json as before
+        config.pop("env_options", None)
+        if getattr(self.config, "env_options", ()):
+            config["env_options"] = dict(self.config.env_options)
         return {"format": FORMAT, "algo": self.algo, "config": config, "grid": [h._asdict() for h in self.grid],
                 "num_seeds": self.num_seeds, "seed": self.seed, "chunk_updates": self.chunk_updates,
                 "max_parallel": self.max_parallel,
@@ -308,6 +313,11 @@ class RunSpec:
             raise ValueError(f"saved config has fields {sorted(unknown)} that {config_cls.__name__} does not know.")
         annotations = {f.name: str(f.type) for f in dataclasses.fields(config_cls)}
         for name, value in data["config"].items():
+            if name == "env_options":  # an object of the make options; its values are checked by the config
+                if not isinstance(value, dict):
+                    raise ValueError(f"config.env_options must be an object of the env's make options, got "
+                                     f"{json.dumps(value)}.")
+                continue
             optional = "Optional" in annotations[name] or "None" in annotations[name]
             _check_json_type(f"config.{name}", value, defaults[name], optional)
         for name in ("num_seeds", "seed", "chunk_updates"):
@@ -318,7 +328,8 @@ class RunSpec:
         _check_json_type("eval_episodes", data.get("eval_episodes", 10), 0, False)
         if not isinstance(data["grid"], list) or not all(isinstance(p, dict) for p in data["grid"]):
             raise ValueError("grid must be a list of hyperparameter objects.")
-        fields = {k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in data["config"].items()}
+        fields = {k: tuple(v) if isinstance(defaults[k], tuple) and k != "env_options" else v
+                  for k, v in data["config"].items()}
         grid = []
         for point in data["grid"]:
             for name, value in point.items():
@@ -522,7 +533,7 @@ def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None
       env: the spec's env if already built (else built here from its env_id).
     """
     if (len(spec.groups) == 1 and devices in (None, 1) and jax.process_count() == 1) or host_env(
-            env if env is not None else envs.make(spec.config.env_id)[0]) is None:
+            env if env is not None else envs.make(spec.config.env_id, **dict(spec.config.env_options))[0]) is None:
         return  # the env is built only when there is something to refuse
     if jax.process_count() > 1:
         raise ValueError(

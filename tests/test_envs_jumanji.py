@@ -385,7 +385,7 @@ def test_importing_the_package_does_not_import_jumanji():
 @pytest.mark.parametrize("argv, message", [
     # no time limit: train wrote its folder, trained, then failed at its closing evaluation
     (["train", "--env", "jumanji/Game2048-v1"], r"--env jumanji/Game2048-v1: the env has no time limit, and the "
-     r"command line evaluates whole episodes .* envs.make\('jumanji/Game2048-v1', max_episode_steps=N\)"),
+     r"command line evaluates whole episodes .*; give it one: --env-option max_episode_steps=N\."),
     (["rollout", "--env", "jumanji/Knapsack-v1"], r"--env jumanji/Knapsack-v1: the env has no time limit"),
     # a multi-agent reward: a traceback ending in NotImplementedError
     (["train", "--env", "jumanji/Connector-v3"], r"--env jumanji/Connector-v3: Connector has a reward of shape \(10,\) \(one per agent\)"),

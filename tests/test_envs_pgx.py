@@ -13,6 +13,7 @@ lowest legal cell, so every game below is fixed.
 """
 
 import functools
+import re
 import subprocess
 import sys
 
@@ -422,12 +423,15 @@ def test_the_rollout_command_plays_legal_moves_against_the_random_opponent(capsy
 
 
 def test_the_command_lines_time_limit_hint_names_pgxs_own_option(capsys):
-    """It advised envs.make('pgx/2048', max_episode_steps=N), which pgx refuses ("takes no options"): its time
-    limit is max_steps."""
+    """It advised max_episode_steps, which pgx refuses ("takes no options"): its time limit is max_steps; and the
+    option it advises is taken, by the command line itself."""
     from jaxrl_rollout import cli
 
     assert cli.main(["rollout", "--env", "pgx/2048"]) == 2
     err = capsys.readouterr().err
-    assert "the env has no time limit" in err and "envs.make('pgx/2048', max_steps=N)" in err, err
-    env, _ = envs.make("pgx/2048", max_steps=100)  # what it advises is taken
-    assert env.max_steps_in_episode() == 100
+    assert "the env has no time limit" in err and "give it one: --env-option max_steps=N." in err, err
+    assert cli.main(["rollout", "--env", "pgx/2048", "--env-option", "max_steps=7", "--num-envs", "2",
+                     "--num-steps", "20", "--num-eval", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "uniform random policy on pgx/2048 (max_steps=7), 2 envs x 20 steps" in out, out
+    assert re.search(r"evaluate: 2 episodes, .* 2 completed", out) and "mean length 7.0" in out, out

@@ -319,6 +319,16 @@ def test_video_max_steps_ends_each_videos_episode_there(tmp_path, monkeypatch):
     args = cli_module.build_parser().parse_args(argv)
     assert cli_module._resume_command(args, "v") == ("jaxrl-rollout train --resume v --video-every 2 "
                                                      "--video-max-steps 3 --num-eval 1 --tensorboard false")
+    # evaluate --video takes it too, for its videos only
+    assert cli.main(["evaluate", "v", "--num-episodes", "1", "--video", "--runs", "0", "--video-max-steps", "2"]) == 0
+    (clip,) = (tmp_path / "v" / "videos").glob("update2_evalseed0_*.mp4")
+    assert clip.name.endswith("_return2.0.mp4") and iio.imread(clip).shape[0] == 2, clip.name
+
+
+def test_evaluate_refuses_video_max_steps_without_video(tmp_path, capsys):
+    assert cli.main(["evaluate", str(tmp_path), "--video-max-steps", "2"]) == 2
+    assert capsys.readouterr().err == ("jaxrl-rollout: error: --video-max-steps 2 bounds the episodes of --video; "
+                                       "add --video.\n")
 
 
 @pytest.mark.parametrize("options, message", [

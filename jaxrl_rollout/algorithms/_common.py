@@ -57,7 +57,8 @@ from jaxrl_rollout._warnings import PartialRunWarning, user_stacklevel
 
 __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
-    "check_common_config", "check_env", "check_hparams", "check_network", "check_positive", "check_train_key",
+    "check_common_config", "check_env", "check_env_options", "env_options_tuple", "self_play_eval_env",
+    "check_hparams", "check_network", "check_positive", "check_train_key",
     "choose_network", "choose_q_network", "Q_NETWORKS",
     "check_scaled_box", "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
     "refuse_self_play",
@@ -863,7 +864,68 @@ NETWORK_CONTRACT = (
 """The network contract in words, as the errors of `check_network` state it."""
 
 
-def resolve_env(env: Any, env_params: Any, env_id: str, *, sample: bool = True) -> tuple[Any, Any, Any]:
+ENV_OPTION_VALUES = "a bool, int, float, str or None"
+"""What a value of `config.env_options` may be: a config is static (hashed under jit) and saved as JSON."""
+
+
+def env_options_tuple(options: Any) -> tuple:
+    """`config.env_options` as a config keeps it: (name, value) pairs, sorted by name.
+
+    Args:
+      options: the options of the env's make (`envs.make(env_id, **options)`): a mapping of name to value, or a
+        sequence of (name, value) pairs; each name a Python keyword (str), each value a bool, int, float, str or
+        None (a NumPy scalar counts as the number it holds). Objects (a ruleset, a callable) are given from Python
+        with the env itself: `make_train(config, env=envs.make(env_id, ...))`.
+
+    Returns:
+      The pairs, sorted by name (so two spellings of the same options are one config).
+
+    Raises:
+      ValueError: naming env_options: not a mapping or pairs, a name that is not a keyword or is given twice, a
+        value of another kind.
+    """
+    import collections.abc
+
+    if isinstance(options, collections.abc.Mapping):
+        pairs = list(options.items())
+    elif isinstance(options, (tuple, list)) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in options):
+        pairs = [tuple(p) for p in options]
+    else:
+        raise ValueError("env_options must be a dict of the env's make options (name -> value), e.g. "
+                         f"{{'max_episode_steps': 500}}, or (name, value) pairs; got {options!r}.")
+    names = [name for name, _ in pairs]
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"env_options: an option's name must be a keyword of the env's make (a str such as "
+                             f"'max_episode_steps'), got {name!r}.")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"env_options: {', '.join(twice)} given more than once.")
+    plain = []
+    for name, value in pairs:
+        value = _plain(value)
+        if not isinstance(value, (bool, int, float, str, type(None))):
+            raise ValueError(f"env_options: {name}={value!r} is a {type(value).__name__}; an option's value must "
+                             f"be {ENV_OPTION_VALUES} (a config is static and saved as JSON); give an env built "
+                             "with other values from Python: make_train(config, env=envs.make(env_id, ...)).")
+        plain.append((name, value))
+    return tuple(sorted(plain))
+
+
+def check_env_options(cfg) -> None:
+    """Makes `cfg.env_options` its sorted pairs (`env_options_tuple`); refuses options for a gymnax env (its make
+    takes none) at config time, where `envs.make` would refuse them when the env is built."""
+    options = env_options_tuple(cfg.env_options)
+    object.__setattr__(cfg, "env_options", options)
+    suite, sep, _ = cfg.env_id.partition("/")
+    if options and (not sep or suite == "gymnax"):
+        raise ValueError(f"env_options {dict(options)}: gymnax envs take no options, and env_id={cfg.env_id!r} is "
+                         "one (its settings are its env params: make_train(config, env=env, env_params=params.replace(...)), with "
+                         "env, params = envs.make(env_id)).")
+
+
+def resolve_env(env: Any, env_params: Any, env_id: str, *, options: tuple = (),
+                sample: bool = True) -> tuple[Any, Any, Any]:
     """The env a learner trains, its params and one sample observation: `make_train`'s env, or config.env_id's.
 
     An env of your own is checked (`check_env`); the sample observation that check traces serves the network's
@@ -873,6 +935,7 @@ def resolve_env(env: Any, env_params: Any, env_id: str, *, sample: bool = True) 
       env: the env passed to `make_train(env=...)`, or None for `env_id`'s.
       env_params: `env`'s params (None for its `default_params`); must be None without `env`.
       env_id: the config's env id, read when `env` is None.
+      options: the config's `env_options`, the options of `env_id`'s make (not read with `env`).
       sample: whether a registry env's sample observation is wanted (a network of your own to probe); an env of
         your own always has one.
 
@@ -887,7 +950,7 @@ def resolve_env(env: Any, env_params: Any, env_id: str, *, sample: bool = True) 
         if env_params is not None:
             raise ValueError("env_params is given without env: env_params are the params of the env you pass as "
                              "env; config.env_id's env comes with its own.")
-        env, env_params = envs.make(env_id)
+        env, env_params = envs.make(env_id, **dict(options))
         return env, env_params, sample_observation(env, env_params) if sample else None
     env_params, obs = check_env(env, env_params)
     return env, env_params, obs
@@ -1096,7 +1159,7 @@ def check_network(module: Any, observation_space: Any, action_dim: int, continuo
 
 
 def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any = None, env_params: Any = None,
-          module: Any = None) -> Setup:
+          module: Any = None, env_options: tuple = ()) -> Setup:
     """Env (with actions clipped to Box bounds at the env), flax module and rollout policies.
 
     The env is built from `env_id` unless `env` is given (then `env_params`,
@@ -1106,8 +1169,9 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
     training env is rebuilt for self-play: `opponent_from_policy` of the
     sampling policy, whose params are the env params, and
     `agent_seat="random"`; the evaluation env plays `random_opponent` from a
-    random seat, at most `SELF_PLAY_EVAL_MAX_MOVES` agent moves per game. An
-    env object you pass is trained on as it is, never rebuilt for self-play.
+    random seat, at most `SELF_PLAY_EVAL_MAX_MOVES` agent moves per game
+    (`max_steps` of `env_options`, where given). An env object you pass is
+    trained on as it is, never rebuilt for self-play.
 
     Args:
       env_id: the config's env id (not read when `env` is given).
@@ -1116,6 +1180,7 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
       env: an env object of the gymnax protocol (`check_env`), or None.
       env_params: `env`'s params; None for its `default_params`. Only with `env`.
       module: a flax module of `NETWORK_CONTRACT`, or None.
+      env_options: the config's `env_options` (`env_id`'s make options; not read when `env` is given).
 
     Returns:
       The `Setup`.
@@ -1127,7 +1192,7 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
     from jaxrl_rollout import networks
 
     own_env = env is not None
-    env, env_params, sample = resolve_env(env, env_params, env_id, sample=module is not None)
+    env, env_params, sample = resolve_env(env, env_params, env_id, options=env_options, sample=module is not None)
     action_dim, continuous = action_info(env, env_params)
     if continuous:
         env = envs.ClipAction(env)
@@ -1150,9 +1215,27 @@ def setup(env_id: str, network: str, hidden_sizes, activation: str, *, env: Any 
         what = "network='gru'" if network == "gru" else f"network {type(module).__name__} (recurrent)"
         raise ValueError(f"{what} cannot play the self-play game {env_id!r} (the opponent's policy would "
                          "need its own carry); use network='auto'.")
-    train_env, _ = envs.make(env_id, opponent=pgx.opponent_from_policy(policy_fn), agent_seat="random")
-    eval_env, eval_params = envs.make(env_id, agent_seat="random", max_steps=SELF_PLAY_EVAL_MAX_MOVES)
+    eval_env, eval_params = self_play_eval_env(env_id, env_options)  # refuses options that self-play sets
+    train_env, _ = envs.make(env_id, **dict(env_options), opponent=pgx.opponent_from_policy(policy_fn),
+                             agent_seat="random")
     return Setup(train_env, None, module, policy_fn, eval_policy_fn, True, eval_env, eval_params, recurrent)
+
+
+def self_play_eval_env(env_id: str, env_options: tuple = ()) -> tuple[Any, Any]:
+    """The env a self-play game's policy is evaluated on, and its params: pgx's random opponent from a random
+    seat, at most `SELF_PLAY_EVAL_MAX_MOVES` agent moves a game (`max_steps` of `env_options` where given).
+
+    Raises:
+      ValueError: naming env_options that set what self-play sets itself (`agent_seat`, `opponent_params`).
+    """
+    options = dict(env_options)
+    seated = sorted({"agent_seat", "opponent_params"} & set(options))
+    if seated:
+        raise ValueError(f"env_options {', '.join(f'{k}={options[k]!r}' for k in seated)}: self-play training of "
+                         f"{env_id!r} seats the agent at random against its own policy, and sets {', '.join(seated)} "
+                         "itself; drop them (a fixed seat or opponent is an env of your own: make_train(config, "
+                         "env=envs.make(env_id, agent_seat=..., opponent=...))).")
+    return envs.make(env_id, **{"max_steps": SELF_PLAY_EVAL_MAX_MOVES, **options}, agent_seat="random")
 
 
 BUILT_IN_NETWORK_FIELDS = ("hidden_sizes", "activation", "layer_norm")
@@ -1194,7 +1277,7 @@ def build(config: Any, *, env: Any = None, env_params: Any = None, network: Any 
         raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
                          "another; leave config.network='auto' (the default) when you pass network.")
     built = setup(config.env_id, config.network, config.hidden_sizes, config.activation, env=env,
-                  env_params=env_params, module=network)
+                  env_params=env_params, module=network, env_options=config.env_options)
     refuse_unread_network_fields(config, network)  # after the module's own checks
     return built
 
@@ -1531,3 +1614,4 @@ def check_common_config(cfg, networks: Sequence[str] = NETWORKS) -> None:
     # A config never builds its env: a gymnax name is checked here (an unknown one fails with suggestions);
     # another suite's id, its suite included, when make_train builds the env.
     envs.check_id(cfg.env_id)
+    check_env_options(cfg)

@@ -46,6 +46,8 @@ class A2CConfig(_common.ConfigSizes):
       env_id, num_envs, num_steps, total_timesteps, network, hidden_sizes,
       activation: as in `PPOConfig` (env_id is not read when `make_train` is
         given an `env`, nor the network fields for a `network` of your own).
+      env_options: options of the env's make (`envs.make(env_id, **env_options)`),
+        as in `PPOConfig`.
       bootstrap_on_truncation: bootstrap time limits from V(final observation);
         False treats them as terminations, as the agent's runner does.
       anneal_lr: baselines' linear schedule (the agent keeps lr constant).
@@ -64,6 +66,7 @@ class A2CConfig(_common.ConfigSizes):
     anneal_lr: bool = False
     rms_alpha: float = 0.99
     rms_eps: float = 1e-5
+    env_options: tuple = ()
 
     def __post_init__(self):
         _common.plain_numbers(self)

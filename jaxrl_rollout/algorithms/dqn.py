@@ -77,6 +77,8 @@ class DQNConfig(_common.LearnerSizes):
     Attributes:
       env_id: the env to build (not read when `make_train` gets an `env`);
         its actions must be Discrete.
+      env_options: options of the env's make (`envs.make(env_id, **env_options)`),
+        as in `PPOConfig`.
       total_timesteps: env steps in the run; the run takes
         `total_timesteps // num_envs` iterations of B = `num_envs` env steps.
       num_envs: envs stepped together.
@@ -123,6 +125,7 @@ class DQNConfig(_common.LearnerSizes):
     hidden_sizes: tuple = (120, 84)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
+    env_options: tuple = ()
 
     def __post_init__(self):
         _common.plain_numbers(self)
@@ -146,6 +149,7 @@ class DQNConfig(_common.LearnerSizes):
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
         envs.check_id(self.env_id)
+        _common.check_env_options(self)
 
     @property
     def learner_period(self) -> int:
@@ -395,7 +399,8 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
 
     if not isinstance(config, DQNConfig):
         raise TypeError(f"config must be a DQNConfig, got {type(config).__name__}.")
-    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, sample=network is not None)
+    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, options=config.env_options,
+                                                  sample=network is not None)
     _common.refuse_self_play("DQN", env)
     action_dim, continuous = _common.action_info(env, env_params)
     if continuous:

@@ -49,6 +49,12 @@ class PPOConfig(_common.ConfigSizes):
     Attributes:
       env_id: an env id (`envs.make`: a gymnax id, or "<suite>/<name>"); not
         read when `make_train` is given an `env`.
+      env_options: options of the env's make, `envs.make(env_id, **env_options)`,
+        e.g. {"max_episode_steps": 500} (gymnasium, envpool, jumanji),
+        {"episode_length": 500} (brax), {"max_steps": 100} (pgx, navix,
+        xminigrid); a dict or (name, value) pairs, kept as pairs sorted by name,
+        each value a bool, int, float, str or None (`_common.env_options_tuple`).
+        gymnax envs take none. Not read when `make_train` is given an `env`.
       num_envs: parallel envs B.
       num_steps: rollout length T per update.
       total_timesteps: env steps in the whole run; num_updates =
@@ -96,6 +102,7 @@ class PPOConfig(_common.ConfigSizes):
     normalize_rewards: bool = False
     obs_clip: float | None = 10.0
     reward_clip: float | None = 10.0
+    env_options: tuple = ()
 
     def __post_init__(self):
         _common.plain_numbers(self)

@@ -74,6 +74,8 @@ class PQNConfig(_common.ConfigSizes):
 
     Attributes:
       env_id: an env id (`envs.make`); not read when `make_train` is given an `env`.
+      env_options: options of the env's make (`envs.make(env_id, **env_options)`),
+        as in `PPOConfig`.
       num_envs: parallel envs B.
       num_steps: rollout length T per update.
       total_timesteps: env steps in the whole run; num_updates =
@@ -114,6 +116,7 @@ class PQNConfig(_common.ConfigSizes):
     bootstrap_on_truncation: bool = True
     anneal_lr: bool = True
     optimizer: str = "radam"
+    env_options: tuple = ()
 
     def __post_init__(self):
         _common.plain_numbers(self)
@@ -395,7 +398,8 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     if network is not None and config.network != "auto":
         raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
                          "another; leave config.network='auto' (the default) when you pass network.")
-    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, sample=network is not None)
+    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, options=config.env_options,
+                                                  sample=network is not None)
     _common.refuse_self_play("PQN", env)
     space = env.action_space(env_params)
     if not isinstance(space, spaces.Discrete):

@@ -82,6 +82,8 @@ class SACConfig(_common.LearnerSizes):
       env_id: the env to build (not read when `make_train` gets an `env`);
         its actions must be a 1-D Box. Pendulum-v1, gymnax's continuous
         control task (CleanRL's default, Hopper-v4, is a MuJoCo env).
+      env_options: options of the env's make (`envs.make(env_id, **env_options)`),
+        as in `PPOConfig`.
       total_timesteps: env steps in the run; `total_timesteps // num_envs`
         iterations of B = `num_envs` env steps.
       num_envs: envs stepped together.
@@ -129,6 +131,7 @@ class SACConfig(_common.LearnerSizes):
     hidden_sizes: tuple = (256, 256)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
+    env_options: tuple = ()
 
     def __post_init__(self):
         _common.plain_numbers(self)
@@ -164,6 +167,7 @@ class SACConfig(_common.LearnerSizes):
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
         envs.check_id(self.env_id)
+        _common.check_env_options(self)
 
     @property
     def learner_period(self) -> int:
@@ -447,7 +451,8 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
 
     if not isinstance(config, SACConfig):
         raise TypeError(f"config must be a SACConfig, got {type(config).__name__}.")
-    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, sample=network is not None)
+    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, options=config.env_options,
+                                                  sample=network is not None)
     space = env.action_space(env_params)
     if not isinstance(space, spaces.Box) or len(tuple(space.shape)) != 1:
         raise ValueError(f"env {type(env).__name__}: SAC needs continuous actions, a 1-D Box, got {space!r}.")

@@ -83,6 +83,8 @@ class TD3Config(_common.LearnerSizes):
     Attributes:
       env_id: the env to build (not read when `make_train` gets an `env`);
         its actions must be a 1-D Box.
+      env_options: options of the env's make (`envs.make(env_id, **env_options)`),
+        as in `PPOConfig`.
       total_timesteps: env steps in the run; `total_timesteps // num_envs`
         iterations of B = `num_envs` env steps.
       num_envs: envs stepped together.
@@ -119,6 +121,7 @@ class TD3Config(_common.LearnerSizes):
     hidden_sizes: tuple = (256, 256)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
+    env_options: tuple = ()
 
     def __post_init__(self):
         _common.plain_numbers(self)
@@ -140,6 +143,7 @@ class TD3Config(_common.LearnerSizes):
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
         envs.check_id(self.env_id)
+        _common.check_env_options(self)
 
     @property
     def learner_period(self) -> int:
@@ -370,7 +374,8 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
 
     if not isinstance(config, TD3Config):
         raise TypeError(f"config must be a TD3Config, got {type(config).__name__}.")
-    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, sample=network is not None)
+    env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, options=config.env_options,
+                                                  sample=network is not None)
     action_dim, continuous = _common.action_info(env, env_params)
     if not continuous:
         raise ValueError(f"env {type(env).__name__}: TD3 needs continuous (Box) actions, got Discrete({action_dim}).")
