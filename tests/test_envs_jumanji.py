@@ -392,7 +392,8 @@ def test_importing_the_package_does_not_import_jumanji():
     # a Tuple of Discrete actions: "uniform_random_policy supports Discrete and Box action spaces", a traceback
     (["rollout", "--env", "jumanji/RubiksCube-partly-scrambled-v0"],
      r"--env jumanji/RubiksCube-partly-scrambled-v0: rollout draws Discrete or Box actions, got Tuple\(.*\)\. A "
-     r"jumanji env gives its Tuple of Discrete actions as one Discrete .* multi_discrete='flat'"),
+     r"jumanji env gives its Tuple of Discrete actions as one Discrete .* --env-option multi_discrete=flat on the "
+     r"command line\."),
 ])
 def test_the_command_line_refuses_what_it_cannot_run_in_one_line(tmp_path, capsys, argv, message):
     from jaxrl_rollout import cli
@@ -402,3 +403,15 @@ def test_the_command_line_refuses_what_it_cannot_run_in_one_line(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.startswith("jaxrl-rollout: error: ") and err.count("\n") == 1 and re.search(message, err), err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_command_line_takes_the_options_its_refusals_advise(capsys):
+    from jaxrl_rollout import cli
+
+    assert cli.main(["rollout", "--env", "jumanji/RubiksCube-partly-scrambled-v0", "--env-option",
+                     "multi_discrete=flat", "--num-envs", "2", "--num-steps", "8", "--num-eval", "1"]) == 0
+    assert cli.main(["rollout", "--env", "jumanji/Knapsack-v1", "--env-option", "max_episode_steps=4", "--num-envs",
+                     "2", "--num-steps", "8", "--num-eval", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "on jumanji/RubiksCube-partly-scrambled-v0 (multi_discrete=flat)" in out, out
+    assert "evaluate: 2 episodes" in out and "2 completed" in out, out

@@ -218,7 +218,8 @@ def tuple_actions_hint(space: Any) -> str:
     """" ..." on how to give a Tuple of Discrete actions (jumanji's multi-discrete) as one Discrete, else ""."""
     if isinstance(space, spaces.Tuple) and all(isinstance(s, spaces.Discrete) for s in space.spaces):
         return (" A jumanji env gives its Tuple of Discrete actions as one Discrete of their combinations when "
-                "made with envs.make(env_id, multi_discrete='flat') (from Python, then make_train(config, env=...)).")
+                "made with multi_discrete='flat': env_options={'multi_discrete': 'flat'} in the config, "
+                "--env-option multi_discrete=flat on the command line.")
     return ""
 
 
