@@ -891,15 +891,16 @@ def _check_devices(spec, devices, env=None) -> None:
                          f"--seeds / --max-parallel: {error}") from None
 
 
-def _make_env(env_id: str, options: tuple = ()):
-    """`envs.make(env_id, **dict(options))` (`options`: the run's `--env-option`s, as sorted pairs), an env it
-    refuses (an unknown name in a suite, an option it does not take, `envs._base.UnsupportedEnv`: a multi-agent
-    jumanji env) refused as `--env ID [--env-option ...]: ...`, as every other env the command line cannot take."""
+def _make_env(env_id: str, options: tuple = (), defaults: dict | None = None):
+    """`envs.make(env_id, **defaults, **dict(options))` (`options`: the `--env-option`s, as sorted pairs, replacing
+    the command's own `defaults`), an env it refuses (an unknown name in a suite, an option it does not take,
+    `envs._base.UnsupportedEnv`: a multi-agent jumanji env) refused as `--env ID [--env-option ...]: ...`, as every
+    other env the command line cannot take."""
     from jaxrl_rollout import envs
 
     typed = " ".join([f"--env {env_id}", *([_env_options_text(options)] if options else [])])
     try:
-        return envs.make(env_id, **dict(options))
+        return envs.make(env_id, **{**(defaults or {}), **dict(options)})
     except ValueError as error:  # UnsupportedEnv is one
         raise ValueError(f"{typed}: {error}") from None
     except TypeError as error:  # a suite whose make passes unknown options on to a constructor
@@ -1914,7 +1915,9 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
 
     env, env_params = _make_env(env_id, env_options)
     if _common.is_self_play(env):  # a two-player pgx game: against its random opponent, as train evaluates it
-        env, env_params = _common.self_play_eval_env(env_id, env_options)
+        # (unless --env-option gives a seat or a move limit)
+        env, env_params = _make_env(env_id, env_options, defaults={
+            "agent_seat": "random", "max_steps": _common.SELF_PLAY_EVAL_MAX_MOVES})
     _check_time_limit(env_id, env, env_params)
     space = env.action_space(env_params)
     if not isinstance(space, (spaces.Discrete, spaces.Box)):

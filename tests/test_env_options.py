@@ -153,3 +153,11 @@ def test_the_command_line_refuses_options_in_one_line(tmp_path, capsys, argv, me
     assert err.startswith("jaxrl-rollout: error: ") and err.count("\n") == 1 and re.search(message, err), err
     assert not (tmp_path / "run").exists()
 
+
+
+def test_rollout_of_a_two_player_game_takes_a_seat(capsys):
+    """rollout plays a two-player game's random opponent from a random seat, as train evaluates it; a seat given
+    with --env-option replaces it (training refuses one: self-play seats the agent itself)."""
+    assert cli.main(["rollout", "--env", "pgx/tic_tac_toe", "--env-option", "agent_seat=1", "--num-envs", "2",
+                     "--num-steps", "8", "--num-eval", "2"]) == 0
+    assert "uniform random policy on pgx/tic_tac_toe (agent_seat=1)" in capsys.readouterr().out
