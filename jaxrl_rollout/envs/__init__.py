@@ -98,7 +98,10 @@ def make(env_id: str, **kwargs: Any):
         "gymnasium/CartPole-v1", "envpool/CartPole-v1". Each suite's module
         (`jaxrl_rollout.envs.brax`, ...) documents its names and options.
       **kwargs: options for the suite's adapter (e.g. `episode_length` for
-        brax, `max_episode_steps` for gymnasium); gymnax takes none.
+        brax, `max_episode_steps` for gymnasium); gymnax takes none. An
+        algorithm's config carries the plain ones as `env_options` (the
+        command line's `--env-option NAME=VALUE`), so a saved run builds its
+        env again with them.
 
     Raises:
       ValueError: an unknown suite or env name (with close matches).
