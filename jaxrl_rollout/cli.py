@@ -182,16 +182,20 @@ def _env_option(text: str) -> tuple:
         return name, raw
 
 
+def _env_option_texts(options) -> list[str]:
+    """Env options (name, value) pairs as typed: ["max_episode_steps=500", "multi_discrete=flat", "x=none"]."""
+    return [f"{name}={str(value).lower() if isinstance(value, bool) or value is None else value}"
+            for name, value in options]
+
+
 def _env_options_text(options) -> str:
-    """Env options as typed: "--env-option max_episode_steps=500 --env-option backend=mjx"."""
-    return " ".join(f"--env-option {name}={str(value).lower() if isinstance(value, bool) or value is None else value}"
-                    for name, value in options)
+    """Env options as options: "--env-option max_episode_steps=500 --env-option backend=mjx"."""
+    return " ".join(f"--env-option {text}" for text in _env_option_texts(options))
 
 
-def _env_text(config) -> str:
-    """A config's env as the command's header names it: "jumanji/Game2048-v1 (max_episode_steps=200)"."""
-    options = ", ".join(f"{name}={value}" for name, value in config.env_options)
-    return f"{config.env_id} ({options})" if options else config.env_id
+def _env_text(env_id: str, options) -> str:
+    """An env as a command's header names it: "jumanji/Game2048-v1 (max_episode_steps=200)"."""
+    return f"{env_id} ({', '.join(_env_option_texts(options))})" if options else env_id
 
 
 def _bool(text: str) -> bool:
@@ -726,7 +730,7 @@ def _as_json(value):
 def _differences(saved: dict, wanted: dict, names) -> list[str]:
     def shown(name, value):
         if name == "env_option":  # "max_steps=50, backend=mjx", or none
-            return ", ".join(f"{k}={v}" for k, v in value or ()) or "none"
+            return ", ".join(_env_option_texts(value or ())) or "none"
         return "unset" if value is None else _as_json(value)  # (Python's None is no option value)
 
     return [f"--{n.replace('_', '-')}: {shown(n, saved.get(n))} there, {shown(n, wanted.get(n))} here"
@@ -1425,7 +1429,7 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     steps = total_steps(cfg)
     grid = f"{len(spec.grid)} grid points x " if len(spec.grid) > 1 else ""
     seeds = f"{spec.num_seeds} seed" + ("s" if spec.num_seeds != 1 else "")
-    print(f"jaxrl_rollout: {spec.algo.upper()} on {_env_text(cfg)}, {grid}{seeds} x {steps:,} steps "
+    print(f"jaxrl_rollout: {spec.algo.upper()} on {_env_text(cfg.env_id, cfg.env_options)}, {grid}{seeds} x {steps:,} steps "
           f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
     if getattr(args, "from_config", None) is not None:
@@ -1726,7 +1730,7 @@ def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm,
     status = "final" if updates_done == spec.config.num_updates else (
         f"after chunk {chunks_done}, update {updates_done} of {spec.config.num_updates} (run incomplete)")
     best = _best_updates(state)
-    print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {_env_text(spec.config)}, "
+    print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {_env_text(spec.config.env_id, spec.config.env_options)}, "
           + ("each run's best policy, " if best is not None else "") + f"checkpoint "
           f"{status}), {_count(args.num_episodes, 'episode')} per run; return mean (std)")
     if best is not None:
@@ -1970,8 +1974,8 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     wait_ready(result)
 
     steps = num_envs * num_steps
-    shown = f"{env_id} ({', '.join(f'{k}={v}' for k, v in env_options)})" if env_options else env_id
-    print(f"jaxrl_rollout: uniform random policy on {shown}, {num_envs} env{'s' * (num_envs != 1)} x {num_steps} steps")
+    print(f"jaxrl_rollout: uniform random policy on {_env_text(env_id, env_options)}, "
+          f"{num_envs} env{'s' * (num_envs != 1)} x {num_steps} steps")
     print(f"  backend {jax.default_backend()}, compile {compile_s:.2f} s, run {run_s:.3f} s "
           f"({steps / run_s:,.0f} env steps/s)")
     n = int(metrics.num_episodes)
