@@ -1101,14 +1101,16 @@ class _EpisodeWriter:
     def write(self, folder: str | Path, params_per_run: PyTree, keys: jax.Array, runs: Any = "all", *,
               names: Sequence[str] | None = None, prefix: str = "", caption: str = "",
               keep_frames: bool = True) -> list[tuple[EpisodeVideo, np.ndarray | None]]:
-        """(video, its frames [L, H, W, 3], or None without `keep_frames`) for each selected run.
+        """(video, its first frames [min(L, KEPT_FRAMES), H, W, 3], or None without `keep_frames`) for each
+        selected run.
 
-        The files are "<prefix><name>_return<R>.mp4"; the frames' label is
-        "<name><caption>  t=<step>  return=<so far>". An episode whose hook
-        draws state by state is drawn and encoded `FRAMES_PER_BLOCK` states at
-        a time, so without `keep_frames` its frames are never all in memory
-        (4,000 steps of jumanji's Snake, 500 x 500 pixels, are 3 GB), and with
-        it they are held once, in the array returned.
+        The files are "<prefix><name>_return<R>.mp4", with every frame; the
+        frames' label is "<name><caption>  t=<step>  return=<so far>". An
+        episode whose hook draws state by state is drawn and encoded
+        `FRAMES_PER_BLOCK` states at a time, so without `keep_frames` its
+        frames are never all in memory (4,000 steps of jumanji's Snake, 500 x
+        500 pixels, are 3 GB), and with it the first `KEPT_FRAMES` are held
+        once, in the array returned.
         """
         if not (prng.is_key(keys) or getattr(keys, "dtype", None) == np.uint32):
             got = f"{keys.dtype} array" if hasattr(keys, "dtype") else type(keys).__name__
@@ -1150,7 +1152,8 @@ class _EpisodeWriter:
         blocks = self._drawn(states, length, texts, block)
         kept = []  # with keep_frames: the frames, filled block by block as they are encoded
         path = write_video(folder / video_name(prefix + name, episode_return),
-                           _collected(blocks, length, kept) if keep_frames else blocks, fps=self._fps)
+                           _collected(blocks, min(length, KEPT_FRAMES), kept) if keep_frames else blocks,
+                           fps=self._fps)
         return (EpisodeVideo(run=run, path=path, episode_return=episode_return, length=length),
                 kept[0] if keep_frames else None)
 
@@ -1223,10 +1226,10 @@ class _HostEpisodeWriter(_EpisodeWriter):
 
 
 KEPT_FRAMES = 1_000
-"""The most frames of one episode played from Python (a host env's) kept for `TrainingVideos`' sinks (TensorBoard,
-W&B): its first ones. The video file has them all; the sinks' copy is held in memory whole, and an episode of a
-host env can be long (an Atari game's time limit is 27,000 steps, which an untrained policy that never fires
-reaches: 9 GB of envpool's 336 x 336 frames)."""
+"""The most frames of one episode kept for `TrainingVideos`' sinks (TensorBoard, W&B): its first ones. The video
+file has them all; the sinks' copy is held in memory whole, and an episode can be long (an Atari game's time limit
+is 27,000 steps, which an untrained policy that never fires reaches: 9 GB of envpool's 336 x 336 frames; a time
+limit raised with an env option, brax's `episode_length`)."""
 
 
 def _kept(blocks: Iterator[np.ndarray], into: list) -> Iterator[np.ndarray]:
@@ -1240,14 +1243,16 @@ def _kept(blocks: Iterator[np.ndarray], into: list) -> Iterator[np.ndarray]:
 
 
 def _collected(blocks: Iterator[np.ndarray], length: int, into: list) -> Iterator[np.ndarray]:
-    """`blocks` as they come, each also copied into one array [length, H, W, 3], made at the first and appended to
-    `into`: the whole episode's frames held once (a list of frames and their stack held them twice)."""
+    """`blocks` as they come, their first `length` frames also copied into one array [length, H, W, 3], made at the
+    first block and appended to `into`: the frames held once (a list of frames and their stack held them twice),
+    and a first block of exactly `length` frames kept as it is (one drawn whole)."""
     start = 0
     for block in blocks:
         if not into:
             into.append(block if len(block) == length else np.empty((length, *block.shape[1:]), block.dtype))
-        if into[0] is not block:
-            into[0][start:start + len(block)] = block
+        if into[0] is not block and start < length:
+            n = min(len(block), length - start)
+            into[0][start:start + n] = block[:n]
         start += len(block)
         yield block
 

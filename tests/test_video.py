@@ -573,15 +573,25 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
                                                                   for t in range(length)])
     np.testing.assert_array_equal(frames, whole)
     assert video.write_video(tmp_path / "whole.mp4", whole, fps=30).read_bytes() == blocked.path.read_bytes()
+    # the loggers' copy is the episode's first KEPT_FRAMES frames (a long episode's whole copy could fill the
+    # memory); the file has them all
+    monkeypatch.setattr(video, "KEPT_FRAMES", 3)
+    ((capped, first),) = video._EpisodeWriter(env, None, _steady_policy).write(tmp_path / "capped", None, keys, "0",
+                                                                               keep_frames=True)
+    np.testing.assert_array_equal(first, whole[:3])
+    assert capped.path.read_bytes() == blocked.path.read_bytes()
 
     hooked = []
-    video.register_renderer(CountingEnv, lambda env, params, states: hooked.append(len(states.time)) or np.zeros(
-        (len(states.time), 8, 16, 3), np.uint8))
+    video.register_renderer(CountingEnv, lambda env, params, states: hooked.append(len(states.time)) or np.arange(
+        len(states.time) * 8 * 16 * 3, dtype=np.uint8).reshape(len(states.time), 8, 16, 3))
     try:
         video.write_episode_videos(tmp_path / "hook", env, None, _steady_policy, None, keys, "0")
+        ((_, first),) = video._EpisodeWriter(env, None, _steady_policy, label=False).write(
+            tmp_path / "hook_kept", None, keys, "0", keep_frames=True)  # drawn whole: its first 3 frames copied
     finally:
         video.register_renderer(CountingEnv, None)
-    assert hooked == [length]
+    assert hooked == [length, length]
+    np.testing.assert_array_equal(first, np.arange(length * 8 * 16 * 3, dtype=np.uint8).reshape(length, 8, 16, 3)[:3])
 
 
 def test_write_video_takes_blocks_of_frames_and_refuses_blocks_of_another_size(tmp_path):
