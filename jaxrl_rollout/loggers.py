@@ -362,7 +362,8 @@ class WandbLogger:
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
             config = {"algo": spec.algo, "grid_point": g, "seed": s, "root_seed": spec.seed,
-                      **dataclasses.asdict(spec.config), **spec.grid[g]._asdict()}
+                      **dataclasses.asdict(spec.config), "env_options": dict(spec.config.env_options),
+                      **spec.grid[g]._asdict()}  # the env's make options as their object, as config.json has them
             try:
                 self._runs.append(wandb.init(
                     mode=mode, dir=str(folder), project=project, group=name, name=f"g{g}_s{s}",

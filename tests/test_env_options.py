@@ -161,3 +161,18 @@ def test_rollout_of_a_two_player_game_takes_a_seat(capsys):
     assert cli.main(["rollout", "--env", "pgx/tic_tac_toe", "--env-option", "agent_seat=1", "--num-envs", "2",
                      "--num-steps", "8", "--num-eval", "2"]) == 0
     assert "uniform random policy on pgx/tic_tac_toe (agent_seat=1)" in capsys.readouterr().out
+
+
+def test_wandb_runs_get_the_options_as_config_json_has_them(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    from jaxrl_rollout.loggers import WandbLogger
+
+    started = []
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kwargs: started.append(kwargs),
+                                                                     Settings=lambda **kwargs: None))
+    config = ppo.PPOConfig(env_id="jumanji/Game2048-v1", env_options={"max_episode_steps": 5})
+    WandbLogger(tmp_path, runner.RunSpec("ppo", config, (ppo.PPOHParams(),), 1), mode="offline")._start()
+    ((run,),) = [started]
+    assert run["config"]["env_id"] == "jumanji/Game2048-v1" and run["config"]["env_options"] == {"max_episode_steps": 5}
