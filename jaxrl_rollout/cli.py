@@ -594,8 +594,10 @@ def _build_spec(given: dict):
     config_names = {f.name for f in dataclasses.fields(config_cls)}
     fields = {"env_id": given["env"]} if "env" in given else {}  # else the algorithm's own default env
     if given.get("env_option"):
+        from jaxrl_rollout.envs import suite_of
+
         env_id = fields.get("env_id", config_cls.env_id)
-        if "/" not in env_id or env_id.startswith("gymnax/"):
+        if suite_of(env_id) == "gymnax":
             raise ValueError(f"{_typed('env_option', given['env_option'])}: {env_id} is a gymnax env, whose make "
                              "takes no options (its settings are its env params, given from Python: "
                              "make_train(config, env=env, env_params=...)).")
@@ -1920,8 +1922,7 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     env, env_params = _make_env(env_id, env_options)
     if _common.is_self_play(env):  # a two-player pgx game: against its random opponent, as train evaluates it
         # (unless --env-option gives a seat or a move limit)
-        env, env_params = _make_env(env_id, env_options, defaults={
-            "agent_seat": "random", "max_steps": _common.SELF_PLAY_EVAL_MAX_MOVES})
+        env, env_params = _make_env(env_id, env_options, defaults=_common.SELF_PLAY_EVAL_OPTIONS)
     _check_time_limit(env_id, env, env_params)
     space = env.action_space(env_params)
     if not isinstance(space, (spaces.Discrete, spaces.Box)):

@@ -287,8 +287,8 @@ class RunSpec:
         config = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.config).items()}
         # env_options as the object of the env's make options, and only when set: a run without them (every run
         # saved before the field) has the same config.json as before
-        config.pop("env_options", None)
-        if getattr(self.config, "env_options", ()):
+        config.pop("env_options")
+        if self.config.env_options:
             config["env_options"] = dict(self.config.env_options)
         return {"format": FORMAT, "algo": self.algo, "config": config, "grid": [h._asdict() for h in self.grid],
                 "num_seeds": self.num_seeds, "seed": self.seed, "chunk_updates": self.chunk_updates,

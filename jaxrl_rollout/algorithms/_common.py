@@ -74,6 +74,9 @@ NETWORKS = ("auto", "mlp", "cnn", "gru")
 
 # The most agent moves in an evaluation game of a self-play pgx game; a game still running then counts as a draw.
 SELF_PLAY_EVAL_MAX_MOVES = 1000
+# The make options of a self-play game's evaluation env: pgx's random opponent from a random seat, at most
+# SELF_PLAY_EVAL_MAX_MOVES agent moves (`self_play_eval_env`; `rollout`'s defaults for a two-player game).
+SELF_PLAY_EVAL_OPTIONS = {"agent_seat": "random", "max_steps": SELF_PLAY_EVAL_MAX_MOVES}
 
 
 # The most env steps in one run: the step counters are int32 (the metrics' cumulative env_steps in
@@ -918,8 +921,7 @@ def check_env_options(cfg) -> None:
     takes none) at config time, where `envs.make` would refuse them when the env is built."""
     options = env_options_tuple(cfg.env_options)
     object.__setattr__(cfg, "env_options", options)
-    suite, sep, _ = cfg.env_id.partition("/")
-    if options and (not sep or suite == "gymnax"):
+    if options and envs.suite_of(cfg.env_id) == "gymnax":
         raise ValueError(f"env_options {dict(options)}: gymnax envs take no options, and env_id={cfg.env_id!r} is "
                          "one (its settings are its env params: make_train(config, env=env, env_params=params.replace(...)), with "
                          "env, params = envs.make(env_id)).")
@@ -1236,7 +1238,7 @@ def self_play_eval_env(env_id: str, env_options: tuple = ()) -> tuple[Any, Any]:
                          f"{env_id!r} seats the agent at random against its own policy, and sets {', '.join(seated)} "
                          "itself; drop them (a fixed seat or opponent is an env of your own: make_train(config, "
                          "env=envs.make(env_id, agent_seat=..., opponent=...))).")
-    return envs.make(env_id, **{"max_steps": SELF_PLAY_EVAL_MAX_MOVES, **options}, agent_seat="random")
+    return envs.make(env_id, **{**SELF_PLAY_EVAL_OPTIONS, **options})
 
 
 BUILT_IN_NETWORK_FIELDS = ("hidden_sizes", "activation", "layer_norm")

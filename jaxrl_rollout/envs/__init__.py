@@ -17,7 +17,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-__all__ = ["SUITES", "ClipAction", "check_id", "make"]
+__all__ = ["SUITES", "ClipAction", "check_id", "make", "suite_of"]
 
 # suite prefix -> the pip extra that installs it (`pip install 'jaxrl-rollout[<extra>]'`).
 SUITES = {
@@ -85,6 +85,12 @@ def check_id(env_id: str) -> None:
         _check_gymnax_name(env_id)
     elif suite == "gymnax" and name:
         _check_gymnax_name(name)
+
+
+def suite_of(env_id: str) -> str:
+    """The suite an env id names: the part before "/", or "gymnax" for an id without one ("CartPole-v1")."""
+    suite, sep, _ = env_id.partition("/")
+    return suite if sep else "gymnax"
 
 
 def make(env_id: str, **kwargs: Any):
