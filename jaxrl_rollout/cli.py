@@ -1694,7 +1694,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         spec, state, _, manifest = load_run(args.folder)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
-    algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
+    args.trained_options = spec.config.env_options
+    if args.env_option:  # the evaluation's env: the run's with these options in place of its own
+        spec, algorithm = _evaluation_spec(spec, _given_env_options(args.env_option))
+    else:
+        algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
     if args.video:  # before every run is evaluated: a bad selector, an env that cannot be drawn, no `video` extra
         import numpy as np
 
@@ -1721,6 +1725,71 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return _evaluate(args, spec, state, updates_done, chunks_done, algorithm, key, None)
 
 
+def _evaluation_spec(spec, options: tuple):
+    """`evaluate --env-option`: (the run's spec whose env options are its own updated by `options`, sorted pairs;
+    its algorithm), once the env they make is known to have the observation and action spaces of the run's env,
+    on which its policies were trained. A ValueError names the options otherwise (and for a gymnax env, which
+    takes none, or options its algorithm refuses: a self-play game's seat)."""
+    from jaxrl_rollout.algorithms._common import env_options_tuple
+    from jaxrl_rollout.envs import suite_of
+    from jaxrl_rollout.runner import make_algorithm
+
+    env_id, typed = spec.config.env_id, _env_options_text(options)
+    if suite_of(env_id) == "gymnax":
+        raise ValueError(f"{typed}: {env_id} is a gymnax env, whose make takes no options (its settings are its env "
+                         "params, given from Python: collect.evaluate(env, env_params, ...)).")
+    merged = env_options_tuple({**dict(spec.config.env_options), **dict(options)})
+    trained_env, trained_params = _make_env(env_id, spec.config.env_options)
+    _make_env(env_id, merged)  # an option the suite does not take, or a bad value: named with --env
+    try:
+        spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, env_options=merged))
+        algorithm = make_algorithm(spec)
+    except ValueError as error:
+        raise ValueError(f"{typed}: {error}") from None
+    for what, space_of in (("observations", "observation_space"), ("actions", "action_space")):
+        trained = getattr(trained_env, space_of)(trained_params)
+        given = getattr(algorithm.env, space_of)(algorithm.env_params)
+        if _space_key(trained) != _space_key(given):
+            shown = [_space_text(trained), _space_text(given)]
+            bounds = " (of other bounds)" if shown[0] == shown[1] else ""
+            raise ValueError(f"{typed}: the env these options make has {what} {shown[1]}{bounds}, where the run's "
+                             f"has {shown[0]}; a policy acts only on the spaces it was trained on.")
+    return spec, algorithm
+
+
+def _space_key(space):
+    """What a gymnax space is, as a value that compares: its kind, shapes, dtypes, counts and bounds."""
+    import numpy as np
+    from gymnax.environments import spaces
+
+    if isinstance(space, spaces.Dict):
+        return ("Dict", tuple((k, _space_key(space.spaces[k])) for k in sorted(space.spaces)))
+    if isinstance(space, spaces.Tuple):
+        return ("Tuple", tuple(_space_key(s) for s in space.spaces))
+    if isinstance(space, spaces.Box):
+        dtype = np.dtype(space.dtype)
+        return ("Box", tuple(int(d) for d in space.shape), dtype.str,
+                *(np.broadcast_to(np.asarray(b, dtype), space.shape).tobytes() for b in (space.low, space.high)))
+    if isinstance(space, spaces.Discrete):
+        return ("Discrete", int(space.n))
+    return (type(space).__name__, repr(getattr(space, "shape", None)), str(getattr(space, "dtype", None)))
+
+
+def _space_text(space) -> str:
+    """A gymnax space in a few words, e.g. "Discrete(4)", "Box(84x84x4 uint8)", "Dict(board: Box(3x3x2 bool), ...)"."""
+    from gymnax.environments import spaces
+
+    if isinstance(space, spaces.Dict):
+        return f"Dict({', '.join(f'{k}: {_space_text(space.spaces[k])}' for k in sorted(space.spaces))})"
+    if isinstance(space, spaces.Tuple):
+        return f"Tuple({', '.join(_space_text(s) for s in space.spaces)})"
+    if isinstance(space, spaces.Box):
+        return f"Box({'x'.join(str(int(d)) for d in space.shape) or 'scalar'} {space.dtype})"
+    if isinstance(space, spaces.Discrete):
+        return f"Discrete({int(space.n)})"
+    return type(space).__name__
+
+
 def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm, key, csv_out) -> int:
     """`run_evaluate` once its arguments are checked: the evaluation, its report, the CSV (to `csv_out`, a text
     stream, for `--csv -`) and the videos."""
@@ -1735,6 +1804,10 @@ def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm,
     print(f"jaxrl_rollout: evaluate {args.folder} ({spec.algo.upper()} on {_env_text(spec.config.env_id, spec.config.env_options)}, "
           + ("each run's best policy, " if best is not None else "") + f"checkpoint "
           f"{status}), {_count(args.num_episodes, 'episode')} per run; return mean (std)")
+    if args.env_option:
+        trained = ", ".join(_env_option_texts(args.trained_options)) or "none"
+        print(f"  the env made with {_env_options_text(_given_env_options(args.env_option))} (the run trained with "
+              f"options: {trained})")
     if best is not None:
         print("  a run's best policy: the one of its highest periodic evaluation in training (that update and "
               "return in the last columns)")
@@ -1765,7 +1838,9 @@ def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm,
     if args.csv is not None:
         report.write_evaluation_csv(args.csv if csv_out is None else csv_out, spec,
                                     updates_done if best is None else best, args.seed,
-                                    {"deterministic": det, "stochastic": sto})
+                                    {"deterministic": det, "stochastic": sto},
+                                    env_options=(" ".join(_env_option_texts(spec.config.env_options))
+                                                 if args.env_option else None))
         print(f"  wrote every episode's return to {args.csv if csv_out is None else 'stdout'}")
     if args.video:
         _write_videos(args, spec, state, jax.random.fold_in(key, 2), algorithm, updates_done)
@@ -2065,6 +2140,11 @@ def build_parser() -> argparse.ArgumentParser:
                                "replaced if there), or to stdout with -, the report then going to stderr: one row "
                                "per grid point, seed, policy and episode, with metrics.csv's grid_point, seed, "
                                "update, step and swept-hyperparameter columns")
+    evaluate.add_argument("--env-option", dest="env_option", action="append", type=_env_option, metavar="NAME=VALUE",
+                          help="evaluate (and record videos) in the run's env made with this option in place of the "
+                               "run's own value of it, e.g. a longer time limit than training's: max_episode_steps="
+                               "27000; repeated for more; the env must have the observations and actions the run "
+                               "trained on; with --csv, an env_options column holds the options used")
     evaluate.add_argument("--compile-cache", default="auto", metavar="{auto,off,FOLDER}", help=_COMPILE_CACHE_HELP)
     evaluate.add_argument("--best-policy", action="store_true",
                           help="evaluate each run's best policy, the one of its best periodic evaluation (kept by "

@@ -107,14 +107,17 @@ def _write_csv(path, header: list, rows) -> None:
     write_atomic(path.parent, path.name, write)
 
 
-def write_evaluation_csv(path, spec: Any, updates_done: Any, eval_seed: int, returns: dict) -> None:
+def write_evaluation_csv(path, spec: Any, updates_done: Any, eval_seed: int, returns: dict,
+                         env_options: str | None = None) -> None:
     """`jaxrl-rollout evaluate --csv`: long format, one row per (grid point, seed, policy, episode).
 
     Columns: grid_point, seed, update (the checkpoint's updates done), step
     (the env steps after them), one column per swept hyperparameter,
     eval_seed (`evaluate --seed`), policy, episode, return. The columns before
     `policy` match metrics.csv's, so the two files join on them, and the
-    files of several evaluations (checkpoints, seeds) concatenate. Returns are
+    files of several evaluations (checkpoints, seeds) concatenate. With
+    `env_options` (`evaluate --env-option`), an env_options column after
+    eval_seed holds that text (the evaluation env's options) on every row. Returns are
     written with 9 significant digits; a two-player game's are +1, 0, -1 (a
     win, a draw, a loss). Written atomically, as metrics.csv.
 
@@ -126,6 +129,8 @@ def write_evaluation_csv(path, spec: Any, updates_done: Any, eval_seed: int, ret
       eval_seed: the evaluation's PRNG seed.
       returns: policy name ("deterministic", "stochastic") -> [R, N] episode
         returns of every run, R = spec.num_runs; a policy with None is left out.
+      env_options: the evaluation env's make options as text, e.g.
+        "max_episode_steps=27000", for the env_options column; None: no such column.
 
     Raises:
       ValueError: naming `returns` when an array is not [spec.num_runs, N].
@@ -140,12 +145,14 @@ def write_evaluation_csv(path, spec: Any, updates_done: Any, eval_seed: int, ret
     def rows():
         for r in range(spec.num_runs):
             g, s = divmod(r, spec.num_seeds)
-            head = [g, s, int(updates[r]), steps_at(spec.config, int(updates[r])), *hp[g], int(eval_seed)]
+            head = [g, s, int(updates[r]), steps_at(spec.config, int(updates[r])), *hp[g], int(eval_seed),
+                    *([env_options] if env_options is not None else [])]
             for name, episodes in returns.items():
                 for e, value in enumerate(episodes[r]):
                     yield [*head, name, e, f"{float(value):.9g}"]
 
-    _write_csv(path, [*header, "eval_seed", "policy", "episode", "return"], rows())
+    options = ["env_options"] if env_options is not None else []
+    _write_csv(path, [*header, "eval_seed", *options, "policy", "episode", "return"], rows())
 
 
 def isolated(values: np.ndarray) -> np.ndarray:

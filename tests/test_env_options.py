@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxrl_rollout import algorithms, cli, runner
-from jaxrl_rollout.algorithms import _common, ppo
+from jaxrl_rollout.algorithms import _common, ppo, sac
 from jaxrl_rollout.collect import episode_limit
 
 # Each algorithm with an env it can train, from a suite whose make takes a time limit.
@@ -153,6 +153,33 @@ def test_the_command_line_refuses_options_in_one_line(tmp_path, capsys, argv, me
     assert err.startswith("jaxrl-rollout: error: ") and err.count("\n") == 1 and re.search(message, err), err
     assert not (tmp_path / "run").exists()
 
+
+
+def test_evaluate_takes_options_whose_env_has_the_runs_spaces():
+    """`evaluate --env-option` replaces the run's own value of each option given, keeps the others, and refuses
+    an env whose observations or actions differ from those the policy was trained on (a Discrete leaf's count
+    too: network=auto reads it one hot), options for gymnax, and what self-play sets itself, each naming them."""
+    run = runner.RunSpec("ppo", ppo.PPOConfig(env_id="jumanji/Snake-v1", env_options={"time_limit": 4000}),
+                         (ppo.PPOHParams(),), 1)
+    with pytest.raises(ValueError, match=r"^--env-option num_rows=6: the env these options make has observations "
+                                         r"Dict\(.*grid: Box\(6x12x5 float32\).*, where the run's has Dict\(.*"
+                                         r"grid: Box\(12x12x5 float32\).*; a policy acts only on the spaces"):
+        cli._evaluation_spec(run, (("num_rows", 6),))
+    with pytest.raises(ValueError, match=r"^--env-option time_limit=50: .*step_count: Discrete\(50\)\), where "
+                                         r"the run's has .*step_count: Discrete\(4000\)"):
+        cli._evaluation_spec(run, (("time_limit", 50),))
+    with pytest.raises(ValueError, match=r"^--env-option max_steps=5: CartPole-v1 is a gymnax env, whose make takes "
+                                         r"no options"):
+        cli._evaluation_spec(runner.RunSpec("ppo", ppo.PPOConfig(), (ppo.PPOHParams(),), 1), (("max_steps", 5),))
+    game = runner.RunSpec("ppo", ppo.PPOConfig(env_id="pgx/tic_tac_toe"), (ppo.PPOHParams(),), 1)
+    with pytest.raises(ValueError, match=r"^--env-option agent_seat=1: env_options agent_seat=1: self-play"):
+        cli._evaluation_spec(game, (("agent_seat", 1),))
+    spec, algorithm = cli._evaluation_spec(game, (("max_steps", 3),))
+    assert spec.config.env_options == (("max_steps", 3),) and spec.grid == game.grid
+    assert episode_limit(algorithm.env, algorithm.env_params, None) == 3  # the evaluation's bound, not its 1,000
+    boxes = runner.RunSpec("sac", sac.SACConfig(env_id="gymnasium/Pendulum-v1"), (sac.SACHParams(),), 1)
+    spec, _ = cli._evaluation_spec(boxes, (("max_episode_steps", 50),))
+    assert spec.config.env_options == (("max_episode_steps", 50),)
 
 
 def test_rollout_of_a_two_player_game_takes_a_seat(capsys):

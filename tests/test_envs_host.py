@@ -378,6 +378,22 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
     assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("  default")]) == 8
     assert cli.main(["evaluate", str(folder), "--num-episodes", "2", "--best-policy"]) == 0
     assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("  default")]) == 8
+    # evaluated in an env made with another time limit than training's (none: gymnasium's 500): CartPole cannot
+    # fall within 6 steps, so every episode of every run returns exactly 6 under that bound
+    table = tmp_path / "six.csv"
+    assert cli.main(["evaluate", str(folder), "--num-episodes", "2", "--env-option", "max_episode_steps=6",
+                     "--csv", str(table)]) == 0
+    out = capsys.readouterr().out
+    assert "(PPO on gymnasium/CartPole-v1 (max_episode_steps=6), checkpoint final)" in out, out
+    assert "the env made with --env-option max_episode_steps=6 (the run trained with options: none)" in out, out
+    with open(table, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 * 2 * 2 and {row["env_options"] for row in rows} == {"max_episode_steps=6"}
+    assert {float(row["return"]) for row in rows} == {6.0}
+    assert cli.main(["evaluate", str(folder), "--env-option", "foo=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxrl-rollout: error: --env gymnasium/CartPole-v1 --env-option foo=1: ") and err.count(
+        "\n") == 1, err
     assert cli.main(["train", "--resume", str(folder), "--max-parallel", "1"]) == 2
     assert "--max-parallel: unset there, 1 here" in capsys.readouterr().err  # not Python's None
     assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--max-parallel", "4",
