@@ -654,7 +654,8 @@ def _build_spec(given: dict):
 
 def _with_saved_options(args: argparse.Namespace, given: dict) -> dict:
     """`--config PATH`: the options of the run saved at PATH (a run folder, or a config.json) that differ from
-    its algorithm's defaults, with the options given on the command line in their place.
+    its algorithm's defaults, with the options given on the command line in their place (each `--env-option` in
+    place of the saved value of that option, the others kept; none of them with another `--env`).
 
     The run's chunk (--chunk-updates) is kept while the new run has the saved
     run's number of updates, and chosen again otherwise (a given --total-steps,
@@ -701,9 +702,17 @@ def _with_saved_options(args: argparse.Namespace, given: dict) -> dict:
                 taken["eval_every"] = saved.eval_every
             if saved.eval_episodes != defaults["eval_episodes"]:
                 taken["eval_episodes"] = saved.eval_episodes
-    taken = {name: value for name, value in taken.items() if name not in given}
     if given.get("env", saved.config.env_id) != saved.config.env_id:  # another env: the saved env's options are not its
         taken.pop("env_option", None)
+    elif given.get("env_option") and "env_option" in taken:  # option by option: a given value replaces the saved one
+        from jaxrl_rollout.algorithms._common import env_options_tuple
+
+        names = dict(given["env_option"])
+        given = {**given, "env_option": env_options_tuple({**dict(taken["env_option"]), **names})}
+        taken["env_option"] = tuple((name, value) for name, value in taken["env_option"] if name not in names)
+        if not taken["env_option"]:
+            del taken["env_option"]
+    taken = {name: value for name, value in taken.items() if name not in given or name == "env_option"}
     if "chunk_updates" not in given:
         try:
             chosen = _build_spec({**taken, **given})

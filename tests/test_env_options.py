@@ -133,6 +133,12 @@ def test_the_command_line_trains_an_env_without_a_time_limit_given_one(tmp_path,
     assert cli.main(["train", "--config", "runs/g", "--env", "CartPole-v1", "--out", "runs/c2", "--total-steps",
                      "32"]) == 0
     assert "env_options" not in json.loads((tmp_path / "runs/c2/config.json").read_text())["config"]
+    # with the same env, each --env-option replaces the saved value of its own option, and the others are kept
+    for typed, options, kept in ((["board_size=3"], (("board_size", 3), ("max_episode_steps", 5)), True),
+                                 (["max_episode_steps=7"], (("max_episode_steps", 7),), False)):
+        args = cli.build_parser().parse_args(["train", "--config", "runs/g", *(f"--env-option={t}" for t in typed)])
+        assert cli._with_saved_options(args, cli._given(args))["env_option"] == options
+        assert args.from_config.get("env_option") == ((("max_episode_steps", 5),) if kept else None)
 
 
 @pytest.mark.parametrize("argv, message", [
