@@ -585,6 +585,13 @@ def _led_by_options(message: str, given: dict) -> str:
     return f"{' '.join(named)}: {message}" if named else message
 
 
+def _no_gymnax_options(env_id: str, options: tuple, python: str) -> ValueError:
+    """The error for `--env-option`s given with a gymnax env (whose settings are env params, which `python`, the
+    call to make from Python, takes)."""
+    return ValueError(f"{_env_options_text(options)}: {env_id} is a gymnax env, whose make takes no options (its "
+                      f"settings are its env params, given from Python: {python}).")
+
+
 def _build_spec(given: dict):
     """The RunSpec for the given options and the defaults; ValueError names a bad option."""
     from jaxrl_rollout.runner import RunSpec
@@ -598,9 +605,7 @@ def _build_spec(given: dict):
 
         env_id = fields.get("env_id", config_cls.env_id)
         if suite_of(env_id) == "gymnax":
-            raise ValueError(f"{_typed('env_option', given['env_option'])}: {env_id} is a gymnax env, whose make "
-                             "takes no options (its settings are its env params, given from Python: "
-                             "make_train(config, env=env, env_params=...)).")
+            raise _no_gymnax_options(env_id, given["env_option"], "make_train(config, env=env, env_params=...)")
         fields["env_options"] = given["env_option"]
     if "total_steps" in given:
         fields["total_timesteps"] = given["total_steps"]
@@ -1745,8 +1750,7 @@ def _evaluation_spec(spec, options: tuple):
 
     env_id, typed = spec.config.env_id, _env_options_text(options)
     if suite_of(env_id) == "gymnax":
-        raise ValueError(f"{typed}: {env_id} is a gymnax env, whose make takes no options (its settings are its env "
-                         "params, given from Python: collect.evaluate(env, env_params, ...)).")
+        raise _no_gymnax_options(env_id, options, "collect.evaluate(env, env_params, ...)")
     merged = env_options_tuple({**dict(spec.config.env_options), **dict(options)})
     trained_env, trained_params = _make_env(env_id, spec.config.env_options)
     _make_env(env_id, merged)  # an option the suite does not take, or a bad value: named with --env
