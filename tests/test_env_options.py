@@ -127,18 +127,19 @@ def test_the_command_line_trains_an_env_without_a_time_limit_given_one(tmp_path,
                      "--tensorboard", "false", "--num-eval", "2"]) == 0
     capsys.readouterr()
 
-    # --config takes the options with the env, and drops them with another env
-    assert cli.main(["train", "--config", "runs/g", "--out", "runs/c", "--total-steps", "32"]) == 0
-    assert "--env jumanji/Game2048-v1 --env-option max_episode_steps=5" in capsys.readouterr().out
-    assert cli.main(["train", "--config", "runs/g", "--env", "CartPole-v1", "--out", "runs/c2", "--total-steps",
-                     "32"]) == 0
-    assert "env_options" not in json.loads((tmp_path / "runs/c2/config.json").read_text())["config"]
-    # with the same env, each --env-option replaces the saved value of its own option, and the others are kept
-    for typed, options, kept in ((["board_size=3"], (("board_size", 3), ("max_episode_steps", 5)), True),
-                                 (["max_episode_steps=7"], (("max_episode_steps", 7),), False)):
-        args = cli.build_parser().parse_args(["train", "--config", "runs/g", *(f"--env-option={t}" for t in typed)])
-        assert cli._with_saved_options(args, cli._given(args))["env_option"] == options
-        assert args.from_config.get("env_option") == ((("max_episode_steps", 5),) if kept else None)
+    # --config takes the options with the env (the header's "from --config" names them), drops them with another
+    # env, and with the same env each --env-option replaces the saved value of its own option, the others kept.
+    # (The options as `train` reads them, each built into the spec it trains; a whole --config run is test_cli's.)
+    for typed, options, kept in (([], (("max_episode_steps", 5),), True),
+                                 (["--env", "CartPole-v1"], (), False),
+                                 (["--env-option", "board_size=3"], (("board_size", 3), ("max_episode_steps", 5)), True),
+                                 (["--env-option", "max_episode_steps=7"], (("max_episode_steps", 7),), False)):
+        args = cli.build_parser().parse_args(["train", "--config", "runs/g", *typed])
+        given = cli._with_saved_options(args, cli._given(args))
+        assert cli._build_spec(given).config.env_options == options, typed
+        shown = " ".join(cli._typed(name, value) for name, value in args.from_config.items())
+        assert ("--env-option max_episode_steps=5" in shown) == kept, shown
+        assert ("--env jumanji/Game2048-v1" in shown) == ("--env" not in typed), shown
 
 
 @pytest.mark.parametrize("argv, message", [
