@@ -543,7 +543,10 @@ def _check_options_are_read(given: dict, config, module=None) -> None:
             refuse(option, f"the clip applies to normalised values, and --{switch.replace('_', '-')} is false; add "
                            f"--{switch.replace('_', '-')} true (or drop --{option.replace('_', '-')}).")
     network = getattr(config, "network", None)
-    cnn = network == "cnn" or type(module).__name__ in ("ActorCriticCNN", "ActorCriticNatureCNN", "QNetworkCNN")
+    # SAC's and TD3's image torso feeds their hidden layers, which read --hidden-sizes
+    heads = type(config).__name__ in ("SACConfig", "TD3Config")
+    cnn = (network == "cnn" and not heads) or type(module).__name__ in ("ActorCriticCNN", "ActorCriticNatureCNN",
+                                                                          "QNetworkCNN")
     for option in ("hidden_sizes", "activation"):
         if cnn and option in given:
             chosen = "--network cnn" if network == "cnn" else "network=auto, for this env's image observation"

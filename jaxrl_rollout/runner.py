@@ -330,6 +330,10 @@ class RunSpec:
             raise ValueError("grid must be a list of hyperparameter objects.")
         fields = {k: tuple(v) if isinstance(defaults[k], tuple) and k != "env_options" else v
                   for k, v in data["config"].items()}
+        if algo in ("sac", "td3") and "network" not in fields:
+            # saved before SAC and TD3 had `network` (2026-12-04): their networks flattened every observation,
+            # where "auto" now reads an Atari-sized image with a CNN (other params: the run would not resume)
+            fields["network"] = "mlp"
         grid = []
         for point in data["grid"]:
             for name, value in point.items():
@@ -850,6 +854,8 @@ def network_name(module: Any) -> str:
     name."""
     if type(module).__name__ == "QNetworkCNN":  # DQN's and PQN's, its torso by the image size
         return "nature-cnn" if module.nature else "cnn"
+    if type(module).__name__ in ("SACActor", "TD3Actor"):  # their image torso (`networks.CNNTorso`) or the MLP
+        return "mlp" if module.torso is None else "nature-cnn" if module.torso.nature else "cnn"
     return _NETWORK_NAMES.get(type(module).__name__, type(module).__name__)
 
 

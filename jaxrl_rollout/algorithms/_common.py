@@ -59,9 +59,9 @@ __all__ = [
     "Algorithm", "ConfigSizes", "ENV_METHODS", "NETWORK_CONTRACT", "Setup", "build", "check_choice",
     "check_common_config", "check_env", "check_env_options", "env_options_tuple", "self_play_eval_env",
     "check_hparams", "check_network", "check_positive", "check_train_key",
-    "choose_network", "choose_q_network", "Q_NETWORKS",
+    "choose_network", "choose_q_network", "choose_torso", "Q_NETWORKS", "observation_features",
     "check_scaled_box", "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
-    "refuse_self_play",
+    "refuse_self_play", "refuse_network_name",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
@@ -1245,6 +1245,14 @@ BUILT_IN_NETWORK_FIELDS = ("hidden_sizes", "activation", "layer_norm")
 """Config fields that shape only a learner's built-in network (those a config has)."""
 
 
+def refuse_network_name(config: Any, network: Any) -> None:
+    """A ValueError naming `network` when a module of one's own meets a config whose `network` names a built-in
+    one (anything but "auto"), which would not be read."""
+    if network is not None and config.network != "auto":
+        raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
+                         "another; leave config.network='auto' (the default) when you pass network.")
+
+
 def refuse_unread_network_fields(config: Any, network: Any) -> None:
     """A ValueError naming `network` when a module of one's own meets a built-in network field set off its default.
 
@@ -1276,9 +1284,7 @@ def build(config: Any, *, env: Any = None, env_params: Any = None, network: Any 
       ValueError: naming `network` when a module is given while
         `config.network` names another network than "auto".
     """
-    if network is not None and config.network != "auto":
-        raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
-                         "another; leave config.network='auto' (the default) when you pass network.")
+    refuse_network_name(config, network)
     built = setup(config.env_id, config.network, config.hidden_sizes, config.activation, env=env,
                   env_params=env_params, module=network, env_options=config.env_options)
     refuse_unread_network_fields(config, network)  # after the module's own checks
@@ -1381,6 +1387,23 @@ def choose_q_network(network: str, observation_space: Any, mlp: Any, *, layer_no
       ValueError: naming `network`, for "cnn" on an observation that is not an image [H, W, C], or an image that
         looks channels first [C, H, W] (with "auto" or "cnn").
     """
+    torso = choose_torso(network, observation_space)
+    if torso is None:
+        return one_hot_if_discrete(mlp, observation_space)
+    from jaxrl_rollout import networks
+
+    return networks.QNetworkCNN(action_dim=mlp.action_dim, nature=torso.nature, pixels=torso.pixels,
+                                layer_norm=layer_norm, kernels=kernels, kernel_size=torso.kernel_size)
+
+
+def choose_torso(network: str, observation_space: Any) -> Any:
+    """The image torso (`networks.CNNTorso`) a config's `network` name gives the env's observation, or None for
+    the MLP on the flattened observation: the choice of `choose_q_network` (its docstring says the rules), which
+    SAC's and TD3's built-in actor and critics make too.
+
+    Raises:
+      ValueError: as `choose_q_network`.
+    """
     from jaxrl_rollout import networks
 
     check_choice("network", network, Q_NETWORKS)
@@ -1393,10 +1416,8 @@ def choose_q_network(network: str, observation_space: Any, mlp: Any, *, layer_no
         _check_channels_last(network, "the observation", shape)
     nature = image and min(shape[:2]) >= networks.NATURE_CNN_MIN_SIZE
     if network == "mlp" or (network == "auto" and not nature):
-        return one_hot_if_discrete(mlp, observation_space)
-    return networks.QNetworkCNN(
-        action_dim=mlp.action_dim, nature=nature,
-        pixels=is_pixel_space(observation_space), layer_norm=layer_norm, kernels=kernels, kernel_size=min(3, *shape[:2]))
+        return None
+    return networks.CNNTorso(nature=nature, pixels=is_pixel_space(observation_space), kernel_size=min(3, *shape[:2]))
 
 
 def check_single_array_obs(algo: str, module_name: str, env: Any, observation_space: Any) -> None:
@@ -1489,6 +1510,17 @@ def flat_observation(obs: Any, num_obs_values: int = 0) -> jax.Array:
     return jnp.reshape(jnp.asarray(obs, jnp.float32), (jnp.shape(obs)[0], -1))
 
 
+def observation_features(obs: Any, num_obs_values: int = 0, torso: Any = None) -> jax.Array:
+    """float32 [B, F]: `flat_observation(obs, num_obs_values)`, or with `torso` (a `networks.CNNTorso`) the image
+    torso's features of images [B, H, W, C] (`networks.cnn_torso`, torch's default kernels; its layers become
+    those of the compact module that calls this)."""
+    if torso is None:
+        return flat_observation(obs, num_obs_values)
+    from jaxrl_rollout import networks
+
+    return networks.cnn_torso(obs, nature=torso.nature, pixels=torso.pixels, kernel_size=torso.kernel_size)
+
+
 def num_obs_values(observation_space: Any) -> int:
     """n for a Discrete(n) observation space (`flat_observation` one-hot encodes it), else 0."""
     return int(observation_space.n) if isinstance(observation_space, spaces.Discrete) else 0
@@ -1500,15 +1532,20 @@ class ObsActionCritic(nn.Module):
     concat(obs flattened, action) -> Dense+ReLU layers -> Q [B]; kernels drawn
     as torch's `nn.Linear` default (`torch_linear_kernel_init`), biases 0. A
     Discrete(n) observation is one-hot encoded when `num_obs_values` is n
-    (`flat_observation`).
+    (`flat_observation`). With `torso` (a `networks.CNNTorso`, what
+    `network="auto"` or `"cnn"` chooses for an image), the observation is
+    read by that image torso instead, whose features are concatenated with
+    the action: SB3's `ContinuousCritic` on its `NatureCNN` (SB3's two Q heads
+    share one torso; here each twin critic has its own).
     """
 
     hidden_sizes: tuple = (256, 256)
     num_obs_values: int = 0
+    torso: Any = None
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        x = flat_observation(obs, self.num_obs_values)
+        x = observation_features(obs, self.num_obs_values, self.torso)
         x = jnp.concatenate([x, jnp.asarray(action, jnp.float32)], axis=-1)
         for h in self.hidden_sizes:
             x = nn.relu(nn.Dense(h, kernel_init=torch_linear_kernel_init())(x))

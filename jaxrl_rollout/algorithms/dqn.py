@@ -405,9 +405,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     action_dim, continuous = _common.action_info(env, env_params)
     if continuous:
         raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")
-    if network is not None and config.network != "auto":
-        raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
-                         "another; leave config.network='auto' (the default) when you pass network.")
+    _common.refuse_network_name(config, network)
     obs_space = env.observation_space(env_params)
     if network is None:
         _common.check_single_array_obs("DQN", "QNetwork", env, obs_space)

@@ -395,9 +395,7 @@ def make_optimizer(config: PQNConfig, hp: PQNHParams) -> optax.GradientTransform
 
 def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     """(env, env_params, module, action_dim) for a config and `make_train`'s arguments."""
-    if network is not None and config.network != "auto":
-        raise ValueError(f"network: a module of your own is given, and config.network={config.network!r} names "
-                         "another; leave config.network='auto' (the default) when you pass network.")
+    _common.refuse_network_name(config, network)
     env, env_params, sample = _common.resolve_env(env, env_params, config.env_id, options=config.env_options,
                                                   sample=network is not None)
     _common.refuse_self_play("PQN", env)

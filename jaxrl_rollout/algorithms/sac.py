@@ -104,6 +104,14 @@ class SACConfig(_common.LearnerSizes):
         It changes only how the metrics are grouped, not what is trained,
         except that the run takes whole updates: total_timesteps is rounded
         down to them (docs/semantics.md §22.5).
+      network: "auto", "mlp" or "cnn" (`_common.choose_torso`, DQN's choice):
+        "auto" reads an image of at least 36 x 36 (Atari's frames, gymnasium's
+        CarRacing) with the Nature DQN's torso in the actor and in each critic
+        (`networks.cnn_torso`: SB3's `NatureCNN`, x / 255 for pixels), its
+        512 features then the hidden layers; anything else flattened (CleanRL's
+        MLPs). "cnn" asks for the torso on any image [H, W, C] (MinAtar's one
+        convolution below 36 x 36), "mlp" for the flattened image. Leave it at
+        "auto" when `make_train` is given a `network` of your own.
       hidden_sizes: the actor's and each critic's hidden layers (ReLU).
       adam_eps: Adam's epsilon (torch's default).
       bootstrap: "time_limits" (bootstrap through truncations, SB3's
@@ -128,6 +136,7 @@ class SACConfig(_common.LearnerSizes):
     autotune: bool = True
     target_entropy: float | None = None
     temperature_loss: str = "cleanrl"
+    network: str = "auto"
     hidden_sizes: tuple = (256, 256)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
@@ -164,6 +173,7 @@ class SACConfig(_common.LearnerSizes):
             raise ValueError(f"temperature_loss={self.temperature_loss!r} is read only when the temperature is "
                              "learned (autotune=True); with autotune=False alpha is fixed (SACHParams.alpha).")
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
+        _common.check_choice("network", self.network, _common.Q_NETWORKS)
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
         envs.check_id(self.env_id)
@@ -282,16 +292,20 @@ class SACActor(nn.Module):
     log_std is bounded to [-5, 2] by `actor_critic_losses.tanh_squash_log_std`
     (§21.1). Kernels are drawn as torch's `nn.Linear` default; biases start at 0.
     A Discrete(n) observation is one-hot encoded when `num_obs_values` is n
-    (`_common.flat_observation`).
+    (`_common.flat_observation`). With `torso` (a `networks.CNNTorso`, what
+    `network="auto"` or `"cnn"` chooses for an image) the image torso reads
+    the observation and the hidden layers its features: SB3's SAC actor on its
+    `NatureCNN` (`_common.observation_features`).
     """
 
     action_dim: int
     hidden_sizes: tuple = (256, 256)
     num_obs_values: int = 0
+    torso: Any = None
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = _common.flat_observation(obs, self.num_obs_values)
+        x = _common.observation_features(obs, self.num_obs_values, self.torso)
         for h in self.hidden_sizes:
             x = nn.relu(nn.Dense(h, kernel_init=_common.torch_linear_kernel_init())(x))
         mean = nn.Dense(self.action_dim, kernel_init=_common.torch_linear_kernel_init())(x)
@@ -433,13 +447,14 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
         with a 1-D Box action space of finite bounds.
       env_params: `env`'s params; None for `env.default_params`. Only with `env`.
       network: None for `(SACActor(A, config.hidden_sizes),
-        SACCritic(config.hidden_sizes))`; or your own pair `(actor, critic)`
+        SACCritic(config.hidden_sizes))`, with the image torso that
+        `config.network` chooses; or your own pair `(actor, critic)`
         of flax linen Modules (`NETWORK_CONTRACT`): `actor.apply(params,
         obs [B, ...]) -> (mean [B, A], log_std [B, A])`, log_std already
         bounded, and `critic.apply(params, obs, action [B, A]) -> Q [B]` (or
         [B, 1]), initialised twice for the twin critics.
-        With yours, leave `hidden_sizes` at its default: it is refused
-        otherwise (it would not be read).
+        With yours, leave `hidden_sizes` and `network` at their defaults:
+        they are refused otherwise (they would not be read).
 
     Returns:
       The `SAC` functions.
@@ -464,8 +479,10 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
     if network is None:
         _common.check_single_array_obs("SAC", "SACActor and SACCritic", env, env.observation_space(env_params))
         n = _common.num_obs_values(env.observation_space(env_params))  # one-hot a Discrete observation
-        actor, critic = SACActor(A, config.hidden_sizes, n), SACCritic(config.hidden_sizes, n)
+        torso = _common.choose_torso(config.network, env.observation_space(env_params))  # None: flattened
+        actor, critic = SACActor(A, config.hidden_sizes, n, torso), SACCritic(config.hidden_sizes, n, torso)
     else:
+        _common.refuse_network_name(config, network)
         actor, critic = _check_network(network, env.observation_space(env_params), A,
                                        sample)
         _common.refuse_unread_network_fields(config, network)

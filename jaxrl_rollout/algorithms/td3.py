@@ -99,6 +99,14 @@ class TD3Config(_common.LearnerSizes):
         grouped, not what is trained, except that the run takes whole
         updates: total_timesteps is rounded down to them (docs/semantics.md
         §22.5).
+      network: "auto", "mlp" or "cnn" (`_common.choose_torso`, DQN's choice):
+        "auto" reads an image of at least 36 x 36 (Atari's frames, gymnasium's
+        CarRacing) with the Nature DQN's torso in the actor and in each critic
+        (`networks.cnn_torso`: SB3's `NatureCNN`, x / 255 for pixels), its
+        512 features then the hidden layers; anything else flattened (CleanRL's
+        MLPs). "cnn" asks for the torso on any image [H, W, C] (MinAtar's one
+        convolution below 36 x 36), "mlp" for the flattened image. Leave it at
+        "auto" when `make_train` is given a `network` of your own.
       hidden_sizes: the actor's and each critic's hidden layers (ReLU),
         CleanRL's 256-256.
       adam_eps: Adam's epsilon (torch's default).
@@ -118,6 +126,7 @@ class TD3Config(_common.LearnerSizes):
     learning_starts: int = 25_000
     policy_frequency: int = 2
     log_interval: int = 1000
+    network: str = "auto"
     hidden_sizes: tuple = (256, 256)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
@@ -140,6 +149,7 @@ class TD3Config(_common.LearnerSizes):
         self.warn_partial_run()
         self.check_policy_updates()
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
+        _common.check_choice("network", self.network, _common.Q_NETWORKS)
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
         envs.check_id(self.env_id)
@@ -241,7 +251,10 @@ class TD3Actor(nn.Module):
     """CleanRL's TD3 actor: obs [B, ...] flattened -> Dense+ReLU layers -> tanh -> scaled to the Box [B, A].
 
     `action_scale`, `action_bias` are `actor_critic_losses.action_scale_and_bias(low, high)`. A Discrete(n)
-    observation is one-hot encoded when `num_obs_values` is n (`_common.flat_observation`).
+    observation is one-hot encoded when `num_obs_values` is n (`_common.flat_observation`). With `torso` (a
+    `networks.CNNTorso`, what `network="auto"` or `"cnn"` chooses for an image) the image torso reads the
+    observation and the hidden layers its features: SB3's TD3 actor on its `NatureCNN`
+    (`_common.observation_features`).
     """
 
     action_dim: int
@@ -249,10 +262,11 @@ class TD3Actor(nn.Module):
     action_bias: Any
     hidden_sizes: tuple = (256, 256)
     num_obs_values: int = 0
+    torso: Any = None
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = _common.flat_observation(obs, self.num_obs_values)
+        x = _common.observation_features(obs, self.num_obs_values, self.torso)
         for h in self.hidden_sizes:
             x = nn.relu(nn.Dense(h, kernel_init=_common.torch_linear_kernel_init())(x))
         x = jnp.tanh(nn.Dense(self.action_dim, kernel_init=_common.torch_linear_kernel_init())(x))
@@ -354,15 +368,16 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
         gymnax>=1.0.1 protocol (6-value step with `info["final_observation"]`)
         with 1-D Box actions.
       env_params: `env`'s params; None for `env.default_params`. Only with `env`.
-      network: None for `(TD3Actor, TD3Critic)` of `config.hidden_sizes`; or
+      network: None for `(TD3Actor, TD3Critic)` of `config.hidden_sizes`, with
+        the image torso that `config.network` chooses; or
         your own pair `(actor_module, critic_module)` of flax linen Modules:
         `actor(obs [B, ...]) -> action [B, A]`, already within the Box bounds
         (e.g. tanh scaled by `action_scale_and_bias`; exploration noise is
         added and clipped outside), and `critic(obs [B, ...], action [B, A])
         -> Q [B]` (or [B, 1]). The two critics are two param sets of
         `critic_module`, initialised with different keys.
-        With yours, leave `hidden_sizes` at its default: it is refused
-        otherwise (it would not be read).
+        With yours, leave `hidden_sizes` and `network` at their defaults:
+        they are refused otherwise (they would not be read).
 
     Returns:
       The `TD3` functions.
@@ -388,9 +403,11 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     if network is None:
         _common.check_single_array_obs("TD3", "TD3Actor and TD3Critic", env, env.observation_space(env_params))
         n = _common.num_obs_values(env.observation_space(env_params))  # one-hot a Discrete observation
+        torso = _common.choose_torso(config.network, env.observation_space(env_params))  # None: flattened
         network = (TD3Actor(action_dim, tuple(np.asarray(action_scale).tolist()),
-                            tuple(np.asarray(action_bias).tolist()), config.hidden_sizes, n),
-                   TD3Critic(config.hidden_sizes, n))
+                            tuple(np.asarray(action_bias).tolist()), config.hidden_sizes, n, torso),
+                   TD3Critic(config.hidden_sizes, n, torso))
+    _common.refuse_network_name(config, own_network)
     actor, critic = _check_networks(network, env.observation_space(env_params), action_dim,
                                     sample)
     _common.refuse_unread_network_fields(config, own_network)

@@ -11,7 +11,8 @@ itself only sees plain callables. Everything is reachable as
   (`module.init`'s values, its hashes fused).
 - `modules.py`: the actor-critics `ActorCriticMLP`, `ActorCriticCNN`,
   `ActorCriticNatureCNN` (Atari-sized images), `ActorCriticMultiInput` and `ActorCriticGRU`, `QNetworkCNN`
-  (DQN's and PQN's Q-network for images), `OneHotObservation` (a Discrete observation one-hot encoded), their construction checks,
+  (DQN's and PQN's Q-network for images) with its torso `cnn_torso` (SAC's and TD3's too, `CNNTorso`),
+  `OneHotObservation` (a Discrete observation one-hot encoded), their construction checks,
   the layer gains (`HIDDEN_GAIN`, `ACTOR_HEAD_GAIN`, `CRITIC_HEAD_GAIN`),
   `ACTIVATIONS`, `ACTION_MASK_KEYS` and `leaf_name`.
 - `adapters.py`: rollout policies from any network, `feedforward_policy` and
@@ -55,9 +56,11 @@ from jaxrl_rollout.networks.modules import (
     ActorCriticMLP,
     ActorCriticMultiInput,
     ActorCriticNatureCNN,
+    CNNTorso,
     OneHotObservation,
     OneHotRecurrentObservation,
     QNetworkCNN,
+    cnn_torso,
     leaf_name,
 )
 
@@ -73,10 +76,12 @@ __all__ = [
     "ActorCriticMLP",
     "ActorCriticMultiInput",
     "ActorCriticNatureCNN",
+    "CNNTorso",
     "OneHotObservation",
     "OneHotRecurrentObservation",
     "QNetworkCNN",
     "batched_init",
+    "cnn_torso",
     "feedforward_policy",
     "fused_init",
     "leaf_name",

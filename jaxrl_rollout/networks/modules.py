@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -416,31 +416,59 @@ class QNetworkCNN(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         """Q-values [B, A] float32 for images [B, H, W, C] (uint8, bool or float; any leading batch axes)."""
-        obs = _as_float(obs, "obs", 4, "[B, H, W, C] (channels last)", self.pixels)
-        least = NATURE_CNN_MIN_SIZE if self.nature else self.kernel_size
-        if min(obs.shape[-3:-1]) < least:
-            raise ValueError(f"obs images [H, W]={obs.shape[-3:-1]} must be at least {least} on each side for "
-                             f"{'the Nature torso' if self.nature else f'kernel_size={self.kernel_size}'} "
-                             f"(obs shape {obs.shape}, expected [B, H, W, C]).")
-        if self.kernels == "torch":
-            kernel = head = torch_kernel_init()
-        else:
-            kernel, head = nn.initializers.he_normal(), nn.initializers.lecun_normal()
-
-        def norm_relu(x, name):
-            return nn.relu(nn.LayerNorm(name=name)(x) if self.layer_norm else x)
-
-        layers = _NATURE_CONVS if self.nature else ((16, self.kernel_size, 1),)
-        batch = obs.shape[:-3]
-        x = obs.reshape((-1, *obs.shape[-3:]))
-        for i, (features, side, stride) in enumerate(layers):
-            x = nn.Conv(features, (side, side), (stride, stride), padding="VALID", kernel_init=kernel,
-                        bias_init=nn.initializers.zeros, name=f"conv_{i}")(x)
-            x = norm_relu(x, f"conv_norm_{i}")
-        x = x.reshape(batch + (-1,))
-        x = nn.Dense(512 if self.nature else 128, kernel_init=kernel, name="dense")(x)
-        x = norm_relu(x, "dense_norm")
+        x = cnn_torso(obs, nature=self.nature, pixels=self.pixels, layer_norm=self.layer_norm, kernels=self.kernels,
+                      kernel_size=self.kernel_size)
+        head = torch_kernel_init() if self.kernels == "torch" else nn.initializers.lecun_normal()
         return nn.Dense(self.action_dim, kernel_init=head, name="head")(x)
+
+
+class CNNTorso(NamedTuple):
+    """Which image torso `cnn_torso` builds (SAC's and TD3's `network="auto"` and `"cnn"`: their actor's and
+    critics' `torso`).
+
+    Attributes:
+      nature: the Nature DQN's torso (images of at least `NATURE_CNN_MIN_SIZE` on each side), else MinAtar's one
+        convolution.
+      pixels: read uint8 observations as x / 255.
+      kernel_size: the small torso's kernel side.
+    """
+
+    nature: bool = True
+    pixels: bool = False
+    kernel_size: int = 3
+
+
+def cnn_torso(obs: jax.Array, *, nature: bool, pixels: bool, layer_norm: bool = False, kernels: str = "torch",
+              kernel_size: int = 3) -> jax.Array:
+    """`QNetworkCNN`'s torso (its docstring says which layers), called inside a compact module whose layers they
+    become: images [..., H, W, C] -> features float32 [..., 512] (Nature) or [..., 128].
+
+    With `kernels="torch"` and no `layer_norm` it is SB3's `NatureCNN` (from 36 x 36), CleanRL's `dqn_atari.py`
+    torso, with the channels-last flatten of its last convolution (torch flattens [C, H, W]: the same network up to
+    the order of the dense layer's input rows). Parameter names: `conv_0` (to `conv_2` with `nature`), `dense`;
+    with `layer_norm`, `conv_norm_0` (to `conv_norm_2`) and `dense_norm`.
+    """
+    obs = _as_float(obs, "obs", 4, "[B, H, W, C] (channels last)", pixels)
+    least = NATURE_CNN_MIN_SIZE if nature else kernel_size
+    if min(obs.shape[-3:-1]) < least:
+        raise ValueError(f"obs images [H, W]={obs.shape[-3:-1]} must be at least {least} on each side for "
+                         f"{'the Nature torso' if nature else f'kernel_size={kernel_size}'} "
+                         f"(obs shape {obs.shape}, expected [B, H, W, C]).")
+    kernel = torch_kernel_init() if kernels == "torch" else nn.initializers.he_normal()
+
+    def norm_relu(x, name):
+        return nn.relu(nn.LayerNorm(name=name)(x) if layer_norm else x)
+
+    layers = _NATURE_CONVS if nature else ((16, kernel_size, 1),)
+    batch = obs.shape[:-3]
+    x = obs.reshape((-1, *obs.shape[-3:]))
+    for i, (features, side, stride) in enumerate(layers):
+        x = nn.Conv(features, (side, side), (stride, stride), padding="VALID", kernel_init=kernel,
+                    bias_init=nn.initializers.zeros, name=f"conv_{i}")(x)
+        x = norm_relu(x, f"conv_norm_{i}")
+    x = x.reshape(batch + (-1,))
+    x = nn.Dense(512 if nature else 128, kernel_init=kernel, name="dense")(x)
+    return norm_relu(x, "dense_norm")
 
 
 class OneHotObservation(nn.Module):
