@@ -630,6 +630,9 @@ def test_impossible_configs_exit_2_before_writing(capsys, tmp_path):
         ("--env", "Breakout-MinAtar", "--activation", "relu"):
             "error: --activation relu: the CNN encoder (network=auto, for this env's image observation) has fixed "
             "layers and reads neither --hidden-sizes nor --activation.",
+        ("--algo", "td3", "--env", "Pendulum-v1", "--network", "cnn"): "error: --network cnn: network='cnn' needs an "
+                                                                      "image observation [H, W, C] (channels last), "
+                                                                      "got obs float32[3]",
         ("--env", "Breakout-MinAtar", "--network", "mlp"): "error: --network mlp: network='mlp' needs a flat vector "
                                                           "observation [O], got obs float32[10, 10, 4]",
     }

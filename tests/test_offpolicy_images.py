@@ -87,6 +87,18 @@ def test_the_network_name_chooses_the_torso_of_actor_and_critics(make, config):
         make(dataclasses.replace(config, network="mlp"), env=PixelSideBoxEnv(), network=_networks(make(config)))
 
 
+def test_the_command_line_takes_hidden_sizes_with_their_torso():
+    """SAC's and TD3's torso feeds their hidden layers, so `--network cnn --hidden-sizes 64` is read (DQN's CNN has
+    fixed layers, and refuses it)."""
+    from jaxrl_rollout import cli
+    from jaxrl_rollout.algorithms import dqn
+
+    for config in (dataclasses.replace(SAC, network="cnn"), dataclasses.replace(TD3, network="cnn")):
+        cli._check_options_are_read({"hidden_sizes": (64,)}, config)
+    with pytest.raises(ValueError, match=r"^--hidden-sizes 64: the CNN encoder \(--network cnn\) has fixed layers"):
+        cli._check_options_are_read({"hidden_sizes": (64,)}, dqn.DQNConfig(network="cnn"))
+
+
 def test_a_run_saved_before_the_field_keeps_its_flattened_networks():
     """A SAC or TD3 config.json without `network` (every run saved before it) reads as network="mlp", the networks
     it trained (on an image, "auto" would now build other params and the run could not resume); one that names
