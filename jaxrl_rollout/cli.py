@@ -1923,6 +1923,18 @@ def _check_writable(folder: pathlib.Path, option: str) -> None:
         raise ValueError(f"{option}: cannot write in {folder} ({error.strerror or error}).") from None
 
 
+def _video_prefix(args, update: str | None) -> str:
+    """The start of `evaluate --video`'s file names: "update<U>_evalseed<E>_" (U the checkpoint's update, zero-padded),
+    "best_evalseed<E>_" for best policies (`update` None), then each --env-option given as typed
+    ("max_episode_steps=200_"; characters a file name should not hold as "-"), so that an evaluation under other
+    options writes files of its own."""
+    import re
+
+    options = "".join(f"{re.sub(r'[^A-Za-z0-9_=.+-]', '-', text)}_"
+                      for text in _env_option_texts(_given_env_options(args.env_option)))
+    return f"{'best' if update is None else f'update{update}'}_evalseed{args.seed}_{options}"
+
+
 def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
     """`evaluate --video`: one deterministic episode per selected run, drawn and encoded into FOLDER/videos.
 
@@ -1932,6 +1944,7 @@ def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
     same checkpoint and seed give the same episode, whose file is replaced.
     Of best policies (`--best-policy`, `state` a `periodic_eval.BestPolicy`)
     they are "best_evalseed<E>_<run name>_update<U>_return<R>.mp4", U each run's own.
+    With --env-option, the options given follow E (`_video_prefix`).
     """
     import jax
 
@@ -1949,8 +1962,7 @@ def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
         videos = video.write_episode_videos(
             folder, algorithm.env, algorithm.env_params, algorithm.eval_policy_fn,
             _policy_params(algorithm, state), jax.random.split(key, spec.num_runs), args.runs,
-            names=names, prefix=f"best_evalseed{args.seed}_" if best is not None else
-            f"update{update}_evalseed{args.seed}_",
+            names=names, prefix=_video_prefix(args, None if best is not None else update),
             caption="  best policy" if best is not None else f"  update {updates_done}", initial_carry=carry,
             max_steps=args.video_max_steps)
     except (ImportError, OSError, RuntimeError) as error:
@@ -2144,7 +2156,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--video", action="store_true",
                           help="also write a video of one deterministic episode per selected run to FOLDER/videos "
                                "as update<U>_evalseed<E>_seed<S>_return<R>.mp4 (U: the checkpoint's update, E: "
-                               "--seed; with --best-policy best_evalseed<E>_seed<S>_update<U>_return<R>.mp4, U the "
+                               "--seed, then each --env-option given, e.g. evalseed0_max_episode_steps=200_; with "
+                               "--best-policy best_evalseed<E>_seed<S>_update<U>_return<R>.mp4, U the "
                                "best policy's; mp4, or gif without ffmpeg; the return also on the frames; the video "
                                "extra)")
     evaluate.add_argument("--video-max-steps", type=_positive_int, metavar="N",

@@ -189,6 +189,22 @@ def test_evaluate_takes_options_whose_env_has_the_runs_spaces():
     assert spec.config.env_options == (("max_episode_steps", 50),)
 
 
+def test_evaluate_names_its_videos_by_the_options_given():
+    """Videos of one checkpoint evaluated under other env options get names of their own (they replaced each other
+    when the episode's return was the same); without --env-option the names are as before."""
+    import argparse
+
+    def prefix(options, update="07", seed=0):
+        return cli._video_prefix(argparse.Namespace(env_option=options, seed=seed), update)
+
+    assert prefix(None) == "update07_evalseed0_"
+    assert prefix(None, update=None, seed=3) == "best_evalseed3_"
+    assert prefix([("max_episode_steps", 200)]) == "update07_evalseed0_max_episode_steps=200_"
+    # as typed, sorted by name; a character a file name should not hold (a path's "/") as "-"
+    assert prefix([("x", "a/b c"), ("max_episode_steps", None), ("flag", True)], update=None) == \
+        "best_evalseed0_flag=true_max_episode_steps=none_x=a-b-c_"
+
+
 def test_rollout_of_a_two_player_game_takes_a_seat(capsys):
     """rollout plays a two-player game's random opponent from a random seat, as train evaluates it; a seat given
     with --env-option replaces it (training refuses one: self-play seats the agent itself)."""
