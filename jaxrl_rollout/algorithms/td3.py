@@ -99,14 +99,9 @@ class TD3Config(_common.LearnerSizes):
         grouped, not what is trained, except that the run takes whole
         updates: total_timesteps is rounded down to them (docs/semantics.md
         §22.5).
-      network: "auto", "mlp" or "cnn" (`_common.choose_torso`, DQN's choice):
-        "auto" reads an image of at least 36 x 36 (Atari's frames, gymnasium's
-        CarRacing) with the Nature DQN's torso in the actor and in each critic
-        (`networks.cnn_torso`: SB3's `NatureCNN`, x / 255 for pixels), its
-        512 features then the hidden layers; anything else flattened (CleanRL's
-        MLPs). "cnn" asks for the torso on any image [H, W, C] (MinAtar's one
-        convolution below 36 x 36), "mlp" for the flattened image. Leave it at
-        "auto" when `make_train` is given a `network` of your own.
+      network: "auto", "mlp" or "cnn": whether the actor and each critic
+        read the observation with an image torso, as `sac.SACConfig.network`
+        says (the Nature torso for an image of 36 x 36 or more by default).
       hidden_sizes: the actor's and each critic's hidden layers (ReLU),
         CleanRL's 256-256.
       adam_eps: Adam's epsilon (torch's default).
