@@ -1064,7 +1064,8 @@ def test_evaluate_video_says_when_best_and_worst_are_one_run(returns, runs, note
     spec = runner.RunSpec("ppo", ppo.PPOConfig(), (ppo.PPOHParams(),), 4)
     algorithm = types.SimpleNamespace(recurrent=False, env=None, env_params=None, eval_policy_fn=None,
                                       policy_params=lambda state: state)
-    cli._write_videos(types.SimpleNamespace(folder=str(tmp_path), runs=runs, seed=0, video_max_steps=None), spec, jnp.zeros(4),
+    cli._write_videos(types.SimpleNamespace(folder=str(tmp_path), runs=runs, seed=0, video_max_steps=None,
+                                            env_option=None), spec, jnp.zeros(4),
                       jax.random.key(0), algorithm, spec.config.num_updates)
     out = capsys.readouterr().out
     assert out.count("    run ") == len(returns)
