@@ -1632,8 +1632,11 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
         print(f"  {getattr(stop, 'signal_name', 'SIGINT')}: stopped after training; the run is complete and saved in "
               f"{folder}; evaluate it with: jaxrl-rollout evaluate {shlex.quote(str(folder))}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)
-    print(f"  deterministic evaluation, {_count(args.num_eval, 'episode')} per run: mean {returns.mean():z.1f} "
-          f"(std over runs {returns.std():z.1f}); per run: " + " ".join(_figures(returns)))
+    if returns.size == 1:
+        print(f"  deterministic evaluation, {_count(args.num_eval, 'episode')}: mean return {returns[0]:z.1f}")
+    else:
+        print(f"  deterministic evaluation, {_count(args.num_eval, 'episode')} per run: mean {returns.mean():z.1f} "
+              f"(std over runs {returns.std():z.1f}); per run: " + " ".join(_figures(returns)))
     if rates is not None:
         print(f"  against a uniform random legal-move opponent (seat drawn per game): win {rates[:, 0].mean():.0%}, "
               f"draw {rates[:, 1].mean():.0%}, loss {rates[:, 2].mean():.0%}; per run (W/D/L): "

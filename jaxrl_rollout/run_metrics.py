@@ -44,11 +44,16 @@ def returns_text(returns: np.ndarray, ended: np.ndarray) -> str:
       ended: [R] bool, whether an episode of the run ended in the window.
 
     Returns:
-      e.g. "return 12.3 +- 1.0 (min 11.0, max 14.2, 8/8 runs)".
+      e.g. "return 12.3 +- 1.0 (min 11.0, max 14.2, 8/8 runs)"; the spread,
+      min and max are over runs, so one run's return stands alone ("return
+      12.3"; "return 12.3 (1/8 runs)" where only one of eight has one).
     """
     finite = returns[np.isfinite(returns)]
     bad = int(np.count_nonzero(ended & ~np.isfinite(returns)))
     note = f", {bad} run(s) with a non-finite return" if bad else ""
+    if finite.size == 1:
+        alone = returns.size == 1
+        return f"return {finite[0]:z.1f}" + ("" if alone else f" (1/{returns.size} runs{note})")
     if finite.size:
         return (f"return {finite.mean():z.1f} +- {finite.std():z.1f} (min {finite.min():z.1f}, max {finite.max():z.1f}, "
                 f"{finite.size}/{returns.size} runs{note})")

@@ -791,9 +791,10 @@ def _last_eval(metrics: dict, first_update: int) -> tuple[int, np.ndarray] | Non
 
 
 def _eval_text(spec: RunSpec, update: int, returns: np.ndarray) -> str:
-    """The progress line's evaluation part, e.g. "  eval 480.2 +- 12.1 (step 40,960)"."""
+    """The progress line's evaluation part, e.g. "  eval 480.2 +- 12.1 (step 40,960)" (the spread over runs; one
+    run's evaluation stands alone: "  eval 480.2 (step 40,960)")."""
     finite = returns[np.isfinite(returns)]
-    value = f"{finite.mean():z.1f} +- {finite.std():z.1f}" if finite.size else "n/a"
+    value = f"{finite.mean():z.1f}" + (f" +- {finite.std():z.1f}" if finite.size > 1 else "") if finite.size else "n/a"
     return f"  eval {value} (step {steps_at(spec.config, update):,})"
 
 

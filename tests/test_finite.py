@@ -82,7 +82,7 @@ def test_nan_returns_are_never_counted_as_zero():
     returns = runner.chunk_return(m)
     assert returns[0] == 15.0 and np.isnan(returns[1]) and np.isnan(returns[2])
     text = runner.returns_text(returns, m["num_episodes"].sum(1) > 0)
-    assert text.startswith("return 15.0 +- 0.0") and "1/3 runs, 1 run(s) with a non-finite return" in text
+    assert text == "return 15.0 (1/3 runs, 1 run(s) with a non-finite return)"  # one value: no spread over runs
     only_bad = runner.returns_text(returns[1:2], np.array([True]))
     assert only_bad == "return n/a (1/1 runs with a non-finite return)"
     assert cli._coarse_curve(m) == "nan 25 (nan: a run's episodes returned NaN or inf)"
@@ -121,4 +121,15 @@ def test_returns_that_round_to_zero_print_without_a_minus_sign():
     # small returns keep the decimals that tell them apart (a MinAtar 0.2 or a game's 0.7 read 0 and 1)
     assert cli._coarse_curve(_metrics([[-0.2, 0.7]], [[1, 1]])) == "-0.20 0.70"
     assert cli._figures([500.0, 21.5]) == ["500", "22"] and cli._figures([2.54, 0.5]) == ["2.5", "0.5"]
-    assert runner.returns_text(np.array([-0.06]), np.array([True])).startswith("return -0.1 +- 0.0")  # not rounded away
+    assert runner.returns_text(np.array([-0.06]), np.array([True])) == "return -0.1"  # not rounded away
+
+
+def test_one_run_prints_its_return_without_a_spread_over_runs():
+    """A single seed's progress line read "return -180.9 +- 0.0 (min -180.9, max -180.9, 1/1 runs)  eval -485.5 +-
+    0.0": the spread, min and max are over runs, so one run prints its figure alone."""
+    spec = runner.RunSpec("ppo", ppo.PPOConfig(**TINY), (ppo.PPOHParams(),), num_seeds=1)
+    assert runner.returns_text(np.array([-180.94]), np.array([True])) == "return -180.9"
+    assert runner._eval_text(spec, 1, np.array([-485.5])).startswith("  eval -485.5 (step ")
+    two = runner._eval_text(spec, 1, np.array([1.0, 3.0]))
+    assert two.startswith("  eval 2.0 +- 1.0 (step ")
+    assert runner.returns_text(np.array([1.0, 3.0]), np.array([True, True])) == "return 2.0 +- 1.0 (min 1.0, max 3.0, 2/2 runs)"
