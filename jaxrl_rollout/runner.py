@@ -23,9 +23,9 @@ Host envs (gymnasium, envpool): the R runs' envs form one host pool, stepped in
 one ordered callback per step (`jaxrl_rollout.envs._host`), so a host env's runs
 train as one group on one device (`check_host_run`), evaluate their runs in
 lockstep (`collect.evaluate`; the periodic evaluations in another object of
-the env, a pool of their own, `_program`), and on resume start new episodes
-(`reopen_host_envs`). The progress lines add the host env's steps/s and its
-share of the time.
+the env, a pool of their own, built once per `train` call), and on resume start
+new episodes (`reopen_host_envs`). The progress lines add the host env's
+steps/s and its share of the time, and the periodic evaluations' own.
 
     spec = RunSpec("ppo", ppo.PPOConfig(total_timesteps=20_480), grid=(ppo.PPOHParams(),), num_seeds=4)
     result = train(spec, folder="runs/demo")         # checkpoints in runs/demo
@@ -659,7 +659,8 @@ def _in_lockstep(chunk: Callable, in_axes: tuple) -> Callable:
     return fn
 
 
-def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, sharding: NamedSharding, args):
+def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, sharding: NamedSharding, args,
+             eval_algorithm: Any = None):
     """A compiled init (kind "init") or chunk of `length` updates for `size` runs; cached per process.
 
     Without `spec.eval_every` a chunk is `chunk(state, hparams) -> (state, metrics)`,
@@ -668,7 +669,8 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
     update over the update indices first_update, first_update + 1, ...: an
     unbatched scalar, replicated, so the evaluation's `lax.cond` stays a branch
     under the vmap over runs; `best` (a `periodic_eval.BestPolicy` per run)
-    follows `periodic_eval.keep_best` through every update.
+    follows `periodic_eval.keep_best` through every update. `eval_algorithm`:
+    the algorithm whose env the evaluations play (`_program`).
     """
     evaluating = kind == "chunk" and spec.eval_every is not None
     cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat)) + (
@@ -679,20 +681,26 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
         in_shardings = (sharding, sharding)
         if evaluating:  # the first update's index is one scalar for every run
             in_shardings = (sharding, sharding, sharding, NamedSharding(sharding.mesh, PartitionSpec()), sharding)
-        jitted = jax.jit(_program(spec, algorithm, kind, length), in_shardings=in_shardings, out_shardings=sharding)
+        jitted = jax.jit(_program(spec, algorithm, kind, length, eval_algorithm), in_shardings=in_shardings, out_shardings=sharding)
         cache[cache_key] = _signals.compiled(jitted, *args)  # a signal's handler runs during XLA's compile
     return cache[cache_key]
 
 
-def _program(spec: RunSpec, algorithm, kind: str, length: int) -> Callable:
-    """The function `_compile` jits, vmapped over the runs: the init (kind "init") or a chunk of `length` updates."""
+def _program(spec: RunSpec, algorithm, kind: str, length: int, eval_algorithm: Any = None) -> Callable:
+    """The function `_compile` jits, vmapped over the runs: the init (kind "init") or a chunk of `length` updates.
+
+    The periodic evaluations play `eval_algorithm`'s env; None: `algorithm`'s,
+    or for a host env another object of it (`make_algorithm(spec)`): training
+    steps the one pool of `algorithm`'s env.
+    """
     if kind == "init":
         return jax.vmap(lambda keys, hparams: _strong_types(algorithm.init(keys, hparams)))
     if spec.eval_every is not None:
         from jaxrl_rollout.periodic_eval import keep_best, make_update
 
-        # a host env's evaluations play in another object of the env: training steps this one's pool
-        other = make_algorithm(spec) if host_env(algorithm.env) is not None else algorithm
+        other = eval_algorithm
+        if other is None:  # a host env's evaluations play in another object of the env: training steps this one's pool
+            other = make_algorithm(spec) if host_env(algorithm.env) is not None else algorithm
         update = make_update(algorithm, spec.eval_every, spec.eval_episodes, eval_env=other.env,
                              eval_env_params=other.env_params)
 
@@ -798,12 +806,23 @@ def _eval_text(spec: RunSpec, update: int, returns: np.ndarray) -> str:
     return f"  eval {value} (step {steps_at(spec.config, update):,})"
 
 
-def _host_share(start: HostStats, now: HostStats, elapsed: float) -> str:
-    """The progress line's host env part: host env steps/s and the share of the time spent in the host env."""
-    seconds = now.seconds - start.seconds
-    rate = (now.env_steps - start.env_steps) / seconds if seconds > 0 else float("nan")
-    share = 100 * seconds / elapsed if elapsed > 0 else float("nan")
-    return f"  (host env {rate:,.0f} steps/s, {share:.0f}% of the time)"
+def _host_share(start: HostStats, now: HostStats, elapsed: float, eval_start: HostStats | None = None,
+                eval_now: HostStats | None = None) -> str:
+    """The progress line's host env part: training's host env steps/s and its share of the time since `start`;
+    with the periodic evaluations' own host env (`eval_start`, `eval_now`), theirs too, e.g.
+    "  (host env 18,223 steps/s, 44% of the time; evaluation 9,840 steps/s, 16%)"."""
+
+    def part(start: HostStats, now: HostStats) -> tuple[str, str]:
+        seconds = now.seconds - start.seconds
+        rate = (now.env_steps - start.env_steps) / seconds if seconds > 0 else float("nan")
+        share = 100 * seconds / elapsed if elapsed > 0 else float("nan")
+        return f"{rate:,.0f} steps/s", f"{share:.0f}%"
+
+    rate, share = part(start, now)
+    evaluation = ""
+    if eval_start is not None and eval_now is not None and eval_now.env_steps > eval_start.env_steps:
+        evaluation = "; evaluation {}, {}".format(*part(eval_start, eval_now))
+    return f"  (host env {rate}, {share} of the time{evaluation})"
 
 
 class _ProgressBar:
@@ -938,6 +957,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
     take = lambda tree, a, b: _put(jax.tree.map(lambda x: x[a:b], tree), sharding)  # noqa: E731
     group_hparams = [take(hparams, a, b) for a, b in groups]
     evaluating = spec.eval_every is not None
+    # A host env's periodic evaluations play one pool of their own (every chunk length's program calls into it):
+    # its steps and seconds are the progress line's evaluation share.
+    eval_algorithm = make_algorithm(spec) if evaluating and host is not None else None
+    eval_host = host_env(eval_algorithm.env) if eval_algorithm is not None else None
     if evaluating:
         eval_keys = spec.eval_keys()
         group_eval = [(take(eval_keys, a, b),) for a, b in groups]
@@ -1002,7 +1025,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 for length in sorted(set(lengths[chunks_done:])):
                     for (a, b), state, h, e, best in zip(groups, states, group_hparams, group_eval, bests):
                         executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding,
-                                                              (state, h, *e, *at_update(0), *_given(best)))
+                                                              (state, h, *e, *at_update(0), *_given(best)),
+                                                              eval_algorithm)
                 _signals.ready_time(states)  # the init's run, waited for where a handler runs
         except BaseException as error:
             stopped = stopped_at_once()  # a signal raised inside a host env's reset comes out of JAX as an error
@@ -1054,6 +1078,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
 
         run_start = time.perf_counter()
         host_start = host.stats() if host is not None else None
+        eval_start = eval_host.stats() if eval_host is not None else None
         last_saved, ran = chunks_done, 0
         # Host work between chunks (TensorBoard and W&B writes, videos, checkpoints): timed apart from the chunks,
         # so a chunk's steps/s is its own and the time left adds that work at its mean so far.
@@ -1108,7 +1133,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                                    None if warming else pace,
                                    (between_s / between_n if between_n else 0.0) * (len(lengths) - chunks_done))
                     + (_eval_text(spec, *last_eval) if last_eval else "")
-                    + (_host_share(host_start, host.stats(), elapsed) if host is not None else ""))
+                    + (_host_share(host_start, host.stats(), elapsed, eval_start,
+                                   eval_host.stats() if eval_host is not None else None) if host is not None else ""))
                 if bar is not None:
                     bar.update(updates_done, returns)
                 if on_chunk is not None and jax.process_index() == 0:

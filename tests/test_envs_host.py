@@ -370,6 +370,9 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
     out = capsys.readouterr()
     assert "8 seeds" in out.out and "over 1 cpu device(s)" in out.err
     assert "host env" in out.err and "% of the time" in out.err and " eval " in out.err
+    # the evaluations' own pool has its share on every progress line (each chunk evaluates)
+    steps = [line for line in out.err.splitlines() if line.lstrip().startswith("step ")]
+    assert len(steps) == 2 and all("; evaluation " in line for line in steps), out.err
     assert "best policy per run (its periodic evaluation's return @ update):" in out.out
     with open(folder / "metrics.csv", newline="") as f:
         evaluated = [row for row in csv.DictReader(f) if row["metric"] == "eval_return"]
@@ -553,3 +556,18 @@ def test_a_second_ctrl_c_inside_a_host_envs_step_saves_the_last_whole_chunk(tmp_
         f"  interrupted after chunk 3; checkpoint saved in {tmp_path / 'run'}",
         f"interrupted; continue with: jaxrl-rollout train --resume {tmp_path / 'run'} --tensorboard false"]
     assert checkpoint.read_manifest(tmp_path / "run")["meta"]["chunks_done"] == 3
+
+
+def test_progress_line_gives_the_evaluations_host_env_its_own_share():
+    """A host env's evaluations play a pool of their own: its steps/s and share of the time are on the progress line
+    beside training's (a CarRacing run read "host env 72 steps/s, 1% of the time" while its evaluations took most of
+    it), and a line with no evaluation since the start leaves them out."""
+    from jaxrl_rollout import runner
+    from jaxrl_rollout.envs._host import HostStats
+
+    start = HostStats(0, 0.0)
+    assert runner._host_share(start, HostStats(1000, 2.0), 10.0) == "  (host env 500 steps/s, 20% of the time)"
+    text = runner._host_share(start, HostStats(1000, 2.0), 10.0, HostStats(50, 1.0), HostStats(850, 5.0))
+    assert text == "  (host env 500 steps/s, 20% of the time; evaluation 200 steps/s, 40%)"
+    idle = runner._host_share(start, HostStats(1000, 2.0), 10.0, HostStats(50, 1.0), HostStats(50, 1.0))
+    assert idle == "  (host env 500 steps/s, 20% of the time)"
