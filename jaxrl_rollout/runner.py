@@ -35,6 +35,7 @@ steps/s and its share of the time, and the periodic evaluations' own.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
@@ -44,7 +45,7 @@ import pathlib
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -523,6 +524,19 @@ def _per_process(available: Sequence[Any], each: int) -> list:
 _COMPILED: dict = {}
 
 
+@contextlib.contextmanager
+def _closing(*hosts: Any) -> Iterator[None]:
+    """Closes the given host envs (None: none) on the way out, however it is left: a host env's pool (the
+    worker processes of gymnasium's `AsyncVectorEnv`) ends with the `train` call that opened it, not at the
+    garbage collector's next pass (whose closing workers printed a traceback each)."""
+    try:
+        yield
+    finally:
+        for host in hosts:
+            if host is not None:
+                host.close()
+
+
 def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None) -> None:
     """Refuses what a host env's sweep cannot do, in one line naming the argument; nothing for a JAX env.
 
@@ -973,7 +987,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         lambda line: None)
     bar = None
 
-    with StopSignals(lambda line: say(line)) as signals:  # SIGINT / SIGTERM / SIGHUP stop at a chunk boundary
+    # SIGINT / SIGTERM / SIGHUP stop at a chunk boundary; however `train` ends, its host envs' pools are closed
+    with StopSignals(lambda line: say(line)) as signals, _closing(host, eval_host):
         compile_start = time.perf_counter()
         states, loaded_best = None, None
         bests = [None] * len(groups)  # each group's best policies (`periodic_eval.keep_best`), with eval_every

@@ -571,3 +571,29 @@ def test_progress_line_gives_the_evaluations_host_env_its_own_share():
     assert text == "  (host env 500 steps/s, 20% of the time; evaluation 200 steps/s, 40%)"
     idle = runner._host_share(start, HostStats(1000, 2.0), 10.0, HostStats(50, 1.0), HostStats(50, 1.0))
     assert idle == "  (host env 500 steps/s, 20% of the time)"
+
+
+@pytest.mark.parametrize("stop", [False, True], ids=["complete", "interrupted"])
+def test_train_closes_its_host_env_pools(monkeypatch, stop):
+    """`runner.train` closes the pools it opened (training's and the evaluations'), however it ends: an
+    `AsyncVectorEnv`'s worker processes used to live on until the garbage collector closed them, each printing
+    a traceback (EOFError, BrokenPipeError)."""
+    from jaxrl_rollout import runner
+
+    built = []
+    make = runner.make_algorithm
+    monkeypatch.setattr(runner, "make_algorithm", lambda spec: built.append(make(spec)) or built[-1])
+    spec = _small_spec("gymnasium/CartPole-v1", num_seeds=2, eval_every=2, eval_episodes=2)
+    if stop:  # a signal during the first chunk: the run stops at its boundary
+        monkeypatch.setattr(runner._signals, "wait_ready", _raise_keyboard_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            runner.train(spec, progress=None)
+    else:
+        assert runner.train(spec, progress=None).complete
+    hosts = [runner.host_env(algorithm.env) for algorithm in built]
+    assert len(hosts) == 2 and hosts[0] is not hosts[1]  # training's pool and the evaluations' own
+    assert all(host._vec is None and host._shape == () for host in hosts)
+
+
+def _raise_keyboard_interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
