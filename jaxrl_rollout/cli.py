@@ -1750,7 +1750,7 @@ def _evaluation_spec(spec, options: tuple):
     its algorithm), once the env they make is known to have the observation and action spaces of the run's env,
     on which its policies were trained. A ValueError names the options otherwise (and for a gymnax env, which
     takes none, or options its algorithm refuses: a self-play game's seat)."""
-    from jaxrl_rollout.algorithms._common import env_options_tuple
+    from jaxrl_rollout.algorithms._common import env_options_tuple, space_text
     from jaxrl_rollout.envs import suite_of
     from jaxrl_rollout.runner import make_algorithm
 
@@ -1769,7 +1769,7 @@ def _evaluation_spec(spec, options: tuple):
         trained = getattr(trained_env, space_of)(trained_params)
         given = getattr(algorithm.env, space_of)(algorithm.env_params)
         if _space_key(trained) != _space_key(given):
-            shown = [_space_text(trained), _space_text(given)]
+            shown = [space_text(trained), space_text(given)]
             bounds = " (of other bounds)" if shown[0] == shown[1] else ""
             raise ValueError(f"{typed}: the env these options make has {what} {shown[1]}{bounds}, where the run's "
                              f"has {shown[0]}; a policy acts only on the spaces it was trained on.")
@@ -1792,21 +1792,6 @@ def _space_key(space):
     if isinstance(space, spaces.Discrete):
         return ("Discrete", int(space.n))
     return (type(space).__name__, repr(getattr(space, "shape", None)), str(getattr(space, "dtype", None)))
-
-
-def _space_text(space) -> str:
-    """A gymnax space in a few words, e.g. "Discrete(4)", "Box(84x84x4 uint8)", "Dict(board: Box(3x3x2 bool), ...)"."""
-    from gymnax.environments import spaces
-
-    if isinstance(space, spaces.Dict):
-        return f"Dict({', '.join(f'{k}: {_space_text(space.spaces[k])}' for k in sorted(space.spaces))})"
-    if isinstance(space, spaces.Tuple):
-        return f"Tuple({', '.join(_space_text(s) for s in space.spaces)})"
-    if isinstance(space, spaces.Box):
-        return f"Box({'x'.join(str(int(d)) for d in space.shape) or 'scalar'} {space.dtype})"
-    if isinstance(space, spaces.Discrete):
-        return f"Discrete({int(space.n)})"
-    return type(space).__name__
 
 
 def _evaluate(args, spec, state, updates_done: int, chunks_done: int, algorithm, key, csv_out) -> int:

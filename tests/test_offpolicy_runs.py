@@ -258,9 +258,14 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     (["--algo", "sac", "--lr", "1e-3"], "--lr is not a hyperparameter of SAC"),
     (["--algo", "dqn", "--clip-eps", "0.1"], "--clip-eps is not a hyperparameter of DQN"),
     (["--algo", "td3", "--num-steps", "8"], "--num-steps is not an option of TD3"),
-    (["--algo", "dqn", "--env", "Pendulum-v1"], "--env Pendulum-v1: DQN needs Discrete actions"),
-    (["--algo", "sac", "--env", "CartPole-v1"], "--env CartPole-v1: SAC needs continuous actions"),
-    (["--algo", "pqn", "--env", "gymnasium/Pendulum-v1"], "--env gymnasium/Pendulum-v1: PQN needs Discrete"),
+    # the four learners name the action space they got in one form (`_common.space_text`)
+    (["--algo", "dqn", "--env", "Pendulum-v1"], "--env Pendulum-v1: DQN needs Discrete actions, got Box(1 float32)."),
+    (["--algo", "sac", "--env", "CartPole-v1"],
+     "--env CartPole-v1: SAC needs continuous actions, a 1-D Box, got Discrete(2)."),
+    (["--algo", "td3", "--env", "CartPole-v1"],
+     "--env CartPole-v1: TD3 needs continuous actions, a 1-D Box, got Discrete(2)."),
+    (["--algo", "pqn", "--env", "gymnasium/Pendulum-v1"],
+     "--env gymnasium/Pendulum-v1: PQN needs Discrete actions, got Box(1 float32)."),
     # a two-player game: neither learner has self-play, and neither points to the other
     (["--algo", "pqn", "--env", "pgx/tic_tac_toe"],
      "--env pgx/tic_tac_toe: a two-player game trains by self-play, which PQN does not do; train it with ppo or a2c."),

@@ -61,7 +61,7 @@ __all__ = [
     "check_hparams", "check_network", "check_positive", "check_train_key",
     "choose_network", "choose_q_network", "choose_torso", "Q_NETWORKS", "observation_features",
     "check_scaled_box", "explained_variance", "grad_norm", "HPARAM_RANGES", "init_params_and_rollout", "is_self_play",
-    "refuse_self_play", "refuse_network_name",
+    "refuse_self_play", "refuse_network_name", "refuse_actions", "space_text",
     "LearnerSizes", "make_train_loop", "MAX_TOTAL_TIMESTEPS", "merge_rows", "merged_update", "ROW_MERGE",
     "steps_in_rows", "twin_q_values",
     "nonfinite_flags", "NONFINITE_GRADIENTS", "NONFINITE_LOSS", "probe_module", "check_only_params",
@@ -215,6 +215,26 @@ def action_info(env, env_params) -> tuple[int, bool]:
         return int(space.shape[0]), True
     raise ValueError(f"env {type(env).__name__}: unsupported action space {space!r}: expected Discrete or a 1-D "
                      f"Box.{tuple_actions_hint(space)}")
+
+
+def space_text(space: Any) -> str:
+    """A gymnax space in a few words, for messages: e.g. "Discrete(4)", "Box(84x84x4 uint8)", "Box(1 float32)",
+    "Dict(board: Box(3x3x2 bool), ...)"."""
+    if isinstance(space, spaces.Dict):
+        return f"Dict({', '.join(f'{k}: {space_text(space.spaces[k])}' for k in sorted(space.spaces))})"
+    if isinstance(space, spaces.Tuple):
+        return f"Tuple({', '.join(space_text(s) for s in space.spaces)})"
+    if isinstance(space, spaces.Box):
+        return f"Box({'x'.join(str(int(d)) for d in space.shape) or 'scalar'} {np.dtype(space.dtype).name})"
+    if isinstance(space, spaces.Discrete):
+        return f"Discrete({int(space.n)})"
+    return type(space).__name__
+
+
+def refuse_actions(algo: str, env: Any, space: Any, needed: str) -> None:
+    """Raises the one ValueError of a learner whose env's action space is not the kind it needs, e.g. "env
+    Pendulum: DQN needs Discrete actions, got Box(1 float32)."."""
+    raise ValueError(f"env {type(env).__name__}: {algo} needs {needed}, got {space_text(space)}.")
 
 
 def tuple_actions_hint(space: Any) -> str:

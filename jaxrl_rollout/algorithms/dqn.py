@@ -404,7 +404,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     _common.refuse_self_play("DQN", env)
     action_dim, continuous = _common.action_info(env, env_params)
     if continuous:
-        raise ValueError(f"env {type(env).__name__}: DQN needs Discrete actions, got a Box of {action_dim}.")
+        _common.refuse_actions("DQN", env, env.action_space(env_params), "Discrete actions")
     _common.refuse_network_name(config, network)
     obs_space = env.observation_space(env_params)
     if network is None:

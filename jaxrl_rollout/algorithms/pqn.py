@@ -401,7 +401,7 @@ def _build(config: PQNConfig, env: Any, env_params: Any, network: Any):
     _common.refuse_self_play("PQN", env)
     space = env.action_space(env_params)
     if not isinstance(space, spaces.Discrete):
-        raise ValueError(f"env {type(env).__name__}: PQN needs Discrete actions, got {space!r}.")
+        _common.refuse_actions("PQN", env, space, "Discrete actions")
     action_dim = int(space.n)
     obs_space = env.observation_space(env_params)
     if network is None:

@@ -470,7 +470,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
                                                   sample=network is not None)
     space = env.action_space(env_params)
     if not isinstance(space, spaces.Box) or len(tuple(space.shape)) != 1:
-        raise ValueError(f"env {type(env).__name__}: SAC needs continuous actions, a 1-D Box, got {space!r}.")
+        _common.refuse_actions("SAC", env, space, "continuous actions, a 1-D Box")
     _common.action_info(env, env_params)  # the Box checks every learner makes (bounds in order, a float dtype)
     low = np.broadcast_to(np.asarray(space.low, np.float32), space.shape)
     high = np.broadcast_to(np.asarray(space.high, np.float32), space.shape)

@@ -388,7 +388,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
                                                   sample=network is not None)
     action_dim, continuous = _common.action_info(env, env_params)
     if not continuous:
-        raise ValueError(f"env {type(env).__name__}: TD3 needs continuous (Box) actions, got Discrete({action_dim}).")
+        _common.refuse_actions("TD3", env, env.action_space(env_params), "continuous actions, a 1-D Box")
     space = env.action_space(env_params)
     low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), (action_dim,))
     high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), (action_dim,))
