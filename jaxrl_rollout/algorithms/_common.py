@@ -213,7 +213,7 @@ def action_info(env, env_params) -> tuple[int, bool]:
                              "policy draws float actions (clipped to the Box, not rounded); give the env a Discrete "
                              "action space, or a float Box that its step rounds.")
         return int(space.shape[0]), True
-    raise ValueError(f"env {type(env).__name__}: unsupported action space {space!r}: expected Discrete or a 1-D "
+    raise ValueError(f"env {type(env).__name__}: unsupported action space {space_text(space)}: expected Discrete or a 1-D "
                      f"Box.{tuple_actions_hint(space)}")
 
 
