@@ -243,6 +243,20 @@ def ready_time(tree: Any) -> float:
     return _in_helper(block, "ready")
 
 
+def ran(fn: Callable[[], Any]) -> Any:
+    """`fn()`, the dispatch of a program that runs to its end inside the call, waited for from a helper thread
+    (`_in_helper`) in a way a signal's handler can interrupt.
+
+    JAX dispatches a program asynchronously, and `wait_ready` then waits in Python. But on a CPU a program
+    with host callbacks (a host env's steps, `io_callback`) runs in the dispatching thread, in C++, where no
+    handler runs: a Ctrl-C during a chunk of a gymnasium run printed nothing until the chunk ended (seconds,
+    or minutes for pixel envs), and a second one could not stop it at once. From a helper thread the main
+    thread's handlers run at once; interrupted, the helper thread (a daemon) is left in the program, whose host
+    env the runner then closes (its next step raises, which ends the program).
+    """
+    return _in_helper(fn, "chunk")
+
+
 def compiled(jitted: Any, *args: Any) -> Any:
     """`jitted.lower(*args).compile()`, with XLA's compile waited for in a way a signal's handler can interrupt.
 

@@ -528,10 +528,17 @@ _COMPILED: dict = {}
 def _closing(*hosts: Any) -> Iterator[None]:
     """Closes the given host envs (None: none) on the way out, however it is left: a host env's pool (the
     worker processes of gymnasium's `AsyncVectorEnv`) ends with the `train` call that opened it, not at the
-    garbage collector's next pass (whose closing workers printed a traceback each)."""
+    garbage collector's next pass (whose closing workers printed a traceback each). Left by an error or an
+    interruption, they are abandoned (`HostEnv.abandon`): a chunk still running in its helper thread (a second
+    Ctrl-C stops the run at once, `_signals.ran`) ends at its next step instead of stepping the pool on."""
     try:
         yield
-    finally:
+    except BaseException:
+        for host in hosts:
+            if host is not None:
+                host.abandon()
+        raise
+    else:
         for host in hosts:
             if host is not None:
                 host.close()
@@ -1110,9 +1117,12 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 dispatched = time.perf_counter()
                 if computed is not None:
                     between_s, between_n = between_s + dispatched - computed, between_n + 1
-                outputs = [executables[b - a, length](s, h, *e, *at_update(updates_done), *_given(best))
-                           for (a, b), s, h, e, best in zip(groups, states, group_hparams, group_eval, bests)]
-                _signals.wait_ready(outputs)  # signals are handled while the chunk runs, not only after it
+                dispatch = lambda: [executables[b - a, length](s, h, *e, *at_update(updates_done), *_given(best))  # noqa: E731
+                                    for (a, b), s, h, e, best in zip(groups, states, group_hparams, group_eval, bests)]
+                # signals are handled while the chunk runs, not only after it (a host env's chunk runs inside its
+                # dispatch: `_signals.ran` waits for it from a helper thread)
+                outputs = _signals.ran(dispatch) if host is not None else dispatch()
+                _signals.wait_ready(outputs)
                 chunk = [_metric_arrays(out[1]) for out in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
                 computed = time.perf_counter()
@@ -1164,6 +1174,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             # or during the run's last chunk: it is complete, and saved below; the request stays, for a caller
             # with closing work of its own (the command line's evaluation) to act on (`_signals.at_once`)
         except BaseException as error:
+            for pool in (host, eval_host):  # first: a chunk left running in its helper thread ends at its next step
+                if pool is not None:
+                    pool.abandon()
             # a second Ctrl-C whose handler ran inside a host env's step (an io_callback) comes out of JAX as a
             # runtime error: an interruption all the same, reported as one below
             stopped = stopped_at_once()

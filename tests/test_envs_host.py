@@ -8,6 +8,7 @@ and flags exactly, values, bootstrap values and GAE to float32 rounding.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import subprocess
 import sys
@@ -597,3 +598,56 @@ def test_train_closes_its_host_env_pools(monkeypatch, stop):
 
 def _raise_keyboard_interrupt(*args, **kwargs):
     raise KeyboardInterrupt
+
+
+def test_ctrl_c_reaches_a_host_env_run_while_its_chunk_runs(tmp_path, monkeypatch, capsys, caplog):
+    """On a CPU a program with host callbacks runs inside its dispatch, in C++, where no signal handler runs:
+    a Ctrl-C during a gymnasium chunk printed nothing until the chunk ended, and a second one, which stops a run
+    at once, was not seen either (two signals before a handler runs are one). The chunk is now dispatched from a
+    helper thread (`_signals.ran`): the notice comes at once, the second Ctrl-C stops the run, and the pool is
+    abandoned, so the chunk left running in the helper thread ends at its next step (`HostEnv.abandon`) instead
+    of playing on. Real signals here (`os.kill`), sent from inside the host env's step."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from jaxrl_rollout import checkpoint, runner
+
+    steps, after = [], []
+
+    def host_step(self, action, stepped=GymnasiumEnv._host_step):
+        steps.append(1)
+        if len(steps) == 2 * 8 + 3:  # in the 3rd chunk (8 steps an update, a chunk of 1 update)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)  # the main thread's handler prints the notice: a stop at the next boundary
+            os.kill(os.getpid(), signal.SIGINT)  # then at once
+            time.sleep(0.5)
+        elif len(steps) > 2 * 8 + 3:
+            after.append(1)
+            time.sleep(0.05)  # the rest of the chunk (5 steps) would take 0.25 s
+        return stepped(self, action)
+
+    monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:  # as from a terminal (a shell's background job ignores SIGINT; the test runner may be one)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        spec = _small_spec("gymnasium/CartPole-v1", num_seeds=1)
+        spec = runner.RunSpec("ppo", dataclasses.replace(spec.config, total_timesteps=160), spec.grid, num_seeds=1,
+                              chunk_updates=1)
+        with pytest.raises(KeyboardInterrupt):
+            runner.train(spec, tmp_path / "run", checkpoint_every=5, progress=True)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    err = capsys.readouterr().err
+    assert "SIGINT: stopping at the next chunk boundary" in err and "interrupted after chunk 2" in err, err
+    assert err.index(" 32/160 ") < err.index("SIGINT: stopping"), err  # chunk 2 ended, then the notice
+    assert len(after) <= 1 and " 48/160 " not in err  # chunk 3 stopped where it was
+    helpers = [t for t in threading.enumerate() if t.name == "jaxrl_rollout-chunk"]
+    for thread in helpers:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in helpers)  # the chunk left running ended at its next step
+    assert "Abandoned" not in caplog.text and "was stepped" not in caplog.text  # quietly: no traceback logged
+    assert checkpoint.read_manifest(tmp_path / "run")["meta"]["chunks_done"] == 2

@@ -22,6 +22,7 @@ terminated, truncated)`, each [R, B, ...], with same-step auto-reset, and
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
 import time
@@ -39,6 +40,24 @@ from jaxrl_rollout import collect, prng
 __all__ = ["HostEnv", "HostParams", "HostStats"]
 
 _SEED_BOUND = 2**31 - 1
+
+
+class Abandoned(RuntimeError):
+    """Raised by a host env's reset or step after `HostEnv.abandon()`: the program still stepping it (a chunk an
+    interruption left running in a helper thread) ends with this error, which no one reads."""
+
+
+class _QuietAbandoned(logging.Filter):
+    """Drops JAX's log of a host callback that raised `Abandoned`: the end of a program the run already left
+    (the interruption was reported in one line), not a failure to show with a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and issubclass(kind, Abandoned))
+
+
+# Installed for good: the abandoned program may call back after the `train` that abandoned it has returned.
+logging.getLogger("jax._src.callback").addFilter(_QuietAbandoned())
 
 
 def _to_gymnax_space(space: Any, what: str) -> Any:
@@ -170,6 +189,7 @@ class HostEnv:
         self._tick = 0
         self._env_steps = 0
         self._seconds = 0.0
+        self._abandoned = False
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -203,6 +223,20 @@ class HostEnv:
                 self._host_close()
             self._shape = ()
 
+    def abandon(self) -> None:
+        """Closes the host env for good: its next reset or step raises `Abandoned` (quietly: JAX logs no
+        traceback for it). For a program left running after an interruption (`runner.train`'s chunk in its
+        helper thread): it ends at its next step instead of stepping, or reopening, the pool."""
+        with self._lock:
+            self._abandoned = True
+            if self._shape:
+                self._host_close()
+            self._shape = ()
+
+    def _check_abandoned(self) -> None:
+        if self._abandoned:
+            raise Abandoned(f"{self!r} was abandoned (its run was interrupted); make a new env to step.")
+
     # ---- host side, implemented by subclasses (numpy in, numpy out, leading runs axis R) ----
 
     def _host_open(self, seeds: np.ndarray) -> Any:
@@ -221,6 +255,7 @@ class HostEnv:
     def _reset_callback(self, seeds: Any) -> tuple:
         seeds = np.asarray(seeds)
         with self._lock:
+            self._check_abandoned()
             start = time.perf_counter()
             if self._shape:
                 self._host_close()
@@ -235,6 +270,7 @@ class HostEnv:
     def _step_callback(self, tick: Any, action: Any) -> tuple:
         tick, action = np.asarray(tick), np.asarray(action)
         with self._lock:
+            self._check_abandoned()
             start = time.perf_counter()
             if not self._shape:
                 raise RuntimeError(f"{self!r} was stepped before any reset (or after close); call rollout_init first.")
