@@ -149,6 +149,22 @@ def quiet_interrupted_callbacks():
 
 
 @contextlib.contextmanager
+def shielded():
+    """Within it, a signal only asks to stop (as during a checkpoint's save): for closing work that must not be
+    cut short, such as a host env's pool being closed (a second Ctrl-C while gymnasium forked its workers left
+    them running after the process ended). Nothing changes where no `StopSignals` is active."""
+    active = _ACTIVE
+    if active is None or active.saving:
+        yield
+        return
+    active.saving = True
+    try:
+        yield
+    finally:
+        active.saving = False
+
+
+@contextlib.contextmanager
 def raise_at_once():
     """SIGINT, SIGTERM and SIGHUP raise `Interrupted` at once while active (a `StopSignals` in `at_once` mode from
     the start): for commands with no chunk boundary to stop at (`evaluate`, `rollout`), so a job scheduler's

@@ -1270,6 +1270,7 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
 
     import jaxrl_rollout as jr
     from jaxrl_rollout._signals import compiled, wait_ready
+    from jaxrl_rollout.envs._host import run_interruptibly
 
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
@@ -1282,7 +1283,8 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
         keys = jax.random.split(key, spec.num_runs)
         if not executable:
             executable.append(compiled(run, params, keys))
-        returns = executable[0](params, keys)
+        # a host env's program runs inside its dispatch: from a helper thread, so a signal stops it at once
+        returns = run_interruptibly(algorithm.env, lambda: executable[0](params, keys))
         wait_ready(returns)  # in Python, where a signal's handler can run (np.asarray waits in C++)
         return np.asarray(returns)
 
@@ -2009,6 +2011,7 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     from jaxrl_rollout import episodes
     from jaxrl_rollout._signals import compiled, ready_time, wait_ready
     from jaxrl_rollout.algorithms import _common
+    from jaxrl_rollout.envs._host import run_interruptibly
 
     env, env_params = _make_env(env_id, env_options)
     if _common.is_self_play(env):  # a two-player pgx game: against its random opponent, as train evaluates it
@@ -2059,10 +2062,12 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     executable = compiled(collect, key)  # XLA's compile waited for where a signal's handler runs
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
-    metrics = executable(key)
-    run_s = ready_time(metrics) - start  # waited for in Python: a Ctrl-C (or SIGTERM) stops a long rollout at once
+    # waited for in Python (a host env's program from a helper thread): a Ctrl-C (or SIGTERM) stops it at once
+    metrics = run_interruptibly(env, lambda: executable(key))
+    run_s = ready_time(metrics) - start
     eval_key = jax.random.fold_in(key, 1)
-    result = compiled(jax.jit(lambda k: jr.evaluate(env, env_params, policy_fn, None, k, num_eval)), eval_key)(eval_key)
+    evaluation = compiled(jax.jit(lambda k: jr.evaluate(env, env_params, policy_fn, None, k, num_eval)), eval_key)
+    result = run_interruptibly(env, lambda: evaluation(eval_key))
     wait_ready(result)
 
     steps = num_envs * num_steps

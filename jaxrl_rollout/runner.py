@@ -534,14 +534,16 @@ def _closing(*hosts: Any) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        for host in hosts:
-            if host is not None:
-                host.abandon()
+        with _signals.shielded():
+            for host in hosts:
+                if host is not None:
+                    host.abandon()
         raise
     else:
-        for host in hosts:
-            if host is not None:
-                host.close()
+        with _signals.shielded():
+            for host in hosts:
+                if host is not None:
+                    host.close()
 
 
 def check_host_run(spec: RunSpec, *, devices: int | None = None, env: Any = None) -> None:
@@ -1174,9 +1176,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             # or during the run's last chunk: it is complete, and saved below; the request stays, for a caller
             # with closing work of its own (the command line's evaluation) to act on (`_signals.at_once`)
         except BaseException as error:
-            for pool in (host, eval_host):  # first: a chunk left running in its helper thread ends at its next step
-                if pool is not None:
-                    pool.abandon()
+            with _signals.shielded():  # first: a chunk left running in its helper thread ends at its next step
+                for pool in (host, eval_host):
+                    if pool is not None:
+                        pool.abandon()
             # a second Ctrl-C whose handler ran inside a host env's step (an io_callback) comes out of JAX as a
             # runtime error: an interruption all the same, reported as one below
             stopped = stopped_at_once()

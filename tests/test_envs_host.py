@@ -651,3 +651,55 @@ def test_ctrl_c_reaches_a_host_env_run_while_its_chunk_runs(tmp_path, monkeypatc
     assert not any(t.is_alive() for t in helpers)  # the chunk left running ended at its next step
     assert "Abandoned" not in caplog.text and "was stepped" not in caplog.text  # quietly: no traceback logged
     assert checkpoint.read_manifest(tmp_path / "run")["meta"]["chunks_done"] == 2
+
+
+@pytest.mark.parametrize("command", ["rollout", "evaluate"])
+def test_ctrl_c_stops_rollout_and_evaluate_of_a_host_env_at_once(tmp_path, monkeypatch, capsys, caplog, command):
+    """`rollout` and `evaluate` stop at once on a signal; on a host env their program ran inside its dispatch,
+    where no handler runs, so a Ctrl-C waited for every step asked for (two minutes of a LunarLander rollout,
+    43 s of an evaluation). Dispatched from a helper thread (`envs._host.run_interruptibly`), they stop at once,
+    exit 130, and the abandoned pool ends the program at its next step, quietly. (Which thread runs a host
+    callback is XLA's choice: here the rollout's ran on another thread, so its case fails without the helper
+    thread, 395 steps played on; the evaluation's ran on the main thread, whose handler then raised inside the
+    step, so its case checks the outcome only.)"""
+    import os
+    import signal
+    import threading
+    import time
+
+    from jaxrl_rollout import cli
+
+    if command == "evaluate":  # a run to evaluate (a one-update PPO run on Pendulum: its episodes are 200 steps)
+        assert cli.main(["train", "--env", "gymnasium/Pendulum-v1", "--seeds", "1", "--num-envs", "2", "--num-steps",
+                         "8", "--total-steps", "16", "--eval-every", "off", "--num-eval", "1", "--tensorboard",
+                         "false", "--out", str(tmp_path / "run")]) == 0
+        argv = ["evaluate", str(tmp_path / "run"), "--num-episodes", "4"]
+    else:
+        argv = ["rollout", "--env", "gymnasium/CartPole-v1", "--num-envs", "2", "--num-steps", "400"]
+    capsys.readouterr()
+    steps, after = [], []
+
+    def host_step(self, action, stepped=GymnasiumEnv._host_step):
+        steps.append(1)
+        if len(steps) == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)  # the main thread's handler raises: the command stops
+        elif len(steps) > 5:
+            after.append(1)
+            time.sleep(0.02)  # the rest would take seconds
+        return stepped(self, action)
+
+    monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:  # as from a terminal (a shell's background job ignores SIGINT; the test runner may be one)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert cli.main(argv) == 130
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    assert "interrupted (SIGINT)" in capsys.readouterr().err
+    for thread in [t for t in threading.enumerate() if t.name == "jaxrl_rollout-chunk"]:
+        thread.join(timeout=60)
+    assert len(after) <= 1, len(after)  # stopped where it was
+    assert "Abandoned" not in caplog.text and "Traceback" not in caplog.text

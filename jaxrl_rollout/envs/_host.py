@@ -364,3 +364,25 @@ def host_env(env: Any) -> HostEnv | None:
     while env is not None and not isinstance(env, HostEnv):
         env = getattr(env, "env", None)
     return env
+
+
+def run_interruptibly(env: Any, fn: Callable[[], Any]) -> Any:
+    """`fn()`, the dispatch of a compiled program that steps `env`, in a way a signal's handler can interrupt.
+
+    For a host env, on a CPU the program runs inside its dispatch, in C++, where no handler runs: it is
+    dispatched from a helper thread (`_signals.ran`) while this thread waits in Python, and if the wait is
+    interrupted (or fails) the env is abandoned (`HostEnv.abandon`), so the program left running ends at its
+    next step instead of stepping on. For a JAX env, `fn()` here: JAX dispatches it asynchronously, and the
+    caller waits in Python (`_signals.wait_ready`).
+    """
+    from jaxrl_rollout import _signals
+
+    host = host_env(env)
+    if host is None:
+        return fn()
+    try:
+        return _signals.ran(fn)
+    except BaseException:
+        with _signals.shielded():  # the pool's workers end with it, even if the user presses Ctrl-C again
+            host.abandon()
+        raise
