@@ -8,6 +8,7 @@ and flags exactly, values, bootstrap values and GAE to float32 rounding.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import subprocess
@@ -594,6 +595,7 @@ def test_train_closes_its_host_env_pools(monkeypatch, stop):
     hosts = [runner.host_env(algorithm.env) for algorithm in built]
     assert len(hosts) == 2 and hosts[0] is not hosts[1]  # training's pool and the evaluations' own
     assert all(host._vec is None and host._shape == () for host in hosts)
+    assert all(host._abandoned == stop for host in hosts)  # interrupted: for good, a chunk left running ends
 
 
 def _raise_keyboard_interrupt(*args, **kwargs):
@@ -629,18 +631,11 @@ def test_ctrl_c_reaches_a_host_env_run_while_its_chunk_runs(tmp_path, monkeypatc
         return stepped(self, action)
 
     monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
-    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    if ignored:  # as from a terminal (a shell's background job ignores SIGINT; the test runner may be one)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        spec = _small_spec("gymnasium/CartPole-v1", num_seeds=1)
-        spec = runner.RunSpec("ppo", dataclasses.replace(spec.config, total_timesteps=160), spec.grid, num_seeds=1,
-                              chunk_updates=1)
-        with pytest.raises(KeyboardInterrupt):
-            runner.train(spec, tmp_path / "run", checkpoint_every=5, progress=True)
-    finally:
-        if ignored:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spec = _small_spec("gymnasium/CartPole-v1", num_seeds=1)
+    spec = runner.RunSpec("ppo", dataclasses.replace(spec.config, total_timesteps=160), spec.grid, num_seeds=1,
+                          chunk_updates=1)
+    with _sigint_as_from_a_terminal(), pytest.raises(KeyboardInterrupt):
+        runner.train(spec, tmp_path / "run", checkpoint_every=5, progress=True)
     err = capsys.readouterr().err
     assert "SIGINT: stopping at the next chunk boundary" in err and "interrupted after chunk 2" in err, err
     assert err.index(" 32/160 ") < err.index("SIGINT: stopping"), err  # chunk 2 ended, then the notice
@@ -690,16 +685,26 @@ def test_ctrl_c_stops_rollout_and_evaluate_of_a_host_env_at_once(tmp_path, monke
         return stepped(self, action)
 
     monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
-    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    if ignored:  # as from a terminal (a shell's background job ignores SIGINT; the test runner may be one)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+    with _sigint_as_from_a_terminal():
         assert cli.main(argv) == 130
-    finally:
-        if ignored:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
     assert "interrupted (SIGINT)" in capsys.readouterr().err
     for thread in [t for t in threading.enumerate() if t.name == "jaxrl_rollout-chunk"]:
         thread.join(timeout=60)
     assert len(after) <= 1, len(after)  # stopped where it was
     assert "Abandoned" not in caplog.text and "Traceback" not in caplog.text
+
+
+@contextlib.contextmanager
+def _sigint_as_from_a_terminal():
+    """SIGINT handled as from a terminal (a KeyboardInterrupt) within it: a shell's background job ignores it,
+    and the test runner may be one."""
+    import signal
+
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -371,8 +371,9 @@ def run_interruptibly(env: Any, fn: Callable[[], Any]) -> Any:
 
     For a host env, on a CPU the program runs inside its dispatch, in C++, where no handler runs: it is
     dispatched from a helper thread (`_signals.ran`) while this thread waits in Python, and if the wait is
-    interrupted (or fails) the env is abandoned (`HostEnv.abandon`), so the program left running ends at its
-    next step instead of stepping on. For a JAX env, `fn()` here: JAX dispatches it asynchronously, and the
+    interrupted (a KeyboardInterrupt, `_signals.Interrupted`) the env is abandoned (`HostEnv.abandon`), so the
+    program left running ends at its next step instead of stepping on. A program that failed has ended: its
+    error is raised here, and the env is left as it is. For a JAX env, `fn()` here: JAX dispatches it asynchronously, and the
     caller waits in Python (`_signals.wait_ready`).
     """
     from jaxrl_rollout import _signals
@@ -382,7 +383,7 @@ def run_interruptibly(env: Any, fn: Callable[[], Any]) -> Any:
         return fn()
     try:
         return _signals.ran(fn)
-    except BaseException:
+    except KeyboardInterrupt:
         with _signals.shielded():  # the pool's workers end with it, even if the user presses Ctrl-C again
             host.abandon()
         raise
