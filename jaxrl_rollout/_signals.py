@@ -117,8 +117,8 @@ def stopped_at_once() -> str | None:
     """The signal that raised at once (in `at_once`, `raise_at_once`, or a second Ctrl-C), or None.
 
     Raised where the main thread happened to be, the exception may have become
-    another: inside a host env's step (its `io_callback` runs on the main
-    thread) JAX reports it as a runtime error, and code that turns errors into
+    another: inside a host env's step (where XLA runs its `io_callback` on the
+    main thread) JAX reports it as a runtime error, and code that turns errors into
     one line (`evaluate --video`'s) may have turned that into a ValueError.
     The runner (to save the last whole chunk) and the command line (to
     report it in one line) ask this to treat such an error as the interruption it is.
