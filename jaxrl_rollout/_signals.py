@@ -268,8 +268,8 @@ def ran(fn: Callable[[], Any]) -> Any:
     handler runs: a Ctrl-C during a chunk of a gymnasium run printed nothing until the chunk ended (seconds,
     or minutes for pixel envs), and a second one could not stop it at once. From a helper thread the main
     thread's handlers run at once; interrupted, the helper thread (a daemon) is left in the program, whose host
-    env the caller then abandons (`envs._host.run_interruptibly`, `runner.train`: its next step raises, which
-    ends the program).
+    env the caller then abandons (`envs._host.run_interruptibly`: its next step raises, which ends the
+    program).
     """
     return _in_helper(fn, "chunk")
 

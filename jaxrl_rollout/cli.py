@@ -1284,7 +1284,7 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
         if not executable:
             executable.append(compiled(run, params, keys))
         # a host env's program runs inside its dispatch: from a helper thread, so a signal stops it at once
-        returns = run_interruptibly(algorithm.env, lambda: executable[0](params, keys))
+        returns = run_interruptibly(lambda: executable[0](params, keys), algorithm.env)
         wait_ready(returns)  # in Python, where a signal's handler can run (np.asarray waits in C++)
         return np.asarray(returns)
 
@@ -2063,11 +2063,11 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
     # waited for in Python (a host env's program from a helper thread): a Ctrl-C (or SIGTERM) stops it at once
-    metrics = run_interruptibly(env, lambda: executable(key))
+    metrics = run_interruptibly(lambda: executable(key), env)
     run_s = ready_time(metrics) - start
     eval_key = jax.random.fold_in(key, 1)
     evaluation = compiled(jax.jit(lambda k: jr.evaluate(env, env_params, policy_fn, None, k, num_eval)), eval_key)
-    result = run_interruptibly(env, lambda: evaluation(eval_key))
+    result = run_interruptibly(lambda: evaluation(eval_key), env)
     wait_ready(result)
 
     steps = num_envs * num_steps

@@ -66,7 +66,7 @@ from jaxrl_rollout.algorithms._common import (
     plain_record,
 )
 from jaxrl_rollout.devices import largest_dividing
-from jaxrl_rollout.envs._host import HostStats, host_env
+from jaxrl_rollout.envs._host import HostStats, host_env, run_interruptibly
 from jaxrl_rollout.normalization import RewardScaleState
 from jaxrl_rollout.run_metrics import chunk_return, grid_label, returns_text, steps_at, total_steps
 from jaxrl_rollout.stepping import is_vectorized
@@ -528,18 +528,11 @@ _COMPILED: dict = {}
 def _closing(*hosts: Any) -> Iterator[None]:
     """Closes the given host envs (None: none) on the way out, however it is left: a host env's pool (the
     worker processes of gymnasium's `AsyncVectorEnv`) ends with the `train` call that opened it, not at the
-    garbage collector's next pass (whose closing workers printed a traceback each). Left by an error or an
-    interruption, they are abandoned (`HostEnv.abandon`): a chunk still running in its helper thread (a second
-    Ctrl-C stops the run at once, `_signals.ran`) ends at its next step instead of stepping the pool on."""
+    garbage collector's next pass (whose closing workers printed a traceback each). (A chunk that an
+    interruption left running has abandoned them already, `envs._host.run_interruptibly`.)"""
     try:
         yield
-    except BaseException:
-        with _signals.shielded():
-            for host in hosts:
-                if host is not None:
-                    host.abandon()
-        raise
-    else:
+    finally:
         with _signals.shielded():
             for host in hosts:
                 if host is not None:
@@ -712,18 +705,16 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
 def _program(spec: RunSpec, algorithm, kind: str, length: int, eval_algorithm: Any = None) -> Callable:
     """The function `_compile` jits, vmapped over the runs: the init (kind "init") or a chunk of `length` updates.
 
-    The periodic evaluations play `eval_algorithm`'s env; None: `algorithm`'s,
-    or for a host env another object of it (`make_algorithm(spec)`): training
-    steps the one pool of `algorithm`'s env.
+    The periodic evaluations play `eval_algorithm`'s env (a host env's other
+    object, whose pool `train` builds once: training steps the one pool of
+    `algorithm`'s env); None: `algorithm`'s own.
     """
     if kind == "init":
         return jax.vmap(lambda keys, hparams: _strong_types(algorithm.init(keys, hparams)))
     if spec.eval_every is not None:
         from jaxrl_rollout.periodic_eval import keep_best, make_update
 
-        other = eval_algorithm
-        if other is None:  # a host env's evaluations play in another object of the env: training steps this one's pool
-            other = make_algorithm(spec) if host_env(algorithm.env) is not None else algorithm
+        other = algorithm if eval_algorithm is None else eval_algorithm
         update = make_update(algorithm, spec.eval_every, spec.eval_episodes, eval_env=other.env,
                              eval_env_params=other.env_params)
 
@@ -1122,8 +1113,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 dispatch = lambda: [executables[b - a, length](s, h, *e, *at_update(updates_done), *_given(best))  # noqa: E731
                                     for (a, b), s, h, e, best in zip(groups, states, group_hparams, group_eval, bests)]
                 # signals are handled while the chunk runs, not only after it (a host env's chunk runs inside its
-                # dispatch: `_signals.ran` waits for it from a helper thread)
-                outputs = _signals.ran(dispatch) if host is not None else dispatch()
+                # dispatch, waited for from a helper thread; its pools abandoned if interrupted)
+                outputs = run_interruptibly(dispatch, host, eval_host)
                 _signals.wait_ready(outputs)
                 chunk = [_metric_arrays(out[1]) for out in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}
@@ -1176,10 +1167,6 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             # or during the run's last chunk: it is complete, and saved below; the request stays, for a caller
             # with closing work of its own (the command line's evaluation) to act on (`_signals.at_once`)
         except BaseException as error:
-            with _signals.shielded():  # first: a chunk left running in its helper thread ends at its next step
-                for pool in (host, eval_host):
-                    if pool is not None:
-                        pool.abandon()
             # a second Ctrl-C whose handler ran inside a host env's step (an io_callback) comes out of JAX as a
             # runtime error: an interruption all the same, reported as one below
             stopped = stopped_at_once()

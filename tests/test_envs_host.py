@@ -586,8 +586,8 @@ def test_train_closes_its_host_env_pools(monkeypatch, stop):
     make = runner.make_algorithm
     monkeypatch.setattr(runner, "make_algorithm", lambda spec: built.append(make(spec)) or built[-1])
     spec = _small_spec("gymnasium/CartPole-v1", num_seeds=2, eval_every=2, eval_episodes=2)
-    if stop:  # a signal during the first chunk: the run stops at its boundary
-        monkeypatch.setattr(runner._signals, "wait_ready", _raise_keyboard_interrupt)
+    if stop:  # a second Ctrl-C while the first chunk runs: the wait for its dispatch (`_signals.ran`) interrupted
+        monkeypatch.setattr(runner._signals, "ran", _raise_keyboard_interrupt)
         with pytest.raises(KeyboardInterrupt):
             runner.train(spec, progress=None)
     else:

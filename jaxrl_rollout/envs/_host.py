@@ -366,24 +366,26 @@ def host_env(env: Any) -> HostEnv | None:
     return env
 
 
-def run_interruptibly(env: Any, fn: Callable[[], Any]) -> Any:
-    """`fn()`, the dispatch of a compiled program that steps `env`, in a way a signal's handler can interrupt.
+def run_interruptibly(fn: Callable[[], Any], *envs: Any) -> Any:
+    """`fn()`, the dispatch of a compiled program that steps `envs`, in a way a signal's handler can interrupt.
 
-    For a host env, on a CPU the program runs inside its dispatch, in C++, where no handler runs: it is
-    dispatched from a helper thread (`_signals.ran`) while this thread waits in Python, and if the wait is
-    interrupted (a KeyboardInterrupt, `_signals.Interrupted`) the env is abandoned (`HostEnv.abandon`), so the
-    program left running ends at its next step instead of stepping on. A program that failed has ended: its
-    error is raised here, and the env is left as it is. For a JAX env, `fn()` here: JAX dispatches it asynchronously, and the
+    Where any of them is a host env, on a CPU the program runs inside its dispatch, in C++, where no handler
+    runs: it is dispatched from a helper thread (`_signals.ran`) while this thread waits in Python, and if the
+    wait is interrupted (a KeyboardInterrupt, `_signals.Interrupted`) the host envs are abandoned
+    (`HostEnv.abandon`), so the program left running ends at its next step instead of stepping on. A program
+    that failed has ended: its error is raised here, and the envs are left as they are. (A None in `envs` is
+    skipped.) For a JAX env, `fn()` here: JAX dispatches it asynchronously, and the
     caller waits in Python (`_signals.wait_ready`).
     """
     from jaxrl_rollout import _signals
 
-    host = host_env(env)
-    if host is None:
+    hosts = [host for host in map(host_env, envs) if host is not None]
+    if not hosts:
         return fn()
     try:
         return _signals.ran(fn)
     except KeyboardInterrupt:
-        with _signals.shielded():  # the pool's workers end with it, even if the user presses Ctrl-C again
-            host.abandon()
+        with _signals.shielded():  # the pools' workers end with them, even if the user presses Ctrl-C again
+            for host in hosts:
+                host.abandon()
         raise
