@@ -110,6 +110,12 @@ class DQNConfig(_common.LearnerSizes):
         scripts since their gymnasium port, which store terminations) or
         "done" (a truncation ends the bootstrap too: most JAX ports, and
         SB3's buffer with handle_timeout_termination=False); see `replay`.
+      optimize_memory_usage: store each observation once
+        (`replay.make_compact_replay_buffer`): about half the replay memory
+        for image observations, time limits still bootstrapped from the true
+        final observation (SB3's option of this name refuses its
+        handle_timeout_termination). It holds buffer_size // num_envs
+        transitions per env and samples other draws than the full buffer.
     """
 
     env_id: str = "CartPole-v1"
@@ -125,6 +131,7 @@ class DQNConfig(_common.LearnerSizes):
     hidden_sizes: tuple = (120, 84)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
+    optimize_memory_usage: bool = False
     env_options: tuple = ()
 
     def __post_init__(self):
@@ -148,6 +155,8 @@ class DQNConfig(_common.LearnerSizes):
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
+        if not isinstance(self.optimize_memory_usage, bool):
+            raise ValueError(f"optimize_memory_usage must be a bool, got {self.optimize_memory_usage!r}.")
         envs.check_id(self.env_id)
         _common.check_env_options(self)
 
@@ -415,7 +424,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     _check_q_network(module, obs_space, action_dim, sample)
     _common.refuse_unread_network_fields(config, network)
     apply_fn = module.apply
-    buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
+    buffer = replay.for_config(config, env, env_params)
     B, A = config.num_envs, action_dim
     # The resets of `init` draw on fused keys where the env takes them (the same bits, fewer compiled kernels).
     # The step keeps JAX's env keys: fused there, the 1-seed CartPole benchmark ran 40% longer on 2 CPU cores

@@ -117,6 +117,12 @@ class SACConfig(_common.LearnerSizes):
       bootstrap: "time_limits" (bootstrap through truncations, SB3's
         `handle_timeout_termination`) or "done" (a truncation ends the
         bootstrap); see `replay`.
+      optimize_memory_usage: store each observation once
+        (`replay.make_compact_replay_buffer`): about half the replay memory
+        for image observations, time limits still bootstrapped from the true
+        final observation (SB3's option of this name refuses its
+        handle_timeout_termination). It holds buffer_size // num_envs
+        transitions per env and samples other draws than the full buffer.
     """
 
     # The runner's default chunk count (`runner.default_chunk_updates`): an update here is a thousand
@@ -140,6 +146,7 @@ class SACConfig(_common.LearnerSizes):
     hidden_sizes: tuple = (256, 256)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
+    optimize_memory_usage: bool = False
     env_options: tuple = ()
 
     def __post_init__(self):
@@ -176,6 +183,8 @@ class SACConfig(_common.LearnerSizes):
         _common.check_choice("network", self.network, _common.Q_NETWORKS)
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
+        if not isinstance(self.optimize_memory_usage, bool):
+            raise ValueError(f"optimize_memory_usage must be a bool, got {self.optimize_memory_usage!r}.")
         envs.check_id(self.env_id)
         _common.check_env_options(self)
 
@@ -489,7 +498,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
     action_scale, action_bias = acl.action_scale_and_bias(low, high)
     low_j, high_j = jnp.asarray(low), jnp.asarray(high)
     target_entropy = float(-A if config.target_entropy is None else config.target_entropy)
-    buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
+    buffer = replay.for_config(config, env, env_params)
     B, pf = config.num_envs, config.policy_frequency
     bootstrap_on_truncation = config.bootstrap == "time_limits"
     fused_env_keys = takes_fused_keys(env, env_params, B)

@@ -108,6 +108,12 @@ class TD3Config(_common.LearnerSizes):
       bootstrap: "time_limits" (bootstrap through truncations, SB3's
         `handle_timeout_termination`, CleanRL's current scripts) or "done"
         (a truncation ends the bootstrap too); see `replay`.
+      optimize_memory_usage: store each observation once
+        (`replay.make_compact_replay_buffer`): about half the replay memory
+        for image observations, time limits still bootstrapped from the true
+        final observation (SB3's option of this name refuses its
+        handle_timeout_termination). It holds buffer_size // num_envs
+        transitions per env and samples other draws than the full buffer.
     """
 
     # The runner's default chunk count, as SAC's (`sac.SACConfig.default_chunks` says why).
@@ -125,6 +131,7 @@ class TD3Config(_common.LearnerSizes):
     hidden_sizes: tuple = (256, 256)
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
+    optimize_memory_usage: bool = False
     env_options: tuple = ()
 
     def __post_init__(self):
@@ -147,6 +154,8 @@ class TD3Config(_common.LearnerSizes):
         _common.check_choice("network", self.network, _common.Q_NETWORKS)
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
+        if not isinstance(self.optimize_memory_usage, bool):
+            raise ValueError(f"optimize_memory_usage must be a bool, got {self.optimize_memory_usage!r}.")
         envs.check_id(self.env_id)
         _common.check_env_options(self)
 
@@ -406,7 +415,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     actor, critic = _check_networks(network, env.observation_space(env_params), action_dim,
                                     sample)
     _common.refuse_unread_network_fields(config, own_network)
-    buffer = replay.make_replay_buffer(config.buffer_size, config.batch_size)
+    buffer = replay.for_config(config, env, env_params)
     B, A = config.num_envs, action_dim
     fused_env_keys = takes_fused_keys(env, env_params, B)
     bootstrap_on_truncation = config.bootstrap == "time_limits"
