@@ -1,12 +1,18 @@
-"""Replay buffer A/B: flashbax's item buffer (`algorithms.replay`) against a hand-written ring buffer.
+"""Replay buffer A/B: flashbax's item buffer (`algorithms.replay`) against a hand-written ring buffer,
+and the compact buffer of `optimize_memory_usage` (`replay.make_compact_replay_buffer`).
 
-Both run `--steps` iterations of add(B transitions) + sample(batch) in one
+Each runs `--steps` iterations of add(B transitions) + sample(batch) in one
 jitted `lax.scan`, CartPole-sized transitions (obs [4]), capacity 10,000,
 batch 128 (CleanRL dqn.py's sizes). The ring is `.at[idx].set` on
 preallocated arrays plus `jax.random.randint` indices. Run times are the
-minimum of `--repeats` calls after compilation, the two variants alternated.
+minimum of `--repeats` calls after compilation, the variants alternated.
 
-Run: python -m benchmarks.replay_ab [--steps 5000] [--envs 1]
+`--dqn-steps N` also times whole DQN runs (`dqn.make_train`, CleanRL's
+config for N env steps of `--dqn-env`, one seed, `--dqn-buffer`
+transitions) with the full and the compact buffer, alternated.
+
+Run: python -m benchmarks.replay_ab [--steps 5000] [--envs 1] [--dqn-steps 100000 [--dqn-env Breakout-MinAtar]
+     [--dqn-buffer 100000]]
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ def main() -> dict:
     p.add_argument("--capacity", type=int, default=10_000)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--dqn-steps", type=int, default=0)
+    p.add_argument("--dqn-env", default="CartPole-v1")
+    p.add_argument("--dqn-buffer", type=int, default=10_000)
     args = p.parse_args()
     machine = dict(_common.machine_info(here=True), loadavg_start=_common.loadavg())
     B, steps = args.envs, args.steps
@@ -62,7 +71,23 @@ def main() -> dict:
             return (st, ptr, size, acc + st.reward[j].sum()), None
         return jax.lax.scan(body, (st, 0, 0, 0.0), jnp.arange(steps))[0][3]
 
-    fns = {"flashbax": jax.jit(flashbax_run), "ring": jax.jit(ring_run)}
+    compact = replay.make_compact_replay_buffer(args.capacity, args.batch, B, max_episode_steps=500)
+
+    def compact_run(key):
+        def body(c, i):
+            s, acc = c
+            s = compact.add(s, batch(i))
+            return (s, acc + compact.sample(s, jax.random.fold_in(key, i)).reward.sum()), None
+        return jax.lax.scan(body, (compact.init(ex), 0.0), jnp.arange(steps))[0][1]
+
+    fns = {"flashbax": jax.jit(flashbax_run), "ring": jax.jit(ring_run), "compact": jax.jit(compact_run)}
+    if args.dqn_steps:
+        from jaxrl_rollout.algorithms import dqn
+
+        for name, optimize in (("dqn full", False), ("dqn compact", True)):
+            config = dqn.DQNConfig(env_id=args.dqn_env, total_timesteps=args.dqn_steps, buffer_size=args.dqn_buffer,
+                                   optimize_memory_usage=optimize)
+            fns[name] = jax.jit(dqn.make_train(config))
     compile_s = {}
     for name, f in fns.items():
         t = time.perf_counter()
@@ -74,10 +99,10 @@ def main() -> dict:
             t = time.perf_counter()
             _common.block(fns[name](jax.random.key(r + 1)))
             runs[name].append(time.perf_counter() - t)
-    rows = [[n, f"{compile_s[n]:.2f} s", f"{min(runs[n]) * 1e3:.1f} ms", f"{min(runs[n]) / steps * 1e6:.2f} us"]
-            for n in fns]
-    table = _common.markdown_table(["buffer", "first call (compile + run)", f"run ({steps} add+sample)", "per step"],
-                                   rows)
+    rows = [[n, f"{compile_s[n]:.2f} s", f"{min(runs[n]) * 1e3:.1f} ms",
+             f"{min(runs[n]) / (args.dqn_steps if n.startswith('dqn') else steps) * 1e6:.2f} us"] for n in fns]
+    table = _common.markdown_table(["buffer", "first call (compile + run)",
+                                    f"run ({steps} add+sample, or {args.dqn_steps} DQN steps)", "per step"], rows)
     results = {n: dict(first_call_s=compile_s[n], run_s=runs[n]) for n in fns}
     return _common.report("replay_ab", args, machine, results, table, _common.command_line())
 

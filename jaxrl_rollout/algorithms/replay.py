@@ -320,13 +320,14 @@ def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
         keep = jnp.asarray(batch.truncated, bool) & ~jnp.asarray(batch.terminated, bool)
         row = state.count % L
         count = state.count + 1
+        obs_pos = state.obs_pos.at[row].set(q)
         top = q + 1  # each env's newest stream position
         valid = jnp.minimum(state.valid + 1, L)
         for _ in range(2):  # the stream moves on by at most 2 a step, so at most 2 transitions leave it
-            oldest = state.obs_pos.at[row].set(q)[(count - valid) % L, cols]
+            oldest = obs_pos[(count - valid) % L, cols]
             valid = jnp.where((valid > 0) & (oldest < top - S + 1), valid - 1, valid)
         return CompactState(
-            obs, state.obs_pos.at[row].set(q), jax.tree.map(lambda s, a: s.at[row].set(a), state.action, batch.action),
+            obs, obs_pos, jax.tree.map(lambda s, a: s.at[row].set(a), state.action, batch.action),
             state.reward.at[row].set(batch.reward), state.terminated.at[row].set(batch.terminated),
             state.truncated.at[row].set(batch.truncated), q + 1 + keep.astype(jnp.int32), count, valid)
 
