@@ -49,14 +49,14 @@ def main() -> dict:
     def batch(i):
         return jax.tree.map(lambda x: jnp.broadcast_to(x + i.astype(x.dtype), (B,) + x.shape), ex)
 
-    rb = replay.make_replay_buffer(args.capacity, args.batch)
-
-    def flashbax_run(key):
-        def body(c, i):
-            s, acc = c
-            s = rb.add(s, batch(i))
-            return (s, acc + rb.sample(s, jax.random.fold_in(key, i)).reward.sum()), None
-        return jax.lax.scan(body, (rb.init(ex), 0.0), jnp.arange(steps))[0][1]
+    def buffer_run(rb):
+        def run(key):
+            def body(c, i):
+                s, acc = c
+                s = rb.add(s, batch(i))
+                return (s, acc + rb.sample(s, jax.random.fold_in(key, i)).reward.sum()), None
+            return jax.lax.scan(body, (rb.init(ex), 0.0), jnp.arange(steps))[0][1]
+        return run
 
     def ring_run(key):
         cap = args.capacity
@@ -72,15 +72,8 @@ def main() -> dict:
         return jax.lax.scan(body, (st, 0, 0, 0.0), jnp.arange(steps))[0][3]
 
     compact = replay.make_compact_replay_buffer(args.capacity, args.batch, B, max_episode_steps=500)
-
-    def compact_run(key):
-        def body(c, i):
-            s, acc = c
-            s = compact.add(s, batch(i))
-            return (s, acc + compact.sample(s, jax.random.fold_in(key, i)).reward.sum()), None
-        return jax.lax.scan(body, (compact.init(ex), 0.0), jnp.arange(steps))[0][1]
-
-    fns = {"flashbax": jax.jit(flashbax_run), "ring": jax.jit(ring_run), "compact": jax.jit(compact_run)}
+    fns = {"flashbax": jax.jit(buffer_run(replay.make_replay_buffer(args.capacity, args.batch))),
+           "ring": jax.jit(ring_run), "compact": jax.jit(buffer_run(compact))}
     if args.dqn_steps:
         from jaxrl_rollout.algorithms import dqn
 

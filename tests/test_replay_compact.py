@@ -129,6 +129,11 @@ def test_vmapped_buffers_equal_single_ones_and_adds_check_their_batch():
                           ({"num_envs": 3, "max_episode_steps": 0}, "max_episode_steps must be a positive int or None")):
         with pytest.raises(ValueError, match=words):
             replay.make_compact_replay_buffer(12, 5, **kwargs)
+    from jaxrl_rollout.algorithms import dqn, sac, td3
+
+    for config in (dqn.DQNConfig, sac.SACConfig, td3.TD3Config):
+        with pytest.raises(ValueError, match=r"optimize_memory_usage must be a bool, got 'true'\."):
+            config(optimize_memory_usage="true")
 
 
 def test_dqn_with_it_learns_cartpole_and_seed_i_of_a_vmapped_call_equals_a_single_run():

@@ -194,6 +194,11 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}.")
 
 
+def check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}.")
+
+
 def action_info(env, env_params) -> tuple[int, bool]:
     """(action_dim, continuous) for a Discrete or 1-D Box action space."""
     space = env.action_space(env_params)

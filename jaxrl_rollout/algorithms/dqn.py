@@ -155,8 +155,7 @@ class DQNConfig(_common.LearnerSizes):
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
-        if not isinstance(self.optimize_memory_usage, bool):
-            raise ValueError(f"optimize_memory_usage must be a bool, got {self.optimize_memory_usage!r}.")
+        _common.check_bool("optimize_memory_usage", self.optimize_memory_usage)
         envs.check_id(self.env_id)
         _common.check_env_options(self)
 

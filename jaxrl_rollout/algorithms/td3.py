@@ -108,12 +108,8 @@ class TD3Config(_common.LearnerSizes):
       bootstrap: "time_limits" (bootstrap through truncations, SB3's
         `handle_timeout_termination`, CleanRL's current scripts) or "done"
         (a truncation ends the bootstrap too); see `replay`.
-      optimize_memory_usage: store each observation once
-        (`replay.make_compact_replay_buffer`): about half the replay memory
-        for image observations, time limits still bootstrapped from the true
-        final observation (SB3's option of this name refuses its
-        handle_timeout_termination). It holds buffer_size // num_envs
-        transitions per env and samples other draws than the full buffer.
+      optimize_memory_usage: the compact replay buffer, half the memory for
+        images, as `dqn.DQNConfig.optimize_memory_usage` says.
     """
 
     # The runner's default chunk count, as SAC's (`sac.SACConfig.default_chunks` says why).
@@ -154,8 +150,7 @@ class TD3Config(_common.LearnerSizes):
         _common.check_choice("network", self.network, _common.Q_NETWORKS)
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
-        if not isinstance(self.optimize_memory_usage, bool):
-            raise ValueError(f"optimize_memory_usage must be a bool, got {self.optimize_memory_usage!r}.")
+        _common.check_bool("optimize_memory_usage", self.optimize_memory_usage)
         envs.check_id(self.env_id)
         _common.check_env_options(self)
 
