@@ -559,9 +559,13 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
     # (--max-parallel does not shrink the replay buffers, which every run keeps on the device)
     for argv, sizes in ((["--out", "runs/x"], "--num-envs or --num-steps, or train fewer runs at once "
                                               "(--max-parallel N;"),
-                        (["--algo", "dqn", "--out", "runs/x"], "--num-envs or --buffer-size, or train fewer runs "
-                                                               "(--seeds, the grid: every run keeps its replay buffer "
-                                                               "on the device, whatever --max-parallel)")):
+                        (["--algo", "dqn", "--out", "runs/x"], "--num-envs or --buffer-size (or store each "
+                                                               "observation once: --optimize-memory-usage true), or "
+                                                               "train fewer runs (--seeds, the grid: every run keeps "
+                                                               "its replay buffer on the device, whatever "
+                                                               "--max-parallel)"),
+                        (["--algo", "sac", "--optimize-memory-usage", "true", "--out", "runs/x"],
+                         "--num-envs or --buffer-size, or train fewer runs (--seeds,")):
         assert cli.main(["train", *argv]) == 2
         err = capsys.readouterr().err
         assert f"): lower {sizes}" in err, err
