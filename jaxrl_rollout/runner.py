@@ -687,6 +687,12 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
     under the vmap over runs; `best` (a `periodic_eval.BestPolicy` per run)
     follows `periodic_eval.keep_best` through every update. `eval_algorithm`:
     the algorithm whose env the evaluations play (`_program`).
+
+    A chunk's program takes its state donated: the new state is written over
+    the old one's memory, so a chunk holds one train state, not two (an
+    off-policy state is mostly its replay buffers). A caller that needs the
+    state from before a chunk passes a copy (`train` does when that state is not
+    yet saved).
     """
     evaluating = kind == "chunk" and spec.eval_every is not None
     cache_key = (spec.algo, spec.config, kind, size, length, tuple(sharding.mesh.devices.flat)) + (
@@ -697,7 +703,8 @@ def _compile(spec: RunSpec, algorithm, kind: str, size: int, length: int, shardi
         in_shardings = (sharding, sharding)
         if evaluating:  # the first update's index is one scalar for every run
             in_shardings = (sharding, sharding, sharding, NamedSharding(sharding.mesh, PartitionSpec()), sharding)
-        jitted = jax.jit(_program(spec, algorithm, kind, length, eval_algorithm), in_shardings=in_shardings, out_shardings=sharding)
+        jitted = jax.jit(_program(spec, algorithm, kind, length, eval_algorithm), in_shardings=in_shardings,
+                         out_shardings=sharding, donate_argnums=(0,) if kind == "chunk" else ())
         cache[cache_key] = _signals.compiled(jitted, *args)  # a signal's handler runs during XLA's compile
     return cache[cache_key]
 
@@ -939,7 +946,10 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         `on_state(get_state, updates_done)`, where `get_state()` returns every
         run's train state, leaves [R, ...] on the devices (a sweep's groups are
         merged only when it is called); `video.TrainingVideos` records episodes
-        of the current policies with it. Single-process runs only.
+        of the current policies with it. Single-process runs only. Call
+        `get_state()` during the hook, not after it: the next chunk writes its
+        state over this one's memory (`_compile`), so arrays kept from it are
+        deleted then; copy what must outlive the hook (`jnp.copy`, `jax.device_get`).
 
     Returns:
       A `RunResult`.
@@ -1010,6 +1020,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             chunks_done = manifest["meta"]["chunks_done"]
             lengths = continued_lengths(spec, chunks_done, manifest["meta"]["updates_done"])
             states = _split_runs(loaded, groups, sharding)
+            del loaded  # `states` are the only reference: the first chunk takes their memory (`_compile`)
             if loaded_best is not None:
                 bests = _split_runs(loaded_best, groups, sharding)
             metrics = {k[len("metrics/"):]: v for k, v in extras.items() if k.startswith("metrics/")}
@@ -1036,12 +1047,11 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                             "policy is kept from this resume on")
                     start = jax.jit(jax.vmap(lambda state: no_best(algorithm, state)), out_shardings=sharding)
                     bests = [start(state) for state in states]
-                executables = {}
-                for length in sorted(set(lengths[chunks_done:])):
-                    for (a, b), state, h, e, best in zip(groups, states, group_hparams, group_eval, bests):
-                        executables[b - a, length] = _compile(spec, algorithm, "chunk", b - a, length, sharding,
-                                                              (state, h, *e, *at_update(0), *_given(best)),
-                                                              eval_algorithm)
+                # (a comprehension: no loop variable is left holding a group's first state for the whole run)
+                executables = {(b - a, length): _compile(spec, algorithm, "chunk", b - a, length, sharding,
+                                                         (state, h, *e, *at_update(0), *_given(best)), eval_algorithm)
+                               for length in sorted(set(lengths[chunks_done:]))
+                               for (a, b), state, h, e, best in zip(groups, states, group_hparams, group_eval, bests)}
                 _signals.ready_time(states)  # the init's run, waited for where a handler runs
         except BaseException as error:
             stopped = stopped_at_once()  # a signal raised inside a host env's reset comes out of JAX as an error
@@ -1095,6 +1105,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         host_start = host.stats() if host is not None else None
         eval_start = eval_host.stats() if eval_host is not None else None
         last_saved, ran = chunks_done, 0
+        copy_state = jax.jit(lambda state: jax.tree.map(jax.numpy.copy, state), out_shardings=sharding)
         # Host work between chunks (TensorBoard and W&B writes, videos, checkpoints): timed apart from the chunks,
         # so a chunk's steps/s is its own and the time left adds that work at its mean so far.
         between_s, between_n, computed = 0.0, 0, None
@@ -1110,11 +1121,15 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 dispatched = time.perf_counter()
                 if computed is not None:
                     between_s, between_n = between_s + dispatched - computed, between_n + 1
+                # A chunk takes its state's memory (donated). When that state is not yet on disk, a second Ctrl-C
+                # or a diverged chunk saves it, so the chunk is given a copy and `states` stays whole.
+                given = [copy_state(s) for s in states] if folder is not None and chunks_done > last_saved else states
                 dispatch = lambda: [executables[b - a, length](s, h, *e, *at_update(updates_done), *_given(best))  # noqa: E731
-                                    for (a, b), s, h, e, best in zip(groups, states, group_hparams, group_eval, bests)]
+                                    for (a, b), s, h, e, best in zip(groups, given, group_hparams, group_eval, bests)]
                 # signals are handled while the chunk runs, not only after it (a host env's chunk runs inside its
                 # dispatch, waited for from a helper thread; its pools abandoned if interrupted)
                 outputs = run_interruptibly(dispatch, host, eval_host)
+                del given  # a copy's memory is the chunk's output now
                 _signals.wait_ready(outputs)
                 chunk = [_metric_arrays(out[1]) for out in outputs]
                 chunk = {k: np.concatenate([c[k] for c in chunk]) for k in chunk[0]}

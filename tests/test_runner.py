@@ -360,6 +360,28 @@ def test_digest_scratch_memory_is_a_blocks_not_the_leafs():
     assert temp <= 8 * 4 * checkpoint.DIGEST_BLOCK, temp  # 32 MB; in one piece it was twice the leaf, 512 MB
 
 
+@pytest.mark.parametrize("folder", [False, True], ids=["no-folder", "folder"])
+def test_a_chunk_takes_its_states_memory_unless_that_state_is_not_yet_saved(tmp_path, folder):
+    """A chunk's program is given its state donated, so a run holds one train state (an off-policy state is mostly
+    its replay buffers), not two: the state `on_state` saw is deleted once the next chunk has it. With a run folder,
+    a state whose chunk is not yet saved is kept (the next chunk gets a copy): a second Ctrl-C or a diverged chunk
+    saves it. One group of runs, so `get_state()` is the runner's own state, chunks of one update, checkpoints
+    after every second chunk and after the last."""
+    spec = runner.RunSpec("a2c", CONFIG, (a2c.A2CHParams(),), num_seeds=2, chunk_updates=1)
+    seen = []
+    result = runner.train(spec, tmp_path / "run" if folder else None, checkpoint_every=2, progress=None,
+                          on_state=lambda get_state, updates: seen.append((updates, get_state())))
+    assert [u for u, _ in seen] == list(range(1, 8)) and result.complete
+    deleted = [[x.is_deleted() for x in jax.tree.leaves(state)] for _, state in seen]
+    assert all(len(set(d)) == 1 for d in deleted), deleted  # every leaf or none (key leaves among them)
+    deleted = [d[0] for d in deleted]
+    if folder:  # chunks 1, 3 and 5 were not saved when the next chunk ran; 2, 4 and 6 were
+        assert deleted == [False, True, False, True, False, True, False]
+    else:
+        assert deleted == [True] * 6 + [False]  # the last chunk's state is the result's
+    _assert_identical(seen[-1][1], result.state)
+
+
 def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     import orbax.checkpoint as ocp
 
