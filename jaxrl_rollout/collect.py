@@ -504,6 +504,15 @@ def _final_values_after_scan(
     return jax.jit(final_values)(spec.params, final_obs, carries, last_carry, key)
 
 
+def env_time_limit(env: Any, env_params: Any) -> Any:
+    """The env's own time limit: `env_params.max_steps_in_episode`, else `env.max_steps_in_episode(env_params)`
+    (a number, or an array inside jit), or None where it has neither."""
+    bound = getattr(env_params, "max_steps_in_episode", None)
+    if bound is None and callable(getattr(env, "max_steps_in_episode", None)):
+        bound = env.max_steps_in_episode(env_params)
+    return bound
+
+
 def episode_limit(env: Any, env_params: Any, max_steps: int | None, what: str = "the episodes") -> Any:
     """The most steps of an episode: `max_steps` (checked), else the env's own time limit.
 
@@ -516,9 +525,7 @@ def episode_limit(env: Any, env_params: Any, max_steps: int | None, what: str = 
     """
     if max_steps is not None:
         return _checks.check_positive_int("max_steps", max_steps)
-    bound = getattr(env_params, "max_steps_in_episode", None)
-    if bound is None and callable(getattr(env, "max_steps_in_episode", None)):
-        bound = env.max_steps_in_episode(env_params)
+    bound = env_time_limit(env, env_params)
     if bound is None:
         raise ValueError(
             "max_steps is None and neither env_params.max_steps_in_episode nor "

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_rollout import _checks, prng
+from jaxrl_rollout.collect import env_time_limit
 from jaxrl_rollout.stepping import EnvStep, batch_where
 
 __all__ = ["BOOTSTRAP", "Transition", "ReplayBuffer", "CompactState", "check_sizes", "discount_mask",
@@ -223,11 +224,8 @@ class CompactState(NamedTuple):
 def time_limit_of(env: Any, env_params: Any) -> int | None:
     """The env's time limit as a Python int (`env_params.max_steps_in_episode`, else
     `env.max_steps_in_episode(env_params)`), or None where it has none or it is not a concrete number."""
-    bound = getattr(env_params, "max_steps_in_episode", None)
-    if bound is None and callable(getattr(env, "max_steps_in_episode", None)):
-        bound = env.max_steps_in_episode(env_params)
     try:
-        bound = int(bound)
+        bound = int(env_time_limit(env, env_params))
     except (TypeError, jax.errors.ConcretizationTypeError):
         return None
     return bound if bound > 0 else None
@@ -293,8 +291,8 @@ def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
     check_sizes(buffer_size, batch_size, num_envs)
     B = num_envs
     L = buffer_size // B
-    extra = max(1, L // 16) if max_episode_steps is None else -(-(L - 1) // max_episode_steps)
-    S = L + 1 + max(extra, 1)
+    extra = L // 16 if max_episode_steps is None else -(-(L - 1) // max_episode_steps)
+    S = L + 1 + max(extra, 1)  # one slot for a final observation at least
     cols = jnp.arange(B)
 
     def init(example: Transition) -> CompactState:

@@ -163,8 +163,7 @@ class SACConfig(_common.LearnerSizes):
         self.warn_partial_run()
         self.check_target_updates()
         self.check_policy_updates()
-        if not isinstance(self.autotune, bool):
-            raise ValueError(f"autotune must be a bool, got {self.autotune!r}.")
+        _common.check_bool("autotune", self.autotune)
         if self.target_entropy is not None and (isinstance(self.target_entropy, bool) or not isinstance(
                 self.target_entropy, (int, float)) or not np.isfinite(self.target_entropy)):
             raise ValueError(f"target_entropy must be a finite number or None, got {self.target_entropy!r}.")
