@@ -195,6 +195,7 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
 
 
 def check_bool(name: str, value: Any) -> None:
+    """Raises ValueError naming `name` unless `value` is a bool (a string such as "false" is truthy)."""
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be a bool, got {value!r}.")
 
@@ -1369,8 +1370,7 @@ def acting_policies(s: Setup, cfg) -> dict:
 def check_normalization_config(cfg) -> None:
     """The normalisation flags are bools and the clips positive numbers or None."""
     for name in ("normalize_observations", "normalize_rewards"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise ValueError(f"{name} must be a bool, got {getattr(cfg, name)!r}.")
+        check_bool(name, getattr(cfg, name))
     for name in ("obs_clip", "reward_clip"):
         value = getattr(cfg, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
@@ -1663,8 +1663,8 @@ def check_common_config(cfg, networks: Sequence[str] = NETWORKS) -> None:
     for name in ("num_envs", "num_steps", "total_timesteps"):
         check_positive(name, getattr(cfg, name))
     for field in dataclasses.fields(cfg):
-        if field.type in ("bool", bool) and not isinstance(getattr(cfg, field.name), bool):
-            raise ValueError(f"{field.name} must be a bool, got {getattr(cfg, field.name)!r}.")
+        if field.type in ("bool", bool):
+            check_bool(field.name, getattr(cfg, field.name))
     if cfg.total_timesteps > MAX_TOTAL_TIMESTEPS:
         raise ValueError(f"total_timesteps={cfg.total_timesteps} is more than {MAX_TOTAL_TIMESTEPS:,} (2**31 - 1), "
                          "the most env steps the int32 step counters of a run hold.")
