@@ -1605,6 +1605,7 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
              "over all runs" + (", this session" if resume else "")) if result.updates_run else "nothing trained"
     print(f"  compile {result.compile_s:.1f} s, run {result.run_s:.1f} s ({speed}"
           + compile_cache.summary(hits_before) + ")")
+    _frames_held_note(spec, result.state)
     if not result.complete:
         print(f"  stopped after chunk {result.chunks_done} of {result.num_chunks}; "
               f"continue with: {_resume_command(args, folder, unsaved_total)}")
@@ -1651,6 +1652,31 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
                                                                                   is not None)) if on]
     print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths, *extras])} and the checkpoint")
     return 0
+
+
+def _frames_held_note(spec, state) -> None:
+    """With `--frame-stack-axis`, one line when the replay buffers hold less than 90% of the transitions they
+    could: frames are shared only where consecutive observations share them (`replay.FrameStackState`), so an
+    axis that stacks no frames, or episodes much shorter than the ring is sized for, leaves the buffer short."""
+    import jax
+    import numpy as np
+
+    from jaxrl_rollout.algorithms import replay
+
+    cfg = spec.config
+    buffer = getattr(state, "buffer", None)
+    if getattr(cfg, "frame_stack_axis", None) is None or not isinstance(buffer, replay.FrameStackState) \
+            or jax.process_count() > 1:
+        return
+    held = int(np.asarray(buffer.valid).sum())
+    room = int((np.minimum(np.asarray(buffer.count), cfg.buffer_size // cfg.num_envs) * cfg.num_envs).sum())
+    if held >= 0.9 * room:
+        return
+    print(f"  note: the replay buffers hold {held:,} of the {room:,} transitions they could ({held / room:.0%}): "
+          f"--frame-stack-axis {cfg.frame_stack_axis} stores a frame once only where an observation's first frames "
+          "are the last ones of the observation before, and these observations share few (or their episodes are "
+          f"shorter than {replay.EPISODE_STEPS_SIZED_FOR} steps on average); without --frame-stack-axis every "
+          "transition the buffer size allows is held.")
 
 
 def _closing_evaluation(args, spec, state, metrics: dict):

@@ -200,6 +200,21 @@ def check_bool(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a bool, got {value!r}.")
 
 
+def check_replay_memory(config: Any) -> None:
+    """Checks an off-policy config's `optimize_memory_usage` (a bool) and `frame_stack_axis` (None, or an int
+    with `optimize_memory_usage`: frames are shared within the compact buffer); ValueError naming them."""
+    check_bool("optimize_memory_usage", config.optimize_memory_usage)
+    axis = config.frame_stack_axis
+    if axis is None:
+        return
+    if not _checks.is_int(axis, numpy=False):
+        raise ValueError(f"frame_stack_axis must be None or an int axis of the observation (e.g. -1 for [84, 84, 4] "
+                         f"frame stacks), got {axis!r}.")
+    if not config.optimize_memory_usage:
+        raise ValueError(f"frame_stack_axis={axis} shares frames within the compact replay buffer, which "
+                         "optimize_memory_usage=True turns on: set it too (or leave frame_stack_axis None).")
+
+
 def action_info(env, env_params) -> tuple[int, bool]:
     """(action_dim, continuous) for a Discrete or 1-D Box action space."""
     space = env.action_space(env_params)

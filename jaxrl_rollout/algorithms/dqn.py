@@ -116,6 +116,12 @@ class DQNConfig(_common.LearnerSizes):
         final observation (SB3's option of this name refuses its
         handle_timeout_termination). It holds buffer_size // num_envs
         transitions per env and samples other draws than the full buffer.
+      frame_stack_axis: None, or the axis along which each observation
+        stacks its last frames (-1 for Atari's [84, 84, 4]; with
+        optimize_memory_usage): the compact buffer then stores each frame
+        once, not once per stack it is in (about a quarter of the memory
+        for Atari's stacks; `replay.make_compact_replay_buffer`), with the
+        same samples as without it where every transition fits.
     """
 
     env_id: str = "CartPole-v1"
@@ -132,6 +138,7 @@ class DQNConfig(_common.LearnerSizes):
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
     optimize_memory_usage: bool = False
+    frame_stack_axis: int | None = None
     env_options: tuple = ()
 
     def __post_init__(self):
@@ -155,7 +162,7 @@ class DQNConfig(_common.LearnerSizes):
         object.__setattr__(self, "hidden_sizes", _common.hidden_sizes_tuple(self.hidden_sizes))
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
-        _common.check_bool("optimize_memory_usage", self.optimize_memory_usage)
+        _common.check_replay_memory(self)
         envs.check_id(self.env_id)
         _common.check_env_options(self)
 

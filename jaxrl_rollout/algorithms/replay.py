@@ -34,6 +34,7 @@ where a target bootstraps:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import flashbax as fbx
@@ -44,8 +45,9 @@ from jaxrl_rollout import _checks, prng
 from jaxrl_rollout.collect import env_time_limit
 from jaxrl_rollout.stepping import EnvStep, batch_where
 
-__all__ = ["BOOTSTRAP", "Transition", "ReplayBuffer", "CompactState", "check_sizes", "discount_mask",
-           "for_config", "make_compact_replay_buffer", "make_replay_buffer", "time_limit_of", "transitions"]
+__all__ = ["BOOTSTRAP", "EPISODE_STEPS_SIZED_FOR", "Transition", "ReplayBuffer", "CompactState", "FrameStackState",
+           "check_frame_stack", "check_sizes", "discount_mask", "for_config", "make_compact_replay_buffer",
+           "make_replay_buffer", "time_limit_of", "transitions"]
 
 BOOTSTRAP = ("time_limits", "done")
 """The values of an algorithm's `bootstrap` option (see the module docstring)."""
@@ -221,6 +223,78 @@ class CompactState(NamedTuple):
     valid: jax.Array
 
 
+class FrameStackState(NamedTuple):
+    """The state of the compact buffer with `frame_axis` given: its observation stream held as frames, each once.
+
+    An observation is K = `num_frames` frames along `frame_axis`; frame
+    position y of env b is at row y % F of `frames`, and the K frames of a
+    stream position's observation are the K positions ending at its
+    `frame_pos`. Within an episode each observation shares K - 1 frames
+    with the one before and adds one frame; an observation that does not
+    (an episode's first) adds all K.
+
+    Attributes:
+      frames: [F, B, *frame], the observation's shape without `frame_axis`.
+      frame_pos: int32 [S, B], each stream position's newest frame (-1
+        before anything was added).
+      frame_head: int32 [B], each env's next frame position.
+      frame_base: int32 [B], the frame head before the newest stream
+        position was written: that observation stands until the next add,
+        which writes its own over it where they differ (after a
+        termination).
+      obs_pos, action, reward, terminated, truncated, head, count, valid:
+        as in `CompactState`.
+    """
+
+    frames: jax.Array
+    frame_pos: jax.Array
+    frame_head: jax.Array
+    frame_base: jax.Array
+    obs_pos: jax.Array
+    action: Any
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    head: jax.Array
+    count: jax.Array
+    valid: jax.Array
+
+
+EPISODE_STEPS_SIZED_FOR = 32
+"""The shortest mean episode length the frame ring of `make_compact_replay_buffer(..., frame_axis=...)` holds
+every transition for: each episode's first observation takes K frames rather than one."""
+
+
+def check_frame_stack(frame_axis: Any, obs_space: Any, *, name: str = "frame_axis") -> int:
+    """The number of frames K of `obs_space`'s observations along `frame_axis`, checked.
+
+    Args:
+      frame_axis: an int axis of one observation (negative from the end).
+      obs_space: the env's observation space (or anything with a `shape`).
+      name: the argument to name in an error (a config's `frame_stack_axis`).
+
+    Raises:
+      ValueError: naming `name` when the observation is not one array of
+        at least 2 axes (a frame and the axis stacking it), the axis is not
+        an int or out of range, or the axis holds fewer than 2 frames.
+    """
+    shape = getattr(obs_space, "shape", None)
+    shape = tuple(int(n) for n in shape) if isinstance(shape, (tuple, list)) else None
+    if not _checks.is_int(frame_axis, numpy=False):
+        raise ValueError(f"{name} must be an int axis of the observation (e.g. -1 for [84, 84, 4] frame stacks), "
+                         f"got {frame_axis!r}.")
+    if shape is None or len(shape) < 2:
+        raise ValueError(f"{name}={frame_axis} needs observations of stacked frames, at least 2-D: the observation "
+                         f"space {type(obs_space).__name__} has shape {shape}.")
+    if not -len(shape) <= frame_axis < len(shape):
+        raise ValueError(f"{name}={frame_axis} is not an axis of the observation of shape {shape}.")
+    k = int(shape[frame_axis])
+    if k < 2:
+        raise ValueError(f"{name}={frame_axis}: the observation of shape {shape} has {k} frame along it; frames are "
+                         "shared between consecutive stacks of at least 2.")
+    return k
+
+
 def time_limit_of(env: Any, env_params: Any) -> int | None:
     """The env's time limit as a Python int (`env_params.max_steps_in_episode`, else
     `env.max_steps_in_episode(env_params)`), or None where it has none or it is not a concrete number."""
@@ -232,7 +306,8 @@ def time_limit_of(env: Any, env_params: Any) -> int | None:
 
 
 def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
-                               max_episode_steps: int | None = None) -> ReplayBuffer:
+                               max_episode_steps: int | None = None, *, frame_axis: int | None = None,
+                               num_frames: int | None = None) -> ReplayBuffer:
     """A replay buffer that stores each observation once (SB3's `optimize_memory_usage`, with time limits kept).
 
     The full buffer (`make_replay_buffer`) stores `obs` and `next_obs` of
@@ -268,12 +343,34 @@ def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
     observations and an int32 position per transition, against 2
     observations.
 
+    Frame stacks (`frame_axis` and `num_frames` given: observations of
+    K = num_frames frames along frame_axis, as Atari's [84, 84, 4]): the
+    stream is held as frames (`FrameStackState`), and an observation whose
+    first K - 1 frames are the last K - 1 of the one before (bit for bit)
+    adds only its newest frame, so a transition takes about one frame
+    rather than one observation (a quarter for Atari's stacks). An
+    observation that does not (an episode's first, however the stack was
+    padded at the reset) adds all K. The frame ring holds
+    F = S + (K - 1) * (max(E, L // 32, 1) + 1) frames, enough for episodes
+    of 32 steps or more on average (shorter ones push the oldest
+    transitions out, as above; `size` counts what is left). What is
+    sampled is what was added, bit for bit: sharing is decided by
+    comparing the frames, never assumed. The samples are the compact
+    buffer's without frames (the same draws), as long as no transition is
+    pushed out. Frame positions are int32: an env adds at most 2K a step, so
+    a run's steps per env must stay under 2**31 / 2K (268 million for K = 4).
+
     Args:
       buffer_size: the capacity, in transitions (a positive int, at least
         num_envs).
       batch_size: how many transitions `sample` draws.
       num_envs: B, the transitions of one `add` (one vector step).
       max_episode_steps: the env's time limit (`time_limit_of`), or None.
+      frame_axis: the axis of an observation (one array) along which it
+        stacks frames, or None (no frame sharing).
+      num_frames: K, the observation's size along frame_axis (at least 2;
+        `check_frame_stack` gives it from the observation space); given with
+        frame_axis only.
 
     Returns:
       The `ReplayBuffer` functions, pure and jittable; `add` takes exactly B
@@ -281,18 +378,32 @@ def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
 
     Raises:
       ValueError: naming the argument that is not a positive int, or when
-        batch_size or num_envs is more than buffer_size.
+        batch_size or num_envs is more than buffer_size; naming frame_axis
+        or num_frames when one is given without the other or is not an
+        int, and `init` when the example's observation does not have K
+        frames along frame_axis.
     """
     for name, value in (("buffer_size", buffer_size), ("batch_size", batch_size), ("num_envs", num_envs)):
         if not _checks.is_int(value, numpy=False) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}.")
     if max_episode_steps is not None and (not _checks.is_int(max_episode_steps, numpy=False) or max_episode_steps <= 0):
         raise ValueError(f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}.")
+    if (frame_axis is None) != (num_frames is None):
+        raise ValueError(f"frame_axis and num_frames are given together or not at all, got frame_axis={frame_axis!r} "
+                         f"and num_frames={num_frames!r}.")
+    if frame_axis is not None:
+        if not _checks.is_int(frame_axis, numpy=False):
+            raise ValueError(f"frame_axis must be an int, got {frame_axis!r}.")
+        if not _checks.is_int(num_frames, numpy=False) or num_frames < 2:
+            raise ValueError(f"num_frames must be an int >= 2 (the frames along frame_axis), got {num_frames!r}.")
     check_sizes(buffer_size, batch_size, num_envs)
     B = num_envs
     L = buffer_size // B
     extra = L // 16 if max_episode_steps is None else -(-(L - 1) // max_episode_steps)
     S = L + 1 + max(extra, 1)  # one slot for a final observation at least
+    if frame_axis is not None:
+        return _frame_stack_buffer(L, S, B, batch_size, frame_axis, num_frames,
+                                   max(extra, L // EPISODE_STEPS_SIZED_FOR, 1))
     cols = jnp.arange(B)
 
     def init(example: Transition) -> CompactState:
@@ -306,10 +417,7 @@ def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
                             rows(L, jnp.bool_(False)), rows(L, jnp.bool_(False)), zeros, jnp.int32(0), zeros)
 
     def add(state: CompactState, batch: Transition) -> CompactState:
-        sizes = {jnp.shape(x)[0] if jnp.ndim(x) else None for x in jax.tree.leaves(batch)}
-        if sizes != {B}:
-            raise ValueError(f"a compact replay buffer of num_envs={B} adds one transition per env at a time: "
-                             f"expected leaves [{B}, ...], got leading sizes {sorted(sizes, key=str)}.")
+        _check_one_per_env(batch, B)
         q = state.head
         obs = jax.tree.map(lambda s, o: s.at[q % S, cols].set(o), state.obs, batch.obs)
         # the next observation too: the next add overwrites it with the same one (or, after a termination, the
@@ -347,10 +455,167 @@ def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
     return ReplayBuffer(init, add, sample, size, B * L, batch_size)
 
 
+def _check_one_per_env(batch: Transition, B: int) -> None:
+    sizes = {jnp.shape(x)[0] if jnp.ndim(x) else None for x in jax.tree.leaves(batch)}
+    if sizes != {B}:
+        raise ValueError(f"a compact replay buffer of num_envs={B} adds one transition per env at a time: "
+                         f"expected leaves [{B}, ...], got leading sizes {sorted(sizes, key=str)}.")
+
+
+def _bits(x: jax.Array) -> jax.Array:
+    """`x` as unsigned ints of its width where it is floating point, so that equality is bit equality
+    (-0.0 and 0.0 differ, a NaN equals itself)."""
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{8 * x.dtype.itemsize}"))
+    return x
+
+
+def _equal(a: jax.Array, b: jax.Array) -> jax.Array:
+    """bool [N]: a[n] and b[n] ([N, ...]) are the same bits."""
+    return jnp.all((_bits(a) == _bits(b)).reshape(a.shape[0], -1), axis=1)
+
+
+def _frame_stack_buffer(L: int, S: int, B: int, batch_size: int, frame_axis: int, K: int,
+                        episodes: int) -> ReplayBuffer:
+    """`make_compact_replay_buffer` with its stream held as frames (`FrameStackState`)."""
+    # the oldest observation's K - 1 earlier frames, and K - 1 more for each episode's first; 2K: an add writes up
+    # to two whole stacks
+    F = max(S + (K - 1) * (episodes + 1), 2 * K)
+    cols = jnp.arange(B)
+    offsets = jnp.arange(K)
+
+    def axis_of(ndim: int) -> int:  # frame_axis in an unbatched observation of ndim axes
+        return frame_axis % ndim
+
+    def packs(dtype, ndim: int) -> int | None:
+        """The width in bits of the unsigned word that holds the K frames' values of one element, where the frames
+        are along an observation's last axis and that word is 16 or 32 bits, else None. (Such an observation's K
+        values of an element sit side by side in memory: gathering the frames and moving their axis last, a byte
+        shuffle, took twice the compact buffer's sample of Atari's stacks on a CPU; shifts and ors of words do not.
+        An add's two observations are few bytes: moving their axis was faster there than unpacking words.)"""
+        bits = 8 * K * jnp.dtype(dtype).itemsize
+        return bits if axis_of(ndim) == ndim - 1 and bits in (16, 32) else None
+
+    def to_frames(obs: jax.Array) -> jax.Array:  # [N, *obs] -> [N, K, *frame]
+        return jnp.moveaxis(obs, 1 + axis_of(obs.ndim - 1), 1)
+
+    def from_frames(parts: list, ndim: int) -> jax.Array:  # K of [N, *frame] -> [N, *obs]
+        dtype = parts[0].dtype
+        bits = packs(dtype, ndim)
+        if bits is None:
+            return jnp.stack(parts, axis=1 + axis_of(ndim))
+        width, word = 8 * dtype.itemsize, jnp.dtype(f"uint{bits}")
+        words = [jax.lax.bitcast_convert_type(part, jnp.dtype(f"uint{width}")).astype(word) << (width * k)
+                 for k, part in enumerate(parts)]
+        return jax.lax.bitcast_convert_type(functools.reduce(jnp.bitwise_or, words), dtype)
+
+    def stack(frames: jax.Array, last: jax.Array, env: jax.Array) -> jax.Array:  # [N, K, *frame]
+        return frames[(last[:, None] - (K - 1) + offsets) % F, env[:, None]]
+
+    def init(example: Transition) -> FrameStackState:
+        leaves = jax.tree.leaves(example.obs)
+        if len(leaves) != 1 or leaves[0] is not example.obs:
+            raise ValueError(f"frame_axis={frame_axis}: frames are shared between observations that are one array, "
+                             f"got a {type(example.obs).__name__} of {len(leaves)} arrays.")
+        obs = jnp.asarray(example.obs)
+        check_frame_stack(frame_axis, obs, name="frame_axis")
+        if obs.shape[frame_axis] != K:
+            raise ValueError(f"num_frames={K}, but the observation of shape {obs.shape} has {obs.shape[frame_axis]} "
+                             f"frames along frame_axis={frame_axis}.")
+        frame = jnp.moveaxis(obs, axis_of(obs.ndim), 0)[0]
+
+        def rows(n, x):
+            x = jnp.asarray(x)
+            return jnp.zeros((n, B, *x.shape), x.dtype)
+
+        zeros = jnp.zeros(B, jnp.int32)
+        return FrameStackState(rows(F, frame), jnp.full((S, B), -1, jnp.int32), zeros, zeros,
+                               jnp.zeros((L, B), jnp.int32), jax.tree.map(lambda x: rows(L, x), example.action),
+                               rows(L, jnp.float32(0)), rows(L, jnp.bool_(False)), rows(L, jnp.bool_(False)), zeros,
+                               jnp.int32(0), zeros)
+
+    def push(frames, frame_pos, position, head, new, n):
+        """Writes the stack `new` [B, K, ...] as stream position `position`, its newest frame at head + n - 1
+        (n = 0: it is the stack already there, 1: its first K - 1 frames are the K - 1 before head, K: none of
+        it is); returns (frames, frame_pos, head + n)."""
+        last = head + n - 1
+        frames = frames.at[(last[:, None] - (K - 1) + offsets) % F, cols[:, None]].set(new)
+        return frames, frame_pos.at[position % S, cols].set(last), head + n
+
+    def add(state: FrameStackState, batch: Transition) -> FrameStackState:
+        _check_one_per_env(batch, B)
+        obs, following = to_frames(jnp.asarray(batch.obs)), to_frames(jnp.asarray(batch.next_obs))
+        if obs.shape[1] != K or following.shape[1] != K:
+            raise ValueError(f"num_frames={K}, but the batch's observations have {obs.shape[1]} frames along "
+                             f"frame_axis={frame_axis}.")
+        q = state.head
+        # position q holds the last add's next observation: this add's observation, unless an episode ended there
+        there = state.frame_pos[q % S, cols]
+        same = (there == state.frame_head - 1) & _equal(stack(state.frames, there, cols), obs)
+        head = jnp.where(same, state.frame_head, state.frame_base)
+        follows = _equal(stack(state.frames, head - 1, cols)[:, 1:], obs[:, :-1])  # of position q - 1's stack
+        frames, frame_pos, head = push(state.frames, state.frame_pos, q, head, obs,
+                                       jnp.where(same, 0, jnp.where(follows, 1, K)))
+        base = head
+        frames, frame_pos, head = push(frames, frame_pos, q + 1, head, following,
+                                       jnp.where(_equal(obs[:, 1:], following[:, :-1]), 1, K))
+        keep = jnp.asarray(batch.truncated, bool) & ~jnp.asarray(batch.terminated, bool)
+        row = state.count % L
+        count = state.count + 1
+        obs_pos = state.obs_pos.at[row].set(q)
+        top = q + 1
+        valid = jnp.minimum(state.valid + 1, L)
+        # the oldest transitions leave when their observation left the stream (it moves on by at most 2 a step)
+        # or their first frame the ring (at most 2K a step; each transition starts at least a frame after the one
+        # before), so at most 2K leave in an add, the oldest ones first
+        age = jnp.arange(2 * K)[:, None]
+        x = obs_pos[(count - valid + age) % L, cols]
+        gone = (x < top - S + 1) | (frame_pos[x % S, cols] - (K - 1) < head - F)
+        valid = valid - jnp.sum((age < valid) & gone, axis=0, dtype=jnp.int32)
+        return FrameStackState(
+            frames, frame_pos, head, jnp.where(keep, head, base), obs_pos,
+            jax.tree.map(lambda s, a: s.at[row].set(a), state.action, batch.action),
+            state.reward.at[row].set(batch.reward), state.terminated.at[row].set(batch.terminated),
+            state.truncated.at[row].set(batch.truncated), q + 1 + keep.astype(jnp.int32), count, valid)
+
+    def sample(state: FrameStackState, key: jax.Array) -> Transition:
+        ends = jnp.cumsum(state.valid)
+        u = jax.random.randint(prng.fused(key), (batch_size,), 0, jnp.maximum(ends[-1], 1))
+        env = jnp.minimum(jnp.searchsorted(ends, u, side="right"), B - 1)
+        back = u - (ends - state.valid)[env]
+        row = (state.count - 1 - back) % L
+        x = state.obs_pos[row, env]
+        def observation(position):
+            last = state.frame_pos[position % S, env]
+            return from_frames([state.frames[(last - (K - 1) + k) % F, env] for k in range(K)], state.frames.ndim - 1)
+
+        return Transition(observation(x), jax.tree.map(lambda s: s[row, env], state.action), state.reward[row, env],
+                          observation(x + 1), state.terminated[row, env], state.truncated[row, env])
+
+    def size(state: FrameStackState) -> jax.Array:
+        return jnp.sum(state.valid).astype(jnp.int32)
+
+    return ReplayBuffer(init, add, sample, size, B * L, batch_size)
+
+
 def for_config(config: Any, env: Any, env_params: Any) -> ReplayBuffer:
     """The buffer of a learner's config: `make_compact_replay_buffer` sized for `env`'s time limit when
-    `config.optimize_memory_usage`, else `make_replay_buffer` (`buffer_size`, `batch_size`, `num_envs`)."""
-    if config.optimize_memory_usage:
-        return make_compact_replay_buffer(config.buffer_size, config.batch_size, config.num_envs,
-                                          time_limit_of(env, env_params))
-    return make_replay_buffer(config.buffer_size, config.batch_size)
+    `config.optimize_memory_usage` (sharing frames along `config.frame_stack_axis` where it is given), else
+    `make_replay_buffer` (`buffer_size`, `batch_size`, `num_envs`).
+
+    Raises:
+      ValueError: naming `frame_stack_axis` when the env's observations have no frames to share along it, or
+        when the run's steps per env could outgrow the buffer's int32 frame positions.
+    """
+    if not config.optimize_memory_usage:
+        return make_replay_buffer(config.buffer_size, config.batch_size)
+    axis = getattr(config, "frame_stack_axis", None)
+    frames = None
+    if axis is not None:
+        frames = check_frame_stack(axis, env.observation_space(env_params), name="frame_stack_axis")
+        if 2 * frames * config.num_iterations > 2**31 - 1:
+            raise ValueError(f"frame_stack_axis={axis}: {config.num_iterations:,} steps per env (total_timesteps // "
+                             f"num_envs) could outgrow the int32 frame positions (at most 2 * {frames} frames a step, "
+                             f"under 2**31); raise num_envs or lower total_timesteps.")
+    return make_compact_replay_buffer(config.buffer_size, config.batch_size, config.num_envs,
+                                      time_limit_of(env, env_params), frame_axis=axis, num_frames=frames)

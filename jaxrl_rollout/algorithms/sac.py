@@ -119,6 +119,9 @@ class SACConfig(_common.LearnerSizes):
         bootstrap); see `replay`.
       optimize_memory_usage: the compact replay buffer, half the memory for
         images, as `dqn.DQNConfig.optimize_memory_usage` says.
+      frame_stack_axis: None, or the axis along which observations stack
+        frames, each frame then stored once (with optimize_memory_usage), as
+        `dqn.DQNConfig.frame_stack_axis` says.
     """
 
     # The runner's default chunk count (`runner.default_chunk_updates`): an update here is a thousand
@@ -143,6 +146,7 @@ class SACConfig(_common.LearnerSizes):
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
     optimize_memory_usage: bool = False
+    frame_stack_axis: int | None = None
     env_options: tuple = ()
 
     def __post_init__(self):
@@ -178,7 +182,7 @@ class SACConfig(_common.LearnerSizes):
         _common.check_choice("network", self.network, _common.Q_NETWORKS)
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
-        _common.check_bool("optimize_memory_usage", self.optimize_memory_usage)
+        _common.check_replay_memory(self)
         envs.check_id(self.env_id)
         _common.check_env_options(self)
 

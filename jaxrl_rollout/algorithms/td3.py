@@ -110,6 +110,9 @@ class TD3Config(_common.LearnerSizes):
         (a truncation ends the bootstrap too); see `replay`.
       optimize_memory_usage: the compact replay buffer, half the memory for
         images, as `dqn.DQNConfig.optimize_memory_usage` says.
+      frame_stack_axis: None, or the axis along which observations stack
+        frames, each frame then stored once (with optimize_memory_usage), as
+        `dqn.DQNConfig.frame_stack_axis` says.
     """
 
     # The runner's default chunk count, as SAC's (`sac.SACConfig.default_chunks` says why).
@@ -128,6 +131,7 @@ class TD3Config(_common.LearnerSizes):
     adam_eps: float = 1e-8
     bootstrap: str = "time_limits"
     optimize_memory_usage: bool = False
+    frame_stack_axis: int | None = None
     env_options: tuple = ()
 
     def __post_init__(self):
@@ -150,7 +154,7 @@ class TD3Config(_common.LearnerSizes):
         _common.check_choice("network", self.network, _common.Q_NETWORKS)
         _common.check_eps("adam_eps", self.adam_eps)
         _common.check_choice("bootstrap", self.bootstrap, replay.BOOTSTRAP)
-        _common.check_bool("optimize_memory_usage", self.optimize_memory_usage)
+        _common.check_replay_memory(self)
         envs.check_id(self.env_id)
         _common.check_env_options(self)
 
