@@ -7,12 +7,17 @@ batch 128 (CleanRL dqn.py's sizes). The ring is `.at[idx].set` on
 preallocated arrays plus `jax.random.randint` indices. Run times are the
 minimum of `--repeats` calls after compilation, the variants alternated.
 
+`--atari` times Atari-shaped transitions instead (uint8 [84, 84, 4] stacks of 4 frames, each observation
+the one before moved on by a frame, an episode cut every 1,000 steps; batch 32, CleanRL's `dqn_atari.py`):
+the full buffer, the compact one, and the compact one sharing frames (`frame_axis=-1`); no ring.
+
 `--dqn-steps N` also times whole DQN runs (`dqn.make_train`, CleanRL's
 config for N env steps of `--dqn-env`, one seed, `--dqn-buffer`
 transitions) with the full and the compact buffer, alternated.
 
 Run: python -m benchmarks.replay_ab [--steps 5000] [--envs 1] [--dqn-steps 100000 [--dqn-env Breakout-MinAtar]
      [--dqn-buffer 100000]]
+     python -m benchmarks.replay_ab --atari --batch 32 [--steps 5000] [--capacity 10000]
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ def main() -> dict:
     p.add_argument("--dqn-steps", type=int, default=0)
     p.add_argument("--dqn-env", default="CartPole-v1")
     p.add_argument("--dqn-buffer", type=int, default=10_000)
+    p.add_argument("--atari", action="store_true")
     args = p.parse_args()
     machine = dict(_common.machine_info(here=True), loadavg_start=_common.loadavg())
     B, steps = args.envs, args.steps
@@ -49,12 +55,28 @@ def main() -> dict:
     def batch(i):
         return jax.tree.map(lambda x: jnp.broadcast_to(x + i.astype(x.dtype), (B,) + x.shape), ex)
 
+    if args.atari:  # frames i..i+3 stacked; the next observation is the same moved on by one
+        ex = replay.Transition(jnp.zeros((84, 84, 4), jnp.uint8), jnp.int32(0), jnp.float32(0),
+                               jnp.zeros((84, 84, 4), jnp.uint8), jnp.bool_(False), jnp.bool_(False))
+
+        def batch(i):
+            def stack(t):
+                return jnp.broadcast_to((t + jnp.arange(4)).astype(jnp.uint8), (B, 84, 84, 4))
+
+            cut = jnp.broadcast_to(i % 1000 == 999, (B,))
+            return replay.Transition(stack(i), jnp.zeros(B, jnp.int32), jnp.ones(B, jnp.float32), stack(i + 1),
+                                     jnp.zeros(B, bool), cut)
+
     def buffer_run(rb):
         def run(key):
             def body(c, i):
                 s, acc = c
                 s = rb.add(s, batch(i))
-                return (s, acc + rb.sample(s, jax.random.fold_in(key, i)).reward.sum()), None
+                drawn = rb.sample(s, jax.random.fold_in(key, i))
+                if args.atari:  # read the observations whole, as a network would (else XLA drops their reads)
+                    return (s, acc + drawn.reward.sum() + 1e-9 * (jnp.sum(drawn.obs, dtype=jnp.float32)
+                                                                   + jnp.sum(drawn.next_obs, dtype=jnp.float32))), None
+                return (s, acc + drawn.reward.sum()), None
             return jax.lax.scan(body, (rb.init(ex), 0.0), jnp.arange(steps))[0][1]
         return run
 
@@ -74,6 +96,12 @@ def main() -> dict:
     compact = replay.make_compact_replay_buffer(args.capacity, args.batch, B, max_episode_steps=500)
     fns = {"flashbax": jax.jit(buffer_run(replay.make_replay_buffer(args.capacity, args.batch))),
            "ring": jax.jit(ring_run), "compact": jax.jit(buffer_run(compact))}
+    if args.atari:
+        frames = replay.make_compact_replay_buffer(args.capacity, args.batch, B, max_episode_steps=1000, frame_axis=-1,
+                                                   num_frames=4)
+        fns = {"flashbax": fns["flashbax"],
+               "compact": jax.jit(buffer_run(replay.make_compact_replay_buffer(args.capacity, args.batch, B, 1000))),
+               "compact, frames shared": jax.jit(buffer_run(frames))}
     if args.dqn_steps:
         from jaxrl_rollout.algorithms import dqn
 
