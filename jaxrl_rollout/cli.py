@@ -2424,9 +2424,11 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
     what = what.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().rstrip(".")
     off_policy = getattr(args, "algo", None) in ("dqn", "sac", "td3")
     sizes = "--num-envs or --buffer-size" if off_policy else "--num-envs or --num-steps"
-    if off_policy and getattr(args, "optimize_memory_usage", None) is not True and not (
-            getattr(args, "resume", None) or getattr(args, "config", None)):  # (theirs may have it already)
-        sizes += " (or store each observation once: --optimize-memory-usage true)"
+    if off_policy and not (getattr(args, "resume", None) or getattr(args, "config", None)):  # (theirs may have them)
+        if getattr(args, "optimize_memory_usage", None) is not True:
+            sizes += " (or store each observation once: --optimize-memory-usage true)"
+        elif getattr(args, "frame_stack_axis", None) is None:
+            sizes += " (or, where the observations are stacks of frames, store each frame once: --frame-stack-axis)"
     kept = (f"; {args.out} keeps this run's config, so give the new settings another --out"
             if getattr(args, "out", None) else "")
     # --max-parallel N caps one program's working memory (its rollouts, minibatches, activations); every run's

@@ -565,7 +565,10 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
                                                                "its replay buffer on the device, whatever "
                                                                "--max-parallel)"),
                         (["--algo", "sac", "--optimize-memory-usage", "true", "--out", "runs/x"],
-                         "--num-envs or --buffer-size, or train fewer runs (--seeds,")):
+                         "--num-envs or --buffer-size (or, where the observations are stacks of frames, store each "
+                         "frame once: --frame-stack-axis), or train fewer runs (--seeds,"),
+                        (["--algo", "dqn", "--optimize-memory-usage", "true", "--frame-stack-axis", "-1", "--out",
+                          "runs/x"], "--num-envs or --buffer-size, or train fewer runs (--seeds,")):
         assert cli.main(["train", *argv]) == 2
         err = capsys.readouterr().err
         assert f"): lower {sizes}" in err, err
