@@ -14,20 +14,16 @@ from tests.trees import host_leaves
 B = 3
 
 
-def _episodes(steps: int, *, limit: int, seed: int, p_terminate: float = 0.08):
-    """B envs' vector steps with observations that name themselves (env, count), episodes cut at `limit` steps.
+def vector_steps(steps: int, *, limit: int, seed: int, p_terminate: float, first, following):
+    """B envs' vector steps, each episode cut at `limit` steps and ended by a termination with probability
+    `p_terminate` a step; `first(b)` is env b's first observation of an episode, `following(b)` its next one.
 
-    Returns (batches, record): the `Transition` [B] of each step, and per env its transitions as tuples
-    (obs, action, reward, next_obs as the compact buffer gives it, terminated, truncated)."""
+    Returns (batches, record): the `Transition` [B] of each step, and per env its transitions as tuples (obs,
+    action, reward, next_obs as the compact buffer gives it, terminated, truncated): at a termination the next
+    episode's first observation, once it is added (the newest transition's is still the one its step gave)."""
     rng = np.random.default_rng(seed)
-    count = np.zeros(B, np.int64)  # observations each env has made
     length = np.zeros(B, np.int64)
-
-    def observe(b):
-        count[b] += 1
-        return {"id": np.float32(1000 * b + count[b]), "pair": np.array([b, count[b] % 7], np.int32)}
-
-    current = [observe(b) for b in range(B)]
+    current = [first(b) for b in range(B)]
     batches, record = [], [[] for _ in range(B)]
     for _ in range(steps):
         rows = []
@@ -35,17 +31,29 @@ def _episodes(steps: int, *, limit: int, seed: int, p_terminate: float = 0.08):
             length[b] += 1
             terminated = bool(rng.random() < p_terminate)
             truncated = bool(length[b] >= limit)
-            following = observe(b)  # the next observation, the true final one where the episode ended
+            after = following(b)  # the next observation, the true final one where the episode ended
             done = terminated or truncated
-            reset = observe(b) if done else following
+            reset = first(b) if done else after
             length[b] = 0 if done else length[b]
             action, reward = np.int32(rng.integers(4)), np.float32(rng.normal())
-            rows.append((current[b], action, reward, following, terminated, truncated))
-            # at a termination the compact buffer gives the next episode's first observation
-            record[b].append((current[b], action, reward, reset if terminated else following, terminated, truncated))
+            rows.append((current[b], action, reward, after, terminated, truncated))
+            record[b].append((current[b], action, reward, reset if terminated else after, terminated, truncated))
             current[b] = reset
         batches.append(jax.tree.map(lambda *xs: np.stack(xs), *[replay.Transition(*r) for r in rows]))
+    for b in range(B):
+        record[b][-1] = (*record[b][-1][:3], rows[b][3], *record[b][-1][4:])
     return batches, record
+
+
+def _episodes(steps: int, *, limit: int, seed: int, p_terminate: float = 0.08):
+    """`vector_steps` with observations that name themselves (env, count)."""
+    count = np.zeros(B, np.int64)  # observations each env has made
+
+    def observe(b):
+        count[b] += 1
+        return {"id": np.float32(1000 * b + count[b]), "pair": np.array([b, count[b] % 7], np.int32)}
+
+    return vector_steps(steps, limit=limit, seed=seed, p_terminate=p_terminate, first=observe, following=observe)
 
 
 def _key(t):
@@ -54,7 +62,7 @@ def _key(t):
             float(next_obs["id"]), tuple(np.asarray(next_obs["pair"]).tolist()), bool(terminated), bool(truncated))
 
 
-def _fill(rb, batches):
+def fill(rb, batches):
     state = rb.init(jax.tree.map(lambda x: x[0], batches[0]))
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *batches)
     state, _ = jax.jit(lambda s, xs: jax.lax.scan(lambda s, x: (rb.add(s, x), None), s, xs))(state, stacked)
@@ -76,7 +84,7 @@ def test_samples_are_the_last_transitions_of_each_env_with_true_final_observatio
     L, steps = 24, 70
     batches, record = _episodes(steps, limit=limit, seed=limit, p_terminate=p_terminate)
     rb = replay.make_compact_replay_buffer(L * B + 2, 32, B, max_episode_steps=limit)
-    state = _fill(rb, batches)
+    state = fill(rb, batches)
     held = {_key(t) for b in range(B) for t in record[b][-L:]}
     assert rb.buffer_size == L * B and int(rb.size(state)) == L * B
     assert sum(t[5] and not t[4] for t in record[0][-L:]) >= 2  # truncations were held
@@ -104,7 +112,7 @@ def test_when_episodes_are_cut_more_often_than_sized_for_the_oldest_drop_out():
     L = 24
     batches, record = _episodes(60, limit=3, seed=3, p_terminate=0.0)
     rb = replay.make_compact_replay_buffer(L * B, 16, B, max_episode_steps=1000)
-    state = _fill(rb, batches)
+    state = fill(rb, batches)
     S = L + 2  # L + 1 + ceil(23 / 1000)
     # each env's stream: 1 position per transition, 2 for a truncated one; held are those with both in it
     kept = []
@@ -119,7 +127,7 @@ def test_when_episodes_are_cut_more_often_than_sized_for_the_oldest_drop_out():
 def test_vmapped_buffers_equal_single_ones_and_adds_check_their_batch():
     batches, _ = _episodes(10, limit=4, seed=0)
     rb = replay.make_compact_replay_buffer(12, 5, B, max_episode_steps=4)
-    one = _fill(rb, batches)
+    one = fill(rb, batches)
     two = jax.vmap(lambda k: rb.sample(one, k))(jax.random.split(jax.random.key(0), 2))
     np.testing.assert_array_equal(two.reward[1], rb.sample(one, jax.random.split(jax.random.key(0), 2)[1]).reward)
     with pytest.raises(ValueError, match=r"num_envs=3 adds one transition per env at a time: expected leaves \[3, "):

@@ -12,8 +12,9 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from jaxrl_rollout.algorithms import replay
+from tests.test_replay_compact import B, fill, vector_steps
 
-B, K = 3, 4
+K = 4
 
 
 def _episodes(steps: int, *, limit: int, seed: int, p_terminate: float, axis: int = -1, pad: str = "repeat",
@@ -26,11 +27,8 @@ def _episodes(steps: int, *, limit: int, seed: int, p_terminate: float, axis: in
     dtype=np.uint8: the numbers mod 256 (Atari's frames; their stacks along the last axis are sampled through
     32-bit words).
 
-    Returns (batches, record): the `Transition` [B] of each step, and per env its transitions as tuples (obs,
-    action, reward, next_obs as the compact buffer gives it, terminated, truncated)."""
-    rng = np.random.default_rng(seed)
+    Returns `test_replay_compact.vector_steps`'s (batches, record)."""
     count = np.zeros(B, np.int64)
-    length = np.zeros(B, np.int64)
     history: list = [None] * B
 
     def frame(b):
@@ -49,41 +47,13 @@ def _episodes(steps: int, *, limit: int, seed: int, p_terminate: float, axis: in
         history[b] = history[b][1:] + [frame(b)] if stacked else [frame(b) for _ in range(K)]
         return np.stack(history[b], axis=axis)
 
-    current = [reset(b) for b in range(B)]
-    batches, record, newest = [], [[] for _ in range(B)], [None] * B
-    for _ in range(steps):
-        rows = []
-        for b in range(B):
-            length[b] += 1
-            terminated = bool(rng.random() < p_terminate)
-            truncated = bool(length[b] >= limit)
-            following = step(b)  # the true next observation, the final one where the episode ended
-            done = terminated or truncated
-            after = reset(b) if done else following
-            length[b] = 0 if done else length[b]
-            action, reward = np.int32(rng.integers(4)), np.float32(rng.normal())
-            rows.append((current[b], action, reward, following, terminated, truncated))
-            # at a termination the compact buffer gives the next episode's first observation, once it is added
-            record[b].append((current[b], action, reward, after if terminated else following, terminated, truncated))
-            newest[b] = rows[-1]
-            current[b] = after
-        batches.append(jax.tree.map(lambda *xs: np.stack(xs), *[replay.Transition(*r) for r in rows]))
-    for b in range(B):  # the newest transition's next observation is still the one the step gave
-        record[b][-1] = newest[b]
-    return batches, record
+    return vector_steps(steps, limit=limit, seed=seed, p_terminate=p_terminate, first=reset, following=step)
 
 
 def _key(t):
     obs, action, reward, next_obs, terminated, truncated = t
     return (np.asarray(obs).tobytes(), int(action), float(reward), np.asarray(next_obs).tobytes(), bool(terminated),
             bool(truncated))
-
-
-def _fill(rb, batches):
-    state = rb.init(jax.tree.map(lambda x: x[0], batches[0]))
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *batches)
-    state, _ = jax.jit(lambda s, xs: jax.lax.scan(lambda s, x: (rb.add(s, x), None), s, xs))(state, stacked)
-    return state
 
 
 def _draws(rb, state, draws: int = 200):
@@ -110,7 +80,7 @@ def test_frame_stacks_give_the_compact_buffers_samples_bit_for_bit(axis, pad, dt
     batches, record = _episodes(3 * L, limit=limit, seed=7, p_terminate=0.01, axis=axis, pad=pad, dtype=dtype)
     compact = replay.make_compact_replay_buffer(L * B, 32, B, max_episode_steps=limit)
     frames = replay.make_compact_replay_buffer(L * B, 32, B, max_episode_steps=limit, frame_axis=axis, num_frames=K)
-    plain, shared = _fill(compact, batches), _fill(frames, batches)
+    plain, shared = fill(compact, batches), fill(frames, batches)
     assert isinstance(shared, replay.FrameStackState) and shared.frames.shape[1:] == (B, 2, 3)
     assert int(frames.size(shared)) == int(compact.size(plain)) == L * B
     a, b = _draws(compact, plain), _draws(frames, shared)
@@ -135,7 +105,7 @@ def test_when_the_frames_do_not_fit_the_oldest_drop_out_and_what_is_sampled_is_s
     L = 24
     batches, record = _episodes(3 * L, limit=5, seed=5, p_terminate=0.08, stacked=stacked)
     rb = replay.make_compact_replay_buffer(L * B, 16, B, max_episode_steps=1000, frame_axis=-1, num_frames=K)
-    state = _fill(rb, batches)
+    state = fill(rb, batches)
     valid = np.asarray(state.valid)
     assert (valid < L).all() and (valid > 0).all() and int(rb.size(state)) == valid.sum()
     assert _keys_of(_draws(rb, state, 300)) == _newest(record, valid)
@@ -152,7 +122,7 @@ def test_frames_that_repeat_are_still_sampled_bit_for_bit(cycle, p_terminate):
     batches, record = _episodes(3 * L, limit=limit, seed=3, p_terminate=p_terminate, cycle=cycle)
     compact = replay.make_compact_replay_buffer(L * B, 32, B, max_episode_steps=limit)
     frames = replay.make_compact_replay_buffer(L * B, 32, B, max_episode_steps=limit, frame_axis=-1, num_frames=K)
-    plain, shared = _fill(compact, batches), _fill(frames, batches)
+    plain, shared = fill(compact, batches), fill(frames, batches)
     b = _draws(frames, shared, 300)
     assert _keys_of(b) == _newest(record, shared.valid)
     if p_terminate == 0.0:
