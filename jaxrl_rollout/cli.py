@@ -1665,8 +1665,7 @@ def _frames_held_note(spec, state) -> None:
 
     cfg = spec.config
     buffer = getattr(state, "buffer", None)
-    if getattr(cfg, "frame_stack_axis", None) is None or not isinstance(buffer, replay.FrameStackState) \
-            or jax.process_count() > 1:
+    if not isinstance(buffer, replay.FrameStackState) or jax.process_count() > 1:  # (only frame_stack_axis makes one)
         return
     held = int(np.asarray(buffer.valid).sum())
     room = int((np.minimum(np.asarray(buffer.count), cfg.buffer_size // cfg.num_envs) * cfg.num_envs).sum())

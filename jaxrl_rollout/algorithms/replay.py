@@ -407,14 +407,9 @@ def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
     cols = jnp.arange(B)
 
     def init(example: Transition) -> CompactState:
-        def rows(n, x):
-            x = jnp.asarray(x)
-            return jnp.zeros((n, B, *x.shape), x.dtype)
-
         zeros = jnp.zeros(B, jnp.int32)
-        return CompactState(jax.tree.map(lambda x: rows(S, x), example.obs), jnp.zeros((L, B), jnp.int32),
-                            jax.tree.map(lambda x: rows(L, x), example.action), rows(L, jnp.float32(0)),
-                            rows(L, jnp.bool_(False)), rows(L, jnp.bool_(False)), zeros, jnp.int32(0), zeros)
+        return CompactState(jax.tree.map(lambda x: _rows(S, B, x), example.obs), *_transition_rows(example, L, B),
+                            zeros, jnp.int32(0), zeros)
 
     def add(state: CompactState, batch: Transition) -> CompactState:
         _check_one_per_env(batch, B)
@@ -424,35 +419,60 @@ def make_compact_replay_buffer(buffer_size: int, batch_size: int, num_envs: int,
         # next episode's first), except after a truncation, whose final observation stays in the stream
         obs = jax.tree.map(lambda s, o: s.at[(q + 1) % S, cols].set(o), obs, batch.next_obs)
         keep = jnp.asarray(batch.truncated, bool) & ~jnp.asarray(batch.terminated, bool)
-        row = state.count % L
-        count = state.count + 1
-        obs_pos = state.obs_pos.at[row].set(q)
+        written = _write_row(state, batch, q, L)
+        obs_pos, count = written[0], state.count + 1
         top = q + 1  # each env's newest stream position
         valid = jnp.minimum(state.valid + 1, L)
         for _ in range(2):  # the stream moves on by at most 2 a step, so at most 2 transitions leave it
             oldest = obs_pos[(count - valid) % L, cols]
             valid = jnp.where((valid > 0) & (oldest < top - S + 1), valid - 1, valid)
-        return CompactState(
-            obs, obs_pos, jax.tree.map(lambda s, a: s.at[row].set(a), state.action, batch.action),
-            state.reward.at[row].set(batch.reward), state.terminated.at[row].set(batch.terminated),
-            state.truncated.at[row].set(batch.truncated), q + 1 + keep.astype(jnp.int32), count, valid)
+        return CompactState(obs, *written, q + 1 + keep.astype(jnp.int32), count, valid)
 
     def sample(state: CompactState, key: jax.Array) -> Transition:
-        ends = jnp.cumsum(state.valid)
-        u = jax.random.randint(prng.fused(key), (batch_size,), 0, jnp.maximum(ends[-1], 1))
-        env = jnp.minimum(jnp.searchsorted(ends, u, side="right"), B - 1)
-        back = u - (ends - state.valid)[env]  # 0: the env's newest transition
-        row = (state.count - 1 - back) % L
-        x = state.obs_pos[row, env]
+        row, env, x = _draw(state, key, batch_size, B, L)
         return Transition(jax.tree.map(lambda s: s[x % S, env], state.obs),
                           jax.tree.map(lambda s: s[row, env], state.action), state.reward[row, env],
                           jax.tree.map(lambda s: s[(x + 1) % S, env], state.obs), state.terminated[row, env],
                           state.truncated[row, env])
 
-    def size(state: CompactState) -> jax.Array:
-        return jnp.sum(state.valid).astype(jnp.int32)
+    return ReplayBuffer(init, add, sample, _held, B * L, batch_size)
 
-    return ReplayBuffer(init, add, sample, size, B * L, batch_size)
+
+def _rows(n: int, B: int, x: Any) -> jax.Array:
+    """Zeros [n, B, *x.shape] of x's dtype."""
+    x = jnp.asarray(x)
+    return jnp.zeros((n, B, *x.shape), x.dtype)
+
+
+def _transition_rows(example: Transition, L: int, B: int) -> tuple:
+    """The compact states' empty rows of L transitions of B envs: (obs_pos, action, reward, terminated,
+    truncated), in their fields' order."""
+    return (jnp.zeros((L, B), jnp.int32), jax.tree.map(lambda x: _rows(L, B, x), example.action),
+            _rows(L, B, jnp.float32(0)), _rows(L, B, jnp.bool_(False)), _rows(L, B, jnp.bool_(False)))
+
+
+def _write_row(state: CompactState | FrameStackState, batch: Transition, q: jax.Array, L: int) -> tuple:
+    """`_transition_rows` with row `state.count % L` set to `batch`, whose observations are at stream position q."""
+    row = state.count % L
+    return (state.obs_pos.at[row].set(q), jax.tree.map(lambda s, a: s.at[row].set(a), state.action, batch.action),
+            state.reward.at[row].set(batch.reward), state.terminated.at[row].set(batch.terminated),
+            state.truncated.at[row].set(batch.truncated))
+
+
+def _draw(state: CompactState | FrameStackState, key: jax.Array, batch_size: int, B: int, L: int) -> tuple:
+    """(row, env, x) [batch_size] of transitions drawn uniformly with replacement over each env's `valid` newest,
+    x their observation's stream position."""
+    ends = jnp.cumsum(state.valid)
+    u = jax.random.randint(prng.fused(key), (batch_size,), 0, jnp.maximum(ends[-1], 1))
+    env = jnp.minimum(jnp.searchsorted(ends, u, side="right"), B - 1)
+    back = u - (ends - state.valid)[env]  # 0: the env's newest transition
+    row = (state.count - 1 - back) % L
+    return row, env, state.obs_pos[row, env]
+
+
+def _held(state: CompactState | FrameStackState) -> jax.Array:
+    """The compact buffers' `size`: the transitions that can be sampled."""
+    return jnp.sum(state.valid).astype(jnp.int32)
 
 
 def _check_one_per_env(batch: Transition, B: int) -> None:
@@ -523,16 +543,9 @@ def _frame_stack_buffer(L: int, S: int, B: int, batch_size: int, frame_axis: int
             raise ValueError(f"num_frames={K}, but the observation of shape {obs.shape} has {obs.shape[frame_axis]} "
                              f"frames along frame_axis={frame_axis}.")
         frame = jnp.moveaxis(obs, axis_of(obs.ndim), 0)[0]
-
-        def rows(n, x):
-            x = jnp.asarray(x)
-            return jnp.zeros((n, B, *x.shape), x.dtype)
-
         zeros = jnp.zeros(B, jnp.int32)
-        return FrameStackState(rows(F, frame), jnp.full((S, B), -1, jnp.int32), zeros, zeros,
-                               jnp.zeros((L, B), jnp.int32), jax.tree.map(lambda x: rows(L, x), example.action),
-                               rows(L, jnp.float32(0)), rows(L, jnp.bool_(False)), rows(L, jnp.bool_(False)), zeros,
-                               jnp.int32(0), zeros)
+        return FrameStackState(_rows(F, B, frame), jnp.full((S, B), -1, jnp.int32), zeros, zeros,
+                               *_transition_rows(example, L, B), zeros, jnp.int32(0), zeros)
 
     def push(frames, frame_pos, position, head, new, n):
         """Writes the stack `new` [B, K, ...] as stream position `position`, its newest frame at head + n - 1
@@ -560,9 +573,8 @@ def _frame_stack_buffer(L: int, S: int, B: int, batch_size: int, frame_axis: int
         frames, frame_pos, head = push(frames, frame_pos, q + 1, head, following,
                                        jnp.where(_equal(obs[:, 1:], following[:, :-1]), 1, K))
         keep = jnp.asarray(batch.truncated, bool) & ~jnp.asarray(batch.terminated, bool)
-        row = state.count % L
-        count = state.count + 1
-        obs_pos = state.obs_pos.at[row].set(q)
+        written = _write_row(state, batch, q, L)
+        obs_pos, count = written[0], state.count + 1
         top = q + 1
         valid = jnp.minimum(state.valid + 1, L)
         # the oldest transitions leave when their observation left the stream (it moves on by at most 2 a step)
@@ -572,19 +584,12 @@ def _frame_stack_buffer(L: int, S: int, B: int, batch_size: int, frame_axis: int
         x = obs_pos[(count - valid + age) % L, cols]
         gone = (x < top - S + 1) | (frame_pos[x % S, cols] - (K - 1) < head - F)
         valid = valid - jnp.sum((age < valid) & gone, axis=0, dtype=jnp.int32)
-        return FrameStackState(
-            frames, frame_pos, head, jnp.where(keep, head, base), obs_pos,
-            jax.tree.map(lambda s, a: s.at[row].set(a), state.action, batch.action),
-            state.reward.at[row].set(batch.reward), state.terminated.at[row].set(batch.terminated),
-            state.truncated.at[row].set(batch.truncated), q + 1 + keep.astype(jnp.int32), count, valid)
+        return FrameStackState(frames, frame_pos, head, jnp.where(keep, head, base), *written,
+                               q + 1 + keep.astype(jnp.int32), count, valid)
 
     def sample(state: FrameStackState, key: jax.Array) -> Transition:
-        ends = jnp.cumsum(state.valid)
-        u = jax.random.randint(prng.fused(key), (batch_size,), 0, jnp.maximum(ends[-1], 1))
-        env = jnp.minimum(jnp.searchsorted(ends, u, side="right"), B - 1)
-        back = u - (ends - state.valid)[env]
-        row = (state.count - 1 - back) % L
-        x = state.obs_pos[row, env]
+        row, env, x = _draw(state, key, batch_size, B, L)
+
         def observation(position):
             last = state.frame_pos[position % S, env]
             return from_frames([state.frames[(last - (K - 1) + k) % F, env] for k in range(K)], state.frames.ndim - 1)
@@ -592,10 +597,7 @@ def _frame_stack_buffer(L: int, S: int, B: int, batch_size: int, frame_axis: int
         return Transition(observation(x), jax.tree.map(lambda s: s[row, env], state.action), state.reward[row, env],
                           observation(x + 1), state.terminated[row, env], state.truncated[row, env])
 
-    def size(state: FrameStackState) -> jax.Array:
-        return jnp.sum(state.valid).astype(jnp.int32)
-
-    return ReplayBuffer(init, add, sample, size, B * L, batch_size)
+    return ReplayBuffer(init, add, sample, _held, B * L, batch_size)
 
 
 def for_config(config: Any, env: Any, env_params: Any) -> ReplayBuffer:
