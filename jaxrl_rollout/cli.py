@@ -353,7 +353,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                           "offline runs go to FOLDER/wandb for `wandb sync`) (default: off)")
     run.add_argument("--wandb-project", metavar="PROJECT", help="with --wandb: the W&B project (default: jaxrl_rollout)")
     run.add_argument("--checkpoint-every", type=_positive_int, default=5,
-                     help="save a checkpoint every N chunks and at the end (default: %(default)s)")
+                     help="save a checkpoint every N chunks and at the end; between checkpoints a chunk is given a "
+                          "copy of its state (a second Ctrl-C saves the last whole chunk), so 1 keeps a run's memory "
+                          "at one state, replay buffers included (default: %(default)s)")
     run.add_argument("--max-parallel", type=_positive_int,
                      help="most runs (grid points x seeds) in one program; more run in groups one after another, "
                           "which caps a program's working memory, not the runs' states (nor dqn's, sac's and td3's "
@@ -2435,6 +2437,9 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
     fewer = ("or train fewer runs (--seeds, the grid: every run keeps its replay buffer on the device, whatever "
              "--max-parallel)" if off_policy else
              "or train fewer runs at once (--max-parallel N; grid points x --seeds are trained together by default)")
+    if off_policy and getattr(args, "checkpoint_every", 1) != 1:  # (with 1, a saved state is never copied)
+        fewer += ("; --checkpoint-every 1 keeps one state of each run (between checkpoints a chunk is given a copy "
+                  "of the state, replay buffers included)")
     lower = {"train": f"lower {sizes}, {fewer}{kept}",
              "evaluate": "lower --num-episodes (every episode of every run is played at once)",
              "rollout": "lower --num-envs (rollout keeps up to 1,024 steps of every env)"}[args.command]

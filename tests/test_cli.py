@@ -568,10 +568,14 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
                          "--num-envs or --buffer-size (or, where the observations are stacks of frames, store each "
                          "frame once: --frame-stack-axis), or train fewer runs (--seeds,"),
                         (["--algo", "dqn", "--optimize-memory-usage", "true", "--frame-stack-axis", "-1", "--out",
-                          "runs/x"], "--num-envs or --buffer-size, or train fewer runs (--seeds,")):
+                          "runs/x"], "--num-envs or --buffer-size, or train fewer runs (--seeds,"),
+                        (["--algo", "td3", "--checkpoint-every", "1", "--out", "runs/x"], "--num-envs or --buffer-size")):
         assert cli.main(["train", *argv]) == 2
         err = capsys.readouterr().err
         assert f"): lower {sizes}" in err, err
+        copy = ("; --checkpoint-every 1 keeps one state of each run (between checkpoints a chunk is given a copy of "
+                "the state, replay buffers included)")
+        assert (copy in err) == ("--algo" in argv and "--checkpoint-every" not in argv), err  # off-policy, not 1
         assert err.endswith("; runs/x keeps this run's config, so give the new settings another --out.\n"), err
 
     def other(*args, **kwargs):

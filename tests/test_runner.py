@@ -360,6 +360,39 @@ def test_digest_scratch_memory_is_a_blocks_not_the_leafs():
     assert temp <= 8 * 4 * checkpoint.DIGEST_BLOCK, temp  # 32 MB; in one piece it was twice the leaf, 512 MB
 
 
+def test_a_leaf_with_unit_axes_is_saved_in_its_own_memory_and_loads_into_its_shape(tmp_path):
+    """TensorStore copied a leaf with an axis of size 1 whole before writing it (a replay buffer's [runs, 1 env,
+    ...]: a save peaked at twice the buffers). On a CPU such a leaf is saved, without copying, in the shape without
+    those axes, and read back into its own shape, on the host or laid out over a mesh; a manifest whose stored
+    shape does not fit its leaf is refused."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("runs",))
+    laid = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    state = {"buffer": jax.device_put(np.arange(2 * 50 * 3, dtype=np.float32).reshape(2, 1, 50, 3), laid),
+             "done": jax.device_put(np.array([[True], [False]]), laid),
+             "key": jax.random.split(jax.random.key(3), 1),  # key data [1, 2]
+             "count": jax.device_put(np.array([4, 5], np.int32), laid)}  # no unit axis: saved as it is
+    stored = checkpoint._without_unit_axes(state["buffer"])
+    assert stored.shape == (2, 50, 3)
+    assert stored.unsafe_buffer_pointer() == state["buffer"].unsafe_buffer_pointer()  # the array's own memory
+    assert checkpoint._without_unit_axes(state["count"]) is None
+    checkpoint.save(tmp_path, 1, state, {}, {})
+    manifest = checkpoint.read_manifest(tmp_path)
+    assert manifest["stored_shapes"] == {"00000": [2, 50, 3], "00002": [2], "00003": [2]}  # leaves in key order
+    template = jax.eval_shape(lambda: state)
+    for sharding in (None, laid):
+        loaded, _, _ = checkpoint.load(tmp_path, template, sharding)
+        _assert_identical(loaded, state)
+        assert [np.shape(x) for x in _leaves(loaded)] == [np.shape(x) for x in _leaves(state)]
+        if sharding is not None:
+            assert all(x.sharding == laid for x in jax.tree.leaves(loaded))
+    file = next((tmp_path / "checkpoints" / "1" / "manifest").iterdir())
+    written = json.loads(file.read_text())
+    written["stored_shapes"]["00000"] = [2, 51, 3]
+    file.write_text(json.dumps(written))
+    with pytest.raises(checkpoint.CheckpointError, match=r"stored_shapes names '00000' as \[2, 51, 3\], not a shape"):
+        checkpoint.load(tmp_path, template)
+
+
 @pytest.mark.parametrize("folder", [False, True], ids=["no-folder", "folder"])
 def test_a_chunk_takes_its_states_memory_unless_that_state_is_not_yet_saved(tmp_path, folder):
     """A chunk's program is given its state donated, so a run holds one train state (an off-policy state is mostly
