@@ -482,6 +482,11 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     return folder / SUBFOLDER / str(step)
 
 
+UNIT_AXES_MIN_BYTES = 1 << 20
+"""The smallest leaf `_without_unit_axes` saves in another shape: a smaller one's copy costs little, and a
+checkpoint of small leaves only is laid out as before (a version before 2026-12-05 reads it)."""
+
+
 def _without_unit_axes(x: jax.Array) -> jax.Array | None:
     """The leaf without its axes of size 1, sharing its memory, where that spares the save a copy; else None.
 
@@ -494,7 +499,7 @@ def _without_unit_axes(x: jax.Array) -> jax.Array | None:
     devices or processes is saved as it is.
     """
     shape = tuple(n for n in x.shape if n != 1) or (1,)
-    if shape == x.shape or jax.process_count() != 1 or len(x.sharding.device_set) != 1:
+    if shape == x.shape or x.nbytes < UNIT_AXES_MIN_BYTES or jax.process_count() != 1 or len(x.sharding.device_set) != 1:
         return None
     (device,) = x.sharding.device_set
     if device.platform != "cpu":

@@ -367,17 +367,19 @@ def test_a_leaf_with_unit_axes_is_saved_in_its_own_memory_and_loads_into_its_sha
     shape does not fit its leaf is refused."""
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("runs",))
     laid = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
-    state = {"buffer": jax.device_put(np.arange(2 * 50 * 3, dtype=np.float32).reshape(2, 1, 50, 3), laid),
-             "done": jax.device_put(np.array([[True], [False]]), laid),
-             "key": jax.random.split(jax.random.key(3), 1),  # key data [1, 2]
+    n = checkpoint.UNIT_AXES_MIN_BYTES // 4  # float32s, bools: leaves at and under the size saved another way
+    state = {"buffer": jax.device_put(np.arange(2 * n * 3, dtype=np.float32).reshape(2, 1, n, 3), laid),
+             "done": jax.device_put(np.arange(2 * 2 * n).reshape(2, 1, 2 * n) % 3 == 0, laid),  # 4n bytes
+             "key": jax.random.split(jax.random.key(3), 1),  # key data [1, 2]: small, saved as it is
+             "small": jax.device_put(np.zeros((1, 1, 4 * n - 1), bool), laid),  # a byte under the size
              "count": jax.device_put(np.array([4, 5], np.int32), laid)}  # no unit axis: saved as it is
     stored = checkpoint._without_unit_axes(state["buffer"])
-    assert stored.shape == (2, 50, 3)
+    assert stored.shape == (2, n, 3)
     assert stored.unsafe_buffer_pointer() == state["buffer"].unsafe_buffer_pointer()  # the array's own memory
     assert checkpoint._without_unit_axes(state["count"]) is None
     checkpoint.save(tmp_path, 1, state, {}, {})
     manifest = checkpoint.read_manifest(tmp_path)
-    assert manifest["stored_shapes"] == {"00000": [2, 50, 3], "00002": [2], "00003": [2]}  # leaves in key order
+    assert manifest["stored_shapes"] == {"00000": [2, n, 3], "00002": [2, 2 * n]}  # leaves in key order
     template = jax.eval_shape(lambda: state)
     for sharding in (None, laid):
         loaded, _, _ = checkpoint.load(tmp_path, template, sharding)
@@ -387,9 +389,9 @@ def test_a_leaf_with_unit_axes_is_saved_in_its_own_memory_and_loads_into_its_sha
             assert all(x.sharding == laid for x in jax.tree.leaves(loaded))
     file = next((tmp_path / "checkpoints" / "1" / "manifest").iterdir())
     written = json.loads(file.read_text())
-    written["stored_shapes"]["00000"] = [2, 51, 3]
+    written["stored_shapes"]["00000"] = [2, n + 1, 3]
     file.write_text(json.dumps(written))
-    with pytest.raises(checkpoint.CheckpointError, match=r"stored_shapes names '00000' as \[2, 51, 3\], not a shape"):
+    with pytest.raises(checkpoint.CheckpointError, match=rf"stored_shapes names '00000' as \[2, {n + 1}, 3\], not a shape"):
         checkpoint.load(tmp_path, template)
 
 
