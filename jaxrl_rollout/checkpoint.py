@@ -644,11 +644,15 @@ def _load_step(folder: pathlib.Path, step: int | None, template: Any,
         leaves = [np.asarray(x) for x in leaves]
     for i, spec in enumerate(manifest["leaves"]):
         if f"{i:05d}" in stored:  # read in its stored shape on this process's first device: into its own
-            host = np.asarray(leaves[i]).reshape(spec["shape"])
-            leaves[i] = host if sharding is None else jax.make_array_from_callback(
-                host.shape, sharding, lambda index, host=host: host[index])
+            leaves[i] = _laid_out(np.asarray(leaves[i]).reshape(spec["shape"]), sharding)
     _, treedef = jax.tree.flatten(template)
     return unflatten(treedef, leaves, manifest["key_impls"]), extras, manifest
+
+
+def _laid_out(host: np.ndarray, sharding: jax.sharding.Sharding | None) -> Any:
+    """A leaf read whole on the host, as `load` returns it: itself (sharding None), or laid out over `sharding`
+    (which may span processes: each takes its own shards)."""
+    return host if sharding is None else jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -692,7 +696,6 @@ def _load_legacy(folder: pathlib.Path, manifest: dict, template: Any, sharding) 
     for i, (x, spec) in enumerate(zip(leaves, specs)):
         if list(x.shape) != spec["shape"] or str(x.dtype) != spec["dtype"]:
             raise CheckpointError(f"corrupt checkpoint {npz}: leaf {i} is {x.shape} {x.dtype}, expected {spec}.")
-    if sharding is not None:
-        leaves = [jax.make_array_from_callback(x.shape, sharding, lambda index, x=x: x[index]) for x in leaves]
+    leaves = [_laid_out(x, sharding) for x in leaves]
     _, treedef = jax.tree.flatten(template)
     return unflatten(treedef, leaves, manifest["key_impls"]), extras, manifest
