@@ -2418,29 +2418,52 @@ def _main(argv: list) -> int:
 
 
 def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
-    """One line for XLA's RESOURCE_EXHAUSTED: what ran out, and the command's options that size the memory."""
+    """One line for XLA's RESOURCE_EXHAUSTED: what ran out, and the command's options that size the memory.
+
+    A `--resume` reads its run's algorithm and options from its folder (they were not typed), and names what it can
+    change (`--checkpoint-every`) apart from what needs a new run (`--config FOLDER --out ...`).
+    """
     import jax
 
     what = str(error).strip().splitlines()[0]
     what = what.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().rstrip(".")
-    off_policy = getattr(args, "algo", None) in ("dqn", "sac", "td3")
+    options = {**(getattr(args, "from_config", None) or {}),
+               **{n: v for n, v in vars(args).items() if n in ("algo", "optimize_memory_usage", "frame_stack_axis")
+                  and v is not None}}
+    resume = getattr(args, "resume", None)
+    if resume:
+        from jaxrl_rollout.runner import read_spec
+
+        try:
+            saved = read_spec(pathlib.Path(resume))
+            options = {"algo": saved.algo, **dataclasses.asdict(saved.config)}
+        except (OSError, ValueError):
+            options = {}  # (the run's options unknown: the plainer line below)
+    off_policy = options.get("algo") in ("dqn", "sac", "td3")
     sizes = "--num-envs or --buffer-size" if off_policy else "--num-envs or --num-steps"
-    if off_policy and not (getattr(args, "resume", None) or getattr(args, "config", None)):  # (theirs may have them)
-        if getattr(args, "optimize_memory_usage", None) is not True:
+    if off_policy:
+        if not options.get("optimize_memory_usage"):
             sizes += " (or store each observation once: --optimize-memory-usage true)"
-        elif getattr(args, "frame_stack_axis", None) is None:
+        elif options.get("frame_stack_axis") is None:
             sizes += " (or, where the observations are stacks of frames, store each frame once: --frame-stack-axis)"
-    kept = (f"; {args.out} keeps this run's config, so give the new settings another --out"
-            if getattr(args, "out", None) else "")
     # --max-parallel N caps one program's working memory (its rollouts, minibatches, activations); every run's
     # state stays on the device through training, and an off-policy run's state is mostly its replay buffer
     fewer = ("or train fewer runs (--seeds, the grid: every run keeps its replay buffer on the device, whatever "
              "--max-parallel)" if off_policy else
              "or train fewer runs at once (--max-parallel N; grid points x --seeds are trained together by default)")
+    copy = ""
     if off_policy and getattr(args, "checkpoint_every", 1) != 1:  # (with 1, a saved state is never copied)
-        fewer += ("; --checkpoint-every 1 keeps one state of each run (between checkpoints a chunk is given a copy "
-                  "of the state, replay buffers included)")
-    lower = {"train": f"lower {sizes}, {fewer}{kept}",
+        copy = ("--checkpoint-every 1 keeps one state of each run (between checkpoints a chunk is given a copy of the "
+                "state, replay buffers included)")
+    if args.command == "train" and resume:
+        again = (f"a resumed run keeps its config: train it again, with `--config {resume}` and another --out, and "
+                 f"lower {sizes}, {fewer}")
+        if copy:  # the one option that lowers a resumed run's memory
+            again = f"resume it with {copy.replace(' keeps', ', which keeps', 1)}, or {again}"
+        return f"out of memory on the {jax.default_backend()} device ({what}): {again}."
+    kept = (f"; {args.out} keeps this run's config, so give the new settings another --out"
+            if getattr(args, "out", None) else "")
+    lower = {"train": f"lower {sizes}, {fewer}{'; ' + copy if copy else ''}{kept}",
              "evaluate": "lower --num-episodes (every episode of every run is played at once)",
              "rollout": "lower --num-envs (rollout keeps up to 1,024 steps of every env)"}[args.command]
     return f"out of memory on the {jax.default_backend()} device ({what}): {lower}."

@@ -542,7 +542,7 @@ def test_rollout_video_writes_one_random_episode_after_checking_it_can(tmp_path,
     assert not (tmp_path / "clips").exists()
 
 
-def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monkeypatch):
+def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monkeypatch, tmp_path):
     """XLA's RESOURCE_EXHAUSTED (a JaxRuntimeError) was a traceback; another runtime error still is one."""
     import jax
 
@@ -555,6 +555,7 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
         f"jaxrl-rollout: error: out of memory on the {jax.default_backend()} device (Out of memory allocating "
         "1700000000288 bytes): lower --num-envs (rollout keeps up to 1,024 steps of every env).\n")
     # train: the options that size this algorithm's memory (PPO has no --buffer-size), and the folder it wrote
+    train_itself = cli._run_train
     monkeypatch.setattr(cli, "_run_train", out_of_memory)
     # (--max-parallel does not shrink the replay buffers, which every run keeps on the device)
     for argv, sizes in ((["--out", "runs/x"], "--num-envs or --num-steps, or train fewer runs at once "
@@ -577,6 +578,33 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
                 "the state, replay buffers included)")
         assert (copy in err) == ("--algo" in argv and "--checkpoint-every" not in argv), err  # off-policy, not 1
         assert err.endswith("; runs/x keeps this run's config, so give the new settings another --out.\n"), err
+    # a --resume or --config: the run's algorithm and options are its folder's, not the typed ones (it said "lower
+    # --num-envs or --num-steps" to a resumed DQN run, whose config a resume cannot change)
+    from jaxrl_rollout import runner
+
+    monkeypatch.setattr(cli, "_run_train", train_itself)
+    monkeypatch.setattr(cli, "_train_in_folder", out_of_memory)  # after --config's options are read
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dqn-run").mkdir()
+    (tmp_path / "ppo-run").mkdir()
+    runner.write_spec("dqn-run", cli._build_spec({"algo": "dqn", "optimize_memory_usage": True}))
+    runner.write_spec("ppo-run", cli._build_spec({"algo": "ppo"}))
+    assert cli.main(["train", "--resume", "dqn-run"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "): resume it with --checkpoint-every 1, which keeps one state of each run (between checkpoints a chunk is "
+        "given a copy of the state, replay buffers included), or a resumed run keeps its config: train it again, with "
+        "`--config dqn-run` and another --out, and lower --num-envs or --buffer-size (or, where the observations are "
+        "stacks of frames, store each frame once: --frame-stack-axis), or train fewer runs (--seeds, the grid: every "
+        "run keeps its replay buffer on the device, whatever --max-parallel).\n")
+    assert cli.main(["train", "--resume", "ppo-run", "--checkpoint-every", "1"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "): a resumed run keeps its config: train it again, with `--config ppo-run` and another --out, and lower "
+        "--num-envs or --num-steps, or train fewer runs at once (--max-parallel N; grid points x --seeds are trained "
+        "together by default).\n")
+    assert cli.main(["train", "--config", "dqn-run", "--out", "runs/y"]) == 2  # its saved --optimize-memory-usage
+    err = capsys.readouterr().err
+    assert "): lower --num-envs or --buffer-size (or, where the observations are stacks of frames," in err, err
+    assert err.endswith("; runs/y keeps this run's config, so give the new settings another --out.\n"), err
 
     def other(*args, **kwargs):
         raise jax.errors.JaxRuntimeError("INTERNAL: something else")
