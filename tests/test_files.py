@@ -345,15 +345,15 @@ def test_a_reader_that_closes_stdout_early_ends_no_command_and_an_unwritable_out
     run were lost)."""
     # `train 2>&1 | tee log`, then Ctrl-C, which stops tee too: the run's line about the signal meets the closed
     # pipe, and the run still stops at a chunk's end with its checkpoint (it died there, with status 1)
-    train = [*_SMALL_TRAIN[:4], "--num-envs", "4", "--num-steps", "8", "--total-steps", "160000", "--seeds", "1",
-             "--chunk-updates", "1000", "--tensorboard", "false", "--host-devices", "1", "--out", "run"]  # 5 chunks of ~1 s
+    train = [*_SMALL_TRAIN[:4], "--num-envs", "4", "--num-steps", "8", "--total-steps", "320000", "--seeds", "1",
+             "--chunk-updates", "1000", "--tensorboard", "false", "--host-devices", "1", "--out", "run"]  # 10 chunks of ~1 s
     proc = subprocess.Popen(train, cwd=tmp_path, env=_user_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        # after the first chunk's line (and its checkpoint): the signal comes during the second chunk, or before it
-        # starts, and the run stops after chunk 2 or 1 (or 3, on a machine so loaded that the line or the signal
-        # comes a chunk late: with 3 chunks in all, such a run once ended complete, status 0)
-        while not (line := proc.stdout.readline()).startswith("  step  32,000/160,000"):  # aligned to the total
+        # after the first chunk's line: the signal comes during the second chunk, or before it starts, and the run
+        # stops after chunk 2 or 1 (or later, on a machine so loaded that the line or the signal comes chunks late:
+        # with 3 chunks in all, and later 5, such a run ended complete, status 0)
+        while not (line := proc.stdout.readline()).startswith("  step  32,000/320,000"):  # aligned to the total
             assert line, "the run ended before its first chunk's line"
         proc.stdout.close()
         proc.send_signal(signal.SIGINT)
@@ -361,12 +361,12 @@ def test_a_reader_that_closes_stdout_early_ends_no_command_and_an_unwritable_out
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] in (["1"], ["2"], ["3"])
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] in [[str(n)] for n in range(1, 10)]
     assert not (tmp_path / "run" / "metrics.csv").exists()
     # `train --resume run | head -1`: the rest of the text is dropped; the run trains and writes every output
     first, code, err = _with_stdout_read_then_closed([*train[:4], "--resume", "run"], tmp_path, 1)
     assert code == 0 and first[0].startswith("jaxrl_rollout: PPO on CartPole-v1"), err
-    assert "error" not in err and "Traceback" not in err and "step 160,000/160,000" in err, err
+    assert "error" not in err and "Traceback" not in err and "step 320,000/320,000" in err, err
     assert {"metrics.csv", "learning_curve.png"} <= {p.name for p in (tmp_path / "run").iterdir()}
     # `evaluate run --csv - | head -0`: the report on stderr, status 0
     _, code, err = _with_stdout_read_then_closed([*_SMALL_TRAIN[:3], "evaluate", "run", "--num-episodes", "1",
