@@ -2456,8 +2456,10 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
         copy = ("--checkpoint-every 1 keeps one state of each run (between checkpoints a chunk is given a copy of the "
                 "state, replay buffers included)")
     if args.command == "train" and resume:
-        again = (f"a resumed run keeps its config: train it again, with `--config {resume}` and another --out, and "
-                 f"lower {sizes}, {fewer}")
+        import shlex
+
+        again = (f"a resumed run keeps its config: train it again, with `--config {shlex.quote(str(resume))}` and "
+                 f"another --out, and lower {sizes}, {fewer}")
         if copy:  # the one option that lowers a resumed run's memory
             again = f"resume it with {copy.replace(' keeps', ', which keeps', 1)}, or {again}"
         return f"out of memory on the {jax.default_backend()} device ({what}): {again}."
