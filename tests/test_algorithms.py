@@ -92,6 +92,7 @@ def test_metrics_are_per_update_and_nan_without_episodes():
         (dict(network="transformer"), r"network must be one of 'auto', 'mlp', 'cnn', 'gru'"),
         (dict(activation="gelu"), r"activation must be one of 'tanh', 'relu'"),
         (dict(hidden_sizes=()), r"hidden_sizes must be a non-empty tuple"),
+        (dict(hidden_sizes=(64, 2**31)), r"hidden_sizes must be at most 2,147,483,647 \(2\*\*31 - 1\) units a layer"),
         # a string is truthy: "no" would have left each of these on
         (dict(anneal_lr="no"), r"anneal_lr must be a bool, got 'no'"),
         (dict(clip_value_loss="false"), r"clip_value_loss must be a bool, got 'false'"),

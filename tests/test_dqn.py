@@ -200,6 +200,9 @@ def test_errors_name_the_argument():
         dqn.DQNConfig(buffer_size=8, batch_size=8, num_envs=10)
     with pytest.raises(ValueError, match=r"batch_size=4 is more than buffer_size=3"):
         replay.make_replay_buffer(3, 4)
+    with pytest.raises(ValueError, match=r"^buffer_size=2147483648 is more than 2,147,483,647 \(2\*\*31 - 1\)"):
+        replay.make_replay_buffer(2**31, 4)  # (2**31 - 1 is allowed: its int32 positions hold it)
+    replay.check_sizes(2**31 - 1, 4, 4)
     # CleanRL's 500,000-step defaults with a short run: no gradient step at all, an error rather than silence
     with pytest.raises(ValueError, match=r"learning_starts=10000 leaves no gradient step: the first comes after "
                                          r"iteration 10010.*takes iterations 0 to 9999"):

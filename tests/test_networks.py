@@ -419,6 +419,8 @@ def test_invalid_arguments_are_rejected_with_their_names():
         ActorCriticMLP(0)
     with pytest.raises(ValueError, match=r"hidden_sizes\[1\]"):
         ActorCriticMLP(2, hidden_sizes=(8, -1))
+    with pytest.raises(ValueError, match=r"hidden_sizes\[0\] must be at most 2,147,483,647 \(2\*\*31 - 1\) units"):
+        ActorCriticMLP(2, hidden_sizes=(2**31,))  # (the orthogonal init's int32 indices overflowed)
     with pytest.raises(ValueError, match="kernel_size"):
         ActorCriticCNN(2, kernel_size=0)
     with pytest.raises(ValueError, match="continuous must be a bool"):

@@ -282,6 +282,11 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     (["--algo", "dqn", "--log-interval", "0"], "--log-interval 0: log_interval must be a positive int"),
     (["--algo", "sac", "--total-steps", "1", "--log-interval", "1"], "gives no update"),
     (["--algo", "sac", "--buffer-size", "100"], "--buffer-size 100: batch_size=256 is more than buffer_size=100"),
+    # past int32: flashbax's positions overflowed inside the first add (a traceback after the header)
+    (["--algo", "sac", "--buffer-size", "3e9"], "--buffer-size 3000000000: buffer_size=3000000000 is more than "
+                                                "2,147,483,647 (2**31 - 1), the most transitions the int32 positions"),
+    (["--algo", "td3", "--hidden-sizes", "3000000000"], "--hidden-sizes 3000000000: hidden_sizes must be at most "
+                                                        "2,147,483,647 (2**31 - 1) units a layer"),
     (["--algo", "dqn", "--num-envs", "8", "--buffer-size", "4", "--batch-size", "4"],
      "num_envs=8 is more than buffer_size=4"),
     (["--algo", "sac", "--total-steps", "4000"], "--total-steps 4000: learning_starts=5000 leaves no gradient step"),

@@ -186,6 +186,8 @@ def hidden_sizes_tuple(value: Any) -> tuple[int, ...]:
         value = tuple(value.tolist())
     if not isinstance(value, (tuple, list)) or not value or any(not _checks.is_int(h) or h <= 0 for h in value):
         raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, such as (64, 64), got {value!r}.")
+    if max(value) > 2**31 - 1:  # (the orthogonal init's int32 indices overflowed: a traceback from inside the init)
+        raise ValueError(f"hidden_sizes must be at most 2,147,483,647 (2**31 - 1) units a layer, got {value!r}.")
     return tuple(int(h) for h in value)
 
 

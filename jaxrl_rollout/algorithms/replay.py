@@ -106,8 +106,12 @@ def check_sizes(buffer_size: int, batch_size: int, num_envs: int | None = None) 
     so that a config that cannot run fails when it is made, naming its fields.
 
     Raises:
-      ValueError: naming `batch_size` or `num_envs` and `buffer_size`.
+      ValueError: naming `batch_size` or `num_envs` and `buffer_size`, or
+        `buffer_size` past 2**31 - 1 (the buffers' positions are int32).
     """
+    if buffer_size > 2**31 - 1:  # (flashbax's indices overflowed: a traceback from inside the first add)
+        raise ValueError(f"buffer_size={buffer_size} is more than 2,147,483,647 (2**31 - 1), the most transitions the "
+                         "int32 positions of a replay buffer address; lower buffer_size.")
     if batch_size > buffer_size:
         raise ValueError(f"batch_size={batch_size} is more than buffer_size={buffer_size}: a replay sample is at most "
                          "the buffer's capacity; raise buffer_size or lower batch_size.")

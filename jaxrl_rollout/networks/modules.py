@@ -103,6 +103,8 @@ def _check_sizes(name: str, sizes: Any) -> None:
         raise ValueError(f"{name} must be a sequence of positive ints, got {sizes!r}.")
     for i, size in enumerate(sizes):
         _check_positive_int(f"{name}[{i}]", size)
+        if size > 2**31 - 1:  # (the orthogonal init's int32 indices would overflow)
+            raise ValueError(f"{name}[{i}] must be at most 2,147,483,647 (2**31 - 1) units, got {size!r}.")
 
 
 def _check_activation(activation: Any) -> None:
