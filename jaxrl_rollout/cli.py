@@ -2413,8 +2413,22 @@ def _main(argv: list) -> int:
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise
         print(f"jaxrl-rollout: error: {_out_of_memory_text(args, error)}", file=sys.stderr)
+        _drop_failed_tokens()
         return 2
     return 0
+
+
+def _drop_failed_tokens() -> None:
+    """Forgets the runtime tokens JAX keeps of the programs it ran: after an out-of-memory one, its exit handlers
+    (`clean_up`, `wait_for_tokens`) waited on that program's token and printed the error again, as two
+    "Exception ignored in atexit callback" tracebacks under the one line that reported it. The tokens are an
+    internal of JAX (`jax._src.dispatch.runtime_tokens`); without it the tracebacks come back, nothing else."""
+    try:
+        from jax._src import dispatch
+
+        dispatch.runtime_tokens.clear()
+    except (ImportError, AttributeError):
+        pass
 
 
 def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
@@ -2436,11 +2450,20 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
 
         try:
             saved = read_spec(pathlib.Path(resume))
-            options = {"algo": saved.algo, **dataclasses.asdict(saved.config)}
+            options = {"algo": saved.algo, **dataclasses.asdict(saved.config),
+                       "eval_episodes": saved.eval_episodes if saved.eval_every is not None else None}
         except (OSError, ValueError):
             options = {}  # (the run's options unknown: the plainer line below)
+    elif getattr(args, "eval_every", None) == "off":
+        options.pop("eval_episodes", None)
+    elif getattr(args, "eval_episodes", None) is not None:
+        options["eval_episodes"] = args.eval_episodes
     off_policy = options.get("algo") in ("dqn", "sac", "td3")
     sizes = "--num-envs or --buffer-size" if off_policy else "--num-envs or --num-steps"
+    episodes = options.get("eval_episodes")
+    if args.command == "train" and episodes is not None and episodes > 10:  # (more than the default)
+        sizes = (f"{sizes.replace(' or ', ', ')} or --eval-episodes (each periodic evaluation plays {episodes:,} "
+                 "episodes of every run at once)")
     if off_policy:
         if not options.get("optimize_memory_usage"):
             sizes += " (or store each observation once: --optimize-memory-usage true)"

@@ -570,7 +570,10 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
                          "frame once: --frame-stack-axis), or train fewer runs (--seeds,"),
                         (["--algo", "dqn", "--optimize-memory-usage", "true", "--frame-stack-axis", "-1", "--out",
                           "runs/x"], "--num-envs or --buffer-size, or train fewer runs (--seeds,"),
-                        (["--algo", "td3", "--checkpoint-every", "1", "--out", "runs/x"], "--num-envs or --buffer-size")):
+                        (["--algo", "td3", "--checkpoint-every", "1", "--out", "runs/x"], "--num-envs or --buffer-size"),
+                        # every episode of an evaluation is played at once (2e9 of them ran out of memory)
+                        (["--eval-episodes", "100000", "--out", "runs/x"], "--num-envs, --num-steps or --eval-episodes "
+                         "(each periodic evaluation plays 100,000 episodes of every run at once), or train fewer")):
         assert cli.main(["train", *argv]) == 2
         err = capsys.readouterr().err
         assert f"): lower {sizes}" in err, err
@@ -596,6 +599,13 @@ def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monke
         "`--config dqn-run` and another --out, and lower --num-envs or --buffer-size (or, where the observations are "
         "stacks of frames, store each frame once: --frame-stack-axis), or train fewer runs (--seeds, the grid: every "
         "run keeps its replay buffer on the device, whatever --max-parallel).\n")
+    assert cli.main(["train", "--resume", "ppo-run", "--checkpoint-every", "1"]) == 2
+    assert "Exception ignored" not in capsys.readouterr().err  # (nothing of JAX's exit handlers either)
+    runner.write_spec("ppo-run", cli._build_spec({"algo": "ppo", "eval_episodes": 20}))
+    assert cli.main(["train", "--resume", "ppo-run", "--checkpoint-every", "1"]) == 2
+    assert "lower --num-envs, --num-steps or --eval-episodes (each periodic evaluation plays 20 episodes" in (
+        capsys.readouterr().err)
+    runner.write_spec("ppo-run", cli._build_spec({"algo": "ppo"}))
     assert cli.main(["train", "--resume", "ppo-run", "--checkpoint-every", "1"]) == 2
     assert capsys.readouterr().err.endswith(
         "): a resumed run keeps its config: train it again, with `--config ppo-run` and another --out, and lower "
@@ -1251,3 +1261,4 @@ def test_a_signal_during_rollouts_run_stops_it_at_once(monkeypatch, capsys):
         signal.signal(signal.SIGTERM, previous)
     out, err = capsys.readouterr()
     assert waited and "rollout:" not in out and err.strip().splitlines()[-1] == "jaxrl-rollout: interrupted (SIGTERM)"
+

@@ -437,3 +437,20 @@ def test_a_reader_that_closes_a_buffered_output_early_gets_no_traceback(tmp_path
     assert code == 0, err
     assert "Traceback" not in err and "Exception" not in err and "BrokenPipe" not in err, err
     assert {"metrics.csv", "learning_curve.png", "checkpoints"} <= {p.name for p in (tmp_path / "run").iterdir()}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/sys/vm/overcommit_memory")
+                    or open("/proc/sys/vm/overcommit_memory").read().strip() == "1",
+                    reason="needs Linux that refuses an allocation past its memory (vm.overcommit_memory 0 or 2); with "
+                           "1 the 1.2 TB one is granted, and the pages it then fills end the process")
+def test_out_of_memory_is_its_one_line_and_nothing_of_jaxs_exit_handlers(tmp_path):
+    """A train chunk that runs out of memory (every episode of a periodic evaluation is played at once: 2e9 of them
+    ask 1.2 TB) ends in its one line, exit 2: JAX's exit handlers waited on the failed program's runtime token and
+    printed the error again as two "Exception ignored in atexit callback" tracebacks under it."""
+    ran = subprocess.run([*_SMALL_TRAIN, "--eval-episodes", "2000000000"], cwd=tmp_path, env=_user_env(),
+                         capture_output=True, text=True, timeout=300)
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode == 2 and lines[-1].startswith("jaxrl-rollout: error: out of memory on the cpu device (Out "
+                                                         "of memory allocating "), ran.stderr
+    assert "or --eval-episodes (each periodic evaluation plays 2,000,000,000 episodes of every run at once)" in lines[-1]
+    assert "Traceback" not in ran.stderr and "Exception ignored" not in ran.stderr, ran.stderr
