@@ -2404,7 +2404,10 @@ def _main(argv: list) -> int:
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 2
     except ValueError as error:  # bad configs, folders and checkpoints (CheckpointError is a ValueError)
-        print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
+        kept = ""
+        if type(error).__name__ == "StatesTooLarge" and getattr(args, "out", None):  # (runner's, refused in train)
+            kept = f" {args.out} keeps this run's config, so give the new settings another --out."
+        print(f"jaxrl-rollout: error: {error}{kept}", file=sys.stderr)
         return 2
     except OSError as error:  # a file the run reads or writes: one line naming it, not a traceback
         print(f"jaxrl-rollout: error: {_os_error_text(error)}", file=sys.stderr)

@@ -1035,10 +1035,11 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         try:
             with _signals.at_once():  # no chunk in flight, nothing new to save: a signal while compiling stops at once
                 if states is None:
-                    states = [
-                        _compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))(take(keys, a, b), h)
-                        for (a, b), h in zip(groups, group_hparams)
-                    ]
+                    inits = [_compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))
+                             for (a, b), h in zip(groups, group_hparams)]
+                    _check_states_fit(spec, inits, mesh, copied=folder is not None and checkpoint_every > 1)
+                    states = [init(take(keys, a, b), h) for init, (a, b), h in zip(inits, groups, group_hparams)]
+                    del inits
                 if evaluating and loaded_best is None:  # a new run, or one resumed from a checkpoint that kept none
                     from jaxrl_rollout.periodic_eval import no_best
 
@@ -1262,6 +1263,48 @@ def _bytes_text(n: float) -> str:
             return f"{n:.3g} {unit}"
         n /= 1000
     return f"{n:.3g} GB" if n < 1000 else f"{n:,.0f} GB"
+
+
+class StatesTooLarge(ValueError):
+    """A CPU run whose train states cannot fit in the host's free memory, refused before they are made: `need`,
+    the bytes of every run's state (twice that with the copy between checkpoints), and `free`, the host's."""
+
+    def __init__(self, message: str, need: int, free: int):
+        super().__init__(message)
+        self.need, self.free = need, free
+
+
+def _check_states_fit(spec: RunSpec, inits: list, mesh: Mesh, copied: bool) -> None:
+    """Refuses, before they are made, the runs' train states that cannot fit in the host's free memory (a CPU
+    run in one process): the kernel would end the process when it filled them, with no message. `inits`: each
+    group's compiled init; `copied`: a chunk between checkpoints is given a copy of the states (`train`)."""
+    from jaxrl_rollout import _memory
+
+    if mesh.devices.flat[0].platform != "cpu" or jax.process_count() > 1:
+        return  # (an accelerator's allocator refuses what it cannot hold: RESOURCE_EXHAUSTED, one line at the CLI)
+    free = _memory.free_host_bytes()
+    states = [init.out_info for init in inits]
+    need = sum(_memory.tree_bytes(s) for s in states)
+    if free is None or need * (2 if copied else 1) <= free:
+        return
+    buffers = sum(_memory.tree_bytes(s.buffer) for s in states if hasattr(s, "buffer"))
+    runs = f"{spec.num_runs} run{'s' if spec.num_runs != 1 else ''}"
+    held = (f"the train states of its {runs} take {_bytes_text(need)}"
+            + (f" ({_bytes_text(buffers / spec.num_runs)} of replay buffers per run)" if buffers else ""))
+    if buffers:
+        lower = "lower buffer_size (--buffer-size) or train fewer runs (--seeds, the grid)" + (
+            "" if getattr(spec.config, "optimize_memory_usage", True) else
+            ", or store each observation once (optimize_memory_usage, --optimize-memory-usage true)")
+    else:
+        lower = "lower num_envs (--num-envs) or train fewer runs (--seeds, the grid)"
+    where = (f"this run cannot fit in the {_bytes_text(free)} of memory free on this machine (/proc/meminfo's "
+             f"MemAvailable and SwapFree, or its cgroup's limit): {held}")
+    if copied and need <= free:  # one state fits: the copy between checkpoints does not
+        raise StatesTooLarge(f"{where}, and a chunk between checkpoints is given a copy of them (a second Ctrl-C then "
+                             f"saves the last whole chunk), {_bytes_text(2 * need)} in all; checkpoint_every=1 "
+                             f"(--checkpoint-every 1) keeps one state, or {lower}.", need, free)
+    copy = ", and twice that with the copy a chunk between checkpoints is given" if copied else ""
+    raise StatesTooLarge(f"{where}{copy}; {lower}.", need, free)
 
 
 def _replay_text(states: list, num_runs: int) -> str:

@@ -1262,3 +1262,17 @@ def test_a_signal_during_rollouts_run_stops_it_at_once(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert waited and "rollout:" not in out and err.strip().splitlines()[-1] == "jaxrl-rollout: interrupted (SIGTERM)"
 
+
+
+def test_states_past_the_free_memory_are_one_line_naming_the_folder_that_keeps_the_config(capsys, monkeypatch, tmp_path):
+    """`train --algo sac --buffer-size 1e9` on a CPU: the kernel ended the process, exit 137 and no message; now one
+    line (runner.StatesTooLarge) with the options that size the states, and that --out keeps the run's config."""
+    from jaxrl_rollout import _memory
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: 10**6)  # 1 MB: under DQN's default 10,000 transitions
+    assert cli.main(["train", "--algo", "dqn", "--seeds", "1", "--out", "runs/x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("jaxrl-rollout: error: this run cannot fit in the 1 MB of memory free on this machine"), err
+    assert err.endswith("--optimize-memory-usage true). runs/x keeps this run's config, so give the new settings "
+                        "another --out."), err

@@ -828,3 +828,44 @@ def test_a_recurrent_and_a_continuous_trained_policy_act_on_one_observation_or_a
             np.testing.assert_array_equal(policy.act(obs), expected)
             assert expected.shape == (3, 1) and policy.act(obs[1]).shape == (1,)
             np.testing.assert_allclose(policy.act(obs[1]), expected[1], rtol=1e-6)
+
+
+def test_a_cpu_run_whose_states_cannot_fit_in_free_memory_is_refused_before_they_are_made(tmp_path, monkeypatch):
+    """On a CPU a state past the free memory is granted (Linux overcommits), and the kernel ended the process when it
+    filled it, with no message (`train --algo sac --buffer-size 1e9`: exit 137). It is refused after the init's
+    compile, before the init runs, naming what it takes and the options that size it; with a run folder a chunk
+    between checkpoints is given a copy of the states, so twice that is needed, unless checkpoint_every=1."""
+    from jaxrl_rollout import _memory
+    from jaxrl_rollout.algorithms import dqn
+
+    free = _memory.free_host_bytes()
+    with open("/proc/meminfo") as f:
+        meminfo = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+    assert 0 < free <= meminfo["MemTotal"] + meminfo.get("SwapTotal", 0)
+    config = dqn.DQNConfig(total_timesteps=40, num_envs=1, learning_starts=10, train_frequency=10, log_interval=10,
+                           target_network_frequency=20, buffer_size=1000, batch_size=8)
+    spec = runner.RunSpec("dqn", config, (dqn.DQNHParams(),), num_seeds=2, chunk_updates=1)
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: 1000)
+    with pytest.raises(runner.StatesTooLarge, match=r"^this run cannot fit in the 1 kB of memory free on this machine "
+                       r"\(/proc/meminfo's MemAvailable and SwapFree, or its cgroup's limit\): the train states of its "
+                       r"2 runs take [\d.]+ kB \([\d.]+ kB of replay buffers per run\), and twice that with the copy a "
+                       r"chunk between checkpoints is given; lower buffer_size \(--buffer-size\) or train fewer runs "
+                       r"\(--seeds, the grid\), or store each observation once \(optimize_memory_usage, "
+                       r"--optimize-memory-usage true\)\.$") as refused:
+        runner.train(spec, tmp_path / "a", progress=None)
+    need = refused.value.need
+    assert not (tmp_path / "a" / "checkpoints").exists()
+    # one state fits, its copy does not
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: need + need // 2)
+    with pytest.raises(runner.StatesTooLarge, match=r"and a chunk between checkpoints is given a copy of them \(a "
+                       r"second Ctrl-C then saves the last whole chunk\), [\d.]+ kB in all; checkpoint_every=1 "
+                       r"\(--checkpoint-every 1\) keeps one state, or lower buffer_size"):
+        runner.train(spec, tmp_path / "b", progress=None)
+    result = runner.train(spec, tmp_path / "c", checkpoint_every=1, progress=None)
+    assert result.complete and sum(x.nbytes for x in jax.tree.leaves(result.state)) == need  # every leaf counted
+    runner.train(spec, None, progress=None)  # without a folder nothing is copied: it fits
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: need - 1)
+    with pytest.raises(runner.StatesTooLarge, match=r"of replay buffers per run\); lower buffer_size"):  # no copy
+        runner.train(spec, None, progress=None)
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: None)  # not Linux: not known, not refused
+    runner.train(spec, None, progress=None)
