@@ -1016,7 +1016,12 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             check_checkpoint_spec(folder, spec, saved_manifest, ignore=("config.total_timesteps",), given=True)
             spec_unsaved = ((folder / "config.json").exists()
                             and bool(spec_differences(read_spec(folder).to_json(), spec.to_json())))
-            loaded, loaded_best, extras, manifest = _load_saved(folder, spec, algorithm, saved_manifest, sharding)
+            template = _state_template(spec, algorithm, saved_manifest)
+            _check_states_fit(spec, [template[0] if saved_manifest["meta"].get(BEST_POLICY) else template], mesh,
+                              copied=checkpoint_every > 1, resumed=True)
+            loaded, loaded_best, extras, manifest = _load_saved(folder, spec, algorithm, saved_manifest, sharding,
+                                                                template)
+            del template
             chunks_done = manifest["meta"]["chunks_done"]
             lengths = continued_lengths(spec, chunks_done, manifest["meta"]["updates_done"])
             states = _split_runs(loaded, groups, sharding)
@@ -1037,7 +1042,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 if states is None:
                     inits = [_compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))
                              for (a, b), h in zip(groups, group_hparams)]
-                    _check_states_fit(spec, inits, mesh, copied=folder is not None and checkpoint_every > 1)
+                    _check_states_fit(spec, [_out_shapes(init, algorithm, spec, a, b) for init, (a, b) in
+                                             zip(inits, groups)], mesh, copied=folder is not None and checkpoint_every > 1)
                     states = [init(take(keys, a, b), h) for init, (a, b), h in zip(inits, groups, group_hparams)]
                     del inits
                 if evaluating and loaded_best is None:  # a new run, or one resumed from a checkpoint that kept none
@@ -1265,6 +1271,16 @@ def _bytes_text(n: float) -> str:
     return f"{n:.3g} GB" if n < 1000 else f"{n:,.0f} GB"
 
 
+def _out_shapes(init, algorithm, spec: RunSpec, a: int, b: int) -> Any:
+    """The shapes of what a group's compiled init (runs a to b) makes: its `out_info`, or, where JAX cannot give
+    that (a program with host callbacks: its output layouts are not known), the init traced again for them."""
+    try:
+        return init.out_info
+    except (AssertionError, AttributeError, NotImplementedError):
+        hparams = spec.run_hparams()
+        return jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys()[a:b], jax.tree.map(lambda x: x[a:b], hparams))
+
+
 class StatesTooLarge(ValueError):
     """A CPU run whose train states cannot fit in the host's free memory, refused before they are made: `need`,
     the bytes of every run's state (twice that with the copy between checkpoints), and `free`, the host's."""
@@ -1274,16 +1290,17 @@ class StatesTooLarge(ValueError):
         self.need, self.free = need, free
 
 
-def _check_states_fit(spec: RunSpec, inits: list, mesh: Mesh, copied: bool) -> None:
+def _check_states_fit(spec: RunSpec, states: list, mesh: Mesh, copied: bool, resumed: bool = False) -> None:
     """Refuses, before they are made, the runs' train states that cannot fit in the host's free memory (a CPU
-    run in one process): the kernel would end the process when it filled them, with no message. `inits`: each
-    group's compiled init; `copied`: a chunk between checkpoints is given a copy of the states (`train`)."""
+    run in one process): the kernel would end the process when it filled them, with no message. `states`: the
+    shapes of each group's state (a compiled init's `out_info`, or a checkpoint's template); `copied`: a chunk
+    between checkpoints is given a copy of the states (`train`); `resumed`: loaded from a checkpoint, whose config
+    a resume keeps."""
     from jaxrl_rollout import _memory
 
     if mesh.devices.flat[0].platform != "cpu" or jax.process_count() > 1:
         return  # (an accelerator's allocator refuses what it cannot hold: RESOURCE_EXHAUSTED, one line at the CLI)
     free = _memory.free_host_bytes()
-    states = [init.out_info for init in inits]
     need = sum(_memory.tree_bytes(s) for s in states)
     if free is None or need * (2 if copied else 1) <= free:
         return
@@ -1291,7 +1308,9 @@ def _check_states_fit(spec: RunSpec, inits: list, mesh: Mesh, copied: bool) -> N
     runs = f"{spec.num_runs} run{'s' if spec.num_runs != 1 else ''}"
     held = (f"the train states of its {runs} take {_bytes_text(need)}"
             + (f" ({_bytes_text(buffers / spec.num_runs)} of replay buffers per run)" if buffers else ""))
-    if buffers:
+    if resumed:  # (its config is the checkpoint's)
+        lower = "free memory on this machine, or resume the run on one with more"
+    elif buffers:
         lower = "lower buffer_size (--buffer-size) or train fewer runs (--seeds, the grid)" + (
             "" if getattr(spec.config, "optimize_memory_usage", True) else
             ", or store each observation once (optimize_memory_usage, --optimize-memory-usage true)")
@@ -1418,12 +1437,14 @@ def _load_state(folder, spec: RunSpec, algorithm) -> tuple[Any, dict, dict]:
 
 
 def _load_saved(folder, spec: RunSpec, algorithm, manifest: dict | None = None,
-                sharding: NamedSharding | None = None) -> tuple[Any, Any, dict, dict]:
-    """`checkpoint.load` of the folder's latest checkpoint (whose `manifest` the caller may have read):
-    (train state, best policies or None where the run kept none, extras, manifest)."""
+                sharding: NamedSharding | None = None, template: Any = None) -> tuple[Any, Any, dict, dict]:
+    """`checkpoint.load` of the folder's latest checkpoint (whose `manifest` and `_state_template` the caller may
+    have made): (train state, best policies or None where the run kept none, extras, manifest)."""
     if manifest is None:
         manifest = checkpoint.read_manifest(folder)
-    saved, extras, manifest = checkpoint.load(folder, _state_template(spec, algorithm, manifest), sharding=sharding)
+    if template is None:
+        template = _state_template(spec, algorithm, manifest)
+    saved, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
     return (*(saved if manifest["meta"].get(BEST_POLICY) else (saved, None)), extras, manifest)
 
 

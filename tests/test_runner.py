@@ -869,3 +869,14 @@ def test_a_cpu_run_whose_states_cannot_fit_in_free_memory_is_refused_before_they
         runner.train(spec, None, progress=None)
     monkeypatch.setattr(_memory, "free_host_bytes", lambda: None)  # not Linux: not known, not refused
     runner.train(spec, None, progress=None)
+    # a resume, checked before its checkpoint is read: its config is the checkpoint's
+    assert not runner.train(spec, tmp_path / "d", checkpoint_every=1, stop_after_chunks=1, progress=None).complete
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: need - 1)
+    with pytest.raises(runner.StatesTooLarge, match=r"per run\), and twice that with the copy a chunk between "
+                       r"checkpoints is given; free memory on this machine, or resume the run on one with more\.$"):
+        runner.train(spec, tmp_path / "d", resume=True, progress=None)
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: need + need // 2)
+    with pytest.raises(runner.StatesTooLarge, match=r"checkpoint_every=1 \(--checkpoint-every 1\) keeps one state, "
+                       r"or free memory on this machine"):
+        runner.train(spec, tmp_path / "d", resume=True, progress=None)
+    assert runner.train(spec, tmp_path / "d", resume=True, checkpoint_every=1, progress=None).complete
