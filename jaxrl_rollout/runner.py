@@ -953,6 +953,13 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
 
     Returns:
       A `RunResult`.
+
+    Raises:
+      StatesTooLarge: on a CPU (one process), when the runs' train states, the
+        copy of them a chunk between checkpoints is given, or a chunk's
+        working memory cannot fit in the host's free memory; checked before
+        the states are made (or read from the checkpoint) and before the first
+        chunk runs.
     """
     from jaxrl_rollout._checks import check_positive_int
 
@@ -1060,6 +1067,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                                for length in sorted(set(lengths[chunks_done:]))
                                for (a, b), state, h, e, best in zip(groups, states, group_hparams, group_eval, bests)}
                 _signals.ready_time(states)  # the init's run, waited for where a handler runs
+                _check_chunks_fit(spec, states, executables.values(), mesh, copied=folder is not None and
+                                  checkpoint_every > 1, resumed=resume)
         except BaseException as error:
             stopped = stopped_at_once()  # a signal raised inside a host env's reset comes out of JAX as an error
             if not isinstance(error, KeyboardInterrupt) and stopped is None:
@@ -1324,6 +1333,36 @@ def _check_states_fit(spec: RunSpec, states: list, mesh: Mesh, copied: bool, res
                              f"(--checkpoint-every 1) keeps one state, or {lower}.", need, free)
     copy = ", and twice that with the copy a chunk between checkpoints is given" if copied else ""
     raise StatesTooLarge(f"{where}{copy}; {lower}.", need, free)
+
+
+def _check_chunks_fit(spec: RunSpec, states: list, chunks, mesh: Mesh, copied: bool, resumed: bool) -> None:
+    """After the states are made (`_check_states_fit`), refuses a CPU run whose chunk programs' working memory
+    (XLA's temp buffers: rollouts, minibatches, activations), beside the copy of the states a chunk between
+    checkpoints is given, cannot fit in what is free now: one temp allocation past the machine's memory is
+    XLA's own out-of-memory error, but one under it is granted and the kernel ended the process as it filled it."""
+    from jaxrl_rollout import _memory
+
+    if mesh.devices.flat[0].platform != "cpu" or jax.process_count() > 1:
+        return
+    try:
+        work = max(c.memory_analysis().temp_size_in_bytes for c in chunks)
+    except Exception:  # (no analysis from this backend or program: nothing known, nothing refused)
+        return
+    copy = _memory.tree_bytes(states) if copied else 0
+    free = _memory.free_host_bytes()
+    if free is None or work + copy <= free:
+        return
+    held = f"each chunk works in {_bytes_text(work)} (XLA's temp buffers: its rollouts, minibatches and activations)"
+    if copy:
+        held += f", beside a copy of the runs' train states ({_bytes_text(copy)}) between checkpoints"
+    lower = ("free memory on this machine, or resume the run on one with more" if resumed else
+             "lower num_envs (--num-envs) or num_steps (--num-steps), or train fewer runs at once (max_parallel, "
+             "--max-parallel N)")
+    if copy:
+        lower = f"checkpoint_every=1 (--checkpoint-every 1) saves each chunk's state instead of copying it, or {lower}"
+    raise StatesTooLarge(f"this run cannot fit in the {_bytes_text(free)} of memory free on this machine, its train "
+                         f"states made (/proc/meminfo's MemAvailable and SwapFree, or its cgroup's limit): {held}; "
+                         f"{lower}.", work + copy, free)
 
 
 def _replay_text(states: list, num_runs: int) -> str:

@@ -880,3 +880,31 @@ def test_a_cpu_run_whose_states_cannot_fit_in_free_memory_is_refused_before_they
                        r"or free memory on this machine"):
         runner.train(spec, tmp_path / "d", resume=True, progress=None)
     assert runner.train(spec, tmp_path / "d", resume=True, checkpoint_every=1, progress=None).complete
+
+
+def test_a_cpu_run_whose_chunks_cannot_work_in_the_free_memory_is_refused_before_its_first_chunk(tmp_path, monkeypatch):
+    """A chunk's temp buffers (XLA's, its rollouts and minibatches) under the machine's memory are granted and were
+    filled until the kernel ended the process; with the states made, the largest chunk's temp buffers and the copy
+    of the states between checkpoints are checked against what is free, naming the options that size them."""
+    from jaxrl_rollout import _memory
+
+    answers = iter([10**12, 1000])  # the states fit; then 1 kB is left for the chunks
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: next(answers))
+    with pytest.raises(runner.StatesTooLarge, match=r"^this run cannot fit in the 1 kB of memory free on this machine, "
+                       r"its train states made \(/proc/meminfo's MemAvailable and SwapFree, or its cgroup's limit\): "
+                       r"each chunk works in [\d.]+ [kM]B \(XLA's temp buffers: its rollouts, minibatches and "
+                       r"activations\), beside a copy of the runs' train states \([\d.]+ kB\) between checkpoints; "
+                       r"checkpoint_every=1 \(--checkpoint-every 1\) saves each chunk's state instead of copying it, or "
+                       r"lower num_envs \(--num-envs\) or num_steps \(--num-steps\), or train fewer runs at once "
+                       r"\(max_parallel, --max-parallel N\)\.$") as refused:
+        runner.train(SPEC, tmp_path / "a", progress=None)
+    assert refused.value.free == 1000 and not (tmp_path / "a" / "checkpoints").exists()
+    answers = iter([10**12, refused.value.need])  # exactly what it needs: trained
+    result = runner.train(SPEC, tmp_path / "b", progress=None)
+    assert result.complete
+    work = refused.value.need - sum(x.nbytes for x in jax.tree.leaves(result.state))  # the need less the copy
+    answers = iter([10**12, work])
+    runner.train(SPEC, None, progress=None)  # no folder: no copy
+    answers = iter([10**12, work - 1])
+    with pytest.raises(runner.StatesTooLarge, match=r"activations\); lower num_envs"):  # no folder: no copy
+        runner.train(SPEC, None, progress=None)
