@@ -1291,8 +1291,9 @@ def _out_shapes(init, algorithm, spec: RunSpec, a: int, b: int) -> Any:
 
 
 class StatesTooLarge(ValueError):
-    """A CPU run whose train states cannot fit in the host's free memory, refused before they are made: `need`,
-    the bytes of every run's state (twice that with the copy between checkpoints), and `free`, the host's."""
+    """A CPU run that cannot fit in the host's free memory, refused before its states are made or its first chunk
+    runs (`train`): `need`, the bytes it asked (its states, twice them with the copy between checkpoints, or a
+    chunk's working memory and that copy), and `free`, the host's."""
 
     def __init__(self, message: str, need: int, free: int):
         super().__init__(message)
