@@ -1356,9 +1356,12 @@ def _check_chunks_fit(spec: RunSpec, states: list, chunks, mesh: Mesh, copied: b
     held = f"each chunk works in {_bytes_text(work)} (XLA's temp buffers: its rollouts, minibatches and activations)"
     if copy:
         held += f", beside a copy of the runs' train states ({_bytes_text(copy)}) between checkpoints"
+    sizes = "num_envs (--num-envs) or num_steps (--num-steps)"
+    if spec.eval_every is not None and spec.eval_episodes > 10:  # (more than the default: it may be what asks)
+        sizes = (f"num_envs (--num-envs), num_steps (--num-steps) or eval_episodes (--eval-episodes: each periodic "
+                 f"evaluation plays its {spec.eval_episodes:,} episodes of every run at once)")
     lower = ("free memory on this machine, or resume the run on one with more" if resumed else
-             "lower num_envs (--num-envs) or num_steps (--num-steps), or train fewer runs at once (max_parallel, "
-             "--max-parallel N)")
+             f"lower {sizes}, or train fewer runs at once (max_parallel, --max-parallel N)")
     if copy:
         lower = f"checkpoint_every=1 (--checkpoint-every 1) saves each chunk's state instead of copying it, or {lower}"
     raise StatesTooLarge(f"this run cannot fit in the {_bytes_text(free)} of memory free on this machine, its train "

@@ -906,5 +906,10 @@ def test_a_cpu_run_whose_chunks_cannot_work_in_the_free_memory_is_refused_before
     answers = iter([10**12, work])
     runner.train(SPEC, None, progress=None)  # no folder: no copy
     answers = iter([10**12, work - 1])
-    with pytest.raises(runner.StatesTooLarge, match=r"activations\); lower num_envs"):  # no folder: no copy
-        runner.train(SPEC, None, progress=None)
+    with pytest.raises(runner.StatesTooLarge, match=r"activations\); lower num_envs \(--num-envs\) or num_steps "):
+        runner.train(SPEC, None, progress=None)  # no folder: no copy
+    # the periodic evaluation's episodes, all played at once, are named when there are more than the default
+    answers = iter([10**12, 1000])
+    with pytest.raises(runner.StatesTooLarge, match=r"or eval_episodes \(--eval-episodes: each periodic evaluation "
+                                                    r"plays its 20 episodes of every run at once\)"):
+        runner.train(dataclasses.replace(SPEC, eval_every=7, eval_episodes=20), None, progress=None)
