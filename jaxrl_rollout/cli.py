@@ -2404,10 +2404,9 @@ def _main(argv: list) -> int:
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 2
     except ValueError as error:  # bad configs, folders and checkpoints (CheckpointError is a ValueError)
-        kept = ""
-        if type(error).__name__ == "StatesTooLarge" and getattr(args, "out", None):  # (runner's, refused in train)
-            kept = f" {args.out} keeps this run's config, so give the new settings another --out."
-        print(f"jaxrl-rollout: error: {error}{kept}", file=sys.stderr)
+        runner = sys.modules.get("jaxrl_rollout.runner")  # (imported by whatever raised StatesTooLarge)
+        kept = _kept_config_text(args) if runner and isinstance(error, runner.StatesTooLarge) else ""
+        print(f"jaxrl-rollout: error: {error}{' ' + kept + '.' if kept else ''}", file=sys.stderr)
         return 2
     except OSError as error:  # a file the run reads or writes: one line naming it, not a traceback
         print(f"jaxrl-rollout: error: {_os_error_text(error)}", file=sys.stderr)
@@ -2489,12 +2488,18 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
         if copy:  # the one option that lowers a resumed run's memory
             again = f"resume it with {copy.replace(' keeps', ', which keeps', 1)}, or {again}"
         return f"out of memory on the {jax.default_backend()} device ({what}): {again}."
-    kept = (f"; {args.out} keeps this run's config, so give the new settings another --out"
-            if getattr(args, "out", None) else "")
-    lower = {"train": f"lower {sizes}, {fewer}{'; ' + copy if copy else ''}{kept}",
+    kept = _kept_config_text(args)
+    lower = {"train": f"lower {sizes}, {fewer}{'; ' + copy if copy else ''}{'; ' + kept if kept else ''}",
              "evaluate": "lower --num-episodes (every episode of every run is played at once)",
              "rollout": "lower --num-envs (rollout keeps up to 1,024 steps of every env)"}[args.command]
     return f"out of memory on the {jax.default_backend()} device ({what}): {lower}."
+
+
+def _kept_config_text(args) -> str:
+    """For a new run refused for its size: "FOLDER keeps this run's config, so give the new settings another --out"
+    (the refused run's folder was made, with its config, before the refusal), or "" without a folder."""
+    out = getattr(args, "out", None)
+    return f"{out} keeps this run's config, so give the new settings another --out" if out else ""
 
 
 GC_THRESHOLDS = (50_000, 20, 100)

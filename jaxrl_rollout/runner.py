@@ -1300,6 +1300,23 @@ class StatesTooLarge(ValueError):
         self.need, self.free = need, free
 
 
+def _free_to_check(mesh: Mesh) -> int | None:
+    """The host's free memory in bytes that a CPU run in one process is checked against (`_memory.free_host_bytes`),
+    or None where nothing is checked: an accelerator's allocator refuses what it cannot hold (RESOURCE_EXHAUSTED, one
+    line at the CLI), a multi-process run's hosts are not read, and a host whose free memory is not known."""
+    from jaxrl_rollout import _memory
+
+    if mesh.devices.flat[0].platform != "cpu" or jax.process_count() > 1:
+        return None
+    return _memory.free_host_bytes()
+
+
+def _cannot_fit(free: int) -> str:
+    """The opening of a StatesTooLarge message: the free memory and where it was read."""
+    return (f"this run cannot fit in the {_bytes_text(free)} of memory free on this machine (/proc/meminfo's "
+            f"MemAvailable and SwapFree, or its cgroup's limit)")
+
+
 def _check_states_fit(spec: RunSpec, states: list, mesh: Mesh, copied: bool, resumed: bool = False) -> None:
     """Refuses, before they are made, the runs' train states that cannot fit in the host's free memory (a CPU
     run in one process): the kernel would end the process when it filled them, with no message. `states`: the
@@ -1308,9 +1325,7 @@ def _check_states_fit(spec: RunSpec, states: list, mesh: Mesh, copied: bool, res
     a resume keeps."""
     from jaxrl_rollout import _memory
 
-    if mesh.devices.flat[0].platform != "cpu" or jax.process_count() > 1:
-        return  # (an accelerator's allocator refuses what it cannot hold: RESOURCE_EXHAUSTED, one line at the CLI)
-    free = _memory.free_host_bytes()
+    free = _free_to_check(mesh)
     need = sum(_memory.tree_bytes(s) for s in states)
     if free is None or need * (2 if copied else 1) <= free:
         return
@@ -1326,8 +1341,7 @@ def _check_states_fit(spec: RunSpec, states: list, mesh: Mesh, copied: bool, res
             ", or store each observation once (optimize_memory_usage, --optimize-memory-usage true)")
     else:
         lower = "lower num_envs (--num-envs) or train fewer runs (--seeds, the grid)"
-    where = (f"this run cannot fit in the {_bytes_text(free)} of memory free on this machine (/proc/meminfo's "
-             f"MemAvailable and SwapFree, or its cgroup's limit): {held}")
+    where = f"{_cannot_fit(free)}: {held}"
     if copied and need <= free:  # one state fits: the copy between checkpoints does not
         raise StatesTooLarge(f"{where}, and a chunk between checkpoints is given a copy of them (a second Ctrl-C then "
                              f"saves the last whole chunk), {_bytes_text(2 * need)} in all; checkpoint_every=1 "
@@ -1343,15 +1357,15 @@ def _check_chunks_fit(spec: RunSpec, states: list, chunks, mesh: Mesh, copied: b
     XLA's own out-of-memory error, but one under it is granted and the kernel ended the process as it filled it."""
     from jaxrl_rollout import _memory
 
-    if mesh.devices.flat[0].platform != "cpu" or jax.process_count() > 1:
+    free = _free_to_check(mesh)
+    if free is None:
         return
     try:
         work = max(c.memory_analysis().temp_size_in_bytes for c in chunks)
     except Exception:  # (no analysis from this backend or program: nothing known, nothing refused)
         return
     copy = _memory.tree_bytes(states) if copied else 0
-    free = _memory.free_host_bytes()
-    if free is None or work + copy <= free:
+    if work + copy <= free:
         return
     held = f"each chunk works in {_bytes_text(work)} (XLA's temp buffers: its rollouts, minibatches and activations)"
     if copy:
@@ -1364,9 +1378,7 @@ def _check_chunks_fit(spec: RunSpec, states: list, chunks, mesh: Mesh, copied: b
              f"lower {sizes}, or train fewer runs at once (max_parallel, --max-parallel N)")
     if copy:
         lower = f"checkpoint_every=1 (--checkpoint-every 1) saves each chunk's state instead of copying it, or {lower}"
-    raise StatesTooLarge(f"this run cannot fit in the {_bytes_text(free)} of memory free on this machine, its train "
-                         f"states made (/proc/meminfo's MemAvailable and SwapFree, or its cgroup's limit): {held}; "
-                         f"{lower}.", work + copy, free)
+    raise StatesTooLarge(f"{_cannot_fit(free)}, its train states made: {held}; {lower}.", work + copy, free)
 
 
 def _replay_text(states: list, num_runs: int) -> str:

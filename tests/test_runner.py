@@ -890,8 +890,8 @@ def test_a_cpu_run_whose_chunks_cannot_work_in_the_free_memory_is_refused_before
 
     answers = iter([10**12, 1000])  # the states fit; then 1 kB is left for the chunks
     monkeypatch.setattr(_memory, "free_host_bytes", lambda: next(answers))
-    with pytest.raises(runner.StatesTooLarge, match=r"^this run cannot fit in the 1 kB of memory free on this machine, "
-                       r"its train states made \(/proc/meminfo's MemAvailable and SwapFree, or its cgroup's limit\): "
+    with pytest.raises(runner.StatesTooLarge, match=r"^this run cannot fit in the 1 kB of memory free on this machine "
+                       r"\(/proc/meminfo's MemAvailable and SwapFree, or its cgroup's limit\), its train states made: "
                        r"each chunk works in [\d.]+ [kM]B \(XLA's temp buffers: its rollouts, minibatches and "
                        r"activations\), beside a copy of the runs' train states \([\d.]+ kB\) between checkpoints; "
                        r"checkpoint_every=1 \(--checkpoint-every 1\) saves each chunk's state instead of copying it, or "
