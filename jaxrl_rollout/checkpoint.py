@@ -49,7 +49,7 @@ import pathlib
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import jax
@@ -81,7 +81,8 @@ def flatten(tree: Any) -> tuple[list[Any], list[str | None], Any]:
 
 def unflatten(treedef: Any, leaves: list[Any], impls: list[str | None]) -> Any:
     """Inverse of `flatten`: rewraps key data as typed PRNG keys."""
-    leaves = [x if impl is None else jax.random.wrap_key_data(x, impl=impl) for x, impl in zip(leaves, impls)]
+    leaves = [x if impl is None or x is None else jax.random.wrap_key_data(x, impl=impl)  # (None: a leaf not read)
+              for x, impl in zip(leaves, impls)]
     return jax.tree.unflatten(treedef, leaves)
 
 
@@ -560,7 +561,8 @@ def _manifest_at(folder: pathlib.Path, step: int | None) -> dict:
     return manifest
 
 
-def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -> tuple[Any, dict, dict]:
+def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None, *,
+         only: Collection[int] | None = None) -> tuple[Any, dict, dict]:
     """Loads the latest checkpoint in `folder` and checks it against `template`.
 
     A read that fails because the run moved on while it was read (a `train` still writing the folder saved a
@@ -574,6 +576,12 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -
       sharding: where to place the state's arrays (e.g. a `NamedSharding` over
         a mesh that spans processes, each process then reads only its shards);
         None returns numpy arrays.
+      only: the positions (in `jax.tree.flatten(template)`'s order) of the
+        leaves to read, e.g. a policy's params without the replay buffer beside
+        them: the others are not read from disk and come back as None, and the
+        extras are not read ({}). The leaves read are checked as in a whole
+        read (structure, shapes and dtypes of every leaf, digests of those
+        read). None: every leaf and the extras.
 
     Returns:
       (state with PRNG keys rewrapped, extras as numpy arrays, manifest).
@@ -585,17 +593,26 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None) -
     """
     folder = _absolute(folder)
     _refuse_links(folder)
-    return _on_latest_step(folder, lambda step: _load_step(folder, step, template, sharding))
+    if only is not None:
+        count = len(jax.tree.leaves(template))
+        only = sorted(set(only))
+        if not all(_checks.is_int(i) and 0 <= i < count for i in only):
+            raise ValueError(f"only: positions of the template's {count} leaves (0 to {count - 1}), got {only}.")
+    return _on_latest_step(folder, lambda step: _load_step(folder, step, template, sharding, only))
 
 
-def _load_step(folder: pathlib.Path, step: int | None, template: Any,
-               sharding: jax.sharding.Sharding | None) -> tuple[Any, dict, dict]:
+def _load_step(folder: pathlib.Path, step: int | None, template: Any, sharding: jax.sharding.Sharding | None,
+               only: list[int] | None = None) -> tuple[Any, dict, dict]:
     """`load`'s one reading, of committed step `step` (None: a pre-Orbax checkpoint)."""
     import orbax.checkpoint as ocp
 
     manifest = _manifest_at(folder, step)
     if manifest["format"] == LEGACY_FORMAT:
-        return _load_legacy(folder, manifest, template, sharding)
+        state, extras, manifest = _load_legacy(folder, manifest, template, sharding)
+        if only is None:
+            return state, extras, manifest
+        leaves, treedef = jax.tree.flatten(state)  # (read whole: one .npz)
+        return jax.tree.unflatten(treedef, [x if i in only else None for i, x in enumerate(leaves)]), {}, manifest
     _check_structure(folder, manifest, template)
     step_dir = folder / SUBFOLDER / str(manifest["step"])
     local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -610,6 +627,8 @@ def _load_step(folder: pathlib.Path, step: int | None, template: Any,
     abstract = {name: jax.ShapeDtypeStruct(tuple(stored[name]), jnp.dtype(s["dtype"]), sharding=local)
                 if name in stored else jax.ShapeDtypeStruct(tuple(s["shape"]), jnp.dtype(s["dtype"]), sharding=place)
                 for name, s in specs.items()}
+    if only is not None:
+        return _load_leaves(folder, step_dir, manifest, template, abstract, stored, sharding, only)
     items = {"state": ocp.args.StandardRestore(abstract)}
     if manifest["extras"]:
         items["extras"] = ocp.args.StandardRestore(
@@ -647,6 +666,39 @@ def _load_step(folder: pathlib.Path, step: int | None, template: Any,
             leaves[i] = _laid_out(np.asarray(leaves[i]).reshape(spec["shape"]), sharding)
     _, treedef = jax.tree.flatten(template)
     return unflatten(treedef, leaves, manifest["key_impls"]), extras, manifest
+
+
+def _load_leaves(folder: pathlib.Path, step_dir: pathlib.Path, manifest: dict, template: Any, abstract: dict,
+                 stored: dict, sharding: jax.sharding.Sharding | None, only: list[int]) -> tuple[Any, dict, dict]:
+    """`_load_step` of the leaves at positions `only` (`load`'s `only`): Orbax's partial restore of the checkpoint's
+    state item, the other leaves None, no extras; `abstract` and `stored` as `_load_step` made them."""
+    import orbax.checkpoint as ocp
+
+    names = [f"{i:05d}" for i in only]
+    wanted = {name: abstract[name] for name in names}
+    failure, restored = None, {}
+    try:
+        with _quiet_failures(), ocp.PyTreeCheckpointer() as reader:
+            restored = wanted and reader.restore(step_dir / "state", args=ocp.args.PyTreeRestore(
+                item=wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted), partial_restore=True))
+    except Exception as error:  # noqa: BLE001 - as _load_step's whole read
+        _drop_late_orbax_noise()
+        failure = f"corrupt checkpoint {step_dir}: {_one_line(error)}"
+    if failure is not None:
+        _raise_after_failure(failure)
+    read = [restored[name] for name in names]
+    for i, digest in zip(only, _digest_strings(read)):
+        if digest != manifest["digests"][i]:
+            raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of state leaf {i} does not match the "
+                                  "digest saved with it.")
+    leaves: list[Any] = [None] * len(manifest["leaves"])
+    for i, name, x in zip(only, names, read):
+        if name in stored:
+            leaves[i] = _laid_out(np.asarray(x).reshape(manifest["leaves"][i]["shape"]), sharding)
+        else:
+            leaves[i] = np.asarray(x) if sharding is None else x
+    _, treedef = jax.tree.flatten(template)
+    return unflatten(treedef, leaves, manifest["key_impls"]), {}, manifest
 
 
 def _laid_out(host: np.ndarray, sharding: jax.sharding.Sharding | None) -> Any:

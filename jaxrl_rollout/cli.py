@@ -1710,7 +1710,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` command: per-run returns of a saved run's policies, deterministic and stochastic."""
     import jax
 
-    from jaxrl_rollout.runner import load_run, make_algorithm
+    from jaxrl_rollout.runner import _load_run_policies, make_algorithm
 
     if args.runs != "all" and not args.video:  # before the checkpoint is read and every run evaluated
         raise ValueError("--runs selects the runs of --video; add --video.")
@@ -1740,7 +1740,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if why is not None:
             raise ValueError(f"--best-policy: {why}; evaluate the latest policies without --best-policy.")
     else:
-        spec, state, _, manifest = load_run(args.folder)
+        spec, state, manifest = _load_run_policies(args.folder)  # (a replay buffer is not read)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
     args.trained_options = spec.config.env_options

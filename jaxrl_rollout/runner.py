@@ -1485,28 +1485,66 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
     return (spec, *_load_state(folder, spec, make_algorithm(spec)))
 
 
+def _load_run_policies(folder) -> tuple[RunSpec, Any, dict]:
+    """`load_run` for what acts with the runs' policies alone (`evaluate`): (spec, train state with only the
+    leaves of its policies read (`_load_policy_state`), manifest)."""
+    spec = read_spec(folder)
+    spec = run_spec(folder, spec, checkpoint.read_manifest(folder))
+    return (spec, *_load_policy_state(folder, spec, make_algorithm(spec)))
+
+
 def _load_state(folder, spec: RunSpec, algorithm) -> tuple[Any, dict, dict]:
     """`checkpoint.load` of the folder's latest checkpoint against the state `algorithm` builds for `spec`."""
     state, _, extras, manifest = _load_saved(folder, spec, algorithm)
     return state, extras, manifest
 
 
+def _load_policy_state(folder, spec: RunSpec, algorithm) -> tuple[Any, dict]:
+    """(the runs' train states with only the leaves that `algorithm.policy_params` takes their policies from
+    read, the others None: a replay buffer, optimiser states and the env states are not read from disk; the
+    manifest). For what only acts (`evaluate`, `load_policy`): an off-policy run's checkpoint is mostly its
+    replay buffers, which may not fit in the memory of a machine that evaluates it."""
+    manifest = checkpoint.read_manifest(folder)
+    template = _state_template(spec, algorithm, manifest)
+    kept = bool(manifest["meta"].get(BEST_POLICY))
+    policies = jax.vmap(algorithm.policy_params)
+    reads = _leaves_read(lambda saved: policies(saved[0] if kept else saved), template)
+    state, _, _, manifest = _load_saved(folder, spec, algorithm, manifest, template=template, only=reads)
+    return state, manifest
+
+
+def _leaves_read(fn: Callable, template: Any) -> list[int]:
+    """The positions of `template`'s leaves (in `jax.tree.flatten`'s order) that `fn(template)` reads: the inputs
+    of its traced program that an operation or an output uses. A selection, such as a policy's params out of a
+    train state, reads the leaves it selects."""
+    jaxpr = jax.make_jaxpr(fn)(template).jaxpr
+    used = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
+    return [i for i, v in enumerate(jaxpr.invars) if id(v) in used]
+
+
 def _load_saved(folder, spec: RunSpec, algorithm, manifest: dict | None = None,
-                sharding: NamedSharding | None = None, template: Any = None) -> tuple[Any, Any, dict, dict]:
+                sharding: NamedSharding | None = None, template: Any = None,
+                only: list[int] | None = None) -> tuple[Any, Any, dict, dict]:
     """`checkpoint.load` of the folder's latest checkpoint (whose `manifest` and `_state_template` the caller may
-    have made): (train state, best policies or None where the run kept none, extras, manifest)."""
+    have made): (train state, best policies or None where the run kept none, extras, manifest); `only`: the
+    leaves to read (`checkpoint.load`'s), the others None."""
     if manifest is None:
         manifest = checkpoint.read_manifest(folder)
     if template is None:
         template = _state_template(spec, algorithm, manifest)
-    saved, extras, manifest = checkpoint.load(folder, template, sharding=sharding)
+    saved, extras, manifest = checkpoint.load(folder, template, sharding=sharding, only=only)
     return (*(saved if manifest["meta"].get(BEST_POLICY) else (saved, None)), extras, manifest)
 
 
 def _load_best(folder, spec: RunSpec, algorithm) -> tuple[Any, dict]:
-    """(every run's `periodic_eval.BestPolicy`, the manifest) of the folder's latest checkpoint; a ValueError
-    where the run keeps none (`load_best_policies`)."""
-    _, best, _, manifest = _load_saved(folder, spec, algorithm)
+    """(every run's `periodic_eval.BestPolicy`, the manifest) of the folder's latest checkpoint, the train states
+    not read; a ValueError where the run keeps none (`load_best_policies`)."""
+    manifest = checkpoint.read_manifest(folder)
+    template = _state_template(spec, algorithm, manifest)
+    best = None
+    if manifest["meta"].get(BEST_POLICY):
+        only = _leaves_read(lambda saved: saved[1], template)
+        _, best, _, manifest = _load_saved(folder, spec, algorithm, manifest, template=template, only=only)
     if best is None:
         why = ("it was trained without periodic evaluation (train with --eval-every to keep each run's best "
                "policy)" if spec.eval_every is None else
@@ -1674,7 +1712,9 @@ def load_policy(folder, run: int = 0, *, deterministic: bool = True, best_policy
     `jaxrl-rollout evaluate FOLDER` plays the same policies: its deterministic
     column is `evaluate` of `load_policy(FOLDER, r)` with the key
     `jax.random.split(jax.random.fold_in(jax.random.key(SEED), 0), R)[r]` (the
-    stochastic column folds in 1), equal to float32 rounding.
+    stochastic column folds in 1), equal to float32 rounding. Only the
+    policy's leaves of the checkpoint are read (not an off-policy run's
+    replay buffers, its optimiser or env states).
 
     Args:
       folder: a run folder written by `train` (or the command line), relative
@@ -1714,7 +1754,7 @@ def load_policy(folder, run: int = 0, *, deterministic: bool = True, best_policy
                              f"{why or 'its evaluations so far returned NaN'}.")
         params, updates_done = jax.tree.map(lambda x: x[int(run)], best.params), int(best.update[int(run)])
     else:
-        state, _, manifest = _load_state(folder, spec, algorithm)
+        state, manifest = _load_policy_state(folder, spec, algorithm)
         params = algorithm.policy_params(jax.tree.map(lambda x: x[int(run)], state))
         updates_done = int(manifest["meta"]["updates_done"])
     return TrainedPolicy(spec, int(run), updates_done, algorithm.env, algorithm.env_params, params,

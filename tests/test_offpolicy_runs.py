@@ -64,6 +64,15 @@ def test_interrupted_and_resumed_run_ends_bit_identical(algo, full_runs, tmp_pat
         stored = np.asarray(saved.buffer.experience.obs)
         assert stored.shape[0] == 2 and spec.config.buffer_size in stored.shape and np.abs(stored).sum() > 0
         np.testing.assert_array_equal(np.asarray(saved.buffer.current_index), np.asarray(part.state.buffer.current_index))
+    # what acts with the policies (`evaluate`, `load_policy`) reads their leaves alone: no replay buffer
+    _, acting, _ = runner._load_run_policies(tmp_path)
+    policies = jax.vmap(runner.make_algorithm(spec).policy_params)
+    for a, b in zip(host_leaves(policies(saved)), host_leaves(policies(acting)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    read = [x for x in jax.tree.leaves(acting, is_leaf=lambda x: x is None) if x is not None]
+    assert 0 < len(read) < len(jax.tree.leaves(saved))
+    if algo != "pqn":
+        assert all(x is None for x in jax.tree.leaves(acting.buffer, is_leaf=lambda x: x is None))
     resumed = runner.train(spec, tmp_path, resume=True, progress=None)
     assert resumed.complete and resumed.updates_run == spec.config.num_updates - part.updates_done
     for a, b in zip(host_leaves(full.state), host_leaves(resumed.state)):

@@ -182,7 +182,7 @@ def test_a_load_that_loses_a_race_with_the_writer_reads_the_newer_step(tmp_path,
     the latest step unchanged the failure is the checkpoint's own and is raised."""
     reads = []
 
-    def read(folder, step, template, sharding):
+    def read(folder, step, template, sharding, only=None):
         reads.append(step)
         if len(reads) == 1:
             raise checkpoint.CheckpointError("corrupt checkpoint run/checkpoints/4: NOT_FOUND")
@@ -202,7 +202,7 @@ def test_a_load_that_loses_a_race_with_the_writer_reads_the_newer_step(tmp_path,
     reads.clear()
     listed = iter([(3, 4), (4,), (4,), (4,)])
 
-    def older_gone(folder, step, template, sharding):
+    def older_gone(folder, step, template, sharding, only=None):
         reads.append(step)
         if len(reads) == 1:
             raise FileNotFoundError(2, "No such file or directory", "run/checkpoints/3")
@@ -211,7 +211,7 @@ def test_a_load_that_loses_a_race_with_the_writer_reads_the_newer_step(tmp_path,
     monkeypatch.setattr(checkpoint, "_load_step", older_gone)
     assert checkpoint.load(tmp_path, None) == "step 4" and reads == [4, 4]
     # a writer that saves faster than the folder is read: five reads, then one line that says so
-    def always_gone(folder, step, template, sharding):
+    def always_gone(folder, step, template, sharding, only=None):
         raise FileNotFoundError(2, "No such file or directory", f"run/checkpoints/{step}")
 
     monkeypatch.setattr(checkpoint, "_load_step", always_gone)
@@ -393,6 +393,47 @@ def test_a_leaf_with_unit_axes_is_saved_in_its_own_memory_and_loads_into_its_sha
     file.write_text(json.dumps(written))
     with pytest.raises(checkpoint.CheckpointError, match=rf"stored_shapes names '00000' as \[2, {n + 1}, 3\], not a shape"):
         checkpoint.load(tmp_path, template)
+
+
+def test_a_load_of_some_leaves_reads_and_checks_those_alone(tmp_path):
+    """`checkpoint.load(..., only=positions)`: what acts with a policy (`evaluate`, `load_policy`) reads its params
+    and not the replay buffer beside them. The leaves asked (stored in their own shape or not, PRNG keys rewrapped)
+    equal a whole read's, on the host or laid out over a mesh; the others are None and the extras are not read. A
+    leaf read is checked against its digest; a digest altered for a leaf not read does not stop the read."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("runs",))
+    laid = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    n = checkpoint.UNIT_AXES_MIN_BYTES // 4
+    state = {"buffer": jax.device_put(np.arange(2 * n * 3, dtype=np.float32).reshape(2, 1, n, 3), laid),  # stored
+             "count": jax.device_put(np.array([4, 5], np.int32), laid),
+             "key": jax.random.split(jax.random.key(3), 2),
+             "params": {"w": jax.device_put(np.linspace(0, 1, 2 * 1 * 6, dtype=np.float32).reshape(2, 1, 6), laid)}}
+    checkpoint.save(tmp_path, 1, state, {"metrics/x": np.ones((2, 3))}, {})
+    template = jax.eval_shape(lambda: state)
+    whole, extras, _ = checkpoint.load(tmp_path, template)
+    assert set(extras) == {"metrics/x"}
+    for only in ([0], [2, 3], [3, 1, 3], []):
+        for sharding in (None, laid):
+            part, part_extras, manifest = checkpoint.load(tmp_path, template, sharding, only=only)
+            assert part_extras == {} and manifest["step"] == 1
+            leaves = jax.tree.leaves(part, is_leaf=lambda x: x is None)
+            assert [i for i, x in enumerate(leaves) if x is not None] == sorted(set(only))
+            for i in set(only):
+                a, b = leaves[i], jax.tree.leaves(whole)[i]
+                if jax.dtypes.issubdtype(b.dtype, jax.dtypes.prng_key):
+                    a, b = jax.random.key_data(a), jax.random.key_data(b)
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+                assert np.shape(a) == np.shape(b)
+                if sharding is not None:
+                    assert a.sharding == laid
+    file = next((tmp_path / "checkpoints" / "1" / "manifest").iterdir())
+    written = json.loads(file.read_text())
+    written["digests"][0] = "0" * 16  # the buffer's
+    file.write_text(json.dumps(written))
+    assert checkpoint.load(tmp_path, template, only=[3])[0]["params"]["w"].shape == (2, 1, 6)
+    with pytest.raises(checkpoint.CheckpointError, match="the content of state leaf 0 does not match the digest"):
+        checkpoint.load(tmp_path, template, only=[0, 3])
+    with pytest.raises(ValueError, match=r"only: positions of the template's 4 leaves \(0 to 3\), got \[4\]"):
+        checkpoint.load(tmp_path, template, only=[4])
 
 
 @pytest.mark.parametrize("folder", [False, True], ids=["no-folder", "folder"])
@@ -724,6 +765,10 @@ def test_a_run_folder_of_version_0_1_loads_resumes_and_evaluates(tmp_path, capsy
         else:
             np.testing.assert_array_equal(old, new)
     np.testing.assert_array_equal(extras["metrics/num_episodes"], now.metrics["num_episodes"])
+    _, acting, _ = runner._load_run_policies(folder)  # (read whole, one .npz: the leaves not asked set to None)
+    policies = jax.vmap(runner.make_algorithm(spec).policy_params)
+    _assert_identical(policies(acting), policies(state))
+    assert all(x is None for x in jax.tree.leaves((acting.opt_state, acting.rollout), is_leaf=lambda x: x is None))
     altered = shutil.copytree(folder, tmp_path / "altered")
     npz = next(altered.glob("checkpoint-*.npz"))
     npz.write_bytes(npz.read_bytes()[:-1] + bytes([npz.read_bytes()[-1] ^ 1]))
