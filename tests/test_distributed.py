@@ -131,10 +131,10 @@ def test_a_refusal_by_process_zero_ends_every_process_in_one_line(tmp_path):
         outputs = _two_processes(["train", "--total-steps", "2048", *extra, "--out", str(tmp_path / "x")], tmp_path,
                                  "refused", expect=2)
         # each process's error line. Gloo prints "[Gloo] Rank 1 is connected to 1 peer ranks..." on stdout from
-        # two threads, whose pieces and newlines may land around ours (once glued in front of it): the line is read
-        # from where our words start
-        lines = [([line[line.index("jaxrl-rollout: "):] for line in out.splitlines() if "jaxrl-rollout: " in line]
-                  or [out])[-1] for out in outputs]
+        # two threads, whose pieces and newlines may land around ours (glued in front of it, or after it): the line
+        # is read from where our words start, up to a piece of Gloo's after them
+        lines = [([line[line.index("jaxrl-rollout: "):].split("[Gloo]")[0] for line in out.splitlines()
+                   if "jaxrl-rollout: " in line] or [out])[-1] for out in outputs]
         assert lines[0].startswith(f"jaxrl-rollout: error: {words}"), outputs[0]
         assert lines[1] == lines[0].replace("error: ", "error: process 0 refused the run: ", 1), outputs[1]
         assert not any("Traceback" in out for out in outputs) and not (tmp_path / "x").exists()

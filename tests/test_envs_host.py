@@ -639,7 +639,9 @@ def test_ctrl_c_reaches_a_host_env_run_while_its_chunk_runs(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert "SIGINT: stopping at the next chunk boundary" in err and "interrupted after chunk 2" in err, err
     assert err.index(" 32/160 ") < err.index("SIGINT: stopping"), err  # chunk 2 ended, then the notice
-    assert len(after) <= 1 and " 48/160 " not in err  # chunk 3 stopped where it was
+    # chunk 3 stopped where it was: at its next step, or one or two later where a loaded machine runs the main
+    # thread's handler late (seen once beside a second test worker), not at the end of its 5 steps left
+    assert len(after) <= 3 and " 48/160 " not in err
     helpers = [t for t in threading.enumerate() if t.name == "jaxrl_rollout-chunk"]
     for thread in helpers:
         thread.join(timeout=60)
