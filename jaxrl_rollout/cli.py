@@ -1189,13 +1189,16 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
     return spec, folder, has_checkpoint
 
 
-def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool, algorithm=None):
+def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool, algorithm=None,
+                  option: str = "--num-episodes"):
     """[R, num_episodes] returns of every run's policy (mode actions if deterministic), one vmapped call.
 
     A host env's runs are evaluated together, in lockstep (`collect.evaluate`).
     None for the stochastic policy of an algorithm that has none (DQN and
     TD3 act deterministically; their exploration belongs to training).
     `algorithm` is the spec's, if the caller has built it (else it is built here).
+    `option`: the command line's option of `num_episodes`, which a refusal for
+    memory names (`runner._check_evaluation_fits`).
     """
     from jaxrl_rollout.runner import make_algorithm
 
@@ -1204,7 +1207,7 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool, algo
     policy_fn = algorithm.eval_policy_fn if deterministic else algorithm.policy_fn
     if policy_fn is None:
         return None
-    return _evaluator(spec, algorithm, num_episodes, policy_fn)(_policy_params(algorithm, state), key)
+    return _evaluator(spec, algorithm, num_episodes, policy_fn, option)(_policy_params(algorithm, state), key)
 
 
 def evaluate_both(spec, state, num_episodes: int, keys, algorithm):
@@ -1265,14 +1268,16 @@ def _best_updates(state) -> list[int] | None:
     return [int(u) for u in state.update] if isinstance(state, BestPolicy) else None
 
 
-def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
-    """(params [R, ...], key) -> [R, num_episodes] numpy returns of `policy_fn`, every run in one jitted call."""
+def _evaluator(spec, algorithm, num_episodes: int, policy_fn, option: str = "--num-episodes"):
+    """(params [R, ...], key) -> [R, num_episodes] numpy returns of `policy_fn`, every run in one jitted call; on a
+    CPU one whose working memory cannot fit in the free memory is refused once compiled, naming `option`."""
     import jax
     import numpy as np
 
     import jaxrl_rollout as jr
     from jaxrl_rollout._signals import compiled, wait_ready
     from jaxrl_rollout.envs._host import run_interruptibly
+    from jaxrl_rollout.runner import _check_evaluation_fits
 
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
@@ -1284,7 +1289,9 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn):
     def evaluator(params, key):
         keys = jax.random.split(key, spec.num_runs)
         if not executable:
-            executable.append(compiled(run, params, keys))
+            program = compiled(run, params, keys)
+            _check_evaluation_fits(program, num_episodes, spec.num_runs, option)
+            executable.append(program)
         # a host env's program runs inside its dispatch: from a helper thread, so a signal stops it at once
         returns = run_interruptibly(lambda: executable[0](params, keys), algorithm.env)
         wait_ready(returns)  # in Python, where a signal's handler can run (np.asarray waits in C++)
@@ -1698,7 +1705,7 @@ def _closing_evaluation(args, spec, state, metrics: dict):
         if all(np.isfinite(x).all() for x in last):
             return last[0], (np.stack(last[1:], axis=1) if game else None)
     games = evaluate_runs(spec, state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
-                          deterministic=True)
+                          deterministic=True, option="--num-eval")
     if not game:
         return games.mean(axis=1), None
     from jaxrl_rollout.envs.pgx import outcome_rates

@@ -1300,20 +1300,20 @@ class StatesTooLarge(ValueError):
         self.need, self.free = need, free
 
 
-def _free_to_check(mesh: Mesh) -> int | None:
+def _free_to_check(platform: str) -> int | None:
     """The host's free memory in bytes that a CPU run in one process is checked against (`_memory.free_host_bytes`),
     or None where nothing is checked: an accelerator's allocator refuses what it cannot hold (RESOURCE_EXHAUSTED, one
     line at the CLI), a multi-process run's hosts are not read, and a host whose free memory is not known."""
     from jaxrl_rollout import _memory
 
-    if mesh.devices.flat[0].platform != "cpu" or jax.process_count() > 1:
+    if platform != "cpu" or jax.process_count() > 1:
         return None
     return _memory.free_host_bytes()
 
 
-def _cannot_fit(free: int) -> str:
+def _cannot_fit(free: int, what: str = "run") -> str:
     """The opening of a StatesTooLarge message: the free memory and where it was read."""
-    return (f"this run cannot fit in the {_bytes_text(free)} of memory free on this machine (/proc/meminfo's "
+    return (f"this {what} cannot fit in the {_bytes_text(free)} of memory free on this machine (/proc/meminfo's "
             f"MemAvailable and SwapFree, or its cgroup's limit)")
 
 
@@ -1325,7 +1325,7 @@ def _check_states_fit(spec: RunSpec, states: list, mesh: Mesh, copied: bool, res
     a resume keeps."""
     from jaxrl_rollout import _memory
 
-    free = _free_to_check(mesh)
+    free = _free_to_check(mesh.devices.flat[0].platform)
     need = sum(_memory.tree_bytes(s) for s in states)
     if free is None or need * (2 if copied else 1) <= free:
         return
@@ -1357,7 +1357,7 @@ def _check_chunks_fit(spec: RunSpec, states: list, chunks, mesh: Mesh, copied: b
     XLA's own out-of-memory error, but one under it is granted and the kernel ended the process as it filled it."""
     from jaxrl_rollout import _memory
 
-    free = _free_to_check(mesh)
+    free = _free_to_check(mesh.devices.flat[0].platform)
     if free is None:
         return
     try:
@@ -1379,6 +1379,25 @@ def _check_chunks_fit(spec: RunSpec, states: list, chunks, mesh: Mesh, copied: b
     if copy:
         lower = f"checkpoint_every=1 (--checkpoint-every 1) saves each chunk's state instead of copying it, or {lower}"
     raise StatesTooLarge(f"{_cannot_fit(free)}, its train states made: {held}; {lower}.", work + copy, free)
+
+
+def _check_evaluation_fits(program, num_episodes: int, num_runs: int, option: str) -> None:
+    """Refuses, before it runs, a compiled evaluation (`program`: every episode of every run at once, as the command
+    line's `evaluate` and `train`'s closing evaluation play them) whose working memory (XLA's temp buffers) cannot
+    fit in the host's free memory, on a CPU in one process, as `_check_chunks_fit` a chunk: the kernel would end the
+    process as it filled them. `option`: the command line's option of `num_episodes`."""
+    free = _free_to_check(jax.default_backend())
+    if free is None:
+        return
+    try:
+        work = program.memory_analysis().temp_size_in_bytes
+    except Exception:  # (no analysis from this backend or program: nothing known, nothing refused)
+        return
+    if work > free:
+        runs = f"{num_runs} run{'s' if num_runs != 1 else ''}"
+        raise StatesTooLarge(f"{_cannot_fit(free, 'evaluation')}: it works in {_bytes_text(work)} (XLA's temp "
+                             f"buffers: the {num_episodes:,} episodes of each of its {runs}, played at once); "
+                             f"lower {option}.", work, free)
 
 
 def _replay_text(states: list, num_runs: int) -> str:

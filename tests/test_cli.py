@@ -1264,6 +1264,30 @@ def test_a_signal_during_rollouts_run_stops_it_at_once(monkeypatch, capsys):
 
 
 
+def test_an_evaluation_past_the_free_memory_is_one_line_naming_its_episodes(sweep_run, capsys, monkeypatch):
+    """`evaluate` plays every episode of every run at once: on a CPU, an evaluation whose working memory fits in the
+    machine's memory but not in what is free was ended by the kernel (no message); it is refused once compiled, in
+    one line naming --num-episodes (train's closing evaluation: --num-eval)."""
+    import jax
+
+    from jaxrl_rollout import _memory, runner
+
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: 1000)
+    assert cli.main(["evaluate", str(sweep_run), "--num-episodes", "3"]) == 2
+    out, err = capsys.readouterr()
+    assert re.fullmatch(r"jaxrl-rollout: error: this evaluation cannot fit in the 1 kB of memory free on this machine "
+                        r"\(/proc/meminfo's MemAvailable and SwapFree, or its cgroup's limit\): it works in [\d.]+ [kM]B "
+                        r"\(XLA's temp buffers: the 3 episodes of each of its 4 runs, played at once\); lower "
+                        r"--num-episodes\.", err.strip()), err
+    assert "deterministic" not in out  # (nothing was played)
+    spec, state, _, _ = runner.load_run(sweep_run)
+    with pytest.raises(runner.StatesTooLarge, match=r"the 2 episodes of each of its 4 runs, played at once\); lower "
+                                                    r"--num-eval\.$") as refused:
+        cli.evaluate_runs(spec, state, 2, jax.random.key(0), True, option="--num-eval")
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: refused.value.need)  # exactly what it needs: played
+    assert cli.evaluate_runs(spec, state, 2, jax.random.key(0), True).shape == (4, 2)
+
+
 def test_states_past_the_free_memory_are_one_line_naming_the_folder_that_keeps_the_config(capsys, monkeypatch, tmp_path):
     """`train --algo sac --buffer-size 1e9` on a CPU: the kernel ended the process, exit 137 and no message; now one
     line (runner.StatesTooLarge) with the options that size the states, and that --out keeps the run's config."""
