@@ -1281,11 +1281,11 @@ def test_an_evaluation_past_the_free_memory_is_one_line_naming_its_episodes(swee
                         r"--num-episodes\.", err.strip()), err
     assert "deterministic" not in out  # (nothing was played)
     spec, state, _, _ = runner.load_run(sweep_run)
-    with pytest.raises(runner.StatesTooLarge, match=r"the 2 episodes of each of its 4 runs, played at once\); lower "
+    with pytest.raises(runner.StatesTooLarge, match=r"the 3 episodes of each of its 4 runs, played at once\); lower "
                                                     r"--num-eval\.$") as refused:
-        cli.evaluate_runs(spec, state, 2, jax.random.key(0), True, option="--num-eval")
+        cli.evaluate_runs(spec, state, 3, jax.random.key(0), True, option="--num-eval")
     monkeypatch.setattr(_memory, "free_host_bytes", lambda: refused.value.need)  # exactly what it needs: played
-    assert cli.evaluate_runs(spec, state, 2, jax.random.key(0), True).shape == (4, 2)
+    assert cli.evaluate_runs(spec, state, 3, jax.random.key(0), True).shape == (4, 3)
 
 
 def test_states_past_the_free_memory_are_one_line_naming_the_folder_that_keeps_the_config(capsys, monkeypatch, tmp_path):
