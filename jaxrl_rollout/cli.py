@@ -2095,12 +2095,17 @@ def run_rollout(env_id: str, num_envs: int, num_steps: int, seed: int, num_eval:
     start = time.perf_counter()
     executable = compiled(collect, key)  # XLA's compile waited for where a signal's handler runs
     compile_s = time.perf_counter() - start
+    from jaxrl_rollout.runner import _check_evaluation_fits, _check_program_fits
+
+    _check_program_fits(executable, "rollout", f"{num_envs:,} envs stepped at once, up to {chunk:,} steps of each "
+                        "kept", "lower --num-envs")  # (on a CPU: past the free memory the kernel would end it)
     start = time.perf_counter()
     # waited for in Python (a host env's program from a helper thread): a Ctrl-C (or SIGTERM) stops it at once
     metrics = run_interruptibly(lambda: executable(key), env)
     run_s = ready_time(metrics) - start
     eval_key = jax.random.fold_in(key, 1)
     evaluation = compiled(jax.jit(lambda k: jr.evaluate(env, env_params, policy_fn, None, k, num_eval)), eval_key)
+    _check_evaluation_fits(evaluation, num_eval, 1, "--num-eval")
     result = run_interruptibly(lambda: evaluation(eval_key), env)
     wait_ready(result)
 

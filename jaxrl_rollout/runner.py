@@ -1381,11 +1381,11 @@ def _check_chunks_fit(spec: RunSpec, states: list, chunks, mesh: Mesh, copied: b
     raise StatesTooLarge(f"{_cannot_fit(free)}, its train states made: {held}; {lower}.", work + copy, free)
 
 
-def _check_evaluation_fits(program, num_episodes: int, num_runs: int, option: str) -> None:
-    """Refuses, before it runs, a compiled evaluation (`program`: every episode of every run at once, as the command
-    line's `evaluate` and `train`'s closing evaluation play them) whose working memory (XLA's temp buffers) cannot
-    fit in the host's free memory, on a CPU in one process, as `_check_chunks_fit` a chunk: the kernel would end the
-    process as it filled them. `option`: the command line's option of `num_episodes`."""
+def _check_program_fits(program, what: str, held: str, lower: str) -> None:
+    """Refuses, before it runs, a compiled program whose working memory (XLA's temp buffers) cannot fit in the
+    host's free memory, on a CPU in one process, as `_check_chunks_fit` a chunk: the kernel would end the process
+    as it filled them (one allocation past the machine's memory is XLA's own error). The message: "this `what`
+    cannot fit ...: it works in N (XLA's temp buffers: `held`); `lower`."."""
     free = _free_to_check(jax.default_backend())
     if free is None:
         return
@@ -1394,10 +1394,17 @@ def _check_evaluation_fits(program, num_episodes: int, num_runs: int, option: st
     except Exception:  # (no analysis from this backend or program: nothing known, nothing refused)
         return
     if work > free:
-        runs = f"{num_runs} run{'s' if num_runs != 1 else ''}"
-        raise StatesTooLarge(f"{_cannot_fit(free, 'evaluation')}: it works in {_bytes_text(work)} (XLA's temp "
-                             f"buffers: the {num_episodes:,} episodes of each of its {runs}, played at once); "
-                             f"lower {option}.", work, free)
+        raise StatesTooLarge(f"{_cannot_fit(free, what)}: it works in {_bytes_text(work)} (XLA's temp buffers: "
+                             f"{held}); {lower}.", work, free)
+
+
+def _check_evaluation_fits(program, num_episodes: int, num_runs: int, option: str) -> None:
+    """`_check_program_fits` of a compiled evaluation (every episode of every run at once, as the command line's
+    `evaluate`, `train`'s closing evaluation and `rollout` play them); `option`: the command line's option of
+    `num_episodes`."""
+    runs = f"each of its {num_runs} runs" if num_runs != 1 else "its policy"
+    _check_program_fits(program, "evaluation", f"the {num_episodes:,} episodes of {runs}, played at once",
+                        f"lower {option}")
 
 
 def _replay_text(states: list, num_runs: int) -> str:

@@ -1267,7 +1267,7 @@ def test_a_signal_during_rollouts_run_stops_it_at_once(monkeypatch, capsys):
 def test_an_evaluation_past_the_free_memory_is_one_line_naming_its_episodes(sweep_run, capsys, monkeypatch):
     """`evaluate` plays every episode of every run at once: on a CPU, an evaluation whose working memory fits in the
     machine's memory but not in what is free was ended by the kernel (no message); it is refused once compiled, in
-    one line naming --num-episodes (train's closing evaluation: --num-eval)."""
+    one line naming --num-episodes (train's closing evaluation: --num-eval). So is a `rollout` (--num-envs)."""
     import jax
 
     from jaxrl_rollout import _memory, runner
@@ -1286,6 +1286,19 @@ def test_an_evaluation_past_the_free_memory_is_one_line_naming_its_episodes(swee
         cli.evaluate_runs(spec, state, 3, jax.random.key(0), True, option="--num-eval")
     monkeypatch.setattr(_memory, "free_host_bytes", lambda: refused.value.need)  # exactly what it needs: played
     assert cli.evaluate_runs(spec, state, 3, jax.random.key(0), True).shape == (4, 3)
+    # `rollout` keeps up to 1,024 steps of every env: refused before it runs, naming --num-envs; then its evaluation
+    capsys.readouterr()
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: 1000)
+    assert cli.main(["rollout", "--num-envs", "3", "--num-steps", "8", "--num-eval", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and re.fullmatch(r"jaxrl-rollout: error: this rollout cannot fit in the 1 kB of memory free on "
+                                      r"this machine \(.*\): it works in [\d.]+ kB \(XLA's temp buffers: 3 envs "
+                                      r"stepped at once, up to 8 steps of each kept\); lower --num-envs\.", err.strip()), err
+    answers = iter([10**12, 1000])  # the rollout fits, its evaluation does not
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: next(answers))
+    assert cli.main(["rollout", "--num-envs", "3", "--num-steps", "8", "--num-eval", "2"]) == 2
+    assert capsys.readouterr().err.strip().endswith("(XLA's temp buffers: the 2 episodes of its policy, played at "
+                                                    "once); lower --num-eval.")
 
 
 def test_states_past_the_free_memory_are_one_line_naming_the_folder_that_keeps_the_config(capsys, monkeypatch, tmp_path):
