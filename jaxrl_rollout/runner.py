@@ -1010,8 +1010,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         states, loaded_best = None, None
         bests = [None] * len(groups)  # each group's best policies (`periodic_eval.keep_best`), with eval_every
         # One [R, ...] state for checkpoints, laid out over the same mesh as the groups' states.
-        concatenate = jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts),
-                              out_shardings=sharding)
+        concatenate = _state_joiner(sharding)
 
         def merge(parts):
             """The groups' states as one [R, ...] state (a single group's as it is)."""
@@ -1121,7 +1120,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         host_start = host.stats() if host is not None else None
         eval_start = eval_host.stats() if eval_host is not None else None
         last_saved, ran = chunks_done, 0
-        copy_state = jax.jit(lambda state: jax.tree.map(jax.numpy.copy, state), out_shardings=sharding)
+        copy_state = _state_copier(sharding)
         # Host work between chunks (TensorBoard and W&B writes, videos, checkpoints): timed apart from the chunks,
         # so a chunk's steps/s is its own and the time left adds that work at its mean so far.
         between_s, between_n, computed = 0.0, 0, None
@@ -1231,8 +1230,7 @@ def _split_runs(tree: Any, groups: list, sharding: NamedSharding) -> list:
     way; a single group's tree as it is."""
     if len(groups) == 1:
         return [tree]
-    return [jax.jit(lambda tree, a=a, b=b: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)(tree)
-            for a, b in groups]
+    return [_state_slicer(a, b, sharding)(tree) for a, b in groups]
 
 
 def _given(value: Any) -> tuple:
@@ -1298,6 +1296,26 @@ class StatesTooLarge(ValueError):
     def __init__(self, message: str, need: int, free: int):
         super().__init__(message)
         self.need, self.free = need, free
+
+
+# `train`'s jitted moves of whole states, one per layout (and slice), so that a later `train` call of the same
+# shapes (a notebook's) compiles none of them again: jitted anew in each call, each was compiled again.
+@functools.lru_cache(maxsize=8)
+def _state_copier(sharding) -> Callable:
+    """The copy of the runs' states that a chunk between checkpoints is given, laid out over `sharding`."""
+    return jax.jit(lambda state: jax.tree.map(jax.numpy.copy, state), out_shardings=sharding)
+
+
+@functools.lru_cache(maxsize=8)
+def _state_joiner(sharding) -> Callable:
+    """The groups' states joined into one [R, ...] state along the runs axis, laid out over `sharding`."""
+    return jax.jit(lambda *parts: jax.tree.map(lambda *xs: jax.numpy.concatenate(xs), *parts), out_shardings=sharding)
+
+
+@functools.lru_cache(maxsize=32)
+def _state_slicer(a: int, b: int, sharding) -> Callable:
+    """Runs a to b of an [R, ...] state, laid out over `sharding` (`_split_runs`)."""
+    return jax.jit(lambda tree: jax.tree.map(lambda x: x[a:b], tree), out_shardings=sharding)
 
 
 def _free_to_check(platform: str) -> int | None:

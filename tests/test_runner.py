@@ -70,6 +70,27 @@ def test_the_chunk_line_says_an_uneven_split():
     assert runner._chunks_text([3, 1, 3, 2]) == "4 chunks (2 of 3 updates, 1 of 1 update, 1 of 2 updates)"
 
 
+def test_a_second_train_of_the_same_spec_compiles_nothing(uninterrupted, tmp_path):
+    """A notebook that trains a spec again (another folder, a checkpoint every 2 chunks, so each chunk between
+    checkpoints is given a copy of the states; two groups, joined into one state to be saved) compiles nothing the
+    second time: the copy's and the join's programs were jitted anew in every `train` call and compiled again."""
+    compiles, listening = [], [True]
+
+    def listen(event, duration, **kwargs):
+        if listening[0] and event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        runner.train(SPEC, tmp_path / "a", checkpoint_every=2, progress=None)
+        assert compiles  # (the copy's program, at least, the first time in this process)
+        compiles.clear()
+        runner.train(SPEC, tmp_path / "b", checkpoint_every=2, progress=None)
+        assert compiles == []
+    finally:
+        listening[0] = False
+
+
 def test_a_folder_trained_from_python_opens_as_a_run(uninterrupted, capsys):
     """runner.train(spec, folder) left checkpoints/ and no config.json: load_run, evaluate and --resume said
     "holds no run: config.json is missing". The run writes its spec there, as the command line does."""
