@@ -76,15 +76,14 @@ def test_a_second_train_of_the_same_spec_compiles_nothing(uninterrupted, tmp_pat
     second time: the copy's and the join's programs were jitted anew in every `train` call and compiled again."""
     compiles, listening = [], [True]
 
-    def listen(event, duration, **kwargs):
-        if listening[0] and event.endswith("backend_compile_duration"):
+    def listen(event, duration, **kwargs):  # a program lowered (the suite's persistent cache may serve its compile)
+        if listening[0] and event.endswith(("jaxpr_to_mlir_module_duration", "backend_compile_duration")):
             compiles.append(event)
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
-        runner.train(SPEC, tmp_path / "a", checkpoint_every=2, progress=None)
-        assert compiles  # (the copy's program, at least, the first time in this process)
-        compiles.clear()
+        runner.train(SPEC, tmp_path / "a", checkpoint_every=2, progress=None)  # (what it traces depends on the
+        compiles.clear()                                                      # tests before it in this process)
         runner.train(SPEC, tmp_path / "b", checkpoint_every=2, progress=None)
         assert compiles == []
     finally:
