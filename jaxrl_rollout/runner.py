@@ -1329,6 +1329,15 @@ def _free_to_check(platform: str) -> int | None:
     return _memory.free_host_bytes()
 
 
+def _temp_bytes(programs) -> int | None:
+    """The largest working memory (XLA's temp buffers) of compiled `programs`, or None where the backend or a
+    program gives no analysis (nothing known: nothing is refused)."""
+    try:
+        return max(program.memory_analysis().temp_size_in_bytes for program in programs)
+    except Exception:
+        return None
+
+
 def _cannot_fit(free: int, what: str = "run") -> str:
     """The opening of a StatesTooLarge message: the free memory and where it was read."""
     return (f"this {what} cannot fit in the {_bytes_text(free)} of memory free on this machine (/proc/meminfo's "
@@ -1376,11 +1385,8 @@ def _check_chunks_fit(spec: RunSpec, states: list, chunks, mesh: Mesh, copied: b
     from jaxrl_rollout import _memory
 
     free = _free_to_check(mesh.devices.flat[0].platform)
-    if free is None:
-        return
-    try:
-        work = max(c.memory_analysis().temp_size_in_bytes for c in chunks)
-    except Exception:  # (no analysis from this backend or program: nothing known, nothing refused)
+    work = None if free is None else _temp_bytes(chunks)
+    if work is None:
         return
     copy = _memory.tree_bytes(states) if copied else 0
     if work + copy <= free:
@@ -1405,13 +1411,8 @@ def _check_program_fits(program, what: str, held: str, lower: str) -> None:
     as it filled them (one allocation past the machine's memory is XLA's own error). The message: "this `what`
     cannot fit ...: it works in N (XLA's temp buffers: `held`); `lower`."."""
     free = _free_to_check(jax.default_backend())
-    if free is None:
-        return
-    try:
-        work = program.memory_analysis().temp_size_in_bytes
-    except Exception:  # (no analysis from this backend or program: nothing known, nothing refused)
-        return
-    if work > free:
+    work = None if free is None else _temp_bytes([program])
+    if work is not None and work > free:
         raise StatesTooLarge(f"{_cannot_fit(free, what)}: it works in {_bytes_text(work)} (XLA's temp buffers: "
                              f"{held}); {lower}.", work, free)
 
