@@ -374,9 +374,8 @@ def test_a_corrupt_checkpoint_is_one_line_even_at_exit(small_run, tmp_path):
     corrupt = tmp_path / "corrupt"
     shutil.copytree(small_run, corrupt)
     step = max((p for p in (corrupt / "checkpoints").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    data = max((p for p in (step / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-    for file in (p for p in data.parent.iterdir() if p.is_file()):  # (evaluate reads the policy's leaves alone)
-        file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+    for data in (p for p in (step / "state").rglob("*") if p.is_file() and p.parent.name == "d"):  # every data
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # file (evaluate reads the policy's alone)
     for command in (["evaluate", "corrupt"], ["train", "--resume", "corrupt"]) * 2:  # the leftovers come and go
         proc = _cli(*command, cwd=tmp_path)
         _, err = proc.communicate(timeout=300)
