@@ -604,7 +604,6 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None, *
 def _load_step(folder: pathlib.Path, step: int | None, template: Any, sharding: jax.sharding.Sharding | None,
                only: list[int] | None = None) -> tuple[Any, dict, dict]:
     """`load`'s one reading, of committed step `step` (None: a pre-Orbax checkpoint)."""
-    import orbax.checkpoint as ocp
 
     manifest = _manifest_at(folder, step)
     if manifest["format"] == LEGACY_FORMAT:
@@ -627,8 +626,38 @@ def _load_step(folder: pathlib.Path, step: int | None, template: Any, sharding: 
     abstract = {name: jax.ShapeDtypeStruct(tuple(stored[name]), jnp.dtype(s["dtype"]), sharding=local)
                 if name in stored else jax.ShapeDtypeStruct(tuple(s["shape"]), jnp.dtype(s["dtype"]), sharding=place)
                 for name, s in specs.items()}
-    if only is not None:
-        return _load_leaves(folder, step_dir, manifest, template, abstract, stored, sharding, only)
+    positions = range(len(specs)) if only is None else only
+    names = [f"{i:05d}" for i in positions]
+    if only is None:
+        restored, extras = _restore_whole(folder, step_dir, manifest, abstract)
+    else:
+        restored, extras = _restore_some(step_dir, {name: abstract[name] for name in names}), {}
+    # Restored with the manifest's shapes and dtypes (checked against the template above); the
+    # digests check the values.
+    read = [restored[name] for name in names]
+    for i, digest in zip(positions, _digest_strings(read)):  # (of the words in order: the same whatever the shape)
+        if digest != manifest["digests"][i]:
+            raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of state leaf {i} does not match the "
+                                  "digest saved with it.")
+    if only is None:
+        for name, digest in manifest.get("extras_sha256", {}).items():  # absent in checkpoints before 2026-11-25
+            if name not in extras or _array_sha256(extras[name]) != digest:
+                raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of extra {name!r} does not match "
+                                      "the sha256 saved with it.")
+    leaves: list[Any] = [None] * len(specs)  # (the leaves not read stay None)
+    for i, name, x in zip(positions, names, read):
+        if name in stored:  # read in its stored shape on this process's first device: into its own
+            leaves[i] = _laid_out(np.asarray(x).reshape(specs[name]["shape"]), sharding)
+        else:
+            leaves[i] = np.asarray(x) if sharding is None else x
+    _, treedef = jax.tree.flatten(template)
+    return unflatten(treedef, leaves, manifest["key_impls"]), extras, manifest
+
+
+def _restore_whole(folder: pathlib.Path, step_dir: pathlib.Path, manifest: dict, abstract: dict) -> tuple[dict, dict]:
+    """Every leaf of a checkpoint's state item (`abstract`: their names to ShapeDtypeStructs) and its extras."""
+    import orbax.checkpoint as ocp
+
     items = {"state": ocp.args.StandardRestore(abstract)}
     if manifest["extras"]:
         items["extras"] = ocp.args.StandardRestore(
@@ -646,59 +675,28 @@ def _load_step(folder: pathlib.Path, step: int | None, template: Any, sharding: 
         manager.close()
     if failure is not None:
         _raise_after_failure(failure)
-    # Restored with the manifest's shapes and dtypes (checked against the template above); the
-    # digests check the values.
-    leaves = [restored.state[f"{i:05d}"] for i in range(len(manifest["leaves"]))]
-    digests = _digest_strings(leaves)  # (of the words in order: the same whatever the shape)
-    if digests != manifest["digests"]:
-        bad = next(i for i, (a, b) in enumerate(zip(digests, manifest["digests"])) if a != b)
-        raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of state leaf {bad} does not match the "
-                              "digest saved with it.")
     extras = {k: np.asarray(v) for k, v in restored.extras.items()} if manifest["extras"] else {}
-    for name, digest in manifest.get("extras_sha256", {}).items():  # absent in checkpoints before 2026-11-25
-        if name not in extras or _array_sha256(extras[name]) != digest:
-            raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of extra {name!r} does not match the "
-                                  "sha256 saved with it.")
-    if sharding is None:
-        leaves = [np.asarray(x) for x in leaves]
-    for i, spec in enumerate(manifest["leaves"]):
-        if f"{i:05d}" in stored:  # read in its stored shape on this process's first device: into its own
-            leaves[i] = _laid_out(np.asarray(leaves[i]).reshape(spec["shape"]), sharding)
-    _, treedef = jax.tree.flatten(template)
-    return unflatten(treedef, leaves, manifest["key_impls"]), extras, manifest
+    return restored.state, extras
 
 
-def _load_leaves(folder: pathlib.Path, step_dir: pathlib.Path, manifest: dict, template: Any, abstract: dict,
-                 stored: dict, sharding: jax.sharding.Sharding | None, only: list[int]) -> tuple[Any, dict, dict]:
-    """`_load_step` of the leaves at positions `only` (`load`'s `only`): Orbax's partial restore of the checkpoint's
-    state item, the other leaves None, no extras; `abstract` and `stored` as `_load_step` made them."""
+def _restore_some(step_dir: pathlib.Path, wanted: dict) -> dict:
+    """The leaves `wanted` (names to ShapeDtypeStructs) of a checkpoint's state item alone: Orbax's partial
+    restore, which reads nothing of the other leaves."""
     import orbax.checkpoint as ocp
 
-    names = [f"{i:05d}" for i in only]
-    wanted = {name: abstract[name] for name in names}
-    failure, restored = None, {}
+    if not wanted:
+        return {}
+    failure = None
     try:
         with _quiet_failures(), ocp.PyTreeCheckpointer() as reader:
-            restored = wanted and reader.restore(step_dir / "state", args=ocp.args.PyTreeRestore(
+            restored = reader.restore(step_dir / "state", args=ocp.args.PyTreeRestore(
                 item=wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted), partial_restore=True))
-    except Exception as error:  # noqa: BLE001 - as _load_step's whole read
+    except Exception as error:  # noqa: BLE001 - as _restore_whole's
         _drop_late_orbax_noise()
         failure = f"corrupt checkpoint {step_dir}: {_one_line(error)}"
     if failure is not None:
         _raise_after_failure(failure)
-    read = [restored[name] for name in names]
-    for i, digest in zip(only, _digest_strings(read)):
-        if digest != manifest["digests"][i]:
-            raise CheckpointError(f"corrupt checkpoint {step_dir}: the content of state leaf {i} does not match the "
-                                  "digest saved with it.")
-    leaves: list[Any] = [None] * len(manifest["leaves"])
-    for i, name, x in zip(only, names, read):
-        if name in stored:
-            leaves[i] = _laid_out(np.asarray(x).reshape(manifest["leaves"][i]["shape"]), sharding)
-        else:
-            leaves[i] = np.asarray(x) if sharding is None else x
-    _, treedef = jax.tree.flatten(template)
-    return unflatten(treedef, leaves, manifest["key_impls"]), {}, manifest
+    return restored
 
 
 def _laid_out(host: np.ndarray, sharding: jax.sharding.Sharding | None) -> Any:

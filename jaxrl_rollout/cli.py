@@ -1644,6 +1644,9 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
         print(f"  {getattr(stop, 'signal_name', 'SIGINT')}: stopped after training; the run is complete and saved in "
               f"{folder}; evaluate it with: jaxrl-rollout evaluate {shlex.quote(str(folder))}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)
+    except runner.StatesTooLarge as error:  # the run is trained and saved: what to do now is evaluate it with fewer
+        raise ValueError(f"{error} The run is complete and saved in {folder}: evaluate it with fewer episodes, "
+                         f"jaxrl-rollout evaluate {shlex.quote(str(folder))} --num-episodes N.") from None
     if returns.size == 1:
         print(f"  deterministic evaluation, {_count(args.num_eval, 'episode')}: mean return {returns[0]:z.1f}")
     else:

@@ -1048,8 +1048,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 if states is None:
                     inits = [_compile(spec, algorithm, "init", b - a, 0, sharding, (take(keys, a, b), h))
                              for (a, b), h in zip(groups, group_hparams)]
-                    _check_states_fit(spec, [_out_shapes(init, algorithm, spec, a, b) for init, (a, b) in
-                                             zip(inits, groups)], mesh, copied=folder is not None and checkpoint_every > 1)
+                    _check_states_fit(spec, _group_shapes(inits, algorithm, spec, groups), mesh,
+                                      copied=folder is not None and checkpoint_every > 1)
                     states = [init(take(keys, a, b), h) for init, (a, b), h in zip(inits, groups, group_hparams)]
                     del inits
                 if evaluating and loaded_best is None:  # a new run, or one resumed from a checkpoint that kept none
@@ -1278,14 +1278,21 @@ def _bytes_text(n: float) -> str:
     return f"{n:.3g} GB" if n < 1000 else f"{n:,.0f} GB"
 
 
-def _out_shapes(init, algorithm, spec: RunSpec, a: int, b: int) -> Any:
-    """The shapes of what a group's compiled init (runs a to b) makes: its `out_info`, or, where JAX cannot give
-    that (a program with host callbacks: its output layouts are not known), the init traced again for them."""
-    try:
-        return init.out_info
-    except (AssertionError, AttributeError, NotImplementedError):
-        hparams = spec.run_hparams()
-        return jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys()[a:b], jax.tree.map(lambda x: x[a:b], hparams))
+def _group_shapes(inits: list, algorithm, spec: RunSpec, groups: list) -> list:
+    """The shapes of what each group's compiled init (runs a to b) makes: its `out_info`, or, where JAX cannot give
+    that (a program with host callbacks: its output layouts are not known), every run's state traced once and its
+    leading axis cut to the group's runs."""
+    shapes, whole = [], None
+    for init, (a, b) in zip(inits, groups):
+        try:
+            shapes.append(init.out_info)
+            continue
+        except (AssertionError, AttributeError, NotImplementedError):
+            pass
+        if whole is None:
+            whole = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
+        shapes.append(jax.tree.map(lambda s, n=b - a: jax.ShapeDtypeStruct((n, *s.shape[1:]), s.dtype), whole))
+    return shapes
 
 
 class StatesTooLarge(ValueError):
@@ -1588,7 +1595,8 @@ def _load_best(folder, spec: RunSpec, algorithm) -> tuple[Any, dict]:
     template = _state_template(spec, algorithm, manifest)
     best = None
     if manifest["meta"].get(BEST_POLICY):
-        only = _leaves_read(lambda saved: saved[1], template)
+        first = len(jax.tree.leaves(template[0]))  # (a pair flattens as its first half's leaves, then its second's)
+        only = list(range(first, first + len(jax.tree.leaves(template[1]))))
         _, best, _, manifest = _load_saved(folder, spec, algorithm, manifest, template=template, only=only)
     if best is None:
         why = ("it was trained without periodic evaluation (train with --eval-every to keep each run's best "

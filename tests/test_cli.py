@@ -1264,7 +1264,8 @@ def test_a_signal_during_rollouts_run_stops_it_at_once(monkeypatch, capsys):
 
 
 
-def test_an_evaluation_past_the_free_memory_is_one_line_naming_its_episodes(sweep_run, capsys, monkeypatch):
+def test_an_evaluation_past_the_free_memory_is_one_line_naming_its_episodes(sweep_run, capsys, monkeypatch,
+                                                                           tmp_path):
     """`evaluate` plays every episode of every run at once: on a CPU, an evaluation whose working memory fits in the
     machine's memory but not in what is free was ended by the kernel (no message); it is refused once compiled, in
     one line naming --num-episodes (train's closing evaluation: --num-eval). So is a `rollout` (--num-envs)."""
@@ -1286,6 +1287,18 @@ def test_an_evaluation_past_the_free_memory_is_one_line_naming_its_episodes(swee
         cli.evaluate_runs(spec, state, 3, jax.random.key(0), True, option="--num-eval")
     monkeypatch.setattr(_memory, "free_host_bytes", lambda: refused.value.need)  # exactly what it needs: played
     assert cli.evaluate_runs(spec, state, 3, jax.random.key(0), True).shape == (4, 3)
+    # train's closing evaluation comes after the run is saved: the line says so, and how to evaluate it with fewer
+    # episodes (not that the folder keeps the config, the advice for a run refused before it trains)
+    folder = tmp_path / "complete"
+    shutil.copytree(sweep_run, folder)
+    monkeypatch.setattr(runner, "_check_states_fit", lambda *args, **kwargs: None)  # (the resume's states fit)
+    monkeypatch.setattr(_memory, "free_host_bytes", lambda: 1000)
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "3"]) == 2  # a complete run: its evaluation
+    out, err = capsys.readouterr()
+    assert "deterministic evaluation" not in out and err.count("error") == 1, err
+    assert err.strip().splitlines()[-1].endswith(f"played at once); lower --num-eval. The run is complete and saved in {folder}: evaluate "
+                                f"it with fewer episodes, jaxrl-rollout evaluate {folder} --num-episodes N."), err
     # `rollout` keeps up to 1,024 steps of every env: refused before it runs, naming --num-envs; then its evaluation
     capsys.readouterr()
     monkeypatch.setattr(_memory, "free_host_bytes", lambda: 1000)

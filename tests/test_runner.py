@@ -90,6 +90,24 @@ def test_a_second_train_of_the_same_spec_compiles_nothing(uninterrupted, tmp_pat
         listening[0] = False
 
 
+def test_group_shapes_without_out_info_are_each_groups_runs():
+    """`_group_shapes`: where a compiled init gives no `out_info` (a program with host callbacks), each group's
+    shapes are every run's traced once with the leading axis cut to the group's runs, as the group's own trace."""
+    class NoOutInfo:
+        @property
+        def out_info(self):
+            raise NotImplementedError
+
+    algorithm = runner.make_algorithm(SPEC)  # 4 runs (2 hparams x 2 seeds) in groups of 3 and 1
+    groups = [(0, 3), (3, 4)]
+    shapes = runner._group_shapes([NoOutInfo(), NoOutInfo()], algorithm, SPEC, groups)
+    keys, hparams = SPEC.run_keys(), SPEC.run_hparams()
+    for (a, b), got in zip(groups, shapes):
+        want = jax.eval_shape(jax.vmap(algorithm.init), keys[a:b], jax.tree.map(lambda x: x[a:b], hparams))
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        assert [(x.shape, x.dtype) for x in jax.tree.leaves(got)] == [(x.shape, x.dtype) for x in jax.tree.leaves(want)]
+
+
 def test_a_folder_trained_from_python_opens_as_a_run(uninterrupted, capsys):
     """runner.train(spec, folder) left checkpoints/ and no config.json: load_run, evaluate and --resume said
     "holds no run: config.json is missing". The run writes its spec there, as the command line does."""
