@@ -1020,8 +1020,10 @@ def write_episode_videos(
     pick by that episode's return (computed first, for every run, with
     `evaluate`, which gives the same episodes). The renderer is found before
     anything runs, so an env that cannot render fails at once. An episode is
-    drawn and encoded 64 states at a time (a registered hook is given it
-    whole), so a long one never has all its frames in memory. A gymnasium
+    recorded on the device `_EpisodeWriter.RECORD_BLOCK` (256) steps at a time
+    (the same steps, not a buffer of its time limit's states), then drawn and
+    encoded 64 states at a time (a registered hook is given it whole), so a
+    long one never has all its frames in memory. A gymnasium
     env (a host env) is played from Python with `evaluate`'s steps instead,
     drawing itself before every step (see the module docstring): the same
     episode, frames encoded as they are drawn.
@@ -1082,6 +1084,47 @@ def _episode_returns(env: Any, env_params: Any, policy_fn: Any, max_steps: int |
     ).returns[0]))
 
 
+def _moved(path: Path, final: Path) -> Path:
+    """A video written under a hidden name (`path`, its episode's return unknown until it ended) moved to its name
+    `final`, replacing a file or a symlink there; a folder there is `write_video`'s one-line error, and the hidden
+    file is removed."""
+    if final.is_dir() and not final.is_symlink():
+        path.unlink(missing_ok=True)
+        raise IsADirectoryError(f"cannot write the video {final}: a folder of that name is there.")
+    path.replace(final)
+    return final
+
+
+def _recording_steps(env: Any, env_params: Any, policy_fn: Any, max_steps: int, block: int) -> Callable:
+    """`(params, state, active, t) -> (state, active, taken, states [block, 1, ...], rewards [block, 1])`, jitted:
+    up to `block` more steps of one episode (its `t` steps taken), as `record_episodes` takes them (the same step
+    from the same state), each step's state kept; it stops at the episode's end or at `max_steps` steps in all.
+    `env_params` must be resolved."""
+    def steps(params, state, active, t):
+        step = collect.evaluation_step(env, env_params, policy_fn, params, 1)
+        # Filled with copies of the first state (not zeros): PRNG-key leaves have no zeros.
+        states = jax.tree.map(lambda x: jnp.repeat(x[None], block, axis=0), state.env_state)
+        rewards = jnp.zeros((block, 1), jnp.float32)
+
+        def cond(loop):
+            _, active, i, _, _ = loop
+            return jnp.any(active) & (i < block) & (t + i < max_steps)
+
+        def body(loop):
+            state, active, i, states, rewards = loop
+            states = jax.tree.map(lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, i, 0), states,
+                                  state.env_state)
+            state, active, reward = step(state, active)
+            rewards = jax.lax.dynamic_update_index_in_dim(rewards, reward, i, 0)
+            return state, active, i + 1, states, rewards
+
+        state, active, taken, states, rewards = jax.lax.while_loop(
+            cond, body, (state, active, jnp.int32(0), states, rewards))
+        return state, active, taken, states, rewards
+
+    return jax.jit(steps)
+
+
 class _EpisodeWriter:
     """`write_episode_videos`' work, its jitted functions kept for repeated calls (`TrainingVideos`).
 
@@ -1094,9 +1137,11 @@ class _EpisodeWriter:
         self._draw = _recordable(env)  # a missing extra is reported before any episode runs
         self._env_params, self._fps, self._label = env_params, fps, label
         self._returns = _episode_returns(env, env_params, policy_fn, max_steps, initial_carry)
-        self._record = jax.jit(lambda p, k: record_episodes(
-            env, env_params, policy_fn, p, k, 1, max_steps, initial_carry=initial_carry
-        ))
+        env_params = stepping.resolve_params(env, env_params)
+        self._max_steps = _episode_bound(env, env_params, max_steps)
+        self._start = jax.jit(lambda k: collect.rollout_init(k, env, env_params, 1, initial_carry))
+        self._steps = _recording_steps(env, env_params, policy_fn, self._max_steps,
+                                       min(self.RECORD_BLOCK, self._max_steps))
 
     def write(self, folder: str | Path, params_per_run: PyTree, keys: jax.Array, runs: Any = "all", *,
               names: Sequence[str] | None = None, prefix: str = "", caption: str = "",
@@ -1139,23 +1184,49 @@ class _EpisodeWriter:
     def _video(self, folder: Path, params: PyTree, key: jax.Array, run: int, name: str, prefix: str, caption: str,
                keep_frames: bool) -> tuple[EpisodeVideo, np.ndarray | None]:
         """One run's episode recorded, drawn and encoded into `folder` (see `write`)."""
-        recording = self._record(params, key)
-        episode_return, length = float(recording.returns[0]), int(recording.lengths[0])
-        texts = None
-        if self._label:
-            so_far = np.cumsum(np.asarray(recording.rewards)[:length, 0])
-            # the return before step t's reward: what the frame (the state acted on) has earned
-            before = np.concatenate([[0.0], so_far[:-1]])
-            texts = [f"{name}{caption}  t={t}  return={g:.1f}" for t, g in enumerate(before)]
-        states = episode_states(recording, 0)
-        block = self.FRAMES_PER_BLOCK if self._draw.per_state else length
-        blocks = self._drawn(states, length, texts, block)
-        kept = []  # with keep_frames: the frames, filled block by block as they are encoded
-        path = write_video(folder / video_name(prefix + name, episode_return),
-                           _collected(blocks, min(length, KEPT_FRAMES), kept) if keep_frames else blocks,
+        played, kept = {}, []
+        blocks = self._recorded(params, key, f"{name}{caption}", played)
+        # the return names the file, and is known once the episode ends: written under a hidden name first
+        path = write_video(folder / f".{prefix}{name}.recording.mp4", _kept(blocks, kept) if keep_frames else blocks,
                            fps=self._fps)
-        return (EpisodeVideo(run=run, path=path, episode_return=episode_return, length=length),
-                kept[0] if keep_frames else None)
+        episode_return, length = played["return"], played["length"]
+        final = _moved(path, path.with_name(video_name(prefix + name, episode_return, path.suffix)))
+        return (EpisodeVideo(run=run, path=final, episode_return=episode_return, length=length),
+                np.concatenate(kept) if keep_frames else None)
+
+    def _recorded(self, params: PyTree, key: jax.Array, label: str, played: dict) -> Iterator[np.ndarray]:
+        """The episode's frames, labelled, as its steps are recorded `RECORD_BLOCK` at a time: a hook that draws
+        state by state is given `FRAMES_PER_BLOCK` states at a time, as each block comes to the host; another is
+        given the whole episode's states at its end. The return and length go into `played` at the end."""
+        state, active, t = self._start(key), jnp.ones((1,), bool), 0
+        so_far = np.float32(0.0)
+        whole: list[tuple[PyTree, list[str] | None]] = []  # a hook that draws a whole episode: its blocks
+        while True:
+            state, active, taken, states, rewards = self._steps(params, state, active, jnp.int32(t))
+            taken = int(taken)
+            states = _to_host(jax.tree.map(lambda x: x[:taken, 0], states))
+            # the return before step t's reward (what the frame, the state acted on, has earned), summed in float32
+            # step after step across blocks, as one cumulative sum of the episode's rewards
+            sums = np.cumsum(np.concatenate([[so_far], np.asarray(rewards)[:taken, 0]]).astype(np.float32),
+                             dtype=np.float32)
+            texts = [f"{label}  t={t + i}  return={g:.1f}" for i, g in enumerate(sums[:-1])] if self._label else None
+            so_far, t = sums[-1], t + taken
+            if self._draw.per_state:
+                yield from self._drawn(states, taken, texts, self.FRAMES_PER_BLOCK)
+            else:
+                whole.append((states, texts))
+            if not bool(active[0]) or t >= self._max_steps:
+                break
+        if whole:
+            states = jax.tree.map(lambda *xs: np.concatenate(xs), *[s for s, _ in whole])
+            texts = None if not self._label else [text for _, part in whole for text in part]
+            yield from self._drawn(states, t, texts, t)
+        played["return"], played["length"] = float(state.episode_return[0]), int(state.episode_length[0])
+
+    RECORD_BLOCK = 256
+    """The steps of an episode recorded at a time on the device, whose states are then moved to the host and drawn:
+    one program recording the whole episode kept a buffer of the env's time limit in states (`record_episodes`),
+    27 GB for full Craftax's 100,000 steps of 273 kB, and the kernel ended `evaluate --video` without a word."""
 
     FRAMES_PER_BLOCK = 64
     """The states drawn at a time by a hook that draws state by state (`write`)."""
@@ -1198,8 +1269,7 @@ class _HostEpisodeWriter(_EpisodeWriter):
             path = write_video(folder / f".{prefix}{name}.playing.mp4",
                                _kept(blocks, kept) if keep_frames else blocks, fps=self._fps)
         episode_return, length = played["return"], played["length"]
-        final = path.with_name(video_name(prefix + name, episode_return, path.suffix))
-        path.replace(final)
+        final = _moved(path, path.with_name(video_name(prefix + name, episode_return, path.suffix)))
         return (EpisodeVideo(run=run, path=final, episode_return=episode_return, length=length),
                 np.concatenate(kept) if keep_frames else None)
 

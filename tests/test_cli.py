@@ -989,6 +989,8 @@ def test_evaluate_videos_are_named_by_checkpoint_and_seed_and_a_folder_in_their_
     err = capsys.readouterr().err
     assert err == (f"jaxrl-rollout: error: --video: cannot write the video {pathlib.Path('part', 'videos', names[1])}: "
                    "a folder of that name is there.\n"), err
+    # (the video is written under a hidden name until its episode's return names it: none is left behind)
+    assert not [p.name for p in (tmp_path / "part" / "videos").iterdir() if p.name.startswith(".")]
 
 
 def test_an_empty_video_run_selector_is_refused_naming_its_option(sweep_run, tmp_path, capsys):

@@ -573,6 +573,23 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
                                                                   for t in range(length)])
     np.testing.assert_array_equal(frames, whole)
     assert video.write_video(tmp_path / "whole.mp4", whole, fps=30).read_bytes() == blocked.path.read_bytes()
+    # recorded RECORD_BLOCK steps at a time on the device and drawn as each block comes: the same file (the returns
+    # on the frames summed across blocks), and an episode cut by max_steps inside a block ends there
+    monkeypatch.setattr(video._EpisodeWriter, "RECORD_BLOCK", 3)
+    events.clear()
+    label, texts = video._label, []
+    monkeypatch.setattr(video, "_label", lambda frames, given, **kwargs: texts.extend(given) or label(frames, given,
+                                                                                                       **kwargs))
+    (stepped,) = video.write_episode_videos(tmp_path / "stepped", env, None, _steady_policy, None, keys, "0")
+    assert [n for kind, n in events if kind == "draw"] == [2, 1, 2]
+    assert texts == [f"run0  t={t}  return={t * (t + 1) / 2:.1f}" for t in range(length)]  # (too small to see here)
+    assert stepped.path.name == blocked.path.name and stepped.path.read_bytes() == blocked.path.read_bytes()
+    (cut,) = video.write_episode_videos(tmp_path / "cut", env, None, _steady_policy, None, keys, "0", max_steps=4)
+    assert cut.length == 4 and cut.path.name == "run0_return10.0.mp4", cut  # rewards 1 to 4
+    monkeypatch.undo()
+    monkeypatch.setattr(video._EpisodeWriter, "FRAMES_PER_BLOCK", 2)
+    monkeypatch.setattr(video, "find_renderer", spied_renderer)
+    monkeypatch.setattr(video, "_padded", spied_padded)
     # the loggers' copy is the episode's first KEPT_FRAMES frames (a long episode's whole copy could fill the
     # memory); the file has them all
     monkeypatch.setattr(video, "KEPT_FRAMES", 3)
@@ -592,6 +609,22 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
         video.register_renderer(CountingEnv, None)
     assert hooked == [length, length]
     np.testing.assert_array_equal(first, np.arange(length * 8 * 16 * 3, dtype=np.uint8).reshape(length, 8, 16, 3)[:3])
+
+
+def test_a_videos_episode_is_recorded_a_block_at_a_time_whatever_its_time_limit():
+    """The device keeps `RECORD_BLOCK` steps' states of a video's episode, not its time limit's: one program kept
+    them all (`record_episodes`), and full Craftax's 100,000 steps of 273 kB states (27 GB) ended `evaluate --video`
+    at the kernel's hand, with no message."""
+    env = DrawnCountingEnv()
+
+    def output_bytes(max_steps):
+        writer = video._EpisodeWriter(env, None, _steady_policy, max_steps=max_steps)
+        state = writer._start(jax.random.key(0))
+        compiled = writer._steps.lower(None, state, jnp.ones((1,), bool), jnp.int32(0)).compile()
+        return compiled.memory_analysis().output_size_in_bytes
+
+    block = video._EpisodeWriter.RECORD_BLOCK
+    assert output_bytes(10**7) == output_bytes(block) > output_bytes(block // 2)
 
 
 def test_write_video_takes_blocks_of_frames_and_refuses_blocks_of_another_size(tmp_path):
