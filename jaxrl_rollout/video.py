@@ -1312,21 +1312,6 @@ def _kept(blocks: Iterator[np.ndarray], into: list) -> Iterator[np.ndarray]:
         yield block
 
 
-def _collected(blocks: Iterator[np.ndarray], length: int, into: list) -> Iterator[np.ndarray]:
-    """`blocks` as they come, their first `length` frames also copied into one array [length, H, W, 3], made at the
-    first block and appended to `into`: the frames held once (a list of frames and their stack held them twice),
-    and a first block of exactly `length` frames kept as it is (one drawn whole)."""
-    start = 0
-    for block in blocks:
-        if not into:
-            into.append(block if len(block) == length else np.empty((length, *block.shape[1:]), block.dtype))
-        if into[0] is not block and start < length:
-            n = min(len(block), length - start)
-            into[0][start:start + n] = block[:n]
-        start += len(block)
-        yield block
-
-
 class TrainingVideos:
     """Videos of deterministic evaluation episodes while training: a `runner.train` hook (`train --video-every`).
 
