@@ -186,7 +186,9 @@ def record_episodes(
     max_steps, initial_carry=...)`'s. A `lax.while_loop` stops once every
     episode is done; the states go into a buffer of `max_steps` rows, so
     memory is max_steps x N x one env state (bound `max_steps` for envs with
-    large states or long time limits, craftax for one).
+    large states or long time limits, craftax for one: full Craftax's
+    100,000 steps of 273 kB are 27 GB an episode). `write_episode_videos`
+    records its episodes 256 steps at a time instead, the same steps.
 
     The states are the ones the policy acted on, s_0 ... s_{L-1}: an
     episode's terminal state is not among them, as same-step auto-reset
@@ -1192,7 +1194,7 @@ class _EpisodeWriter:
         episode_return, length = played["return"], played["length"]
         final = _moved(path, path.with_name(video_name(prefix + name, episode_return, path.suffix)))
         return (EpisodeVideo(run=run, path=final, episode_return=episode_return, length=length),
-                np.concatenate(kept) if keep_frames else None)
+                kept[0] if keep_frames else None)
 
     def _recorded(self, params: PyTree, key: jax.Array, label: str, played: dict) -> Iterator[np.ndarray]:
         """The episode's frames, labelled, as its steps are recorded `RECORD_BLOCK` at a time: a hook that draws
@@ -1271,7 +1273,7 @@ class _HostEpisodeWriter(_EpisodeWriter):
         episode_return, length = played["return"], played["length"]
         final = _moved(path, path.with_name(video_name(prefix + name, episode_return, path.suffix)))
         return (EpisodeVideo(run=run, path=final, episode_return=episode_return, length=length),
-                np.concatenate(kept) if keep_frames else None)
+                kept[0] if keep_frames else None)
 
     def _played(self, params: PyTree, key: jax.Array, label: str, played: dict) -> Iterator[np.ndarray]:
         """The episode's frames, `FRAMES_PER_BLOCK` at a time, as it is played; its return and length go into
@@ -1303,13 +1305,21 @@ limit raised with an env option, brax's `episode_length`)."""
 
 
 def _kept(blocks: Iterator[np.ndarray], into: list) -> Iterator[np.ndarray]:
-    """`blocks` as they come, the first `KEPT_FRAMES` of their frames also appended to `into`."""
-    room = KEPT_FRAMES
+    """`blocks` as they come, their first `KEPT_FRAMES` frames also copied into one array, appended to `into` once
+    the blocks end (a short episode's frames may be fewer). The array is made at the first block for `KEPT_FRAMES`
+    frames and cut to those written: the pages of `np.empty` that are never written are never given memory, and the
+    frames are held once (a list of the blocks and their concatenation held them twice at the end)."""
+    kept, count = None, 0
     for block in blocks:
-        if room > 0:
-            into.append(block[:room])
-            room -= len(into[-1])
+        if count < KEPT_FRAMES:
+            if kept is None:
+                kept = np.empty((KEPT_FRAMES, *block.shape[1:]), block.dtype)
+            n = min(len(block), KEPT_FRAMES - count)
+            kept[count:count + n] = block[:n]
+            count += n
         yield block
+    if kept is not None:
+        into.append(kept[:count])
 
 
 class TrainingVideos:
