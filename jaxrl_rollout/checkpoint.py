@@ -604,7 +604,6 @@ def load(folder, template: Any, sharding: jax.sharding.Sharding | None = None, *
 def _load_step(folder: pathlib.Path, step: int | None, template: Any, sharding: jax.sharding.Sharding | None,
                only: list[int] | None = None) -> tuple[Any, dict, dict]:
     """`load`'s one reading, of committed step `step` (None: a pre-Orbax checkpoint)."""
-
     manifest = _manifest_at(folder, step)
     if manifest["format"] == LEGACY_FORMAT:
         state, extras, manifest = _load_legacy(folder, manifest, template, sharding)
