@@ -692,7 +692,9 @@ def test_ctrl_c_stops_rollout_and_evaluate_of_a_host_env_at_once(tmp_path, monke
     assert "interrupted (SIGINT)" in capsys.readouterr().err
     for thread in [t for t in threading.enumerate() if t.name == "jaxrl_rollout-chunk"]:
         thread.join(timeout=60)
-    assert len(after) <= 1, len(after)  # stopped where it was
+    # stopped where it was: a step or two may already be under way when the interruption comes (2 were seen in a CI
+    # run, 2026-12-05, the evaluation's case), where a command that played on took ~195 more
+    assert len(after) <= 3, len(after)
     assert "Abandoned" not in caplog.text and "Traceback" not in caplog.text
 
 
