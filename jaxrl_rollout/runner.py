@@ -1238,10 +1238,15 @@ def _given(value: Any) -> tuple:
     return () if value is None else (value,)
 
 
+def _train_state_shapes(spec: RunSpec, algorithm) -> Any:
+    """The shapes of every run's train state (leading axis: the runs), traced, not run."""
+    return jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
+
+
 def _state_template(spec: RunSpec, algorithm, manifest: dict) -> Any:
     """The shapes of the state a checkpoint holds: every run's train state, paired with their best policies
     (`periodic_eval.BestPolicy`) where the manifest says the run kept them (`BEST_POLICY`)."""
-    template = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
+    template = _train_state_shapes(spec, algorithm)
     if not manifest["meta"].get(BEST_POLICY):
         return template
     from jaxrl_rollout.periodic_eval import no_best
@@ -1290,7 +1295,7 @@ def _group_shapes(inits: list, algorithm, spec: RunSpec, groups: list) -> list:
         except (AssertionError, AttributeError, NotImplementedError):
             pass
         if whole is None:
-            whole = jax.eval_shape(jax.vmap(algorithm.init), spec.run_keys(), spec.run_hparams())
+            whole = _train_state_shapes(spec, algorithm)
         shapes.append(jax.tree.map(lambda s, n=b - a: jax.ShapeDtypeStruct((n, *s.shape[1:]), s.dtype), whole))
     return shapes
 

@@ -223,23 +223,8 @@ def record_episodes(
     max_steps = _episode_bound(env, env_params, max_steps)
     state = collect.rollout_init(key, env, env_params, num_episodes, initial_carry)
     step = collect.evaluation_step(env, env_params, policy_fn, params, num_episodes)
-    # Filled with copies of the first state (not zeros): PRNG-key leaves have no zeros.
-    states = jax.tree.map(lambda x: jnp.repeat(x[None], max_steps, axis=0), state.env_state)
-    rewards = jnp.zeros((max_steps, num_episodes), jnp.float32)
-
-    def cond(loop):
-        _, active, t, _, _ = loop
-        return jnp.any(active) & (t < max_steps)
-
-    def body(loop):
-        state, active, t, states, rewards = loop
-        states = jax.tree.map(lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, t, 0), states, state.env_state)
-        state, active, reward = step(state, active)
-        rewards = jax.lax.dynamic_update_index_in_dim(rewards, reward, t, 0)
-        return state, active, t + 1, states, rewards
-
     active = jnp.ones((num_episodes,), dtype=bool)
-    state, active, _, states, rewards = jax.lax.while_loop(cond, body, (state, active, jnp.int32(0), states, rewards))
+    state, active, _, states, rewards = _recorded_steps(step, state, active, jnp.int32(0), max_steps, max_steps)
     return EpisodeRecording(
         states=states,
         rewards=rewards,
@@ -642,8 +627,7 @@ def write_video(path: str | Path, frames: Any, fps: float = 30) -> Path:
             warnings.warn(f"writing a gif instead of {path.name}: {missing}; {_EXTRA_HINT} installs ffmpeg.",
                           stacklevel=user_stacklevel())
             path, suffix = path.with_suffix(".gif"), ".gif"
-    if path.is_dir() and not path.is_symlink():
-        raise IsADirectoryError(f"cannot write the video {path}: a folder of that name is there.")
+    _refuse_folder(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"cannot write the video {path}: its folder {path.parent} "
                                 f"{'is not a folder' if path.parent.exists() else 'does not exist'}.")
@@ -1086,45 +1070,47 @@ def _episode_returns(env: Any, env_params: Any, policy_fn: Any, max_steps: int |
     ).returns[0]))
 
 
+def _refuse_folder(path: Path) -> None:
+    """The one-line error for a folder where a video is to be written (a symlink there is replaced, not followed)."""
+    if path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(f"cannot write the video {path}: a folder of that name is there.")
+
+
 def _moved(path: Path, final: Path) -> Path:
     """A video written under a hidden name (`path`, its episode's return unknown until it ended) moved to its name
     `final`, replacing a file or a symlink there; a folder there is `write_video`'s one-line error, and the hidden
     file is removed."""
-    if final.is_dir() and not final.is_symlink():
+    try:
+        _refuse_folder(final)
+    except IsADirectoryError:
         path.unlink(missing_ok=True)
-        raise IsADirectoryError(f"cannot write the video {final}: a folder of that name is there.")
+        raise
     path.replace(final)
     return final
 
 
-def _recording_steps(env: Any, env_params: Any, policy_fn: Any, max_steps: int, block: int) -> Callable:
-    """`(params, state, active, t) -> (state, active, taken, states [block, 1, ...], rewards [block, 1])`, jitted:
-    up to `block` more steps of one episode (its `t` steps taken), as `record_episodes` takes them (the same step
-    from the same state), each step's state kept; it stops at the episode's end or at `max_steps` steps in all.
-    `env_params` must be resolved."""
-    def steps(params, state, active, t):
-        step = collect.evaluation_step(env, env_params, policy_fn, params, 1)
-        # Filled with copies of the first state (not zeros): PRNG-key leaves have no zeros.
-        states = jax.tree.map(lambda x: jnp.repeat(x[None], block, axis=0), state.env_state)
-        rewards = jnp.zeros((block, 1), jnp.float32)
+def _recorded_steps(step: Callable, state: Any, active: jax.Array, t: jax.Array, block: int,
+                    max_steps: int) -> tuple:
+    """Up to `block` more steps of N episodes that have taken `t` steps, each step's env state kept: `(state,
+    active, taken, states [block, N, ...], rewards [block, N])`, stopping once every episode is done or at
+    `max_steps` steps in all. `step` is `collect.evaluation_step`'s; `record_episodes` takes one block of
+    `max_steps`, the video writer blocks of `RECORD_BLOCK` from where the last one stopped (the same steps)."""
+    # Filled with copies of the first state (not zeros): PRNG-key leaves have no zeros.
+    states = jax.tree.map(lambda x: jnp.repeat(x[None], block, axis=0), state.env_state)
+    rewards = jnp.zeros((block, active.shape[0]), jnp.float32)
 
-        def cond(loop):
-            _, active, i, _, _ = loop
-            return jnp.any(active) & (i < block) & (t + i < max_steps)
+    def cond(loop):
+        _, active, i, _, _ = loop
+        return jnp.any(active) & (i < block) & (t + i < max_steps)
 
-        def body(loop):
-            state, active, i, states, rewards = loop
-            states = jax.tree.map(lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, i, 0), states,
-                                  state.env_state)
-            state, active, reward = step(state, active)
-            rewards = jax.lax.dynamic_update_index_in_dim(rewards, reward, i, 0)
-            return state, active, i + 1, states, rewards
+    def body(loop):
+        state, active, i, states, rewards = loop
+        states = jax.tree.map(lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, i, 0), states, state.env_state)
+        state, active, reward = step(state, active)
+        rewards = jax.lax.dynamic_update_index_in_dim(rewards, reward, i, 0)
+        return state, active, i + 1, states, rewards
 
-        state, active, taken, states, rewards = jax.lax.while_loop(
-            cond, body, (state, active, jnp.int32(0), states, rewards))
-        return state, active, taken, states, rewards
-
-    return jax.jit(steps)
+    return jax.lax.while_loop(cond, body, (state, active, jnp.int32(0), states, rewards))
 
 
 class _EpisodeWriter:
@@ -1140,10 +1126,11 @@ class _EpisodeWriter:
         self._env_params, self._fps, self._label = env_params, fps, label
         self._returns = _episode_returns(env, env_params, policy_fn, max_steps, initial_carry)
         env_params = stepping.resolve_params(env, env_params)
-        self._max_steps = _episode_bound(env, env_params, max_steps)
         self._start = jax.jit(lambda k: collect.rollout_init(k, env, env_params, 1, initial_carry))
-        self._steps = _recording_steps(env, env_params, policy_fn, self._max_steps,
-                                       min(self.RECORD_BLOCK, self._max_steps))
+        max_steps = self._max_steps = _episode_bound(env, env_params, max_steps)
+        block = min(self.RECORD_BLOCK, max_steps)
+        self._steps = jax.jit(lambda params, state, active, t: _recorded_steps(
+            collect.evaluation_step(env, env_params, policy_fn, params, 1), state, active, t, block, max_steps))
 
     def write(self, folder: str | Path, params_per_run: PyTree, keys: jax.Array, runs: Any = "all", *,
               names: Sequence[str] | None = None, prefix: str = "", caption: str = "",
