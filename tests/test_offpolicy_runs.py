@@ -271,14 +271,16 @@ def test_cli_trains_and_evaluates_each_learner(algo, tmp_path, monkeypatch, caps
     (["--algo", "sac", "--lr", "1e-3"], "--lr is not a hyperparameter of SAC"),
     (["--algo", "dqn", "--clip-eps", "0.1"], "--clip-eps is not a hyperparameter of DQN"),
     (["--algo", "td3", "--num-steps", "8"], "--num-steps is not an option of TD3"),
-    # the four learners name the action space they got in one form (`_common.space_text`)
-    (["--algo", "dqn", "--env", "Pendulum-v1"], "--env Pendulum-v1: DQN needs Discrete actions, got Box(1 float32)."),
-    (["--algo", "sac", "--env", "CartPole-v1"],
-     "--env CartPole-v1: SAC needs continuous actions, a 1-D Box, got Discrete(2)."),
-    (["--algo", "td3", "--env", "CartPole-v1"],
-     "--env CartPole-v1: TD3 needs continuous actions, a 1-D Box, got Discrete(2)."),
+    # the four learners name the action space they got in one form (`_common.space_text`), and the learners of it
+    (["--algo", "dqn", "--env", "Pendulum-v1"], "--env Pendulum-v1: DQN needs Discrete actions, got Box(1 float32); "
+                                                "SAC, TD3, PPO and A2C learn actions in a 1-D Box of floats."),
+    (["--algo", "sac", "--env", "CartPole-v1"], "--env CartPole-v1: SAC needs continuous actions, a 1-D Box, got "
+                                                "Discrete(2); DQN, PQN, PPO and A2C learn Discrete actions."),
+    (["--algo", "td3", "--env", "CartPole-v1"], "--env CartPole-v1: TD3 needs continuous actions, a 1-D Box, got "
+                                                "Discrete(2); DQN, PQN, PPO and A2C learn Discrete actions."),
     (["--algo", "pqn", "--env", "gymnasium/Pendulum-v1"],
-     "--env gymnasium/Pendulum-v1: PQN needs Discrete actions, got Box(1 float32)."),
+     "--env gymnasium/Pendulum-v1: PQN needs Discrete actions, got Box(1 float32); SAC, TD3, PPO and A2C learn "
+     "actions in a 1-D Box of floats."),
     # a two-player game: neither learner has self-play, and neither points to the other
     (["--algo", "pqn", "--env", "pgx/tic_tac_toe"],
      "--env pgx/tic_tac_toe: a two-player game trains by self-play, which PQN does not do; train it with ppo or a2c."),

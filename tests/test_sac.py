@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import flax.linen as nn
+import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -169,6 +170,15 @@ def test_errors_name_the_argument():
         sac.make_sac(dataclasses.replace(SMALL, env_id="CartPole-v1"))
     with pytest.raises(ValueError, match="env .*continuous"):
         sac.make_sac(SMALL, env=CountingEnv())
+
+    class MatrixActions(BoxCountingEnv):
+        def action_space(self, params=None):
+            return gymnax.environments.spaces.Box(-1.0, 3.0, (2, 2), jnp.float32)
+
+    # a Box of the wrong shape: refused without the learners of Box actions (SAC is one of them)
+    with pytest.raises(ValueError, match=r"^env MatrixActions: SAC needs continuous actions, a 1-D Box, got "
+                                         r"Box\(2x2 float32\)\.$"):
+        sac.make_sac(SMALL, env=MatrixActions())
     with pytest.raises(ValueError, match="env_params"):
         sac.make_sac(SMALL, env_params=object())
     with pytest.raises(TypeError, match="network"):

@@ -254,10 +254,20 @@ def space_text(space: Any) -> str:
     return type(space).__name__
 
 
+# The learners of each kind of action space, named where a learner is given the other kind.
+_LEARNERS_OF = {spaces.Discrete: ("DQN", "PQN", "PPO", "A2C"), spaces.Box: ("SAC", "TD3", "PPO", "A2C")}
+
+
 def refuse_actions(algo: str, env: Any, space: Any, needed: str) -> None:
-    """Raises the one ValueError of a learner whose env's action space is not the kind it needs, e.g. "env
-    Pendulum: DQN needs Discrete actions, got Box(1 float32)."."""
-    raise ValueError(f"env {type(env).__name__}: {algo} needs {needed}, got {space_text(space)}.")
+    """Raises the one ValueError of a learner whose env's action space is not the kind it needs; where it is the
+    other kind, with the learners that take that kind, e.g. "env Pendulum: DQN needs Discrete actions, got Box(1
+    float32); SAC, TD3, PPO and A2C learn actions in a 1-D Box of floats."."""
+    others = ""
+    for kind, learners in _LEARNERS_OF.items():
+        if isinstance(space, kind) and algo not in learners:
+            what = "Discrete actions" if kind is spaces.Discrete else "actions in a 1-D Box of floats"
+            others = f"; {', '.join(learners[:-1])} and {learners[-1]} learn {what}"
+    raise ValueError(f"env {type(env).__name__}: {algo} needs {needed}, got {space_text(space)}{others}.")
 
 
 def tuple_actions_hint(space: Any) -> str:
