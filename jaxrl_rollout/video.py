@@ -1174,16 +1174,21 @@ class _EpisodeWriter:
                keep_frames: bool) -> tuple[EpisodeVideo, np.ndarray | None]:
         """One run's episode recorded, drawn and encoded into `folder` (see `write`)."""
         played, kept = {}, []
-        blocks = self._recorded(params, key, f"{name}{caption}", played)
-        # the return names the file, and is known once the episode ends: written under a hidden name first
-        path = write_video(folder / f".{prefix}{name}.recording.mp4", _kept(blocks, kept) if keep_frames else blocks,
-                           fps=self._fps)
+        with self._drawing():
+            blocks = self._frames(params, key, f"{name}{caption}", played)
+            # the return names the file, and is known once the episode ends: written under a hidden name first
+            path = write_video(folder / f".{prefix}{name}.recording.mp4",
+                               _kept(blocks, kept) if keep_frames else blocks, fps=self._fps)
         episode_return, length = played["return"], played["length"]
         final = _moved(path, path.with_name(video_name(prefix + name, episode_return, path.suffix)))
         return (EpisodeVideo(run=run, path=final, episode_return=episode_return, length=length),
                 kept[0] if keep_frames else None)
 
-    def _recorded(self, params: PyTree, key: jax.Array, label: str, played: dict) -> Iterator[np.ndarray]:
+    def _drawing(self) -> contextlib.AbstractContextManager:
+        """What the episode's frames are drawn within: nothing here (a host env opens itself to draw)."""
+        return contextlib.nullcontext()
+
+    def _frames(self, params: PyTree, key: jax.Array, label: str, played: dict) -> Iterator[np.ndarray]:
         """The episode's frames, labelled, as its steps are recorded `RECORD_BLOCK` at a time: a hook that draws
         state by state is given `FRAMES_PER_BLOCK` states at a time, as each block comes to the host; another is
         given the whole episode's states at its end. The return and length go into `played` at the end."""
@@ -1249,20 +1254,10 @@ class _HostEpisodeWriter(_EpisodeWriter):
         self._step = jax.jit(lambda p, state, active: collect.evaluation_step(env, env_params, policy_fn, p, 1)(
             state, active))
 
-    def _video(self, folder: Path, params: PyTree, key: jax.Array, run: int, name: str, prefix: str, caption: str,
-               keep_frames: bool) -> tuple[EpisodeVideo, np.ndarray | None]:
-        played, kept = {}, []
-        with self._host.drawing():
-            blocks = self._played(params, key, f"{name}{caption}", played)
-            # the return names the file, and is known once the episode ends: written under a hidden name first
-            path = write_video(folder / f".{prefix}{name}.playing.mp4",
-                               _kept(blocks, kept) if keep_frames else blocks, fps=self._fps)
-        episode_return, length = played["return"], played["length"]
-        final = _moved(path, path.with_name(video_name(prefix + name, episode_return, path.suffix)))
-        return (EpisodeVideo(run=run, path=final, episode_return=episode_return, length=length),
-                kept[0] if keep_frames else None)
+    def _drawing(self) -> contextlib.AbstractContextManager:
+        return self._host.drawing()
 
-    def _played(self, params: PyTree, key: jax.Array, label: str, played: dict) -> Iterator[np.ndarray]:
+    def _frames(self, params: PyTree, key: jax.Array, label: str, played: dict) -> Iterator[np.ndarray]:
         """The episode's frames, `FRAMES_PER_BLOCK` at a time, as it is played; its return and length go into
         `played` at the end."""
         state, active = self._start(key), jnp.ones((1,), bool)
