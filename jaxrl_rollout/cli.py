@@ -2395,23 +2395,25 @@ def _main(argv: list) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from jaxrl_rollout._extras import MissingExtra
+    from jaxrl_rollout.envs._host import HostEnvError, quiet_failures, take_failure
     from jaxrl_rollout.runner import Diverged  # after _configure_jax_early: it imports the algorithms
     try:
-        try:
-            if args.command == "train":
-                return run_train(args)
-            if args.command == "evaluate":
-                return run_evaluate(args)
-            options = _given_env_options(args.env_option)
-            run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval, video=args.video,
-                        env_options=options)
-        except Exception as error:
-            # a signal raised at once inside a host env's step comes out of JAX as a runtime error (and out of
-            # evaluate --video as its one-line ValueError): it is the interruption, not an error
-            stopped = stopped_at_once()
-            if stopped is not None:
-                raise Interrupted(stopped) from error
-            raise
+        with quiet_failures():  # a host env's failing reset or step: the one line below, not JAX's log
+            try:
+                if args.command == "train":
+                    return run_train(args)
+                if args.command == "evaluate":
+                    return run_evaluate(args)
+                options = _given_env_options(args.env_option)
+                run_rollout(args.env, args.num_envs, args.num_steps, args.seed, args.num_eval, video=args.video,
+                            env_options=options)
+            except Exception as error:
+                # a signal raised at once inside a host env's step comes out of JAX as a runtime error (and out of
+                # evaluate --video as its one-line ValueError): it is the interruption, not an error
+                stopped = stopped_at_once()
+                if stopped is not None:
+                    raise Interrupted(stopped) from error
+                raise
     except Diverged as error:  # the run trained to NaN or inf: its last finite checkpoint is kept
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 3
@@ -2427,6 +2429,12 @@ def _main(argv: list) -> int:
         print(f"jaxrl-rollout: error: {_os_error_text(error)}", file=sys.stderr)
         return 2
     except RuntimeError as error:  # jax's JaxRuntimeError (XlaRuntimeError before it): XLA's out of memory
+        # a host env's own reset or step raised (a renderer without a display, a bug in the user's env): in a
+        # program dispatched outside `run_interruptibly` (the init's reset) it is still JAX's error
+        failure = error if isinstance(error, HostEnvError) else take_failure()
+        if failure is not None:
+            print(f"jaxrl-rollout: error: {failure}", file=sys.stderr)
+            return 2
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise
         print(f"jaxrl-rollout: error: {_out_of_memory_text(args, error)}", file=sys.stderr)

@@ -712,3 +712,79 @@ def _sigint_as_from_a_terminal():
     finally:
         if ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _FailingEnv(gymnasium.Env):
+    """Its own code raises a KeyError: in `reset` with fail_at=0, else in the `fail_at`-th `step` of an episode."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, fail_at=5):
+        self.fail_at = fail_at
+
+    def _fail(self):
+        raise KeyError("no such level")
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        if self.fail_at == 0:
+            self._fail()
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.fail_at:
+            self._fail()
+        return np.zeros(3, np.float32), 1.0, False, False, {}
+
+
+def _failing_env_id() -> str:
+    if "FailingEnv-v0" not in gymnasium.registry:
+        gymnasium.register("FailingEnv-v0", entry_point=_FailingEnv, max_episode_steps=10)
+    return "FailingEnv-v0"
+
+
+_FAIL_LINE = f"{__file__}:{_FailingEnv._fail.__code__.co_firstlineno + 1}"
+
+
+def test_an_env_whose_own_step_raises_is_a_host_env_error_with_its_exception():
+    """JAX gives a callback's exception back as its runtime error, the type lost ("INTERNAL: CpuCallback error
+    calling callback: Traceback ..."); `run_interruptibly`, which dispatches the runner's chunks and the command
+    line's evaluations, raises a `HostEnvError` naming the env, what it raised and where, from the env's own
+    exception."""
+    from jaxrl_rollout.envs._host import run_interruptibly
+    from jaxrl_rollout.envs.gymnasium import HostEnvError
+
+    env, _ = envs.make(f"gymnasium/{_failing_env_id()}", fail_at=3)
+    policy = jr.policies.uniform_random_policy(env.action_space())
+    run = jax.jit(lambda s: jr.rollout(env, None, policy, None, s, 8)[1].reward)
+    state = jr.rollout_init(jax.random.key(0), env, None, 2)
+    with pytest.raises(HostEnvError) as raised:
+        run_interruptibly(lambda: jax.block_until_ready(run(state)), env)
+    assert str(raised.value) == ("GymnasiumEnv('FailingEnv-v0')'s step raised KeyError: 'no such level' "
+                                 f"(in _fail, {_FAIL_LINE})")
+    assert isinstance(raised.value.__cause__, KeyError)
+    env, _ = envs.make(f"gymnasium/{_failing_env_id()}", fail_at=20)  # never reached: the episodes end at 10
+    state = jr.rollout_init(jax.random.key(0), env, None, 2)
+    run = jax.jit(lambda s: jr.rollout(env, None, policy, None, s, 8)[1].reward)
+    assert np.asarray(run_interruptibly(lambda: run(state), env)).sum() == 16  # and no failure left behind
+
+
+@pytest.mark.parametrize("fail_at, what", [(0, "reset"), (3, "step")])
+def test_the_command_line_says_in_one_line_what_a_host_envs_own_code_raised(fail_at, what, tmp_path, capsys,
+                                                                             caplog):
+    """A gymnasium env whose reset (in the run's first program) or step (in a chunk) raises: one line naming the
+    env, the exception and its innermost frame, exit 2, and neither JAX's log of the callback nor a traceback (a
+    CartPole made with render_mode=human on a machine without a display ended in three tracebacks)."""
+    from jaxrl_rollout import cli
+
+    code = cli.main(["train", "--env", f"gymnasium/{_failing_env_id()}", "--env-option", f"fail_at={fail_at}",
+                     "--seeds", "1", "--num-envs", "2", "--num-steps", "8", "--total-steps", "32", "--num-eval", "1",
+                     "--tensorboard", "false", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines()[-1] == (f"jaxrl-rollout: error: GymnasiumEnv('FailingEnv-v0')'s {what} raised "
+                                            f"KeyError: 'no such level' (in _fail, {_FAIL_LINE})"), err
+    assert "Traceback" not in err and not [r for r in caplog.records if r.name == "jax._src.callback"], err

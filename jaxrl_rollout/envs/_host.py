@@ -21,11 +21,13 @@ terminated, truncated)`, each [R, B, ...], with same-step auto-reset, and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -37,7 +39,7 @@ from jax.experimental import io_callback
 
 from jaxrl_rollout import collect, prng
 
-__all__ = ["HostEnv", "HostParams", "HostStats"]
+__all__ = ["HostEnv", "HostEnvError", "HostParams", "HostStats"]
 
 _SEED_BOUND = 2**31 - 1
 
@@ -58,6 +60,51 @@ class _QuietAbandoned(logging.Filter):
 
 # Installed for good: the abandoned program may call back after the `train` that abandoned it has returned.
 logging.getLogger("jax._src.callback").addFilter(_QuietAbandoned())
+
+
+class HostEnvError(RuntimeError):
+    """A host env's own reset or step raised (a gymnasium env's code, a renderer, a worker process).
+
+    Inside a compiled program the env's exception reaches the caller only as
+    JAX's runtime error, its type lost; `run_interruptibly` (the runner's
+    chunks, the command line's evaluations) raises this instead, naming the
+    env, what it raised and the innermost frame it was raised in, with the
+    env's own exception, and its whole traceback, as `__cause__`.
+    """
+
+
+# The last failure of any host env's own code in this process, until `take_failure` takes it.
+_FAILURE: HostEnvError | None = None
+_FAILURE_LOCK = threading.Lock()
+
+
+def take_failure() -> HostEnvError | None:
+    """The `HostEnvError` of the last host env failure since the last call, or None (and forgets it)."""
+    global _FAILURE
+    with _FAILURE_LOCK:
+        failure, _FAILURE = _FAILURE, None
+    return failure
+
+
+class _QuietFailures(logging.Filter):
+    """Drops JAX's log of a host callback whose env raised: `quiet_failures` reports it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failure = _FAILURE
+        raised = record.exc_info[1] if record.exc_info else None
+        return not (failure is not None and raised is not None and raised is failure.__cause__)
+
+
+@contextlib.contextmanager
+def quiet_failures():
+    """Within it, JAX logs no traceback for a host env's failing reset or step: the caller reports the
+    `HostEnvError` (the command line, in one line)."""
+    log, quiet = logging.getLogger("jax._src.callback"), _QuietFailures()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
 
 
 def _to_gymnax_space(space: Any, what: str) -> Any:
@@ -233,6 +280,26 @@ class HostEnv:
                 self._host_close()
             self._shape = ()
 
+    @contextlib.contextmanager
+    def _own_code(self, what: str):
+        """Where the env's own code runs: an exception it raises is kept as a `HostEnvError` (`take_failure`)."""
+        global _FAILURE
+        try:
+            yield
+        except Exception as error:
+            kind = type(error).__qualname__
+            if type(error).__module__ != "builtins":
+                kind = f"{type(error).__module__}.{kind}"
+            text = " ".join(str(error).split())
+            frames = traceback.extract_tb(error.__traceback__)
+            where = f" (in {frames[-1].name}, {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+            failure = HostEnvError(f"{type(self).__name__}({self._name!r})'s {what} raised {kind}"
+                                   + (f": {text}" if text else "") + where)
+            failure.__cause__ = error
+            with _FAILURE_LOCK:
+                _FAILURE = failure
+            raise
+
     def _check_abandoned(self) -> None:
         if self._abandoned:
             raise Abandoned(f"{self!r} was abandoned (its run was interrupted); make a new env to step.")
@@ -261,7 +328,8 @@ class HostEnv:
                 self._host_close()
                 self._shape = ()
             runs, batch = math.prod(seeds.shape[:-1]), seeds.shape[-1]
-            obs = self._host_open(seeds.reshape(runs, batch).astype(np.int64))
+            with self._own_code("reset"):
+                obs = self._host_open(seeds.reshape(runs, batch).astype(np.int64))
             self._shape = seeds.shape
             self._tick += 1
             self._seconds += time.perf_counter() - start
@@ -294,7 +362,8 @@ class HostEnv:
                 action = action.astype(np.int64)
             runs = math.prod(self._shape[:-1])
             action = action.reshape(runs, self._shape[-1], *action.shape[tick.ndim:])
-            obs, final, reward, terminated, truncated = self._host_step(action)
+            with self._own_code("step"):
+                obs, final, reward, terminated, truncated = self._host_step(action)
             self._tick += 1
             self._env_steps += tick.size
             self._seconds += time.perf_counter() - start
@@ -373,7 +442,8 @@ def run_interruptibly(fn: Callable[[], Any], *envs: Any) -> Any:
     runs: it is dispatched from a helper thread (`_signals.ran`) while this thread waits in Python, and if the
     wait is interrupted (a KeyboardInterrupt, `_signals.Interrupted`) the host envs are abandoned
     (`HostEnv.abandon`), so the program left running ends at its next step instead of stepping on. A program
-    that failed has ended: its error is raised here, and the envs are left as they are. (A None in `envs` is
+    that failed has ended: its error is raised here (a `HostEnvError` where a host env's own reset or step
+    raised), and the envs are left as they are. (A None in `envs` is
     skipped.) For a JAX env, `fn()` here: JAX dispatches it asynchronously, and the
     caller waits in Python (`_signals.wait_ready`).
     """
@@ -382,6 +452,7 @@ def run_interruptibly(fn: Callable[[], Any], *envs: Any) -> Any:
     hosts = [host for host in map(host_env, envs) if host is not None]
     if not hosts:
         return fn()
+    take_failure()  # one of an earlier program, already reported
     try:
         return _signals.ran(fn)
     except KeyboardInterrupt:
@@ -389,3 +460,8 @@ def run_interruptibly(fn: Callable[[], Any], *envs: Any) -> Any:
             for host in hosts:
                 host.abandon()
         raise
+    except Exception:
+        failure = take_failure()
+        if failure is None:
+            raise
+        raise failure from failure.__cause__

@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from jaxrl_rollout.envs import _base
-from jaxrl_rollout.envs._host import HostEnv
+from jaxrl_rollout.envs._host import HostEnv, HostEnvError
 
-__all__ = ["EnvpoolEnv", "make"]
+__all__ = ["EnvpoolEnv", "HostEnvError", "make"]
 
 
 @contextlib.contextmanager

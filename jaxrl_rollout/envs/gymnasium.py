@@ -55,9 +55,9 @@ from typing import Any
 import numpy as np
 
 from jaxrl_rollout.envs import _base
-from jaxrl_rollout.envs._host import HostEnv
+from jaxrl_rollout.envs._host import HostEnv, HostEnvError
 
-__all__ = ["GymnasiumEnv", "make"]
+__all__ = ["GymnasiumEnv", "HostEnvError", "make"]
 
 
 def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[GymnasiumEnv, Any]:
