@@ -2397,6 +2397,7 @@ def _main(argv: list) -> int:
     from jaxrl_rollout._extras import MissingExtra
     from jaxrl_rollout.envs._host import HostEnvError, quiet_failures, take_failure
     from jaxrl_rollout.runner import Diverged  # after _configure_jax_early: it imports the algorithms
+    take_failure()  # one left by an earlier call in this process (main() from Python), not this command's
     try:
         with quiet_failures():  # a host env's failing reset or step: the one line below, not JAX's log
             try:
