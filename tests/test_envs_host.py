@@ -788,3 +788,34 @@ def test_the_command_line_says_in_one_line_what_a_host_envs_own_code_raised(fail
     assert err.strip().splitlines()[-1] == (f"jaxrl-rollout: error: GymnasiumEnv('FailingEnv-v0')'s {what} raised "
                                             f"KeyError: 'no such level' (in _fail, {_FAIL_LINE})"), err
     assert "Traceback" not in err and not [r for r in caplog.records if r.name == "jax._src.callback"], err
+
+
+class _UndrawableEnv(_FailingEnv):
+    """Steps, and its render() in render_mode='rgb_array' raises."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None):
+        super().__init__(fail_at=-1)
+        self.render_mode = render_mode
+
+    def render(self):
+        self._fail()
+
+
+def test_an_env_whose_render_raises_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys):
+    """`check_drawable` (evaluate --video's check, train --video-every's before the run) let the env's own
+    exception out of render() with its traceback; now a ValueError says which env and what it raised where."""
+    from jaxrl_rollout import cli
+
+    if "Undrawable-v0" not in gymnasium.registry:
+        gymnasium.register("Undrawable-v0", entry_point=_UndrawableEnv, max_episode_steps=10)
+    why = ("cannot draw Undrawable-v0: its reset or render() in render_mode='rgb_array' raised KeyError: "
+           f"'no such level' (in _fail, {_FAIL_LINE}).")
+    with pytest.raises(ValueError) as raised:
+        envs.make("gymnasium/Undrawable-v0")[0].check_drawable()
+    assert str(raised.value) == why and isinstance(raised.value.__cause__, KeyError)
+    assert cli.main(["train", "--env", "gymnasium/Undrawable-v0", "--video-every", "1", "--seeds", "1",
+                     "--total-steps", "512", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"jaxrl-rollout: error: --video-every: {why}"
+    assert not (tmp_path / "run").exists()

@@ -86,6 +86,18 @@ def take_failure() -> HostEnvError | None:
     return failure
 
 
+def raised_text(error: BaseException) -> str:
+    """An exception of an env's own code in one line: `KIND: MESSAGE (in FUNCTION, FILE:LINE)`, the innermost
+    frame it was raised in (KIND with its module, unless a builtin)."""
+    kind = type(error).__qualname__
+    if type(error).__module__ != "builtins":
+        kind = f"{type(error).__module__}.{kind}"
+    text = " ".join(str(error).split())
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (in {frames[-1].name}, {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return kind + (f": {text}" if text else "") + where
+
+
 class _QuietFailures(logging.Filter):
     """Drops JAX's log of a host callback whose env raised: `quiet_failures` reports it in one line."""
 
@@ -287,14 +299,7 @@ class HostEnv:
         try:
             yield
         except Exception as error:
-            kind = type(error).__qualname__
-            if type(error).__module__ != "builtins":
-                kind = f"{type(error).__module__}.{kind}"
-            text = " ".join(str(error).split())
-            frames = traceback.extract_tb(error.__traceback__)
-            where = f" (in {frames[-1].name}, {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-            failure = HostEnvError(f"{type(self).__name__}({self._name!r})'s {what} raised {kind}"
-                                   + (f": {text}" if text else "") + where)
+            failure = HostEnvError(f"{type(self).__name__}({self._name!r})'s {what} raised {raised_text(error)}")
             failure.__cause__ = error
             with _FAILURE_LOCK:
                 _FAILURE = failure

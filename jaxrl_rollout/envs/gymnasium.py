@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from jaxrl_rollout.envs import _base
-from jaxrl_rollout.envs._host import HostEnv, HostEnvError
+from jaxrl_rollout.envs._host import HostEnv, HostEnvError, raised_text
 
 __all__ = ["GymnasiumEnv", "HostEnvError", "make"]
 
@@ -223,6 +223,11 @@ class GymnasiumEnv(HostEnv):
             from jaxrl_rollout import _extras
 
             raise _extras.missing(f"drawing {self.name}", "video", error) from None
+        except ValueError:
+            raise
+        except Exception as error:  # the env's own reset or render: a bug, a renderer without its display
+            raise ValueError(f"cannot draw {self.name}: its reset or render() in render_mode='rgb_array' raised "
+                             f"{raised_text(error)}.") from error
         finally:
             env.close()
         shape = np.shape(frame)
