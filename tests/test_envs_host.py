@@ -766,6 +766,14 @@ def test_an_env_whose_own_step_raises_is_a_host_env_error_with_its_exception():
     assert str(raised.value) == ("GymnasiumEnv('FailingEnv-v0')'s step raised KeyError: 'no such level' "
                                  f"(in _fail, {_FAIL_LINE})")
     assert isinstance(raised.value.__cause__, KeyError)
+    # and `runner.train`, whose first program resets the envs
+    from jaxrl_rollout import runner
+
+    spec = _small_spec(f"gymnasium/{_failing_env_id()}", num_seeds=1)
+    spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, env_options=(("fail_at", 0),)))
+    with pytest.raises(HostEnvError, match=r"^GymnasiumEnv\('FailingEnv-v0'\)'s reset raised KeyError") as raised:
+        runner.train(spec, progress=None)
+    assert isinstance(raised.value.__cause__, KeyError)
     env, _ = envs.make(f"gymnasium/{_failing_env_id()}", fail_at=20)  # never reached: the episodes end at 10
     state = jr.rollout_init(jax.random.key(0), env, None, 2)
     run = jax.jit(lambda s: jr.rollout(env, None, policy, None, s, 8)[1].reward)

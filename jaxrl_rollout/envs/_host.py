@@ -67,7 +67,8 @@ class HostEnvError(RuntimeError):
 
     Inside a compiled program the env's exception reaches the caller only as
     JAX's runtime error, its type lost; `run_interruptibly` (the runner's
-    chunks, the command line's evaluations) raises this instead, naming the
+    chunks, the command line's evaluations) and `runner.train`'s first
+    program (its resets) raise this instead, naming the
     env, what it raised and the innermost frame it was raised in, with the
     env's own exception, and its whole traceback, as `__cause__`.
     """
