@@ -827,3 +827,35 @@ def test_an_env_whose_render_raises_is_refused_in_one_line_before_anything_is_wr
                      "--total-steps", "512", "--out", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"jaxrl-rollout: error: --video-every: {why}"
     assert not (tmp_path / "run").exists()
+
+
+class _LateUndrawableEnv(_UndrawableEnv):
+    """Draws its first 3 frames (so `check_drawable` passes), then its render() raises."""
+
+    def render(self):
+        self.frames = getattr(self, "frames", 0) + 1
+        if self.frames > 3:
+            self._fail()
+        return np.zeros((8, 8, 3), np.uint8)
+
+
+def test_an_env_whose_render_raises_mid_video_ends_the_videos_of_train_and_is_one_line_in_evaluate(tmp_path,
+                                                                                                   capsys):
+    """A render() that fails on a later frame let the env's exception out of `GymnasiumEnv.frame` with its
+    traceback, ending `train --video-every` (exit 1) and `evaluate --video`; now it is the ValueError the video
+    code reports: training goes on without videos, evaluate says it in one line, and no partial video is left."""
+    from jaxrl_rollout import cli
+
+    if "LateUndrawable-v0" not in gymnasium.registry:
+        gymnasium.register("LateUndrawable-v0", entry_point=_LateUndrawableEnv, max_episode_steps=10)
+    why = ("cannot draw LateUndrawable-v0: its render() in render_mode='rgb_array' raised KeyError: "
+           f"'no such level' (in _fail, {_FAIL_LINE}).")
+    folder = tmp_path / "run"
+    assert cli.main(["train", "--env", "gymnasium/LateUndrawable-v0", "--video-every", "1", "--seeds", "1",
+                     "--total-steps", "512", "--num-eval", "1", "--tensorboard", "false", "--out", str(folder)]) == 0
+    err = capsys.readouterr().err
+    assert f"  --video-every: no more videos (ValueError: {why}); training goes on" in err, err
+    assert not list((folder / "videos" / "training").iterdir())
+    assert cli.main(["evaluate", str(folder), "--video", "--num-episodes", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"jaxrl-rollout: error: {why}"
+    assert not list((folder / "videos").glob("*.mp4")) and not list((folder / "videos").glob(".*"))

@@ -253,7 +253,11 @@ class GymnasiumEnv(HostEnv):
         with self._lock:
             if not (self._drawing and self._vec is not None):
                 raise RuntimeError(f"{self!r}.frame() draws an env opened inside `with env.drawing():`.")
-            return np.asarray(self._vec.call("render")[0])
+            try:
+                return np.asarray(self._vec.call("render")[0])
+            except Exception as error:  # the env's own render(): a bug, a frame it cannot draw
+                raise ValueError(f"cannot draw {self.name}: its render() in render_mode='rgb_array' raised "
+                                 f"{raised_text(error)}.") from error
 
     def _host_open(self, seeds: np.ndarray) -> Any:
         import gymnasium
