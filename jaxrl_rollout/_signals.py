@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jaxrl_rollout._logs import filtered
+
 __all__ = ["STOP_SIGNALS", "Interrupted", "StopSignals", "at_once", "compiled", "raise_at_once", "ready_time",
            "stopped_at_once"]
 
@@ -139,13 +141,8 @@ def quiet_interrupted_callbacks():
     """Within it, JAX does not log a traceback for a host callback (a host env's step) that a Ctrl-C or a signal
     raised at once interrupted: the interruption is reported where it is handled, in one line, and the log
     printed a traceback from inside gymnasium's step above it. Other failures of a callback are logged as before."""
-    logger = logging.getLogger("jax._src.callback")
-    quiet = _InterruptedCallbacks()
-    logger.addFilter(quiet)
-    try:
+    with filtered("jax._src.callback", _InterruptedCallbacks()):
         yield
-    finally:
-        logger.removeFilter(quiet)
 
 
 @contextlib.contextmanager

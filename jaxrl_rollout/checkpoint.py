@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_rollout import _checks, prng
+from jaxrl_rollout._logs import filtered
 
 __all__ = ["CheckpointError", "FORMAT", "SUBFOLDER", "exists", "flatten", "load", "read_manifest", "save",
            "unflatten", "write_atomic"]
@@ -308,14 +309,8 @@ class _StepsRemovedWhileListed(logging.Filter):
         return not str(record.msg).startswith("Metadata file does not exist")
 
     @classmethod
-    @contextlib.contextmanager
-    def installed(cls):
-        log, quiet = logging.getLogger("absl"), cls()
-        log.addFilter(quiet)
-        try:
-            yield
-        finally:
-            log.removeFilter(quiet)
+    def installed(cls) -> contextlib.AbstractContextManager:
+        return filtered("absl", cls())
 
 
 def _raise_after_failure(message: str) -> None:

@@ -66,7 +66,7 @@ from jaxrl_rollout.algorithms._common import (
     plain_record,
 )
 from jaxrl_rollout.devices import largest_dividing
-from jaxrl_rollout.envs._host import HostStats, host_env, run_interruptibly, take_failure
+from jaxrl_rollout.envs._host import HostStats, host_env, raise_kept_failure, run_interruptibly, take_failure
 from jaxrl_rollout.normalization import RewardScaleState
 from jaxrl_rollout.run_metrics import chunk_return, grid_label, returns_text, steps_at, total_steps
 from jaxrl_rollout.stepping import is_vectorized
@@ -1072,9 +1072,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         except BaseException as error:
             stopped = stopped_at_once()  # a signal raised inside a host env's reset comes out of JAX as an error
             if not isinstance(error, KeyboardInterrupt) and stopped is None:
-                failure = take_failure() if isinstance(error, RuntimeError) else None
-                if failure is not None:  # the host env's own reset raised: its `HostEnvError`, as a chunk's step
-                    raise failure from failure.__cause__
+                if isinstance(error, RuntimeError):  # a host env's own reset raised: its `HostEnvError`, as in a chunk
+                    raise_kept_failure()
                 raise
             say("  interrupted while compiling" + (f"; its checkpoint is in {folder}" if resume else ""))
             if not isinstance(error, KeyboardInterrupt):

@@ -38,6 +38,7 @@ from flax import struct
 from jax.experimental import io_callback
 
 from jaxrl_rollout import collect, prng
+from jaxrl_rollout._logs import filtered
 
 __all__ = ["HostEnv", "HostEnvError", "HostParams", "HostStats"]
 
@@ -108,16 +109,19 @@ class _QuietFailures(logging.Filter):
         return not (failure is not None and raised is not None and raised is failure.__cause__)
 
 
-@contextlib.contextmanager
-def quiet_failures():
+def quiet_failures() -> contextlib.AbstractContextManager:
     """Within it, JAX logs no traceback for a host env's failing reset or step: the caller reports the
     `HostEnvError` (the command line, in one line)."""
-    log, quiet = logging.getLogger("jax._src.callback"), _QuietFailures()
-    log.addFilter(quiet)
-    try:
-        yield
-    finally:
-        log.removeFilter(quiet)
+    return filtered("jax._src.callback", _QuietFailures())
+
+
+def raise_kept_failure() -> None:
+    """Raises the `HostEnvError` of a host env's own failure kept since the last `take_failure`, if there is one:
+    for a caller whose program just failed with JAX's runtime error (the failure's exception, typed, as its
+    cause)."""
+    failure = take_failure()
+    if failure is not None:
+        raise failure from failure.__cause__
 
 
 def _to_gymnax_space(space: Any, what: str) -> Any:
@@ -293,18 +297,14 @@ class HostEnv:
                 self._host_close()
             self._shape = ()
 
-    @contextlib.contextmanager
-    def _own_code(self, what: str):
-        """Where the env's own code runs: an exception it raises is kept as a `HostEnvError` (`take_failure`)."""
+    def _keep_failure(self, what: str, error: Exception) -> None:
+        """Keeps an exception of the env's own reset or step as a `HostEnvError` (`take_failure`); the caller
+        raises it on."""
         global _FAILURE
-        try:
-            yield
-        except Exception as error:
-            failure = HostEnvError(f"{type(self).__name__}({self._name!r})'s {what} raised {raised_text(error)}")
-            failure.__cause__ = error
-            with _FAILURE_LOCK:
-                _FAILURE = failure
-            raise
+        failure = HostEnvError(f"{type(self).__name__}({self._name!r})'s {what} raised {raised_text(error)}")
+        failure.__cause__ = error
+        with _FAILURE_LOCK:
+            _FAILURE = failure
 
     def _check_abandoned(self) -> None:
         if self._abandoned:
@@ -334,8 +334,11 @@ class HostEnv:
                 self._host_close()
                 self._shape = ()
             runs, batch = math.prod(seeds.shape[:-1]), seeds.shape[-1]
-            with self._own_code("reset"):
+            try:
                 obs = self._host_open(seeds.reshape(runs, batch).astype(np.int64))
+            except Exception as error:  # the env's own code (a try, not a context manager: every step passes here)
+                self._keep_failure("reset", error)
+                raise
             self._shape = seeds.shape
             self._tick += 1
             self._seconds += time.perf_counter() - start
@@ -368,8 +371,11 @@ class HostEnv:
                 action = action.astype(np.int64)
             runs = math.prod(self._shape[:-1])
             action = action.reshape(runs, self._shape[-1], *action.shape[tick.ndim:])
-            with self._own_code("step"):
+            try:
                 obs, final, reward, terminated, truncated = self._host_step(action)
+            except Exception as error:  # the env's own code
+                self._keep_failure("step", error)
+                raise
             self._tick += 1
             self._env_steps += tick.size
             self._seconds += time.perf_counter() - start
@@ -467,7 +473,5 @@ def run_interruptibly(fn: Callable[[], Any], *envs: Any) -> Any:
                 host.abandon()
         raise
     except Exception:
-        failure = take_failure()
-        if failure is None:
-            raise
-        raise failure from failure.__cause__
+        raise_kept_failure()
+        raise

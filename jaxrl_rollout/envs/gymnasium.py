@@ -226,8 +226,7 @@ class GymnasiumEnv(HostEnv):
         except ValueError:
             raise
         except Exception as error:  # the env's own reset or render: a bug, a renderer without its display
-            raise ValueError(f"cannot draw {self.name}: its reset or render() in render_mode='rgb_array' raised "
-                             f"{raised_text(error)}.") from error
+            raise self._cannot_draw("reset or render()", error) from error
         finally:
             env.close()
         shape = np.shape(frame)
@@ -256,8 +255,12 @@ class GymnasiumEnv(HostEnv):
             try:
                 return np.asarray(self._vec.call("render")[0])
             except Exception as error:  # the env's own render(): a bug, a frame it cannot draw
-                raise ValueError(f"cannot draw {self.name}: its render() in render_mode='rgb_array' raised "
-                                 f"{raised_text(error)}.") from error
+                raise self._cannot_draw("render()", error) from error
+
+    def _cannot_draw(self, what: str, error: Exception) -> ValueError:
+        """The one-line error of an exception the env's own `what` raised while drawing."""
+        return ValueError(f"cannot draw {self.name}: its {what} in render_mode='rgb_array' raised "
+                          f"{raised_text(error)}.")
 
     def _host_open(self, seeds: np.ndarray) -> Any:
         import gymnasium
