@@ -217,10 +217,23 @@ def test_a_params_override_of_the_wrong_kind_names_its_field(value, kind):
     assert type(params.view_size) is int and params.view_size == 5
 
 
-def test_auto_reset_wrappers_are_refused_and_image_views_are_described():
+def test_auto_reset_wrappers_are_refused_and_image_views_are_described(tmp_path, monkeypatch):
     """GymAutoResetWrapper made the truncated step's final observation the reset view, silently; the RGB image
     wrapper's observation_space failed in a broadcast ("uint8[2] ... uint8[224,224,3]")."""
-    from xminigrid.experimental.img_obs import RGBImgObservationWrapper
+    if "xminigrid.experimental.img_obs" not in sys.modules:
+        # Importing img_obs renders xminigrid's tile cache into ~/.xland_minigrid when it is not there: 24 s of
+        # the suite on 2 cores (a fresh machine has none), and a file written to the user's home. The
+        # wrapper's shapes, all this test reads, need only the cache's array shapes: a blank cache of those (jax
+        # arrays, as xminigrid saves it), in a folder of this test's (img_obs reads XLAND_MINIGRID_CACHE on import).
+        from xminigrid.benchmarks import save_bz2_pickle
+        from xminigrid.core.constants import TILES_REGISTRY
+
+        blank = jnp.zeros((np.prod(np.shape(TILES_REGISTRY)[:2]), 32, 32, 3), jnp.uint8)  # TILE_SIZE 32, as xminigrid
+        save_bz2_pickle({"tile_cache": blank, "tile_agent_cache": blank}, str(tmp_path / "render_cache"))
+        monkeypatch.setenv("XLAND_MINIGRID_CACHE", str(tmp_path))
+    from xminigrid.experimental.img_obs import TILE_SIZE, RGBImgObservationWrapper
+
+    assert TILE_SIZE == 32
     from xminigrid.wrappers import DmEnvAutoResetWrapper, GymAutoResetWrapper
 
     env, params = xminigrid.make("MiniGrid-Empty-5x5")
