@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import numbers
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -229,10 +230,36 @@ def _debug_check_discrete_values(action: Any, space: Any, where: str) -> None:
     one costs nothing unless asked for. gymnax's envs take such an action without a word (CartPole pushes with three
     times the force for action 2)."""
     n = space.n
-    checkify.debug_check(
-        jnp.all((action >= 0) & (action < n)),
-        f"{where} must be in [0, n) for the env's Discrete(n={{n}}) action space; got actions from {{low}} to {{high}}",
-        n=jnp.asarray(n), low=jnp.min(action), high=jnp.max(action))
+    message = f"{where} must be in [0, n) for the env's Discrete(n={{n}}) action space; got actions from {{low}} to {{high}}"
+    with _check_numbered_by(message):
+        checkify.debug_check(jnp.all((action >= 0) & (action < n)), message, n=jnp.asarray(n), low=jnp.min(action),
+                             high=jnp.max(action))
+
+
+@contextlib.contextmanager
+def _check_numbered_by(message: str):
+    """While open, the checks checkify traces get a number made from `message`, the same in every trace.
+
+    checkify numbers each check it traces from one counter per process (`jax._src.checkify.next_code`), and the
+    number is a constant of the lowered module even where the check is dropped (outside checkify). JAX's persistent
+    compilation cache keys a program by that module, so every trace of the same rollout was a new program to it:
+    the command line's compile cache compiled a resumed run's chunks again whenever the process had traced its
+    checks in another order (in one process: every time). Under checkify the number only keys the check's error
+    message in its error value, so a number per message (above JAX's own counter, which starts at 1) keeps each
+    message apart. Where JAX has no such counter, the check is numbered as JAX numbers it.
+    """
+    from jax._src import checkify as checkify_internals
+
+    counter = getattr(checkify_internals, "next_code", None)
+    if counter is None:  # pragma: no cover - a JAX that numbers its checks some other way
+        yield
+        return
+    code = (1 << 30) + zlib.crc32(message.encode()) % (1 << 29)
+    checkify_internals.next_code = lambda: code
+    try:
+        yield
+    finally:
+        checkify_internals.next_code = counter
 
 
 # The env's action space while the rollout calls a policy (`acting_in`), so that a ready-made policy can check at

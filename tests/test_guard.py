@@ -352,7 +352,9 @@ def test_extending_twice_says_what_is_done_and_what_is_left_in_trained_steps(tmp
     go; and the total is the whole updates trained, not the --total-steps typed (it said 'to 5,000' for 4,608)."""
     folder = str(tmp_path / "run")
     # without the learning-rate schedule, whose length is the total's, every total here trains the same two chunk
-    # programs (3 updates and 1), loaded from the compilation cache after the first run (31 -> 18 s on 2 cores)
+    # programs (3 updates and 1), loaded from the compilation cache after the first run (the tests' shared cache,
+    # which the command line takes): 27 -> 14 s on 2 cores, 2026-12-06. They were compiled again on every resume
+    # until then: checkify's check numbers made each trace of them, in one process, a new program to the cache.
     small = ["--num-envs", "4", "--num-steps", "8", "--seeds", "1", "--num-eval", "1", "--eval-every", "off",
              "--anneal-lr", "false", "--tensorboard", "false"]
     assert cli.main(["train", *small, "--total-steps", "128", "--chunk-updates", "3", "--out", folder]) == 0  # [3, 1]
@@ -363,6 +365,7 @@ def test_extending_twice_says_what_is_done_and_what_is_left_in_trained_steps(tmp
     assert (f"extending the run in {folder} from 256 to 384 steps per run (--total-steps 400 in whole updates of "
             "32)\n") in out, out
     assert "; 4 chunks done (8 updates), 2 chunks of 3 updates (the last of 1 update) to go\n" in err, err
+    assert "this session, 2 programs loaded from the compilation cache)" in out, out
     assert cli.main(["train", "--resume", folder]) == 0
     err = capsys.readouterr().err
     assert "; 6 chunks done (12 updates)\n" in err and "the run is complete (12 updates)" in err, err

@@ -240,6 +240,26 @@ def test_discrete_action_values_are_checked_under_checkify(action, monkeypatch):
     assert compiled() == checked
 
 
+def test_a_program_with_the_check_lowers_to_the_same_module_whenever_it_is_traced():
+    """checkify numbers the checks it traces from one counter per process, and the number stayed in the lowered
+    module where the check itself is dropped. JAX's persistent compilation cache keys a program by that module, so
+    every new trace of the same rollout with a Discrete action space was a new program to it: the command line's
+    `--compile-cache` compiled a resumed run's chunks again whenever the process had traced checks in another order
+    (in one process: always), and so did the tests' shared cache."""
+    env, env_params = gymnax.make("CartPole-v1")
+    policy_fn = _one_env_acting(1)
+
+    def lowered():  # a new function each time: traced anew
+        def roll(key):
+            return jr.rollout(env, env_params, policy_fn, None, jr.rollout_init(key, env, env_params, 3), 4)[1].action
+
+        return jax.jit(roll).lower(jax.random.key(0)).as_text(debug_info=False)
+
+    first = lowered()
+    checkify.debug_check(jnp.bool_(True), "a check of someone else's, traced in between")
+    assert lowered() == first
+
+
 @pytest.mark.parametrize("field", ["value", "log_prob"])
 def test_unbatched_value_or_log_prob(field):
     with pytest.raises(ValueError, match=rf"{field} must have shape \[B\]=\(2,\).*\(2, 1\)"):
