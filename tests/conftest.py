@@ -19,6 +19,9 @@ user CPU-s; a craftax `train` of the suite table 91 -> 56), run-bound ones slowe
 177 -> 249), and the whole suite used as much CPU as at the default level (2,615 + 184 s in 1,520 s, against 2,625 +
 183 s in 1,452 s the evening before), while five exact checks failed: a vmapped sweep's run, a jitted rollout or a
 resumed distributed run equals its counterpart bit for bit at the default level only.)
+
+The suite's processes compile with XLA's CPU fusion emitters off (`_faster_cpu_compiles`), except the
+tests that run commands in a user's shell (tests/test_user_paths.py `run_as_user`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import importlib.util
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
 
 # Slowest first (worker seconds of a `-n 2 --dist loadfile` run on a 2-core machine, 2026-12-03: the order that
@@ -99,6 +104,47 @@ def _share_compilation_cache():
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 
 
+# The XLA flag the suite's processes compile with (`_faster_cpu_compiles`), and the variable that says it was added
+# by this file (tests/test_user_paths.py `_env` takes it away again: a user's shell has no such flag).
+TEST_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
+ADDED_XLA_FLAG_VAR = "JAXRL_TESTS_ADDED_XLA_FLAG"
+
+
+def _faster_cpu_compiles():
+    """The suite's processes compile CPU programs with XLA's older loop emitters instead of its fusion emitters.
+
+    XLA's compile is most of the suite's CPU time on CI's 2 cores (the module docstring), and
+    `--xla_cpu_use_fusion_emitters=false` cuts it by about a third: PPO's default CartPole program compiled in
+    1.41 s against 2.18 s, DQN's in 1.30 against 2.01 s (jaxlib 0.10.2, 2 cores, 2026-12-06). The programs run
+    slower (PPO's 0.64 against 0.38 s), so the few tests that train for long get slower (tests/test_learning.py
+    44.9 -> 57.3 s), but the suite as a whole takes about a quarter less time (BENCHMARKS.md, section 14). The
+    values are the same to float32 rounding; the exact checks of the suite (a vmapped sweep's run against a
+    single run, a resume against an uninterrupted run, jit against eager) hold with it as without, being
+    comparisons made under one set of flags. It is a flag of XLA's CPU backend only: an accelerator's
+    programs are compiled as they would be anyway.
+
+    The commands that tests/test_user_paths.py runs in a user's shell (the README's main job, the Ctrl-C walk,
+    every row of the README's suite table) run without it, with XLA's defaults, as a user's would.
+
+    Set only where the user's XLA_FLAGS does not name the option (`XLA_FLAGS=--xla_cpu_use_fusion_emitters=true`
+    runs the whole suite with XLA's default emitters), and only when this jaxlib accepts it: XLA ends the
+    process at its first use of the CPU on a flag it does not know, so a short subprocess tries it first (once
+    per run: xdist's workers and every subprocess inherit the variables).
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_use_fusion_emitters" in flags or os.environ.get(ADDED_XLA_FLAG_VAR):
+        return
+    with_flag = (flags + " " + TEST_XLA_FLAG).strip()
+    try:
+        tried = subprocess.run([sys.executable, "-c", "import jax; jax.devices('cpu')"], capture_output=True,
+                               timeout=120, env={**os.environ, "XLA_FLAGS": with_flag, "JAX_PLATFORMS": "cpu"})
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if tried.returncode == 0:
+        os.environ["XLA_FLAGS"] = with_flag
+        os.environ[ADDED_XLA_FLAG_VAR] = TEST_XLA_FLAG
+
+
 def _no_eviction_scans():
     """In this process, JAX adds entries to the suite's cache folder without first reading every entry there.
 
@@ -138,6 +184,7 @@ def pytest_unconfigure(config):
 
 def pytest_configure(config):
     _share_compilation_cache()
+    _faster_cpu_compiles()
     if not config.pluginmanager.hasplugin("dsession"):  # xdist's controller runs no test: it need not import jax
         _no_eviction_scans()
     # The file order below is the queue's order: xdist's own reordering (most tests first) would undo it.

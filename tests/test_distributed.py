@@ -38,7 +38,8 @@ def _free_port() -> int:
 def _two_processes(args: list[str], tmp_path, name: str, expect: int = 0) -> list[str]:
     """Runs the CLI as processes 0 and 1 of one cluster; returns their outputs (asserting both exit `expect`)."""
     port = _free_port()
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    # (after the suite's own XLA flags, tests/conftest.py `_faster_cpu_compiles`)
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2",
            "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo", "JAX_PLATFORMS": "cpu"}
     procs, logs = [], []
     for i in range(2):

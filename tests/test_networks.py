@@ -15,6 +15,7 @@ with NumPy from `jax.eval_shape(module.init, ...)`, which compiles nothing.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import gymnax
@@ -183,8 +184,10 @@ def test_batched_init_is_module_inits_distribution_in_one_draw():
     a, b = INIT["mlp_batched"]["params"], INIT["mlp_batched_key1"]["params"]
     assert not np.allclose(a["actor_hidden_1"]["kernel"], b["actor_hidden_1"]["kernel"])
     assert not np.allclose(a["actor_hidden_1"]["kernel"], a["critic_hidden_1"]["kernel"])
-    # Modules other than the MLP fall back to module.init.
-    jax.tree.map(np.testing.assert_array_equal, INIT["cnn_batched"], INIT["cnn"])
+    # Modules other than the MLP fall back to module.init: the same draws and arithmetic, which XLA may round
+    # apart in the last bit where it fuses the two copies differently (with the CPU fusion emitters off, as the
+    # suite runs: tests/conftest.py `_faster_cpu_compiles`, 2 of the 128 conv kernel entries by 1.5e-8).
+    jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-6, atol=1e-7), INIT["cnn_batched"], INIT["cnn"])
 
 
 def test_cnn_and_gru_init():

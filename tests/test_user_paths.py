@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from jaxrl_rollout.algorithms import ppo
+from tests.conftest import ADDED_XLA_FLAG_VAR
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -32,8 +33,16 @@ CLI = BIN / "jaxrl-rollout"
 
 
 def _env() -> dict:
-    """The environment of a user's shell: no PYTHONPATH, no virtual env of the test run active."""
+    """The environment of a user's shell: no PYTHONPATH, no virtual env of the test run active, and XLA's flags as
+    the user set them (without the one tests/conftest.py adds to the suite's own processes)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    added = env.pop(ADDED_XLA_FLAG_VAR, None)
+    if added:
+        flags = " ".join(flag for flag in env.get("XLA_FLAGS", "").split() if flag != added)
+        if flags:
+            env["XLA_FLAGS"] = flags
+        else:
+            env.pop("XLA_FLAGS", None)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if pathlib.Path(p) != BIN)
     return env
 
@@ -77,6 +86,18 @@ def _fresh_copy(dest: pathlib.Path) -> pathlib.Path:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
     return dest
+
+
+def test_a_users_shell_has_the_users_xla_flags_not_the_suites(monkeypatch):
+    """`_env` takes away the flag tests/conftest.py adds for the suite's own processes, and keeps the user's."""
+    monkeypatch.setenv(ADDED_XLA_FLAG_VAR, "--suite-flag=1")
+    monkeypatch.setenv("XLA_FLAGS", "--users-flag=2 --suite-flag=1")
+    env = _env()
+    assert env["XLA_FLAGS"] == "--users-flag=2" and ADDED_XLA_FLAG_VAR not in env
+    monkeypatch.setenv("XLA_FLAGS", "--suite-flag=1")
+    assert "XLA_FLAGS" not in _env()
+    monkeypatch.delenv(ADDED_XLA_FLAG_VAR)
+    assert _env()["XLA_FLAGS"] == "--suite-flag=1"  # a flag the user set is the user's
 
 
 def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
