@@ -19,6 +19,7 @@ import pytest
 
 from jaxrl_rollout import checkpoint, cli, report, runner
 from jaxrl_rollout.algorithms import ppo
+from tests.test_user_paths import with_sigint_at_default
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -347,12 +348,10 @@ def test_a_reader_that_closes_stdout_early_ends_no_command_and_an_unwritable_out
     # pipe, and the run still stops at a chunk's end with its checkpoint (it died there, with status 1)
     train = [*_SMALL_TRAIN[:4], "--num-envs", "4", "--num-steps", "8", "--total-steps", "320000", "--seeds", "1",
              "--chunk-updates", "1000", "--tensorboard", "false", "--host-devices", "1", "--out", "run"]  # 10 chunks of ~1 s
-    # As from a terminal: SIGINT at its default in the run. A test runner started as a shell's background job
-    # ignores SIGINT, the run inherits that and keeps it ignored (as it should: `_signals.StopSignals`), and it then
-    # trained to its end, status 0 (a `benchmarks.suite_costs` run started with `&`, 2026-12-06).
-    proc = subprocess.Popen(train, cwd=tmp_path, env=_user_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # As from a terminal: SIGINT at its default in the run (without, a test runner started as a shell's background
+    # job made the run ignore it, and it trained to its end, status 0: a `benchmarks.suite_costs` run, 2026-12-06).
+    proc = subprocess.Popen(with_sigint_at_default(train), cwd=tmp_path, env=_user_env(PYTHONUNBUFFERED="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # after the first chunk's line: the signal comes during the second chunk, or before it starts, and the run
         # stops after chunk 2 or 1 (or later, on a machine so loaded that the line or the signal comes chunks late:

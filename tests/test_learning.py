@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from jaxrl_rollout.algorithms import a2c, ppo
+from tests.conftest import run_with_xla_defaults
 
 
 def episode_weighted(metrics, updates: slice) -> np.ndarray:
@@ -34,7 +35,7 @@ def episode_weighted(metrics, updates: slice) -> np.ndarray:
 
 def run(make_train, config, seeds=8):
     keys = jax.random.split(jax.random.key(0), seeds)
-    return jax.jit(jax.vmap(make_train(config)))(keys)[1]
+    return run_with_xla_defaults(jax.vmap(make_train(config)), keys)[1]
 
 
 def test_a2c_clearly_learns_cartpole():
@@ -64,7 +65,7 @@ def test_recurrent_ppo_solves_a_memory_task_feedforward_cannot():
     finals = {}
     for network in ("gru", "mlp"):
         train = ppo.make_train(ppo.PPOConfig(network=network, **fields))
-        metrics = jax.jit(jax.vmap(train, in_axes=(0, None)))(keys, hparams)[1]
+        metrics = run_with_xla_defaults(jax.vmap(train, in_axes=(0, None)), keys, hparams)[1]
         finals[network] = episode_weighted(metrics, slice(-10, None))
     assert finals["gru"].min() >= 0.9, finals
     assert abs(finals["mlp"].mean()) <= 0.2, finals

@@ -47,6 +47,18 @@ def _env() -> dict:
     return env
 
 
+def with_sigint_at_default(args: list[str]) -> list[str]:
+    """`args` started with SIGINT at its default, as from a terminal, whatever the test runner's is.
+
+    A test runner started as a shell's background job ignores SIGINT, a command it starts inherits that and
+    keeps it ignored (as it should: `_signals.StopSignals`), and a Ctrl-C test's run then trained to its end. A
+    short Python resets it and execs `args` (the disposition survives exec): a `preexec_fn` would do the same in
+    a forked copy of the test process, which Python warns may deadlock in a process with JAX's threads.
+    """
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *map(str, args)]
+
+
 def run_as_user(args, cwd, timeout, extra_env=None, **kwargs) -> subprocess.CompletedProcess:
     """`args` run in `cwd` with a user's environment (`_env`), plus the variables of `extra_env`."""
     env = {**_env(), **(extra_env or {})}
@@ -194,10 +206,8 @@ def test_ctrl_c_and_sigterm_then_resume_by_relative_paths(tmp_path):
     for d in (b, c):
         d.mkdir()
 
-    # As from a terminal: SIGINT at its default (a shell's background job, as the test runner may be, ignores it).
-    process = subprocess.Popen([str(CLI), "train", *SMALL, "--checkpoint-every", "1", "--out", "runs/cut"], cwd=b,
-                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(with_sigint_at_default([CLI, "train", *SMALL, "--checkpoint-every", "1", "--out", "runs/cut"]),
+                               cwd=b, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with _ended(process):
         lines, progress = [], 0
         while progress < 2:  # the second chunk's line: the first chunk's checkpoint is committed
