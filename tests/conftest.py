@@ -117,8 +117,8 @@ def _faster_cpu_compiles():
     `--xla_cpu_use_fusion_emitters=false` cuts it by about a third: PPO's default CartPole program compiled in
     1.41 s against 2.18 s, DQN's in 1.30 against 2.01 s (jaxlib 0.10.2, 2 cores, 2026-12-06). The programs run
     slower (PPO's 0.64 against 0.38 s), so a test that trains for long can get slower (tests/test_learning.py
-    alone, 44.9 -> 57.3 s; it compiles its programs as by default, `run_with_xla_defaults`), but the suite as a
-    whole took about a quarter less time (BENCHMARKS.md, section 14). The
+    alone, 44.9 -> 57.3 s; it compiles its programs as by default, `run_with_xla_defaults`), but over the whole
+    suite the worker-seconds inside tests fell 27% with it in every process (BENCHMARKS.md, section 14). The
     values are the same to float32 rounding, and the suite's exact checks (a vmapped sweep's run against a single
     run, a resume against an uninterrupted run, jit against eager) held with it, each comparing two programs
     compiled under the same flags, but one: tests/test_networks.py's check that a CNN's batched init is
