@@ -591,8 +591,9 @@ def evaluate(
     episode is never counted. A `lax.while_loop` stops as soon as every episode
     is done or `max_steps` steps have run, so the call is jittable and
     vmappable. Since nothing after an episode's end is read, a suite
-    adapter's finished env is not reset (`stepping.env_step(...,
-    reset_done=False)`: no reset compiled into the loop).
+    adapter's or a gymnax env's finished env is not reset
+    (`stepping.env_step(..., reset_done=False)`: no reset compiled into the
+    loop, and the env keeps the state its episode ended in).
 
     For deterministic evaluation pass a policy that acts with the mode of its
     action distribution, e.g. `categorical_policy(apply_fn, deterministic=True)`.

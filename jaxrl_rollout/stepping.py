@@ -242,7 +242,9 @@ def env_step(
     10.3 s with its finished envs' resets, on 2 CPU cores;
     `benchmarks/evaluate_resets.py`). Every output of an env whose episode goes on
     is the same bit for bit (the same step key); a done env keeps its final
-    state and observation. Other envs reset themselves as usual.
+    state and observation. A gymnax `Environment` with gymnax's own `step`
+    is stepped the same way (its `step_env` and `is_truncated`, without the
+    reset). Other envs reset themselves as usual (`keeps_final_state`).
 
     Args:
       env: the environment (static).
@@ -267,6 +269,9 @@ def env_step(
     elif not reset_done and _steps_until_reset(env):
         params = env.default_params if env_params is None else env_params
         result = jax.vmap(env.step_until_reset, in_axes=(0, 0, 0, None))(keys, env_state, action, params)[:6]
+    elif not reset_done and _gymnax_step(env):
+        params = env.default_params if env_params is None else env_params
+        result = jax.vmap(_gymnax_step_until_reset, in_axes=(None, 0, 0, 0, None))(env, keys, env_state, action, params)
     elif _resets_only_done(env):
         result = _step_resetting_done(env, env_params, keys, env_state, action, batch_size)
     else:
@@ -294,6 +299,35 @@ def _steps_until_reset(env: Any) -> bool:
     from jaxrl_rollout.envs._base import SameStepEnv
 
     return isinstance(env, SameStepEnv) and type(env).step is SameStepEnv.step
+
+
+def _gymnax_step(env: Any) -> bool:
+    """Whether `env` is a gymnax `Environment` whose `step` is gymnax's own (`step_env`, then `reset_env`, then a
+    select), not one of its own."""
+    try:
+        from gymnax.environments.environment import Environment
+    except ImportError:  # pragma: no cover - gymnax is a dependency
+        return False
+    return isinstance(env, Environment) and type(env).step is Environment.step
+
+
+def _gymnax_step_until_reset(env: Any, key: jax.Array, state: PyTree, action: Any, params: Any) -> tuple:
+    """gymnax's `Environment.step` for one env without its auto-reset: the same step key (the first of one split
+    of `key`), `step_env` and `is_truncated`, and the info it returns, so every output of an env whose episode goes
+    on is the step's; a done env keeps its final state and observation."""
+    step_key, _ = jax.random.split(key)
+    obs, state, reward, terminated, info = env.step_env(step_key, state, action, params)
+    truncated = env.is_truncated(state, params)
+    info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs}
+    return obs, state, reward, terminated, truncated, info
+
+
+def keeps_final_state(env: Any) -> bool:
+    """Whether `env_step(..., reset_done=False)` leaves a done env in the state its episode ended in (a suite
+    adapter built on `envs._base.SameStepEnv`, a gymnax `Environment`, each with its base's `step`), so that state
+    can be read after the step (the last frame of an episode's video); other envs reset themselves within the step
+    and the final state is gone."""
+    return not is_vectorized(env) and (_steps_until_reset(env) or _gymnax_step(env))
 
 
 def _resets_only_done(env: Any) -> bool:

@@ -80,6 +80,7 @@ Importing this module imports neither them nor any suite.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import math
 import warnings
@@ -190,9 +191,10 @@ def record_episodes(
     100,000 steps of 273 kB are 27 GB an episode). `write_episode_videos`
     records its episodes 256 steps at a time instead, the same steps.
 
-    The states are the ones the policy acted on, s_0 ... s_{L-1}: an
-    episode's terminal state is not among them, as same-step auto-reset
-    replaces it by the next episode's first state within the step.
+    The states are the ones the policy acted on, s_0 ... s_{L-1}: the state
+    an episode ended in is not among them (an env with a `step` of its own
+    replaces it by the next episode's first state within the step; for the
+    others, `write_episode_videos` draws it last, from the loop's state).
 
     For deterministic evaluation pass a policy that acts with the mode of its
     action distribution (`categorical_policy(apply_fn, deterministic=True)`,
@@ -895,30 +897,68 @@ def video_name(name: str, episode_return: float, suffix: str = ".mp4") -> str:
 
 
 def _label(frames: np.ndarray, texts: Sequence[str], *, in_place: bool = False) -> np.ndarray:
-    """Frames with one line of text each, white on a black band at the top left.
+    """Frames with one label each, white on a black band at the top left.
 
-    With `in_place`, `frames` itself is drawn on and returned: a copy of a
-    whole episode's frames costs more in fresh memory than the text does.
+    The font's size is a twentieth of the frame's height (at least 10
+    pixels). A label wider than the frame is broken into lines at its double
+    spaces ("run0 update 40" / "t=12  return=3.0"), as few as fit, and a part
+    still too wide alone is drawn smaller (down to 8 pixels), so the label is
+    not cut at the frame's right edge. With `in_place`, `frames` itself is
+    drawn on and returned: a copy of a whole episode's frames costs more in
+    fresh memory than the text does.
     """
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
-    size = max(10, frames.shape[1] // 20)
-    try:
-        font = ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1 has one bitmap size
-        font = ImageFont.load_default()
     out = frames if in_place else frames.copy()
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    size = max(10, frames.shape[1] // 20)
     for t, text in enumerate(texts):
-        left, top, right, bottom = measure.textbbox((2, 2), text, font=font)
+        text, font = _fitted(measure, text, size, frames.shape[2])
+        left, top, right, bottom = measure.multiline_textbbox((2, 2), text, font=font)
         # only the rows the band covers are drawn on (a strip of the frame, not the whole of it)
         rows = min(frames.shape[1], int(math.ceil(bottom)) + 3)
         image = Image.fromarray(out[t, :rows])
         draw = ImageDraw.Draw(image)
         draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
-        draw.text((2, 2), text, fill=(255, 255, 255), font=font)
+        draw.multiline_text((2, 2), text, fill=(255, 255, 255), font=font)
         out[t, :rows] = np.asarray(image)
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _font(size: int) -> Any:
+    """Pillow's default font at `size` pixels (Pillow < 10.1 has one bitmap size)."""
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:
+        return ImageFont.load_default()
+
+
+def _fitted(measure: Any, text: str, size: int, width: int) -> tuple[str, Any]:
+    """(`text`, with line breaks where it is wider than `width` pixels, and the font to draw it with) for `_label`:
+    the parts between double spaces are put on as few lines as fit at `size`, and a part that does not fit alone
+    shrinks the font for the whole label, down to 8 pixels (then it is cut at the edge)."""
+    font = _font(size)
+
+    def fits(line: str, font: Any) -> bool:
+        return measure.textbbox((2, 2), line, font=font)[2] + 2 <= width
+
+    if fits(text, font):
+        return text, font
+    parts = text.split("  ")
+    while size > 8 and not all(fits(part, font) for part in parts):
+        size = max(8, int(size * 0.85))
+        font = _font(size)
+    lines = [parts[0]]
+    for part in parts[1:]:
+        joined = f"{lines[-1]}  {part}"
+        if fits(joined, font):
+            lines[-1] = joined
+        else:
+            lines.append(part)
+    return "\n".join(lines), font
 
 
 # ---- runs ----
@@ -1124,6 +1164,8 @@ class _EpisodeWriter:
                  initial_carry: PyTree | None = None, label: bool = True):
         self._draw = _recordable(env)  # a missing extra is reported before any episode runs
         self._env_params, self._fps, self._label = env_params, fps, label
+        # the state an episode ended in, drawn last, where the env keeps it through the evaluation step
+        self._final_frame = stepping.keeps_final_state(env)
         self._returns = _episode_returns(env, env_params, policy_fn, max_steps, initial_carry)
         env_params = stepping.resolve_params(env, env_params)
         self._start = jax.jit(lambda k: collect.rollout_init(k, env, env_params, 1, initial_carry))
@@ -1138,8 +1180,11 @@ class _EpisodeWriter:
         """(video, its first frames [min(L, KEPT_FRAMES), H, W, 3], or None without `keep_frames`) for each
         selected run.
 
-        The files are "<prefix><name>_return<R>.mp4", with every frame; the
-        frames' label is "<name><caption>  t=<step>  return=<so far>". An
+        The files are "<prefix><name>_return<R>.mp4", with every frame: the
+        states the episode's actions saw and, for an env that keeps it
+        (`stepping.keeps_final_state`: gymnax envs, the suite adapters), the
+        state it ended in; the frames' label is "<name><caption>  t=<step>
+        return=<so far>". An
         episode whose hook draws state by state is drawn and encoded
         `FRAMES_PER_BLOCK` states at a time, so without `keep_frames` its
         frames are never all in memory (4,000 steps of jumanji's Snake, 500 x
@@ -1211,10 +1256,19 @@ class _EpisodeWriter:
                 whole.append((states, texts))
             if not bool(active[0]) or t >= self._max_steps:
                 break
+        if self._final_frame:
+            # the state after the last step (a game's last move, the pole past its angle), with the whole return
+            final = _to_host(jax.tree.map(lambda x: x[:1], state.env_state))
+            text = [f"{label}  t={t}  return={so_far:.1f}"] if self._label else None
+            if self._draw.per_state:
+                yield from self._drawn(final, 1, text, 1)
+            else:
+                whole.append((final, text))
         if whole:
             states = jax.tree.map(lambda *xs: np.concatenate(xs), *[s for s, _ in whole])
             texts = None if not self._label else [text for _, part in whole for text in part]
-            yield from self._drawn(states, t, texts, t)
+            count = t + self._final_frame
+            yield from self._drawn(states, count, texts, count)
         played["return"], played["length"] = float(state.episode_return[0]), int(state.episode_length[0])
 
     RECORD_BLOCK = 256

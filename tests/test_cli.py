@@ -533,7 +533,9 @@ def test_rollout_video_writes_one_random_episode_after_checking_it_can(tmp_path,
     ret = float(episode.returns[0])
     name = f"CartPole-v1_random_seed3_return{ret:.1f}.mp4"
     assert [p.name for p in (tmp_path / "videos").iterdir()] == [name]
-    assert imageio.imread(tmp_path / "videos" / name, plugin="FFMPEG").shape[0] == int(episode.lengths[0]) == ret
+    # a frame for each state its actions saw, and the state it ended in (the pole past its angle)
+    assert imageio.imread(tmp_path / "videos" / name, plugin="FFMPEG").shape[0] == int(episode.lengths[0]) + 1
+    assert int(episode.lengths[0]) == ret
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"  video of one episode: return {ret:.1f}, {int(ret)} steps: videos/{name}")
     assert cli.main(["rollout", "--env", "DeepSea-bsuite", "--video", "clips"]) == 2

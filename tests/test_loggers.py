@@ -304,8 +304,9 @@ def test_video_every_sends_clips_to_files_tensorboard_and_wandb(tmp_path, monkey
 
 
 def test_video_max_steps_ends_each_videos_episode_there(tmp_path, monkeypatch):
-    """`--video-max-steps 3`: each training video's episode stops after 3 steps (3 frames; CartPole's return 3), as
-    evaluate's with max_steps=3; the option is the command's, so an interrupted run's resume line repeats it."""
+    """`--video-max-steps 3`: each training video's episode stops after 3 steps (CartPole's return 3; 4 frames, the
+    states the 3 actions saw and the one after the last), as evaluate's with max_steps=3; the option is the
+    command's, so an interrupted run's resume line repeats it."""
     import imageio.v3 as iio
 
     monkeypatch.chdir(tmp_path)
@@ -313,7 +314,7 @@ def test_video_max_steps_ends_each_videos_episode_there(tmp_path, monkeypatch):
     assert cli.main([*argv, "--stop-after-chunks", "2"]) == 0
     files = sorted((tmp_path / "v" / "videos" / "training").iterdir())
     assert [f.name for f in files] == ["update2_lr=0.001_seed0_return3.0.mp4"]
-    assert iio.imread(files[0]).shape[0] == 3
+    assert iio.imread(files[0]).shape[0] == 4
     from jaxrl_rollout import cli as cli_module
 
     args = cli_module.build_parser().parse_args(argv)
@@ -322,7 +323,7 @@ def test_video_max_steps_ends_each_videos_episode_there(tmp_path, monkeypatch):
     # evaluate --video takes it too, for its videos only
     assert cli.main(["evaluate", "v", "--num-episodes", "1", "--video", "--runs", "0", "--video-max-steps", "2"]) == 0
     (clip,) = (tmp_path / "v" / "videos").glob("update2_evalseed0_*.mp4")
-    assert clip.name.endswith("_return2.0.mp4") and iio.imread(clip).shape[0] == 2, clip.name
+    assert clip.name.endswith("_return2.0.mp4") and iio.imread(clip).shape[0] == 3, clip.name
 
 
 def test_evaluate_refuses_video_max_steps_without_video(tmp_path, capsys):
@@ -402,7 +403,8 @@ def test_training_videos_hand_frames_only_to_a_sink_that_reads_them(tmp_path):
             if len(sinks) == 1:
                 assert frames is None
             else:
-                assert isinstance(frames, np.ndarray) and frames.shape[0] == clip.length and frames.ndim == 4
+                # the states the episode's actions saw and the one it ended in
+                assert isinstance(frames, np.ndarray) and frames.shape[0] == clip.length + 1 and frames.ndim == 4
 
 
 def test_a_video_that_fails_to_draw_is_reported_once_and_training_goes_on(tmp_path, capsys):

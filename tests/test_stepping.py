@@ -32,6 +32,31 @@ def test_env_reset_and_env_step_batch_the_envs():
     np.testing.assert_array_equal(obs_time(step.final_obs), [1, 1, 1])
 
 
+def test_a_gymnax_env_stepped_without_its_reset_is_its_step_and_keeps_the_state_its_episode_ended_in():
+    """`env_step(..., reset_done=False)`, as `evaluate` and the videos step: a gymnax Environment with gymnax's own
+    `step` runs its `step_env` and `is_truncated` with the step's key and no reset, so an env whose episode goes on
+    is its step bit for bit, and a done one keeps its final state and observation (a video's last frame)."""
+    env = CountingEnv()
+    params = env.default_params
+    keys = jax.random.split(jax.random.key(0), B)
+    _, state = stepping.env_reset(env, keys, params)
+    state = state.replace(time=jnp.array([0, 4, 2]))  # env 1 reaches the time limit (5), env 2 terminates
+    action = jnp.array([0, 0, 1])
+    resetting = stepping.env_step(env, params, keys, state, action, B)
+    kept = jax.jit(lambda s: stepping.env_step(env, params, keys, s, action, B, reset_done=False))(state)
+    for name in ("reward", "terminated", "truncated", "final_obs"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(resetting, name), err_msg=name)
+    np.testing.assert_array_equal(kept.truncated, [False, True, False])
+    np.testing.assert_array_equal(kept.env_state.time, [1, 5, 3])  # the reset put 0 in the done envs
+    np.testing.assert_array_equal(resetting.env_state.time, [1, 0, 0])
+    np.testing.assert_array_equal(kept.env_state.tag, state.tag)
+    np.testing.assert_array_equal(kept.obs, resetting.final_obs)
+    np.testing.assert_array_equal(kept.obs[0], resetting.obs[0])
+    assert stepping.keeps_final_state(env)
+    # an env with a step of its own resets itself in it: its final state is gone
+    assert not stepping.keeps_final_state(OldApiEnv())
+
+
 def test_env_step_names_what_breaks_the_protocol():
     env = OldApiEnv()
     params = env.default_params

@@ -277,14 +277,14 @@ def test_a_label_is_a_band_at_the_top_and_leaves_the_rest_of_the_frame_as_it_was
     rng = np.random.default_rng(1)
     frames = rng.integers(0, 256, (3, 120, 160, 3), dtype=np.uint8)
     given = frames.copy()
-    texts = ["run0  t=0  return=0.0", "a caption longer than the frame is wide  t=1  return=-12.5", "gjpqy"]
+    texts = ["run0  t=0  return=0.0", "best_evalseed0_seed3  update 976  t=1  return=-12.5", "gjpqy"]
     out = video._label(frames, texts)
     np.testing.assert_array_equal(frames, given)  # the input is not drawn on
     in_place = given.copy()
     assert video._label(in_place, texts, in_place=True) is in_place
     np.testing.assert_array_equal(in_place, out)
     font = ImageFont.load_default(size=10)  # the size for 120 rows
-    for frame, text, labelled in zip(frames, texts, out):
+    for frame, text, labelled in zip(frames[::2], texts[::2], out[::2]):  # the labels that fit on one line
         # the whole frame drawn on, as the label's band and text are
         image = Image.fromarray(frame)
         draw = ImageDraw.Draw(image)
@@ -295,6 +295,20 @@ def test_a_label_is_a_band_at_the_top_and_leaves_the_rest_of_the_frame_as_it_was
         rows = int(np.ceil(bottom)) + 3
         np.testing.assert_array_equal(labelled[rows:], frame[rows:])
         assert (labelled[0, 0] == 0).all() and (labelled[:rows].min(axis=-1) > 128).any()  # light text on black
+    # a label wider than the frame (it was cut at the right edge) is broken into lines at its double spaces, as
+    # few as fit, at the same size; nothing is drawn at the frame's last column
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    lines, font = video._fitted(measure, texts[1], 10, 160)
+    assert lines == "best_evalseed0_seed3\nupdate 976  t=1  return=-12.5" and font.size == 10
+    assert all(measure.textbbox((2, 2), line, font=font)[2] + 2 <= 160 for line in lines.split("\n"))
+    assert measure.textbbox((2, 2), f"{texts[1]}", font=font)[2] + 2 > 160  # (one line would not fit)
+    np.testing.assert_array_equal(out[1][:, -3:], frames[1][:, -3:])
+    band = [int(np.argmin((labelled[:, 0] == 0).all(axis=-1))) for labelled in out[:2]]  # rows black at the left
+    assert band[1] > 1.8 * band[0] > 0  # two lines' band, against one line's
+    # a part too wide alone makes the whole label smaller, down to 8 pixels
+    lines, font = video._fitted(measure, "a_name_of_thirty_characters_xx  t=1  return=-12.5", 14, 160)
+    assert lines == "a_name_of_thirty_characters_xx  t=1\nreturn=-12.5" and 8 <= font.size < 14
+    assert measure.textbbox((2, 2), "a_name_of_thirty_characters_xx  t=1", font=font)[2] + 2 <= 160
 
 
 def test_a_missing_extra_names_it_and_importing_the_package_imports_no_backend(tmp_path):
@@ -559,18 +573,21 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
     monkeypatch.setattr(video, "_padded", spied_padded)
     (blocked,) = video.write_episode_videos(tmp_path / "blocks", env, None, _steady_policy, None, keys, "0")
     assert blocked.length == length
-    assert [n for kind, n in events if kind == "draw"] == [2, 2, 1]
+    assert [n for kind, n in events if kind == "draw"] == [2, 2, 1, 1]  # and the state the episode ended in
     assert events.index(("encode", 1)) < events.index(("draw", 1))  # encoded while the episode is being drawn
     events.clear()  # frames kept for the loggers (TrainingVideos): drawn by blocks too, into one array
     ((kept, frames),) = video._EpisodeWriter(env, None, _steady_policy).write(tmp_path / "kept", None, keys, "0",
                                                                               keep_frames=True)
-    assert [n for kind, n in events if kind == "draw"] == [2, 2, 1] and frames.shape == (length, 8, 16, 3)
+    assert [n for kind, n in events if kind == "draw"] == [2, 2, 1, 1] and frames.shape == (length + 1, 8, 16, 3)
     assert kept.path.name == blocked.path.name and kept.path.read_bytes() == blocked.path.read_bytes()
     # the same file as the whole episode's frames, drawn at once and labelled as the videos are
     states = video.episode_states(jax.jit(lambda k: video.record_episodes(env, None, _steady_policy, None, k))(
         keys[0]), 0)
+    # and last the state it ended in (its time limit's: time 5), which record_episodes does not keep
+    states = jax.tree.map(lambda x, y: np.concatenate([x, y]), states,
+                          states.replace(time=states.time[-1:] + 1, tag=states.tag[-1:]))
     whole = video._label(video.render_frames(env, None, states), [f"run0  t={t}  return={t * (t + 1) / 2:.1f}"
-                                                                  for t in range(length)])
+                                                                  for t in range(length + 1)])
     np.testing.assert_array_equal(frames, whole)
     assert video.write_video(tmp_path / "whole.mp4", whole, fps=30).read_bytes() == blocked.path.read_bytes()
     # recorded RECORD_BLOCK steps at a time on the device and drawn as each block comes: the same file (the returns
@@ -581,8 +598,8 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
     monkeypatch.setattr(video, "_label", lambda frames, given, **kwargs: texts.extend(given) or label(frames, given,
                                                                                                        **kwargs))
     (stepped,) = video.write_episode_videos(tmp_path / "stepped", env, None, _steady_policy, None, keys, "0")
-    assert [n for kind, n in events if kind == "draw"] == [2, 1, 2]
-    assert texts == [f"run0  t={t}  return={t * (t + 1) / 2:.1f}" for t in range(length)]  # (too small to see here)
+    assert [n for kind, n in events if kind == "draw"] == [2, 1, 2, 1]
+    assert texts == [f"run0  t={t}  return={t * (t + 1) / 2:.1f}" for t in range(length + 1)]  # (too small to see)
     assert stepped.path.name == blocked.path.name and stepped.path.read_bytes() == blocked.path.read_bytes()
     (cut,) = video.write_episode_videos(tmp_path / "cut", env, None, _steady_policy, None, keys, "0", max_steps=4)
     assert cut.length == 4 and cut.path.name == "run0_return10.0.mp4", cut  # rewards 1 to 4
@@ -607,8 +624,8 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
             tmp_path / "hook_kept", None, keys, "0", keep_frames=True)  # drawn whole: its first 3 frames copied
     finally:
         video.register_renderer(CountingEnv, None)
-    assert hooked == [length, length]
-    np.testing.assert_array_equal(first, np.arange(length * 8 * 16 * 3, dtype=np.uint8).reshape(length, 8, 16, 3)[:3])
+    assert hooked == [length + 1, length + 1]  # the whole episode's states at once, the one it ended in too
+    np.testing.assert_array_equal(first, np.arange(3 * 8 * 16 * 3, dtype=np.uint8).reshape(3, 8, 16, 3))
 
 
 def test_a_videos_episode_is_recorded_a_block_at_a_time_whatever_its_time_limit():
