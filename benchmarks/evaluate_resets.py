@@ -1,19 +1,23 @@
-"""`evaluate` on a suite adapter: stepped without its auto-reset against stepped as before this change.
+"""`evaluate` on a suite adapter or a gymnax env: stepped without its auto-reset against stepped with it.
 
 `collect.evaluate` discards whatever an env does after its episode ends, so it
-steps an adapter built on `envs._base.SameStepEnv` without the auto-reset
+steps an adapter built on `envs._base.SameStepEnv`, and a gymnax env with
+gymnax's own `step` (since 2026-12-06), without the auto-reset
 (`stepping.env_step(..., reset_done=False)`). Before, `env_step` stepped it with
 its resets: every env's reset at every step (the vmapped gymnax-style `step`),
 or for craftax (`resets_only_done`) the finished envs' resets in a loop. For
 each env id this builds both, in one process: `evaluate` as it is, and
 `evaluate` traced with `env_step` made to reset as it did before (its
-`reset_done` forced True). Each side is `jax.jit` of `evaluate` with a uniform
+`reset_done` forced True). `--clip-action` wraps an env of continuous
+actions in `envs.ClipAction`, as the algorithms do (what `train`'s periodic
+evaluation and the command line's `evaluate` step). Each side is `jax.jit` of `evaluate` with a uniform
 random policy over N episodes, lowered and compiled once (the times are
 printed), then run in alternated rounds (`_common.interleaved`); the returns,
 lengths and completed flags of the two are compared element for element.
 
     python -m benchmarks.evaluate_resets --num-episodes 2 --rounds 4
     python -m benchmarks.evaluate_resets --env craftax/Craftax-Classic-Symbolic-v1 --num-episodes 10
+    python -m benchmarks.evaluate_resets --env CartPole-v1 --env brax/ant --clip-action --num-episodes 2
 """
 
 from __future__ import annotations
@@ -47,14 +51,18 @@ def resetting_as_before(trace):
         stepping.env_step = step
 
 
-def compare(env_id: str, num_episodes: int, rounds: int, max_steps: int | None) -> dict:
+def compare(env_id: str, num_episodes: int, rounds: int, max_steps: int | None, clip_action: bool = False) -> dict:
     import jax
     import numpy as np
+    from gymnax.environments import spaces
 
     import jaxrl_rollout as jr
     from jaxrl_rollout import envs, stepping
 
     env, params = envs.make(env_id)
+    clipped = clip_action and isinstance(env.action_space(params), spaces.Box)
+    if clipped:  # as the algorithms wrap an env of continuous actions (what `train` evaluates)
+        env = envs.ClipAction(env)
     policy = jr.uniform_random_policy(env.action_space(params))
     key = jax.random.key(0)
     compiled, trace_s, compile_s, outputs = {}, {}, {}, {}
@@ -72,7 +80,7 @@ def compare(env_id: str, num_episodes: int, rounds: int, max_steps: int | None) 
     first, second = (outputs[name] for name in SIDES)
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(first, second))
     return {
-        "env": env_id, "num_episodes": num_episodes, "rounds": rounds,
+        "env": f"{env_id} in ClipAction" if clipped else env_id, "num_episodes": num_episodes, "rounds": rounds,
         "trace_s": trace_s, "compile_s": compile_s,
         "run_s": {name: t["median_s"] for name, t in times.items()},
         "samples": {name: t["samples_s"] for name, t in times.items()},
@@ -87,11 +95,13 @@ def main(argv=None) -> dict:
     p.add_argument("--num-episodes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--max-steps", type=int, default=None, help="evaluate's max_steps (default: the env's time limit)")
+    p.add_argument("--clip-action", action="store_true",
+                   help="an env of continuous actions in envs.ClipAction, as the algorithms (and so train) step it")
     args = p.parse_args(argv)
     machine = machine_info(here=True)
     results = []
     for env_id in args.env or ENVS:
-        results.append(compare(env_id, args.num_episodes, args.rounds, args.max_steps))
+        results.append(compare(env_id, args.num_episodes, args.rounds, args.max_steps, args.clip_action))
         print(results[-1]["env"], results[-1]["compile_s"], flush=True)
     names = SIDES
     columns = ["env", "before: resets computed", "episodes (mean length)", "compile: no reset / before",

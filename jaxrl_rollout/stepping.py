@@ -244,7 +244,8 @@ def env_step(
     is the same bit for bit (the same step key); a done env keeps its final
     state and observation. A gymnax `Environment` with gymnax's own `step`
     is stepped the same way (its `step_env` and `is_truncated`, without the
-    reset). Other envs reset themselves as usual (`keeps_final_state`).
+    reset), and so is either one inside `envs.ClipAction` (the action
+    clipped). Other envs reset themselves as usual (`keeps_final_state`).
 
     Args:
       env: the environment (static).
@@ -266,12 +267,9 @@ def env_step(
     """
     if is_vectorized(env):
         result = env.step(keys, env_state, action, env_params)
-    elif not reset_done and _steps_until_reset(env):
+    elif not reset_done and _step_without_reset(env) is not None:
         params = env.default_params if env_params is None else env_params
-        result = jax.vmap(env.step_until_reset, in_axes=(0, 0, 0, None))(keys, env_state, action, params)[:6]
-    elif not reset_done and _gymnax_step(env):
-        params = env.default_params if env_params is None else env_params
-        result = jax.vmap(_gymnax_step_until_reset, in_axes=(None, 0, 0, 0, None))(env, keys, env_state, action, params)
+        result = jax.vmap(_step_without_reset(env), in_axes=(0, 0, 0, None))(keys, env_state, action, params)
     elif _resets_only_done(env):
         result = _step_resetting_done(env, env_params, keys, env_state, action, batch_size)
     else:
@@ -304,30 +302,44 @@ def _steps_until_reset(env: Any) -> bool:
 def _gymnax_step(env: Any) -> bool:
     """Whether `env` is a gymnax `Environment` whose `step` is gymnax's own (`step_env`, then `reset_env`, then a
     select), not one of its own."""
-    try:
-        from gymnax.environments.environment import Environment
-    except ImportError:  # pragma: no cover - gymnax is a dependency
-        return False
+    from gymnax.environments.environment import Environment
+
     return isinstance(env, Environment) and type(env).step is Environment.step
 
 
-def _gymnax_step_until_reset(env: Any, key: jax.Array, state: PyTree, action: Any, params: Any) -> tuple:
-    """gymnax's `Environment.step` for one env without its auto-reset: the same step key (the first of one split
-    of `key`), `step_env` and `is_truncated`, and the info it returns, so every output of an env whose episode goes
-    on is the step's; a done env keeps its final state and observation."""
-    step_key, _ = jax.random.split(key)
-    obs, state, reward, terminated, info = env.step_env(step_key, state, action, params)
-    truncated = env.is_truncated(state, params)
-    info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs}
-    return obs, state, reward, terminated, truncated, info
+def _step_without_reset(env: Any) -> Callable | None:
+    """`env`'s step of one env without its auto-reset, `(key, state, action, params) -> (obs, state, reward,
+    terminated, truncated, info)`, or None for an env that resets itself within its own `step`.
+
+    Every output of an env whose episode goes on is `env.step`'s (the same step key: the first of one split of
+    `key`); a done env keeps its final state and observation. For a `_steps_until_reset` adapter, its
+    `step_until_reset`; for a gymnax `Environment` with gymnax's `step`, its `step_env` and `is_truncated` with
+    the info `step` returns; for `envs.ClipAction` around either, theirs on the clipped action.
+    """
+    from jaxrl_rollout.envs import ClipAction
+
+    if _steps_until_reset(env):
+        return lambda key, state, action, params: env.step_until_reset(key, state, action, params)[:6]
+    if _gymnax_step(env):
+        def step(key, state, action, params):
+            step_key, _ = jax.random.split(key)
+            obs, state, reward, terminated, info = env.step_env(step_key, state, action, params)
+            truncated = env.is_truncated(state, params)
+            return obs, state, reward, terminated, truncated, {
+                **info, "terminated": terminated, "truncated": truncated, "final_observation": obs}
+
+        return step
+    if isinstance(env, ClipAction) and (inner := _step_without_reset(env.env)) is not None:
+        return lambda key, state, action, params: inner(key, state, env.clip(action, params), params)
+    return None
 
 
 def keeps_final_state(env: Any) -> bool:
     """Whether `env_step(..., reset_done=False)` leaves a done env in the state its episode ended in (a suite
-    adapter built on `envs._base.SameStepEnv`, a gymnax `Environment`, each with its base's `step`), so that state
-    can be read after the step (the last frame of an episode's video); other envs reset themselves within the step
-    and the final state is gone."""
-    return not is_vectorized(env) and (_steps_until_reset(env) or _gymnax_step(env))
+    adapter built on `envs._base.SameStepEnv`, a gymnax `Environment`, each with its base's `step`, or either in
+    `envs.ClipAction`), so that state can be read after the step (the last frame of an episode's video); other
+    envs reset themselves within the step and the final state is gone."""
+    return not is_vectorized(env) and _step_without_reset(env) is not None
 
 
 def _resets_only_done(env: Any) -> bool:

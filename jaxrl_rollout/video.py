@@ -901,7 +901,7 @@ def _label(frames: np.ndarray, texts: Sequence[str], *, in_place: bool = False) 
 
     The font's size is a twentieth of the frame's height (at least 10
     pixels). A label wider than the frame is broken into lines at its double
-    spaces ("run0 update 40" / "t=12  return=3.0"), as few as fit, and a part
+    spaces ("run0  update 40" / "t=12  return=3.0"), as few as fit, and a part
     still too wide alone is drawn smaller (down to 8 pixels), so the label is
     not cut at the frame's right edge. With `in_place`, `frames` itself is
     drawn on and returned: a copy of a whole episode's frames costs more in
@@ -1177,7 +1177,7 @@ class _EpisodeWriter:
     def write(self, folder: str | Path, params_per_run: PyTree, keys: jax.Array, runs: Any = "all", *,
               names: Sequence[str] | None = None, prefix: str = "", caption: str = "",
               keep_frames: bool = True) -> list[tuple[EpisodeVideo, np.ndarray | None]]:
-        """(video, its first frames [min(L, KEPT_FRAMES), H, W, 3], or None without `keep_frames`) for each
+        """(video, its first frames [min(frames, KEPT_FRAMES), H, W, 3], or None without `keep_frames`) for each
         selected run.
 
         The files are "<prefix><name>_return<R>.mp4", with every frame: the

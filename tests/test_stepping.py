@@ -9,8 +9,9 @@ from gymnax.environments import spaces
 
 import jaxrl_rollout as jr
 from jaxrl_rollout import stepping
+from jaxrl_rollout.envs import ClipAction
 from jaxrl_rollout.envs._base import SameStepEnv
-from tests.toy_envs import CountingEnv, CountingState, OldApiEnv, counting_recurrent_policy, obs_time, scripted_policy
+from tests.toy_envs import BoxCountingEnv, CountingEnv, CountingState, OldApiEnv, counting_recurrent_policy, obs_time, scripted_policy
 
 B = 3
 
@@ -55,6 +56,16 @@ def test_a_gymnax_env_stepped_without_its_reset_is_its_step_and_keeps_the_state_
     assert stepping.keeps_final_state(env)
     # an env with a step of its own resets itself in it: its final state is gone
     assert not stepping.keeps_final_state(OldApiEnv())
+    # the algorithms' ClipAction around a continuous env is seen through (its evaluation and videos: brax's, SAC's)
+    clipped = ClipAction(BoxCountingEnv())
+    assert stepping.keeps_final_state(clipped)
+    action = jnp.array([[0.0], [-7.0], [9.0]])  # above 2.5: env 2 terminates
+    resetting = stepping.env_step(clipped, params, keys, state, action, B)
+    kept = jax.jit(lambda s: stepping.env_step(clipped, params, keys, s, action, B, reset_done=False))(state)
+    for name in ("reward", "terminated", "truncated", "final_obs"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(resetting, name), err_msg=name)
+    np.testing.assert_array_equal(kept.terminated, [False, False, True])
+    np.testing.assert_array_equal(kept.env_state.time, [1, 5, 3])
 
 
 def test_env_step_names_what_breaks_the_protocol():

@@ -170,6 +170,10 @@ class ClipAction:
     def reset(self, key, params=None):
         return self.env.reset(key, params)
 
-    def step(self, key, state, action, params=None):
+    def clip(self, action, params=None):
+        """`action` clipped to the wrapped env's Box bounds (what `step` hands it)."""
         space = self.env.action_space(params if params is not None else self.env.default_params)
-        return self.env.step(key, state, jnp.clip(action, space.low, space.high), params)
+        return jnp.clip(action, space.low, space.high)
+
+    def step(self, key, state, action, params=None):
+        return self.env.step(key, state, self.clip(action, params), params)
