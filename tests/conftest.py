@@ -148,6 +148,12 @@ def _faster_cpu_compiles():
         os.environ[ADDED_XLA_FLAG_VAR] = TEST_XLA_FLAG
 
 
+def xla_flags_with_devices(count: int) -> str:
+    """XLA_FLAGS for a subprocess that needs `count` CPU devices: the suite's flags (the user's and
+    `_faster_cpu_compiles`'), then `--xla_force_host_platform_device_count=count`."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}".strip()
+
+
 def run_with_xla_defaults(fn, *args):
     """`jax.jit(fn)(*args)`, compiled with XLA's CPU fusion emitters on again where `_faster_cpu_compiles` put them off.
 
@@ -163,7 +169,14 @@ def run_with_xla_defaults(fn, *args):
     options = None
     if os.environ.get(ADDED_XLA_FLAG_VAR) and jax.default_backend() == "cpu":
         options = {"xla_cpu_use_fusion_emitters": True}
-    return jax.jit(fn).lower(*args).compile(compiler_options=options)(*args)
+    return run_compiled(fn, *args, compiler_options=options)
+
+
+def run_compiled(fn, *args, compiler_options=None):
+    """`jax.jit(fn)(*args)`, its program compiled with XLA's per-compile `compiler_options` (None: the process's)."""
+    import jax
+
+    return jax.jit(fn).lower(*args).compile(compiler_options=compiler_options)(*args)
 
 
 def _no_eviction_scans():

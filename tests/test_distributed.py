@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from jaxrl_rollout import cli
+from tests.conftest import xla_flags_with_devices
 
 RUN = ["train", "--seeds", "4", "--total-steps", "2048", "--chunk-updates", "1", "--num-eval", "1",
        "--tensorboard", "false"]
@@ -38,9 +39,8 @@ def _free_port() -> int:
 def _two_processes(args: list[str], tmp_path, name: str, expect: int = 0) -> list[str]:
     """Runs the CLI as processes 0 and 1 of one cluster; returns their outputs (asserting both exit `expect`)."""
     port = _free_port()
-    # (after the suite's own XLA flags, tests/conftest.py `_faster_cpu_compiles`)
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2",
-           "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": xla_flags_with_devices(2), "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
+           "JAX_PLATFORMS": "cpu"}
     procs, logs = [], []
     for i in range(2):
         log = open(tmp_path / f"{name}-{i}.log", "w+")

@@ -28,6 +28,7 @@ import jaxrl_rollout as jr
 from jaxrl_rollout import networks
 from jaxrl_rollout.distributions import Categorical, DiagGaussian, categorical_from_logits, diag_gaussian
 from jaxrl_rollout.networks import ActorCriticCNN, ActorCriticGRU, ActorCriticMLP
+from tests.conftest import run_compiled
 
 B = 4
 SMALL_GRU = dict(hidden_size=16, embed_size=16, head_sizes=(16,))
@@ -72,8 +73,7 @@ def run_once(fn, *args):
     time: this halves the compiles (e.g. the init below, 4.7 s -> 1.9 s on 2
     CPU cores). Values agree with an optimised build to float32 rounding.
     """
-    compiled = jax.jit(fn).lower(*args).compile(compiler_options={"xla_backend_optimization_level": 0})
-    return compiled(*args)
+    return run_compiled(fn, *args, compiler_options={"xla_backend_optimization_level": 0})
 
 
 class _InitOnFirstUse(dict):

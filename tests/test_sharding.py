@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from tests.conftest import xla_flags_with_devices
+
 SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
@@ -43,9 +45,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_four_devices_equal_one_device():
-    # (after the suite's own XLA flags, tests/conftest.py `_faster_cpu_compiles`)
-    env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=xla_flags_with_devices(4), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
