@@ -230,3 +230,18 @@ def test_swimmer_is_refused_in_one_line_where_brax_calls_a_dropped_jax_api():
         pytest.skip("this jax still takes jnp.clip(a_min=...): brax/swimmer runs")
     with pytest.raises(ValueError, match=r"brax/swimmer cannot run on jax .*jnp.clip\(a_min"):
         envs.make("brax/swimmer")
+
+
+def test_braxs_notice_that_it_is_not_maintained_is_given_once():
+    """brax warns that it is not maintained each time it loads a model after any change to the warning filters, and
+    `train --env brax/...` makes its env twice with other libraries' filter changes between: the notice came twice.
+    After the first, it is left out."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # each warning shown once per place, as without filters of one's own
+        envs.make("brax/inverted_pendulum")
+        warnings.filterwarnings("ignore", message="an unrelated warning")  # another library changes the filters
+        envs.make("brax/inverted_pendulum")
+    notices = [w for w in caught if "not actively being maintained" in str(w.message)]
+    assert len(notices) == 1 and notices[0].category is UserWarning

@@ -35,6 +35,7 @@ time step); once compiled, a step costs about 25-40 us per env at 16-64 envs.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -124,7 +125,15 @@ def make(
         env = brax_envs.get_environment(name, **env_kwargs)
     except TypeError as err:  # an option the env's constructor does not take
         raise ValueError(f"brax env {name!r} does not take the option(s) {sorted(env_kwargs)}: {err}") from err
+    # brax warns that it is not maintained each time it loads a model after any change to the warning filters
+    # (another library's catch_warnings; a training run makes its env more than once): said once, it is left out
+    # after, until the filters in force now are restored
+    warnings.filterwarnings("ignore", message=_NOT_MAINTAINED, category=UserWarning)
     return BraxEnv(env, episode_length=episode_length, name=name), None
+
+
+_NOT_MAINTAINED = "Brax System, piplines and environments are not actively being maintained"
+"""The start of the UserWarning brax gives as it loads a model (brax 0.14)."""
 
 
 class BraxEnv(_base.SameStepEnv):
