@@ -267,9 +267,9 @@ def env_step(
     """
     if is_vectorized(env):
         result = env.step(keys, env_state, action, env_params)
-    elif not reset_done and _step_without_reset(env) is not None:
+    elif not reset_done and (step := _step_without_reset(env)) is not None:
         params = env.default_params if env_params is None else env_params
-        result = jax.vmap(_step_without_reset(env), in_axes=(0, 0, 0, None))(keys, env_state, action, params)
+        result = jax.vmap(step, in_axes=(0, 0, 0, None))(keys, env_state, action, params)
     elif _resets_only_done(env):
         result = _step_resetting_done(env, env_params, keys, env_state, action, batch_size)
     else:
