@@ -241,8 +241,13 @@ def env_step(
     compiled into the step (craftax's evaluation compiled in 7.4 s against
     10.3 s with its finished envs' resets, on 2 CPU cores;
     `benchmarks/evaluate_resets.py`). Every output of an env whose episode goes on
-    is the same bit for bit (the same step key); a done env keeps its final
-    state and observation. A gymnax `Environment` with gymnax's own `step`
+    is the same computation with the same step key; a done env keeps its final
+    state and observation. (The same up to XLA's rounding: another program
+    may round a float32 step differently by an ulp, as the vmapped evaluation
+    of 8 CartPole policies did from the first step, and a deterministic
+    policy can make another episode of that; the episodes are otherwise the
+    same, and the same program gives the same results every time.) A gymnax
+    `Environment` with gymnax's own `step`
     is stepped the same way (its `step_env` and `is_truncated`, without the
     reset), and so is either one inside `envs.ClipAction` (the action
     clipped). Other envs reset themselves as usual (`keeps_final_state`).
@@ -311,10 +316,11 @@ def _step_without_reset(env: Any) -> Callable | None:
     """`env`'s step of one env without its auto-reset, `(key, state, action, params) -> (obs, state, reward,
     terminated, truncated, info)`, or None for an env that resets itself within its own `step`.
 
-    Every output of an env whose episode goes on is `env.step`'s (the same step key: the first of one split of
-    `key`); a done env keeps its final state and observation. For a `_steps_until_reset` adapter, its
-    `step_until_reset`; for a gymnax `Environment` with gymnax's `step`, its `step_env` and `is_truncated` with
-    the info `step` returns; for `envs.ClipAction` around either, theirs on the clipped action.
+    Every output of an env whose episode goes on is `env.step`'s computation (the same step key: the first of one
+    split of `key`; up to XLA's rounding, see `env_step`); a done env keeps its final state and observation. For
+    a `_steps_until_reset` adapter, its `step_until_reset`; for a gymnax `Environment` with gymnax's `step`, its
+    `step_env` and `is_truncated` with the info `step` returns; for `envs.ClipAction` around either, theirs on
+    the clipped action.
     """
     from jaxrl_rollout.envs import ClipAction
 
