@@ -925,6 +925,11 @@ def _label(frames: np.ndarray, texts: Sequence[str], *, in_place: bool = False) 
     return out
 
 
+def _frame_label(label: str, t: int, episode_return: Any) -> str:
+    """A video frame's label: "<label>  t=<step>  return=<return so far, one decimal>"."""
+    return f"{label}  t={t}  return={float(episode_return):.1f}"
+
+
 @functools.lru_cache(maxsize=8)
 def _font(size: int) -> Any:
     """Pillow's default font at `size` pixels (Pillow < 10.1 has one bitmap size)."""
@@ -1248,7 +1253,7 @@ class _EpisodeWriter:
             # step after step across blocks, as one cumulative sum of the episode's rewards
             sums = np.cumsum(np.concatenate([[so_far], np.asarray(rewards)[:taken, 0]]).astype(np.float32),
                              dtype=np.float32)
-            texts = [f"{label}  t={t + i}  return={g:.1f}" for i, g in enumerate(sums[:-1])] if self._label else None
+            texts = [_frame_label(label, t + i, g) for i, g in enumerate(sums[:-1])] if self._label else None
             so_far, t = sums[-1], t + taken
             if self._draw.per_state:
                 yield from self._drawn(states, taken, texts, self.FRAMES_PER_BLOCK)
@@ -1259,7 +1264,7 @@ class _EpisodeWriter:
         if self._final_frame:
             # the state after the last step (a game's last move, the pole past its angle), with the whole return
             final = _to_host(jax.tree.map(lambda x: x[:1], state.env_state))
-            text = [f"{label}  t={t}  return={so_far:.1f}"] if self._label else None
+            text = [_frame_label(label, t, so_far)] if self._label else None
             if self._draw.per_state:
                 yield from self._drawn(final, 1, text, 1)
             else:
@@ -1320,7 +1325,7 @@ class _HostEpisodeWriter(_EpisodeWriter):
             # the state the policy acts on next (an env that cannot draw: the observation it acts on)
             frames.append(self._host.frame(np.asarray(state.obs[0])) if isinstance(self._host, _ObservationFrames)
                           else self._host.frame())
-            texts.append(f"{label}  t={t}  return={float(state.episode_return[0]):.1f}")
+            texts.append(_frame_label(label, t, state.episode_return[0]))
             state, active, _ = self._step(params, state, active)
             t += 1
             last = not bool(active[0]) or t >= self._max_steps
