@@ -546,14 +546,21 @@ def evaluation_step(env: Any, env_params: Any, policy_fn: Any, params: PyTree, n
     time, drawing the env between calls: the same steps, so the same episodes.
     `env_params` must be resolved (not None).
     """
+    step = _evaluation_step(env, env_params, policy_fn, params, num_episodes)
+    return lambda state, active: step(state, active)[:3]
+
+
+def _evaluation_step(env: Any, env_params: Any, policy_fn: Any, params: PyTree, num_episodes: int) -> Any:
+    """`evaluation_step` whose step also gives the true final observations: `step(state, active) -> (state,
+    active, reward, final_obs)` (a host env's video draws the one of an episode its env has reset)."""
     space = env.action_space(env_params)
 
-    def step(state: RolloutState, active: jax.Array) -> tuple[RolloutState, jax.Array, jax.Array]:
+    def step(state: RolloutState, active: jax.Array) -> tuple[RolloutState, jax.Array, jax.Array, PyTree]:
         key, policy_key, env_keys = stepping.step_keys(state.key, num_episodes)
         out, carry = stepping.act(
             policy_fn, params, state.obs, policy_key, state.carry, state.first, num_episodes, space
         )
-        obs, env_state, reward, terminated, truncated, _ = stepping.env_step(
+        obs, env_state, reward, terminated, truncated, final_obs = stepping.env_step(
             env, env_params, env_keys, state.env_state, out.action, num_episodes, reset_done=False
         )
         done = terminated | truncated
@@ -567,7 +574,7 @@ def evaluation_step(env: Any, env_params: Any, policy_fn: Any, params: PyTree, n
             carry=carry,
             key=key,
         )
-        return state, active & ~done, reward
+        return state, active & ~done, reward, final_obs
 
     return step
 

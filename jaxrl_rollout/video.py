@@ -1056,8 +1056,8 @@ def write_episode_videos(
     encoded 64 states at a time (a registered hook is given it whole), so a
     long one never has all its frames in memory. A gymnasium
     env (a host env) is played from Python with `evaluate`'s steps instead,
-    drawing itself before every step (see the module docstring): the same
-    episode, frames encoded as they are drawn.
+    drawing itself before every step and after the last (see the module
+    docstring): the same episode, frames encoded as they are drawn.
 
     Args:
       folder: where the videos go (created if missing).
@@ -1187,8 +1187,9 @@ class _EpisodeWriter:
 
         The files are "<prefix><name>_return<R>.mp4", with every frame: the
         states the episode's actions saw and, for an env that keeps it
-        (`stepping.keeps_final_state`: gymnax envs, the suite adapters), the
-        state it ended in; the frames' label is "<name><caption>  t=<step>
+        (`stepping.keeps_final_state`: gymnax envs, the suite adapters; a host
+        env's writer draws it too, `_HostEpisodeWriter`), the state it ended
+        in; the frames' label is "<name><caption>  t=<step>
         return=<so far>". An
         episode whose hook draws state by state is drawn and encoded
         `FRAMES_PER_BLOCK` states at a time, so without `keep_frames` its
@@ -1298,8 +1299,10 @@ class _EpisodeWriter:
 class _HostEpisodeWriter(_EpisodeWriter):
     """`_EpisodeWriter` for a host env (gymnasium), which draws itself: its episode is played from Python, one
     jitted `collect.evaluation_step` at a time (the steps `evaluate` takes, so the same episode and return),
-    with the env opened to draw (`GymnasiumEnv.drawing`) and its first sub-env drawn before every step. The
-    frames go to the encoder a block at a time, as they are drawn."""
+    with the env opened to draw (`GymnasiumEnv.drawing`) and its first sub-env drawn before every step and after
+    the last (the state the episode ended in, drawn within the step that ended it, before the env's same-step reset:
+    `GymnasiumEnv.final_frame`; an env drawn from its observations: the true final one), L + 1 frames for an
+    episode of L steps as for a JAX env. The frames go to the encoder a block at a time, as they are drawn."""
 
     def __init__(self, env: Any, env_params: Any, policy_fn: Any, *, max_steps: int | None = None, fps: float = 30,
                  initial_carry: PyTree | None = None, label: bool = True):
@@ -1310,7 +1313,8 @@ class _HostEpisodeWriter(_EpisodeWriter):
         self._max_steps = _episode_bound(env, env_params, max_steps)
         self._returns = _episode_returns(env, env_params, policy_fn, max_steps, initial_carry)  # (in lockstep)
         self._start = jax.jit(lambda k: collect.rollout_init(k, env, env_params, 1, initial_carry))
-        self._step = jax.jit(lambda p, state, active: collect.evaluation_step(env, env_params, policy_fn, p, 1)(
+        # evaluate's step, with the true final observation (an observation-drawn env's last frame)
+        self._step = jax.jit(lambda p, state, active: collect._evaluation_step(env, env_params, policy_fn, p, 1)(
             state, active))
 
     def _drawing(self) -> contextlib.AbstractContextManager:
@@ -1320,16 +1324,22 @@ class _HostEpisodeWriter(_EpisodeWriter):
         """The episode's frames, `FRAMES_PER_BLOCK` at a time, as it is played; its return and length go into
         `played` at the end."""
         state, active = self._start(key), jnp.ones((1,), bool)
+        observed = isinstance(self._host, _ObservationFrames)
         frames, texts, t = [], [], 0
         while True:
             # the state the policy acts on next (an env that cannot draw: the observation it acts on)
-            frames.append(self._host.frame(np.asarray(state.obs[0])) if isinstance(self._host, _ObservationFrames)
-                          else self._host.frame())
+            frames.append(self._host.frame(np.asarray(state.obs[0])) if observed else self._host.frame())
             texts.append(_frame_label(label, t, state.episode_return[0]))
-            state, active, _ = self._step(params, state, active)
+            state, active, _, final_obs = self._step(params, state, active)
             t += 1
             last = not bool(active[0]) or t >= self._max_steps
-            if last or len(frames) == self.FRAMES_PER_BLOCK:
+            if last:
+                # the state after the last step, before the host env's same-step reset: the state an episode
+                # ended in (drawn within the step) or the one a bound on the steps stopped at
+                frames.append(self._host.frame(np.asarray(final_obs[0])) if observed
+                              else self._host.final_frame())
+                texts.append(_frame_label(label, t, state.episode_return[0]))
+            if last or len(frames) >= self.FRAMES_PER_BLOCK:
                 block = _check_frames(np.stack(frames), self._host.name)
                 yield _label(block, texts, in_place=True) if self._label else block
                 frames, texts = [], []

@@ -730,8 +730,10 @@ def test_a_gymnasium_envs_video_is_the_episode_evaluate_plays_drawn_state_by_sta
     """A host env draws itself while its episode is played from Python with evaluate's own steps: each run's video
     has evaluate's return for its key (a stochastic policy, so the policy's keys are evaluate's too), and its
     frames are those of a gymnasium CartPole made with render_mode="rgb_array", reset with the seed the video's env
-    got and stepped with the same actions: the states acted on, s_0 ... s_{L-1} (rows under the label compared)."""
+    got and stepped with the same actions: the states acted on, s_0 ... s_{L-1}, then s_L, the state the episode
+    ended in (drawn in its last step, before the vector env's same-step reset; rows under the label compared)."""
     gymnasium = pytest.importorskip("gymnasium")
+    iio = pytest.importorskip("imageio.v3")
     pytest.importorskip("pygame")
     from jaxrl_rollout.envs.gymnasium import GymnasiumEnv
 
@@ -776,12 +778,13 @@ def test_a_gymnasium_envs_video_is_the_episode_evaluate_plays_drawn_state_by_sta
         reference = gymnasium.make("CartPole-v1", render_mode="rgb_array")
         reference.reset(seed=seed)
         expected = [reference.render()]
-        for action in actions[:-1]:
-            reference.step(action)
+        for action in actions:
+            *_, terminated, truncated, _ = reference.step(action)
             expected.append(reference.render())
+        assert terminated and not truncated  # the pole fell: the last frame is past the angle, not a new episode's
         reference.close()
         frames = sink.got[r][2]
-        assert frames.shape == (len(actions), *expected[0].shape)
+        assert frames.shape == (len(actions) + 1, *expected[0].shape)
         np.testing.assert_array_equal(frames[:, 60:], np.stack(expected)[:, 60:])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(c.path.name for c in clips)  # no hidden files left
     assert drawn[0][1] != drawn[1][1]
@@ -790,6 +793,47 @@ def test_a_gymnasium_envs_video_is_the_episode_evaluate_plays_drawn_state_by_sta
     (short,) = video.write_episode_videos(tmp_path / "short", env, None, policy_fn, params, keys, "1", max_steps=5)
     bounded = jr.evaluate(env, None, policy_fn, jax.tree.map(lambda x: x[1], params), keys[1], 1, max_steps=5)
     assert (short.length, short.episode_return) == (5, float(bounded.returns[0])) == (int(bounded.lengths[0]), 5.0)
+    assert iio.imread(short.path).shape[0] == 6  # s_0 ... s_5: the state the bound stopped the episode at
+
+
+def test_a_gymnasium_video_ends_on_the_state_a_time_limit_truncated_its_episode_at(tmp_path, monkeypatch):
+    """The vector env resets a sub-env in the step that ends its episode (same-step auto-reset), so the state the
+    episode ended in is drawn within that step: here a time limit of 5 steps truncates Pendulum's episode, in an
+    `AsyncVectorEnv` (whose worker processes make the drawing env), and the video's 6 frames are a reference
+    Pendulum's s_0 ... s_5 for the same seed and actions (the last frame was a new episode's first, or missing)."""
+    gymnasium = pytest.importorskip("gymnasium")
+    iio = pytest.importorskip("imageio.v3")
+    pytest.importorskip("pygame")
+    from jaxrl_rollout.envs.gymnasium import GymnasiumEnv
+
+    env, _ = envs.make("gymnasium/Pendulum-v1", asynchronous=True, max_episode_steps=5)
+    seeds, actions = [], []
+
+    def host_open(self, seeds_, opened=GymnasiumEnv._host_open):
+        seeds.append(int(seeds_.item()))
+        return opened(self, seeds_)
+
+    def host_step(self, action, stepped=GymnasiumEnv._host_step):
+        actions.append(np.array(action.reshape(-1)))
+        return stepped(self, action)
+
+    monkeypatch.setattr(GymnasiumEnv, "_host_open", host_open)
+    monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
+    policy_fn = jr.policies.uniform_random_policy(env.action_space())
+    keys = jax.random.split(jax.random.key(4), 1)
+    ((clip, frames),) = video._episode_writer(env, None, policy_fn, label=False).write(
+        tmp_path, jnp.zeros((1,)), keys, "0", keep_frames=True)  # the frames the file was encoded from
+    assert clip.length == len(actions) == 5
+    reference = gymnasium.make("Pendulum-v1", render_mode="rgb_array", max_episode_steps=5)
+    reference.reset(seed=seeds[-1])
+    expected = [reference.render()]
+    for action in actions:
+        *_, terminated, truncated, _ = reference.step(action)
+        expected.append(reference.render())
+    reference.close()
+    assert truncated and not terminated
+    np.testing.assert_array_equal(frames, np.stack(expected))
+    assert frames.shape == (6, *expected[0].shape) and iio.imread(clip.path).shape[0] == 6
 
 
 def test_a_gymnasium_env_without_a_way_to_draw_says_how_to_give_one(tmp_path):
@@ -868,9 +912,9 @@ def test_envpool_atari_videos_show_the_frames_the_agent_sees(tmp_path, monkeypat
     ((clip, frames),) = got
     evaluated = jr.evaluate(env, None, policy_fn, jnp.zeros(()), jax.random.fold_in(keys[0], 1), 1, max_steps=40)
     assert (clip.length, clip.episode_return) == (int(evaluated.lengths[0]), float(evaluated.returns[0]))
-    # frames of the reset's and each step's observation but the last step's (where the episode, bound here, ends)
+    # frames of the reset's and each step's observation, the last step's too (where the episode, bound here, ends)
     assert frames.shape == (30, 336, 336, 3) and len(seen) == clip.length + 1 == 41
-    assert iio.imread(clip.path).shape == (40, 336, 336, 3)
+    assert iio.imread(clip.path).shape == (41, 336, 336, 3)
     newest = np.stack([obs.reshape(84, 84, 4)[..., -1] for obs in seen[:30]])
     expected = np.repeat(np.repeat(newest, 4, axis=1), 4, axis=2)
     for channel in range(3):
@@ -900,7 +944,7 @@ def test_a_gymnasium_run_records_videos_in_training_and_in_evaluate(tmp_path, mo
         "update8_evalseed0_seed0_return*.mp4", "update8_evalseed0_seed1_return*.mp4"]
     for path in [*(tmp_path / "runs/gym/videos/training").iterdir(), *(tmp_path / "runs/gym/videos").glob("*.mp4")]:
         steps = float(re.search(r"return([\d.]+)\.mp4", path.name).group(1))  # CartPole pays 1 a step
-        assert imageio.imread(path, plugin="FFMPEG").shape[0] == steps
+        assert imageio.imread(path, plugin="FFMPEG").shape[0] == steps + 1  # the state it ended in too
     assert not list((tmp_path / "runs/gym/videos").rglob(".*"))  # no hidden file left behind
 
     # SIGTERM while a video's episode is played: raised inside the host env's step (its io_callback runs on the

@@ -39,7 +39,9 @@ Videos. A gymnasium env draws itself (`render()` in `render_mode="rgb_array"`),
 so its episodes are drawn while they are played, not from recorded states:
 `jaxrl_rollout.video.write_episode_videos` and `TrainingVideos` (and so
 `evaluate --video`, `train --video-every`) step the episode from Python with
-`evaluate`'s own step and draw sub-env 0 between steps. For that the env needs
+`evaluate`'s own step and draw sub-env 0 between steps, and the state an episode
+ended in is drawn in its last step, before the vector env resets it
+(`final_frame`). For that the env needs
 a way to make envs that draw: `make(name)` knows it (`gymnasium.make(name,
 render_mode="rgb_array")`); a `GymnasiumEnv(env_fn)` takes `render_env_fn`,
 or uses `env_fn` itself when its envs are already made with
@@ -49,6 +51,7 @@ or uses `env_fn` itself when its envs are already made with
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -181,6 +184,7 @@ class GymnasiumEnv(HostEnv):
         self._env_fn = env_fn
         self._render_env_fn = render_env_fn
         self._drawing = False
+        self._final = None  # inside `drawing`: the frame sub-env 0's episode ended on in the last step, if it did
         self._drawable = False  # `check_drawable` passed
         self._asynchronous = bool(asynchronous)
         self._vec = None
@@ -257,6 +261,14 @@ class GymnasiumEnv(HostEnv):
             except Exception as error:  # the env's own render(): a bug, a frame it cannot draw
                 raise self._cannot_draw("render()", error) from error
 
+    def final_frame(self) -> np.ndarray:
+        """The frame of the first sub-env after the last step, uint8 [H, W, 3] (inside `drawing`): where its
+        episode ended in that step, the state it ended in, drawn in the step before the vector env's same-step
+        reset (`frame()` otherwise)."""
+        with self._lock:
+            kept, self._final = self._final, None
+        return kept if kept is not None else self.frame()
+
     def _cannot_draw(self, what: str, error: Exception) -> ValueError:
         """The one-line error of an exception the env's own `what` raised while drawing."""
         return ValueError(f"cannot draw {self.name}: its {what} in render_mode='rgb_array' raised "
@@ -266,9 +278,10 @@ class GymnasiumEnv(HostEnv):
         import gymnasium
 
         vector = gymnasium.vector.AsyncVectorEnv if self._asynchronous else gymnasium.vector.SyncVectorEnv
-        env_fn = self._render_env_fn if self._drawing else self._env_fn
+        env_fn = functools.partial(_drawing_env, self._render_env_fn) if self._drawing else self._env_fn
         # One vector env for every run's envs: sub-envs are independent, each seeded with its own seed.
         self._vec = vector([env_fn] * seeds.size, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+        self._final = None
         obs, _ = self._vec.reset(seed=[int(s) for s in seeds.flat])
         return obs
 
@@ -278,9 +291,42 @@ class GymnasiumEnv(HostEnv):
         if "_final_obs" in info:
             for i in np.flatnonzero(info["_final_obs"]):
                 final[i] = info["final_obs"][i]
+            if self._drawing:
+                ended = info["final_info"]
+                self._final = ended[FINAL_FRAME][0] if ended.get(f"_{FINAL_FRAME}", [False])[0] else None
+        elif self._drawing:
+            self._final = None
         return obs, final, reward, terminated, truncated
 
     def _host_close(self) -> None:
         if self._vec is not None:
             self._vec.close()
         self._vec = None
+
+
+FINAL_FRAME = "jaxrl_rollout_final_frame"
+"""The key of the info (under gymnasium's "final_info") that holds the frame of the state an episode ended in,
+drawn by `_drawing_env`'s wrapper in the step that ended it."""
+
+
+def _drawing_env(render_env_fn: Callable[[], Any]) -> Any:
+    """`render_env_fn()` in a wrapper whose `step` draws the state an episode ends in into the step's info
+    (`FINAL_FRAME`): the vector env resets that sub-env before the step returns. A module-level function, so an
+    `AsyncVectorEnv`'s worker processes can make it."""
+    return _final_frame_wrapper()(render_env_fn())
+
+
+@functools.cache
+def _final_frame_wrapper() -> type:
+    import gymnasium
+
+    class DrawsFinalState(gymnasium.Wrapper):
+        """Draws the state an episode ended in, into the info of the step that ended it (`FINAL_FRAME`)."""
+
+        def step(self, action: Any) -> tuple:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                info = {**info, FINAL_FRAME: np.asarray(self.env.render())}
+            return obs, reward, terminated, truncated, info
+
+    return DrawsFinalState
