@@ -896,14 +896,18 @@ def video_name(name: str, episode_return: float, suffix: str = ".mp4") -> str:
     return f"{name}_return{float(episode_return):.1f}{suffix}"
 
 
-def _label(frames: np.ndarray, texts: Sequence[str], *, in_place: bool = False) -> np.ndarray:
+def _label(frames: np.ndarray, texts: Sequence[str], *, in_place: bool = False, widest: str | None = None) -> np.ndarray:
     """Frames with one label each, white on a black band at the top left.
 
     The font's size is a twentieth of the frame's height (at least 10
     pixels). A label wider than the frame is broken into lines at its double
     spaces ("run0  update 40" / "t=12  return=3.0"), as few as fit, and a part
     still too wide alone is drawn smaller (down to 8 pixels), so the label is
-    not cut at the frame's right edge. With `in_place`, `frames` itself is
+    not cut at the frame's right edge. `widest`: a label as wide as any of an
+    episode's (`_widest_label`), with as many parts as each of `texts`; the
+    lines and the font are then chosen for it and every label is broken at
+    the same places, so that a label does not move between frames as its
+    step and return gain digits. With `in_place`, `frames` itself is
     drawn on and returned: a copy of a whole episode's frames costs more in
     fresh memory than the text does.
     """
@@ -912,9 +916,14 @@ def _label(frames: np.ndarray, texts: Sequence[str], *, in_place: bool = False) 
     out = frames if in_place else frames.copy()
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     size = max(10, frames.shape[1] // 20)
+    layout = None if widest is None else _layout(measure, widest, size, frames.shape[2])
     for t, text in enumerate(texts):
-        text, font = _fitted(measure, text, size, frames.shape[2])
-        left, top, right, bottom = measure.multiline_textbbox((2, 2), text, font=font)
+        lines, font = _broken(text, *(layout or _layout(measure, text, size, frames.shape[2])))
+        left, top, right, bottom = measure.multiline_textbbox((2, 2), lines, font=font)
+        if layout is not None and right + 2 > frames.shape[2]:  # wider than `widest` after all: its own lines
+            lines, font = _fitted(measure, text, size, frames.shape[2])
+            left, top, right, bottom = measure.multiline_textbbox((2, 2), lines, font=font)
+        text = lines
         # only the rows the band covers are drawn on (a strip of the frame, not the whole of it)
         rows = min(frames.shape[1], int(math.ceil(bottom)) + 3)
         image = Image.fromarray(out[t, :rows])
@@ -942,28 +951,55 @@ def _font(size: int) -> Any:
 
 
 def _fitted(measure: Any, text: str, size: int, width: int) -> tuple[str, Any]:
-    """(`text`, with line breaks where it is wider than `width` pixels, and the font to draw it with) for `_label`:
-    the parts between double spaces are put on as few lines as fit at `size`, and a part that does not fit alone
-    shrinks the font for the whole label, down to 8 pixels (then it is cut at the edge)."""
+    """(`text`, with line breaks where it is wider than `width` pixels, and the font to draw it with) for `_label`
+    (`_layout`'s lines)."""
+    return _broken(text, *_layout(measure, text, size, width))
+
+
+def _layout(measure: Any, text: str, size: int, width: int) -> tuple[tuple[int, ...], Any]:
+    """(the number of `text`'s parts, between double spaces, on each of its lines; the font) for `_label`: the parts
+    are put on as few lines as fit in `width` pixels at `size`, and a part that does not fit alone shrinks the font
+    for the whole label, down to 8 pixels (then it is cut at the edge)."""
     font = _font(size)
 
     def fits(line: str, font: Any) -> bool:
         return measure.textbbox((2, 2), line, font=font)[2] + 2 <= width
 
-    if fits(text, font):
-        return text, font
     parts = text.split("  ")
+    if fits(text, font):
+        return (len(parts),), font
     while size > 8 and not all(fits(part, font) for part in parts):
         size = max(8, int(size * 0.85))
         font = _font(size)
-    lines = [parts[0]]
+    lines = [[parts[0]]]
     for part in parts[1:]:
-        joined = f"{lines[-1]}  {part}"
-        if fits(joined, font):
-            lines[-1] = joined
+        if fits("  ".join([*lines[-1], part]), font):
+            lines[-1].append(part)
         else:
-            lines.append(part)
-    return "\n".join(lines), font
+            lines.append([part])
+    return tuple(len(line) for line in lines), font
+
+
+def _broken(text: str, counts: tuple[int, ...], font: Any) -> tuple[str, Any]:
+    """(`text` with its parts, between double spaces, put `counts[i]` on line i (the last line takes any parts left
+    over), `font`)."""
+    parts, lines, start = text.split("  "), [], 0
+    for i, count in enumerate(counts):
+        stop = len(parts) if i == len(counts) - 1 else start + count
+        lines.append("  ".join(parts[start:stop]))
+        start = stop
+    return "\n".join(line for line in lines if line), font
+
+
+WIDEST_RETURN = -8_888.8
+"""The return `_widest_label` lays out an episode's labels for: as wide as any return of up to 4 digits before the
+point (a wider one, such as a long brax episode's, gets lines of its own where its label no longer fits)."""
+
+
+def _widest_label(label: str, max_steps: int) -> str:
+    """A label as wide as any of an episode of at most `max_steps` steps (its step and a return of up to 4 digits,
+    `WIDEST_RETURN`), for `_label`'s `widest`."""
+    return _frame_label(label, int("8" * len(str(max_steps))), WIDEST_RETURN)
 
 
 # ---- runs ----
@@ -1245,6 +1281,7 @@ class _EpisodeWriter:
         given the whole episode's states at its end. The return and length go into `played` at the end."""
         state, active, t = self._start(key), jnp.ones((1,), bool), 0
         so_far = np.float32(0.0)
+        widest = _widest_label(label, self._max_steps)  # every frame's label broken into lines as this one
         whole: list[tuple[PyTree, list[str] | None]] = []  # a hook that draws a whole episode: its blocks
         while True:
             state, active, taken, states, rewards = self._steps(params, state, active, jnp.int32(t))
@@ -1257,7 +1294,7 @@ class _EpisodeWriter:
             texts = [_frame_label(label, t + i, g) for i, g in enumerate(sums[:-1])] if self._label else None
             so_far, t = sums[-1], t + taken
             if self._draw.per_state:
-                yield from self._drawn(states, taken, texts, self.FRAMES_PER_BLOCK)
+                yield from self._drawn(states, taken, texts, self.FRAMES_PER_BLOCK, widest)
             else:
                 whole.append((states, texts))
             if not bool(active[0]) or t >= self._max_steps:
@@ -1267,14 +1304,14 @@ class _EpisodeWriter:
             final = _to_host(jax.tree.map(lambda x: x[:1], state.env_state))
             text = [_frame_label(label, t, so_far)] if self._label else None
             if self._draw.per_state:
-                yield from self._drawn(final, 1, text, 1)
+                yield from self._drawn(final, 1, text, 1, widest)
             else:
                 whole.append((final, text))
         if whole:
             states = jax.tree.map(lambda *xs: np.concatenate(xs), *[s for s, _ in whole])
             texts = None if not self._label else [text for _, part in whole for text in part]
             count = t + self._final_frame
-            yield from self._drawn(states, count, texts, count)
+            yield from self._drawn(states, count, texts, count, widest)
         played["return"], played["length"] = float(state.episode_return[0]), int(state.episode_length[0])
 
     RECORD_BLOCK = 256
@@ -1285,14 +1322,17 @@ class _EpisodeWriter:
     FRAMES_PER_BLOCK = 64
     """The states drawn at a time by a hook that draws state by state (`write`)."""
 
-    def _drawn(self, states: PyTree, length: int, texts: Sequence[str] | None, block: int) -> Iterator[np.ndarray]:
-        """The episode's frames, labelled, `block` states at a time (uint8 [<= block, H, W, 3] each)."""
+    def _drawn(self, states: PyTree, length: int, texts: Sequence[str] | None, block: int,
+               widest: str) -> Iterator[np.ndarray]:
+        """The episode's frames, labelled (each label broken into lines as `widest` is: `_label`), `block` states
+        at a time (uint8 [<= block, H, W, 3] each)."""
         for start in range(0, length, block):
             stop = min(start + block, length)
             part = states if (start, stop) == (0, length) else jax.tree.map(lambda x: x[start:stop], states)
             frames = self._draw(self._env_params, part)
             if texts is not None:
-                frames = _label(frames, texts[start:stop], in_place=self._draw.new_frames and frames.flags.writeable)
+                frames = _label(frames, texts[start:stop], in_place=self._draw.new_frames and frames.flags.writeable,
+                                widest=widest)
             yield frames
 
 
@@ -1325,6 +1365,7 @@ class _HostEpisodeWriter(_EpisodeWriter):
         `played` at the end."""
         state, active = self._start(key), jnp.ones((1,), bool)
         observed = isinstance(self._host, _ObservationFrames)
+        widest = _widest_label(label, self._max_steps)  # every frame's label broken into lines as this one
         frames, texts, t = [], [], 0
         while True:
             # the state the policy acts on next (an env that cannot draw: the observation it acts on)
@@ -1341,7 +1382,7 @@ class _HostEpisodeWriter(_EpisodeWriter):
                 texts.append(_frame_label(label, t, state.episode_return[0]))
             if last or len(frames) >= self.FRAMES_PER_BLOCK:
                 block = _check_frames(np.stack(frames), self._host.name)
-                yield _label(block, texts, in_place=True) if self._label else block
+                yield _label(block, texts, in_place=True, widest=widest) if self._label else block
                 frames, texts = [], []
             if last:
                 break

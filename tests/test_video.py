@@ -311,6 +311,40 @@ def test_a_label_is_a_band_at_the_top_and_leaves_the_rest_of_the_frame_as_it_was
     assert measure.textbbox((2, 2), "a_name_of_thirty_characters_xx  t=1", font=font)[2] + 2 <= 160
 
 
+def test_an_episodes_labels_keep_their_lines_as_the_step_and_return_gain_digits():
+    """Each label broken on its own moved a part to the next line mid-episode ("update39_evalseed0_seed0  t=99" /
+    "return=-99.5", then "update39_evalseed0_seed0" / "t=100  return=-100.0" on a 160-pixel frame): the writers
+    break every label of an episode as its widest (`_widest_label`: the step's digits of its bound, a 4-digit
+    return), and a label wider than that after all gets lines of its own, not cut at the edge."""
+    from PIL import Image, ImageDraw
+
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    steps = [(0, 0.0), (9, -9.5), (10, -10.0), (99, -99.5), (100, -100.0), (999, -999.5), (1000, -1000.0)]
+    texts = [video._frame_label("update39_evalseed0_seed0", t, g) for t, g in steps]
+    alone = [video._fitted(measure, text, 10, 160)[0].split("\n")[0] for text in texts]
+    assert alone[3:5] == ["update39_evalseed0_seed0  t=99", "update39_evalseed0_seed0"]  # each on its own: t moved
+    widest = video._widest_label("update39_evalseed0_seed0", 1000)
+    assert widest == "update39_evalseed0_seed0  t=8888  return=-8888.8"
+    frames = np.random.default_rng(3).integers(0, 256, (len(texts), 160, 160, 3), dtype=np.uint8)
+    out = video._label(frames, texts, widest=widest)
+    font = video._font(10)  # the size for 160 rows
+    for text, frame, labelled in zip(texts, frames, out):
+        lines = text.replace("seed0  t=", "seed0\nt=")  # as the widest one is broken: the name, then the rest
+        image = Image.fromarray(frame)
+        draw = ImageDraw.Draw(image)
+        _, _, right, bottom = draw.multiline_textbbox((2, 2), lines, font=font)
+        draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
+        draw.multiline_text((2, 2), lines, fill=(255, 255, 255), font=font)
+        np.testing.assert_array_equal(labelled, np.asarray(image))
+    # a return wider than the widest's: its own lines (as `_fitted` breaks it), not a line past the frame's edge
+    widest = video._widest_label("run0", 100)  # one line on this frame
+    long = video._frame_label("run0", 100, -123456789.0)
+    assert video._fitted(measure, long, 10, 160)[0] == "run0  t=100\nreturn=-123456789.0"
+    np.testing.assert_array_equal(video._label(frames[:1], [long], widest=widest), video._label(frames[:1], [long]))
+    assert (out := video._label(frames[:1], [long], widest=widest)).shape == frames[:1].shape
+    np.testing.assert_array_equal(out[0, :, -3:], frames[0, :, -3:])  # nothing drawn at the frame's last columns
+
+
 def test_a_missing_extra_names_it_and_importing_the_package_imports_no_backend(tmp_path):
     # imageio made unimportable (a None entry in sys.modules), in a fresh interpreter
     code = textwrap.dedent(
@@ -594,12 +628,13 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
     # on the frames summed across blocks), and an episode cut by max_steps inside a block ends there
     monkeypatch.setattr(video._EpisodeWriter, "RECORD_BLOCK", 3)
     events.clear()
-    label, texts = video._label, []
-    monkeypatch.setattr(video, "_label", lambda frames, given, **kwargs: texts.extend(given) or label(frames, given,
-                                                                                                       **kwargs))
+    label, texts, widest = video._label, [], set()
+    monkeypatch.setattr(video, "_label", lambda frames, given, **kwargs: texts.extend(given) or widest.add(
+        kwargs.get("widest")) or label(frames, given, **kwargs))
     (stepped,) = video.write_episode_videos(tmp_path / "stepped", env, None, _steady_policy, None, keys, "0")
     assert [n for kind, n in events if kind == "draw"] == [2, 1, 2, 1]
     assert texts == [f"run0  t={t}  return={t * (t + 1) / 2:.1f}" for t in range(length + 1)]  # (too small to see)
+    assert widest == {"run0  t=8  return=-8888.8"}  # every block's labels broken as the episode's widest (limit 5)
     assert stepped.path.name == blocked.path.name and stepped.path.read_bytes() == blocked.path.read_bytes()
     (cut,) = video.write_episode_videos(tmp_path / "cut", env, None, _steady_policy, None, keys, "0", max_steps=4)
     assert cut.length == 4 and cut.path.name == "run0_return10.0.mp4", cut  # rewards 1 to 4
@@ -755,6 +790,9 @@ def test_a_gymnasium_envs_video_is_the_episode_evaluate_plays_drawn_state_by_sta
 
     monkeypatch.setattr(GymnasiumEnv, "_host_open", host_open)
     monkeypatch.setattr(GymnasiumEnv, "_host_step", host_step)
+    label, widest = video._label, []  # the label every block of frames is broken as (the episode's widest)
+    monkeypatch.setattr(video, "_label", lambda frames, given, **kwargs: widest.append(kwargs.get("widest")) or label(
+        frames, given, **kwargs))
 
     class Sink:  # a logger that takes the frames
         def __init__(self):
@@ -788,6 +826,7 @@ def test_a_gymnasium_envs_video_is_the_episode_evaluate_plays_drawn_state_by_sta
         np.testing.assert_array_equal(frames[:, 60:], np.stack(expected)[:, 60:])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(c.path.name for c in clips)  # no hidden files left
     assert drawn[0][1] != drawn[1][1]
+    assert set(widest) == {f"run{r}  update 2  t=888  return=-8888.8" for r in (0, 1)}  # time limit 500
     assert not env._drawing and env._render_env_fn is not None  # drawing ends with the videos
     # a bound on the steps, as evaluate's: the episode stops there, its frames too
     (short,) = video.write_episode_videos(tmp_path / "short", env, None, policy_fn, params, keys, "1", max_steps=5)
