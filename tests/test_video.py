@@ -271,6 +271,19 @@ def test_frames_are_padded_to_the_encoders_block_size_one_at_a_time_with_edge_pi
     np.testing.assert_array_equal(np.stack([f.copy() for f in video._padded(frames, 16)]), expected)
 
 
+def _labelled_by_hand(frame, lines, font):
+    """(`frame` with the label `lines` drawn with Pillow as `video._label` draws it: white on a black band at the
+    top left; the band's bottom)."""
+    from PIL import Image, ImageDraw
+
+    image = Image.fromarray(frame)
+    draw = ImageDraw.Draw(image)
+    _, _, right, bottom = draw.multiline_textbbox((2, 2), lines, font=font)
+    draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
+    draw.multiline_text((2, 2), lines, fill=(255, 255, 255), font=font)
+    return np.asarray(image), bottom
+
+
 def test_a_label_is_a_band_at_the_top_and_leaves_the_rest_of_the_frame_as_it_was():
     from PIL import Image, ImageDraw, ImageFont
 
@@ -286,12 +299,8 @@ def test_a_label_is_a_band_at_the_top_and_leaves_the_rest_of_the_frame_as_it_was
     font = ImageFont.load_default(size=10)  # the size for 120 rows
     for frame, text, labelled in zip(frames[::2], texts[::2], out[::2]):  # the labels that fit on one line
         # the whole frame drawn on, as the label's band and text are
-        image = Image.fromarray(frame)
-        draw = ImageDraw.Draw(image)
-        _, _, right, bottom = draw.textbbox((2, 2), text, font=font)
-        draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
-        draw.text((2, 2), text, fill=(255, 255, 255), font=font)
-        np.testing.assert_array_equal(labelled, np.asarray(image))
+        expected, bottom = _labelled_by_hand(frame, text, font)
+        np.testing.assert_array_equal(labelled, expected)
         rows = int(np.ceil(bottom)) + 3
         np.testing.assert_array_equal(labelled[rows:], frame[rows:])
         assert (labelled[0, 0] == 0).all() and (labelled[:rows].min(axis=-1) > 128).any()  # light text on black
@@ -330,12 +339,7 @@ def test_an_episodes_labels_keep_their_lines_as_the_step_and_return_gain_digits(
     font = video._font(10)  # the size for 160 rows
     for text, frame, labelled in zip(texts, frames, out):
         lines = text.replace("seed0  t=", "seed0\nt=")  # as the widest one is broken: the name, then the rest
-        image = Image.fromarray(frame)
-        draw = ImageDraw.Draw(image)
-        _, _, right, bottom = draw.multiline_textbbox((2, 2), lines, font=font)
-        draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
-        draw.multiline_text((2, 2), lines, fill=(255, 255, 255), font=font)
-        np.testing.assert_array_equal(labelled, np.asarray(image))
+        np.testing.assert_array_equal(labelled, _labelled_by_hand(frame, lines, font)[0])
     # a return wider than the widest's: its own lines (as `_fitted` breaks it), not a line past the frame's edge
     widest = video._widest_label("run0", 100)  # one line on this frame
     long = video._frame_label("run0", 100, -123456789.0)
