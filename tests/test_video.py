@@ -879,6 +879,33 @@ def test_a_gymnasium_video_ends_on_the_state_a_time_limit_truncated_its_episode_
     assert frames.shape == (6, *expected[0].shape) and iio.imread(clip.path).shape[0] == 6
 
 
+def test_a_gymnasium_render_that_fails_on_the_final_state_says_so_as_any_failed_render(tmp_path):
+    """The final state is drawn inside the step that ended the episode (before the pool's reset): a render that
+    raises there is the same one-line `cannot draw` error as a render between steps, not a failure of the env's
+    step."""
+    gymnasium = pytest.importorskip("gymnasium")
+    pytest.importorskip("imageio.v3")
+    pytest.importorskip("pygame")
+    from jaxrl_rollout.envs.gymnasium import GymnasiumEnv
+
+    class NoFallenPole(gymnasium.Wrapper):
+        def render(self):
+            if abs(self.env.unwrapped.state[2]) > 0.2095:  # past the angle that ends the episode
+                raise RuntimeError("no frame of a fallen pole")
+            return self.env.render()
+
+    def drawing():
+        return NoFallenPole(gymnasium.make("CartPole-v1", render_mode="rgb_array"))
+
+    env = GymnasiumEnv(lambda: gymnasium.make("CartPole-v1"), render_env_fn=drawing)
+    policy_fn = jr.policies.uniform_random_policy(env.action_space())
+    keys = jax.random.split(jax.random.key(0), 1)
+    with pytest.raises(ValueError, match=r"^cannot draw CartPole-v1: its render\(\) in render_mode='rgb_array' "
+                                         r"raised RuntimeError: no frame of a fallen pole \(in render, .*test_video"):
+        video.write_episode_videos(tmp_path, env, None, policy_fn, jnp.zeros((1,)), keys, "0")
+    assert not list(tmp_path.rglob("*.mp4"))  # no video, and no hidden file left
+
+
 def test_a_gymnasium_env_without_a_way_to_draw_says_how_to_give_one(tmp_path):
     gymnasium = pytest.importorskip("gymnasium")
     pytest.importorskip("pygame")

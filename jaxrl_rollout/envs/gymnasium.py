@@ -264,9 +264,15 @@ class GymnasiumEnv(HostEnv):
     def final_frame(self) -> np.ndarray:
         """The frame of the first sub-env after the last step, uint8 [H, W, 3] (inside `drawing`): where its
         episode ended in that step, the state it ended in, drawn in the step before the vector env's same-step
-        reset (`frame()` otherwise)."""
+        reset (`frame()` otherwise).
+
+        Raises:
+          ValueError: the env's `render()` of that state raised (as `frame()`'s).
+        """
         with self._lock:
             kept, self._final = self._final, None
+        if isinstance(kept, str):  # what the env's render() of the state raised, in the step (`_drawing_env`)
+            raise ValueError(f"cannot draw {self.name}: its render() in render_mode='rgb_array' raised {kept}.")
         return kept if kept is not None else self.frame()
 
     def _cannot_draw(self, what: str, error: Exception) -> ValueError:
@@ -293,7 +299,8 @@ class GymnasiumEnv(HostEnv):
                 final[i] = info["final_obs"][i]
             if self._drawing:
                 ended = info["final_info"]
-                self._final = ended[FINAL_FRAME][0] if ended.get(f"_{FINAL_FRAME}", [False])[0] else None
+                self._final = next((ended[key][0] for key in (FINAL_FRAME, FINAL_FRAME_ERROR)
+                                    if ended.get(f"_{key}", [False])[0]), None)
         elif self._drawing:
             self._final = None
         return obs, final, reward, terminated, truncated
@@ -307,6 +314,10 @@ class GymnasiumEnv(HostEnv):
 FINAL_FRAME = "jaxrl_rollout_final_frame"
 """The key of the info (under gymnasium's "final_info") that holds the frame of the state an episode ended in,
 drawn by `_drawing_env`'s wrapper in the step that ended it."""
+
+FINAL_FRAME_ERROR = "jaxrl_rollout_final_frame_error"
+"""The key of the info that holds, instead, what the env's `render()` of that state raised, in one line
+(`raised_text`): `GymnasiumEnv.final_frame` raises it as `frame()` does, not as a failure of the env's step."""
 
 
 def _drawing_env(render_env_fn: Callable[[], Any]) -> Any:
@@ -326,7 +337,10 @@ def _final_frame_wrapper() -> type:
         def step(self, action: Any) -> tuple:
             obs, reward, terminated, truncated, info = self.env.step(action)
             if terminated or truncated:
-                info = {**info, FINAL_FRAME: np.asarray(self.env.render())}
+                try:
+                    info = {**info, FINAL_FRAME: np.asarray(self.env.render())}
+                except Exception as error:  # the env's own render(): said by `final_frame`, as `frame()` says it
+                    info = {**info, FINAL_FRAME_ERROR: raised_text(error)}
             return obs, reward, terminated, truncated, info
 
     return DrawsFinalState
