@@ -65,3 +65,18 @@ def test_a_tiny_ppo_train():
     first = jax.tree.leaves(state.params)[0]
     assert not np.array_equal(np.asarray(first[0]), np.asarray(first[1]))  # two seeds, two runs
     assert np.asarray(metrics.num_episodes).shape[0] == 2
+
+
+def test_a_saved_state_is_donated_to_the_next_program(tmp_path):
+    """Saving a state leaves nothing on its arrays that keeps them from being donated: from jax 0.11 (what pip
+    installs on Python 3.12 and 3.13) an array keeps the host copy Orbax's save makes of it and is then copied, not
+    donated, so a run's chunk after a checkpoint held two train states (tests/test_runner.py's donation test failed
+    there). A leaf of a MiB or more with a unit axis (a replay buffer's [runs, 1 env, ...]) is saved through a
+    view of its memory (`checkpoint._without_unit_axes`), a small one as it is."""
+    from jaxrl_rollout import checkpoint
+
+    state = {"buffer": jnp.zeros((2, 1, 1 << 18)) + 1, "weights": jnp.ones((2, 3)) + 1}
+    checkpoint.save(tmp_path, 1, state, {}, {"chunks_done": 1})
+    out = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=(0,))(state)
+    assert {name: x.is_deleted() for name, x in state.items()} == {"buffer": True, "weights": True}
+    np.testing.assert_array_equal(np.asarray(out["weights"]), 3.0)
