@@ -923,13 +923,12 @@ def _label(frames: np.ndarray, texts: Sequence[str], *, in_place: bool = False, 
         if layout is not None and right + 2 > frames.shape[2]:  # wider than `widest` after all: its own lines
             lines, font = _fitted(measure, text, size, frames.shape[2])
             left, top, right, bottom = measure.multiline_textbbox((2, 2), lines, font=font)
-        text = lines
         # only the rows the band covers are drawn on (a strip of the frame, not the whole of it)
         rows = min(frames.shape[1], int(math.ceil(bottom)) + 3)
         image = Image.fromarray(out[t, :rows])
         draw = ImageDraw.Draw(image)
         draw.rectangle((0, 0, right + 2, bottom + 2), fill=(0, 0, 0))
-        draw.multiline_text((2, 2), text, fill=(255, 255, 255), font=font)
+        draw.multiline_text((2, 2), lines, fill=(255, 255, 255), font=font)
         out[t, :rows] = np.asarray(image)
     return out
 

@@ -230,7 +230,7 @@ class GymnasiumEnv(HostEnv):
         except ValueError:
             raise
         except Exception as error:  # the env's own reset or render: a bug, a renderer without its display
-            raise self._cannot_draw("reset or render()", error) from error
+            raise self._cannot_draw("reset or render()", raised_text(error)) from error
         finally:
             env.close()
         shape = np.shape(frame)
@@ -259,7 +259,7 @@ class GymnasiumEnv(HostEnv):
             try:
                 return np.asarray(self._vec.call("render")[0])
             except Exception as error:  # the env's own render(): a bug, a frame it cannot draw
-                raise self._cannot_draw("render()", error) from error
+                raise self._cannot_draw("render()", raised_text(error)) from error
 
     def final_frame(self) -> np.ndarray:
         """The frame of the first sub-env after the last step, uint8 [H, W, 3] (inside `drawing`): where its
@@ -272,13 +272,12 @@ class GymnasiumEnv(HostEnv):
         with self._lock:
             kept, self._final = self._final, None
         if isinstance(kept, str):  # what the env's render() of the state raised, in the step (`_drawing_env`)
-            raise ValueError(f"cannot draw {self.name}: its render() in render_mode='rgb_array' raised {kept}.")
+            raise self._cannot_draw("render()", kept)
         return kept if kept is not None else self.frame()
 
-    def _cannot_draw(self, what: str, error: Exception) -> ValueError:
-        """The one-line error of an exception the env's own `what` raised while drawing."""
-        return ValueError(f"cannot draw {self.name}: its {what} in render_mode='rgb_array' raised "
-                          f"{raised_text(error)}.")
+    def _cannot_draw(self, what: str, raised: str) -> ValueError:
+        """The one-line error of the env's own `what` having raised while drawing (`raised`: `raised_text`'s line)."""
+        return ValueError(f"cannot draw {self.name}: its {what} in render_mode='rgb_array' raised {raised}.")
 
     def _host_open(self, seeds: np.ndarray) -> Any:
         import gymnasium
@@ -297,12 +296,10 @@ class GymnasiumEnv(HostEnv):
         if "_final_obs" in info:
             for i in np.flatnonzero(info["_final_obs"]):
                 final[i] = info["final_obs"][i]
-            if self._drawing:
-                ended = info["final_info"]
-                self._final = next((ended[key][0] for key in (FINAL_FRAME, FINAL_FRAME_ERROR)
-                                    if ended.get(f"_{key}", [False])[0]), None)
-        elif self._drawing:
-            self._final = None
+        if self._drawing:  # sub-env 0's final frame (or what its render raised), where its episode ended here
+            ended = info.get("final_info", {})
+            self._final = next((ended[key][0] for key in (FINAL_FRAME, FINAL_FRAME_ERROR)
+                                if ended.get(f"_{key}", [False])[0]), None)
         return obs, final, reward, terminated, truncated
 
     def _host_close(self) -> None:
