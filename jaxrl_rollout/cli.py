@@ -1088,9 +1088,14 @@ def _check_new_folder(folder: pathlib.Path, spec) -> None:
 
     if (folder / "config.json").exists():
         saved = read_spec(folder)
+        what_next = f"choose another --out, or continue that run with --resume {folder}"
+        if saved.algo != spec.algo:  # every option would differ: the algorithm says it
+            article = "an" if saved.algo.startswith("a") else "a"  # an A2C run, a DQN run
+            raise ValueError(f"--out {folder} already holds {article} {saved.algo.upper()} run (this command trains "
+                             f"{spec.algo.upper()}); {what_next}.")
         diff = _differences(_spec_options(saved), _spec_options(spec), _spec_options(spec))
         if diff:
-            raise ValueError(f"--out {folder} already holds a different run: " + "; ".join(diff) + ".")
+            raise ValueError(f"--out {folder} already holds a different run ({'; '.join(diff)}); {what_next}.")
         raise ValueError(f"--out {folder} already holds this run; continue it with --resume {folder} "
                          "or choose another --out.")
     if any(p.name != LOCK_NAME for p in folder.iterdir()):

@@ -396,6 +396,12 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert cli.main(["train", *other, "--out", str(sweep_run)]) == 2
     err = capsys.readouterr().err
     assert "already holds a different run" in err and "--lr: [0.001, 0.0003] there, [0.001] here" in err
+    assert err.endswith(f"; choose another --out, or continue that run with --resume {sweep_run}.\n"), err
+    # another algorithm's run: that alone (its options differed from every default of this one's, a line of 20)
+    assert cli.main(["train", "--algo", "ppo", "--out", str(sweep_run)]) == 2
+    assert capsys.readouterr().err == (f"jaxrl-rollout: error: --out {sweep_run} already holds an A2C run (this "
+                                       "command trains PPO); choose another --out, or continue that run with "
+                                       f"--resume {sweep_run}.\n")
     assert cli.main(["train", *SWEEP, "--out", str(sweep_run)]) == 2
     assert f"already holds this run; continue it with --resume {sweep_run}" in capsys.readouterr().err
     assert cli.main(["train", "--resume", str(sweep_run), "--lr", "5e-4", "--seeds", "2"]) == 2
