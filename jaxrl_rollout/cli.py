@@ -1464,8 +1464,11 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
     steps = total_steps(cfg)
     grid = f"{len(spec.grid)} grid points x " if len(spec.grid) > 1 else ""
     seeds = f"{spec.num_seeds} seed" + ("s" if spec.num_seeds != 1 else "")
-    print(f"jaxrl_rollout: {spec.algo.upper()} on {_env_text(cfg.env_id, cfg.env_options)}, {grid}{seeds} x {steps:,} steps "
-          f"in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
+    # A total that is not whole updates says so where it is cut (the Python API's PartialRunWarning, quiet here).
+    whole = (f" (--total-steps {cfg.total_timesteps:,} in whole updates of {cfg.steps_per_update:,})"
+             if steps != cfg.total_timesteps else "")
+    print(f"jaxrl_rollout: {spec.algo.upper()} on {_env_text(cfg.env_id, cfg.env_options)}, {grid}{seeds} x {steps:,} steps"
+          f"{whole} in one vmapped call" + (f" per group of {spec.max_parallel}" if len(spec.groups) > 1 else "")
           + f" (backend {jax.default_backend()}), output in {folder}")
     if getattr(args, "from_config", None) is not None:
         taken = " ".join(_typed(n, v) for n, v in args.from_config.items())

@@ -130,7 +130,9 @@ def test_readme_main_job_verbatim_on_a_fresh_copy(tmp_path):
     # This run is also the README suite table's CartPole-v1 row (tests/test_user_suites.py trains the others): the
     # chunks' outputs a row shows, at the main job's size (976 updates of 512 steps in 16 chunks, 8 seeds).
     err = result.stderr
-    assert "PPO on CartPole-v1, 8 seeds x 499,712 steps in one vmapped call" in out, out
+    # (the default total, 500,000, is not whole updates: the header says what it trains, and why)
+    assert ("PPO on CartPole-v1, 8 seeds x 499,712 steps (--total-steps 500,000 in whole updates of 512) in one "
+            "vmapped call") in out, out
     assert "compile " in out and "env steps/s over all runs" in out, out
     assert "mean episode return by tenth of training: " in out, out
     assert "step 499,712/499,712 (100.0%)" in err and "steps/s  return" in err and "eval " in err, err
