@@ -2339,6 +2339,25 @@ def _configure_jax_early(argv: Sequence[str]) -> None:
                          "give --coordinator HOST:PORT --num-processes N --process-id I on every process.") from None
 
 
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """The command line's `warnings.showwarning`: one line naming the library that warned.
+
+    Python's own shows the warning's file and line in site-packages and the
+    source line that warned (brax's notice that it is not maintained: a path,
+    the text, then `warnings.warn(`), which a user of the command cannot act
+    on. The text is kept whole, on one line.
+    """
+    path = pathlib.PurePath(filename)
+    parts = path.parts
+    origin = next((parts[i + 1] for i in range(len(parts) - 1)
+                   if parts[i] in ("site-packages", "dist-packages")), None)
+    if origin is None:  # the package's own file, or one outside an environment's packages
+        origin = "jaxrl_rollout" if "jaxrl_rollout" in parts else path.stem
+    origin = origin.removesuffix(".py")
+    text = " ".join(str(message).split())
+    print(f"jaxrl-rollout: warning from {origin} ({category.__name__}): {text}", file=file or sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = ("train", "evaluate", "rollout")
@@ -2367,6 +2386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # The header line says the env steps a run trains; the configs' warning for Python users repeats it.
             with stop, quiet_interrupted_callbacks(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", PartialRunWarning)
+                warnings.showwarning = show_warning
                 return _main(argv)
         except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or Ctrl-C in another command
             print(f"jaxrl-rollout: interrupted ({getattr(interrupt, 'signal_name', 'SIGINT')})", file=sys.stderr)

@@ -1336,3 +1336,26 @@ def test_states_past_the_free_memory_are_one_line_naming_the_folder_that_keeps_t
     assert err.startswith("jaxrl-rollout: error: this run cannot fit in the 1 MB of memory free on this machine"), err
     assert err.endswith("--optimize-memory-usage true). runs/x keeps this run's config, so give the new settings "
                         "another --out."), err
+
+
+def test_a_librarys_warning_is_one_line_naming_the_library(monkeypatch, capsys):
+    """A warning while a command runs (brax's notice that it is not maintained) is one line that names the library,
+    not Python's file path in site-packages followed by the source line that warned; Python's display is back after."""
+    import warnings
+
+    site = "/env/lib/python3.11/site-packages/brax/io/mjcf.py"
+
+    def warns(argv):
+        warnings.warn_explicit("Brax System ... is not\n maintained.", UserWarning, site, 480)
+        warnings.warn_explicit("a note of our own", RuntimeWarning, cli.__file__, 1)
+        return 0
+
+    monkeypatch.setattr(cli, "_main", warns)
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli.main(["rollout"]) == 0
+    assert capsys.readouterr().err == (
+        "jaxrl-rollout: warning from brax (UserWarning): Brax System ... is not maintained.\n"
+        "jaxrl-rollout: warning from jaxrl_rollout (RuntimeWarning): a note of our own\n")
+    assert warnings.showwarning is before
