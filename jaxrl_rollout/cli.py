@@ -2339,13 +2339,14 @@ def _configure_jax_early(argv: Sequence[str]) -> None:
                          "give --coordinator HOST:PORT --num-processes N --process-id I on every process.") from None
 
 
-def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """The command line's `warnings.showwarning`: one line naming the library that warned.
+def format_warning(message, category, filename, lineno, line=None) -> str:
+    """The command line's `warnings.formatwarning`: one line naming the library that warned.
 
     Python's own shows the warning's file and line in site-packages and the
     source line that warned (brax's notice that it is not maintained: a path,
     the text, then `warnings.warn(`), which a user of the command cannot act
-    on. The text is kept whole, on one line.
+    on. The text is kept whole, on one line. (The format, not `showwarning`:
+    a caller's `catch_warnings(record=True)` still records the warnings.)
     """
     path = pathlib.PurePath(filename)
     parts = path.parts
@@ -2355,7 +2356,18 @@ def show_warning(message, category, filename, lineno, file=None, line=None) -> N
         origin = "jaxrl_rollout" if "jaxrl_rollout" in parts else path.stem
     origin = origin.removesuffix(".py")
     text = " ".join(str(message).split())
-    print(f"jaxrl-rollout: warning from {origin} ({category.__name__}): {text}", file=file or sys.stderr, flush=True)
+    return f"jaxrl-rollout: warning from {origin} ({category.__name__}): {text}\n"
+
+
+@contextlib.contextmanager
+def _one_line_warnings():
+    """`format_warning` while the command runs (`warnings.catch_warnings` does not restore the format)."""
+    before = warnings.formatwarning
+    warnings.formatwarning = format_warning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = before
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -2384,9 +2396,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.redirect_stdout(ReaderMayClose(sys.stdout)), contextlib.redirect_stderr(ReaderMayClose(sys.stderr)):
         try:
             # The header line says the env steps a run trains; the configs' warning for Python users repeats it.
-            with stop, quiet_interrupted_callbacks(), warnings.catch_warnings():
+            with stop, quiet_interrupted_callbacks(), warnings.catch_warnings(), _one_line_warnings():
                 warnings.simplefilter("ignore", PartialRunWarning)
-                warnings.showwarning = show_warning
                 return _main(argv)
         except KeyboardInterrupt as interrupt:  # a second Ctrl-C, or Ctrl-C in another command
             print(f"jaxrl-rollout: interrupted ({getattr(interrupt, 'signal_name', 'SIGINT')})", file=sys.stderr)

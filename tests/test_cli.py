@@ -8,6 +8,7 @@ import pathlib
 import re
 import shutil
 import socket
+import sys
 
 import numpy as np
 import pytest
@@ -1351,11 +1352,18 @@ def test_a_librarys_warning_is_one_line_naming_the_library(monkeypatch, capsys):
         return 0
 
     monkeypatch.setattr(cli, "_main", warns)
-    before = warnings.showwarning
+    before = warnings.formatwarning, warnings.showwarning
     with warnings.catch_warnings():
         warnings.simplefilter("always")
+        # Python's display, which writes `warnings.formatwarning`'s text to stderr (pytest's records them instead)
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
+            warnings.formatwarning(message, category, filename, lineno, line))
         assert cli.main(["rollout"]) == 0
     assert capsys.readouterr().err == (
         "jaxrl-rollout: warning from brax (UserWarning): Brax System ... is not maintained.\n"
         "jaxrl-rollout: warning from jaxrl_rollout (RuntimeWarning): a note of our own\n")
-    assert warnings.showwarning is before
+    assert (warnings.formatwarning, warnings.showwarning) == before
+    with warnings.catch_warnings(record=True) as caught:  # a caller's record still gets them, unformatted
+        warnings.simplefilter("always")
+        assert cli.main(["rollout"]) == 0
+    assert [w.category for w in caught] == [UserWarning, RuntimeWarning] and capsys.readouterr().err == ""
