@@ -415,6 +415,8 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
     ("gymnasium/CartPole-v1", {"max_episode_steps": 0}, r"^max_episode_steps must be a positive int or None, got 0"),
     ("envpool/CartPole-v1", {"max_episode_steps": 0}, r"^max_episode_steps must be a positive int or None, got 0"),
     ("gymnasium/CartPole-v1", {"max_episode_steps": 5.0}, r"^max_episode_steps must be a positive int or None, got 5.0"),
+    # a string would be true (`--env-option asynchronous=no`: an AsyncVectorEnv)
+    ("gymnasium/CartPole-v1", {"asynchronous": "no"}, r"^asynchronous must be a bool \(true or false\), got 'no'\.$"),
 ])
 def test_a_host_suites_bad_options_are_a_value_error_naming_them(env_id, options, message):
     with pytest.raises(ValueError, match=message):

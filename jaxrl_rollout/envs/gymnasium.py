@@ -75,6 +75,7 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
       **make_kwargs: passed to `gymnasium.make` (e.g. `max_episode_steps`).
     """
     gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
+    _check_asynchronous(asynchronous)
     _check_registered(gymnasium, name)
     make_kwargs = _base.with_max_episode_steps(make_kwargs)
     drawing = {**make_kwargs, "render_mode": "rgb_array"}  # for videos only; a given render_mode is the user's
@@ -90,6 +91,13 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
 
         raise MissingExtra(f"gymnasium/{name} needs a package gymnasium did not find: {error}") from None
     return env, env.default_params
+
+
+def _check_asynchronous(asynchronous: Any) -> None:
+    """A bool, or a ValueError naming it, as the suites' other bad options: a string such as 'no' (the command
+    line's `--env-option asynchronous=no`) would be true."""
+    if not isinstance(asynchronous, (bool, np.bool_)):
+        raise ValueError(f"asynchronous must be a bool (true or false), got {asynchronous!r}.")
 
 
 def _check_registered(gymnasium: Any, name: str) -> None:
@@ -166,6 +174,7 @@ class GymnasiumEnv(HostEnv):
     def __init__(self, env_fn: Callable[[], Any], *, asynchronous: bool = False, name: str | None = None,
                  render_env_fn: Callable[[], Any] | None = None):
         gymnasium = _base.require("gymnasium", "gymnasium", "GymnasiumEnv")
+        _check_asynchronous(asynchronous)
         if not callable(env_fn):
             raise TypeError(f"env_fn must be a callable returning a gymnasium.Env, got {type(env_fn).__name__}.")
         probe = env_fn()
