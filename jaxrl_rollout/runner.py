@@ -1721,7 +1721,10 @@ class TrainedPolicy:
         if self.recurrent != (carry is not None):
             raise ValueError("act: this policy is recurrent: pass carry (initial_carry(B) at an episode's start)."
                              if self.recurrent else "act: carry is for a recurrent policy; this one is feed-forward.")
-        one = _single_observation(self.env.observation_space(self.env_params), obs)
+        space = self.env.observation_space(self.env_params)
+        if getattr(space, "shape", None) is not None and not hasattr(obs, "shape"):
+            obs = np.asarray(obs)  # a list or a number, for an array space (jit read a list as a pytree of scalars)
+        one = _single_observation(space, obs)
         if one:
             obs = jax.tree.map(lambda x: jnp.asarray(x)[None], obs)
         if self.recurrent:

@@ -845,6 +845,9 @@ def test_load_policy_acts_and_evaluates_as_the_evaluate_command(uninterrupted):
     expected = policy.policy_fn(policy.params, obs, jax.random.key(0)).action
     np.testing.assert_array_equal(policy.act(obs), expected)
     assert [int(policy.act(o)) for o in obs] == [int(a) for a in expected] and policy.act(obs[0]).shape == ()
+    # as plain lists too (jit read a list as a pytree of scalars: a TracerArrayConversionError)
+    assert int(policy.act(np.asarray(obs[0]).tolist())) == int(expected[0])
+    np.testing.assert_array_equal(policy.act(np.asarray(obs).tolist()), expected)
     stochastic = runner.load_policy(folder, 2, deterministic=False)
     assert stochastic.act(obs, jax.random.key(3)).shape == (5,)
     assert repr(stochastic) == "TrainedPolicy(A2C on CartPole-v1, run 2 of 4 (lr=0.0003, seed 0), update 7 of 7, stochastic)"
