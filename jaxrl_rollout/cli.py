@@ -1051,17 +1051,25 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
     _check_video(args, spec, env)
     if args.out:
         folder = pathlib.Path(args.out)
+        option = f"--out {folder}"
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"--out {folder} is a file, not a folder.")
+        created = next((p for p in [*reversed(folder.parents), folder] if not p.exists()), None)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ValueError(f"{option}: cannot create the folder ({error.strerror or error}).") from None
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         folder = pathlib.Path("runs") / f"{spec.algo}-{spec.config.env_id.replace('/', '-')}-{stamp}"
-    option = f"--out {folder}" if args.out else f"the default run folder {folder}"
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--out {folder} is a file, not a folder.")
-    created = next((p for p in [*reversed(folder.parents), folder] if not p.exists()), None)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ValueError(f"{option}: cannot create the folder ({error.strerror or error}).") from None
+        created = next((p for p in reversed(folder.parents) if not p.exists()), None)  # runs/, the first time
+        try:
+            folder = _new_folder(folder)
+        except OSError as error:
+            raise ValueError(f"the default run folder {folder}: cannot create the folder "
+                             f"({error.strerror or error}).") from None
+        created = created or folder
+        option = f"the default run folder {folder}"
     lock = FolderLock(folder)
     try:
         lock.acquire(option)  # before the checks: a second writer waits for none of them
@@ -1079,6 +1087,21 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         raise
     stack.callback(lock.release)
     return spec, folder, False
+
+
+def _new_folder(folder: pathlib.Path) -> pathlib.Path:
+    """`folder`, or `folder`-2, -3, ... where it exists: the first one this call creates (its parents made as
+    needed). A directory is created at most once, so two commands started in the same second (`python -m
+    jaxrl_rollout --seed 1 & python -m jaxrl_rollout --seed 2`) get default run folders of their own: the second
+    was refused with the first's folder, which held another run."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        candidate = folder if n == 1 else folder.with_name(f"{folder.name}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
 
 
 def _check_new_folder(folder: pathlib.Path, spec) -> None:

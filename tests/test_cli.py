@@ -1367,3 +1367,18 @@ def test_a_librarys_warning_is_one_line_naming_the_library(monkeypatch, capsys):
         warnings.simplefilter("always")
         assert cli.main(["rollout"]) == 0
     assert [w.category for w in caught] == [UserWarning, RuntimeWarning] and capsys.readouterr().err == ""
+
+
+def test_commands_started_in_the_same_second_get_default_run_folders_of_their_own(tmp_path):
+    """The default run folder is stamped to the second; a second command in the same second (`python -m jaxrl_rollout
+    --seed 1 & python -m jaxrl_rollout --seed 2`) was refused with the first's folder, which held another run. Each
+    now gets the first of STAMP, STAMP-2, ... that it creates itself, however many start at once."""
+    import concurrent.futures
+
+    base = tmp_path / "runs" / "ppo-CartPole-v1-20261206-183458"  # runs/ made on the way, as on a first run
+    assert cli._new_folder(base) == base and base.is_dir()
+    assert cli._new_folder(base) == base.with_name(base.name + "-2")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: cli._new_folder(base), range(8)))
+    assert sorted(p.name for p in made) == sorted(f"{base.name}-{n}" for n in range(3, 11))
+    assert all(p.is_dir() and not any(p.iterdir()) for p in made)
