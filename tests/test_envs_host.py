@@ -861,3 +861,24 @@ def test_an_env_whose_render_raises_mid_video_ends_the_videos_of_train_and_is_on
     assert cli.main(["evaluate", str(folder), "--video", "--num-episodes", "1"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"jaxrl-rollout: error: {why}"
     assert not list((folder / "videos").glob("*.mp4")) and not list((folder / "videos").glob(".*"))
+
+
+@pytest.mark.parametrize("env_id", ["gymnasium/CartPole-v1", "envpool/CartPole-v1"])
+def test_a_jax_that_cannot_step_a_host_env_is_one_line_naming_the_jax_to_install(env_id, monkeypatch, capsys):
+    """On jax 0.6.1 to 0.8.1 every trace of a host env's step (an ordered io_callback inside custom_vmap) failed
+    with `KeyError: OrderedIOEffect` and a traceback (`jaxrl-rollout rollout --env gymnasium/CartPole-v1`, on
+    jax 0.8.1 installed by hand); the gymnasium and envpool extras now ask for jax >= 0.8.2, and an env made on an
+    older one says so."""
+    from jaxrl_rollout import cli
+    from jaxrl_rollout._extras import MissingExtra
+
+    monkeypatch.setattr(jax, "__version__", "0.8.1")
+    with pytest.raises(MissingExtra, match=r" is a host env, stepped through jax's io_callback, which needs jax "
+                                           r">= 0\.8\.2 \(this is jax 0\.8\.1; .*pip install -U 'jax>=0\.8\.2'$"):
+        envs.make(env_id)
+    assert cli.main(["rollout", "--env", env_id, "--num-steps", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxrl-rollout: error: ") and err.count("\n") == 1 and "jax >= 0.8.2" in err, err
+    monkeypatch.setattr(jax, "__version__", "0.8.2")
+    env, _ = envs.make(env_id)
+    env.close()

@@ -1,7 +1,7 @@
 """Smoke test for every declared Python and jax (#26): import, a tiny rollout, a tiny PPO train.
 
 It needs only `pip install -e . pytest`. CI runs it, besides the whole suite on the
-tested versions, on Python 3.12 and 3.13 and with the lowest jax that pyproject declares.
+tested versions, on Python 3.12 and 3.13 and with the lowest version pyproject declares of each dependency.
 """
 
 import sys
@@ -80,3 +80,51 @@ def test_a_saved_state_is_donated_to_the_next_program(tmp_path):
     out = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=(0,))(state)
     assert {name: x.is_deleted() for name, x in state.items()} == {"buffer": True, "weights": True}
     np.testing.assert_array_equal(np.asarray(out["weights"]), 3.0)
+
+
+_CACHED_EVALUATION = """
+import json, jax, gymnax, jax.numpy as jnp, flax.linen as nn
+import jaxrl_rollout as jr
+
+class ActorCritic(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.tanh(nn.Dense(16)(x))
+        return nn.Dense(2)(h), nn.Dense(1)(h)[:, 0]
+
+net = ActorCritic()
+params = net.init(jax.random.key(1), jnp.zeros((1, 4)))
+env, env_params = gymnax.make("CartPole-v1")
+run = lambda key: jr.evaluate(env, env_params, jr.categorical_policy(net.apply, deterministic=True), params, key, 4)
+keys = jax.random.split(jax.random.key(8), 2)
+print(json.dumps([[int(n) for n in r.lengths] for r in (jax.jit(run)(keys[0]), run(keys[0]), run(keys[1]))]))
+"""
+
+
+def test_programs_loaded_from_the_persistent_compilation_cache_compute_what_compiling_does(tmp_path):
+    """The command line keeps JAX's persistent compilation cache (`--compile-cache auto`), so a user's second run
+    loads its programs. On jax 0.6.0 a loaded CPU program could compute something else: this evaluation's episode
+    lengths came back as zeros, eagerly in the process that wrote the cache and in every later one (jax 0.6.1, 0.6.2,
+    0.7.0 and 0.8.0 were right), so pyproject asks for jax >= 0.6.1. Two processes share a fresh cache folder: the
+    first writes it, the second loads from it; both agree with a process without the cache."""
+    import json
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    env.pop("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", None)
+
+    def lengths(cache):
+        extra = {} if cache is None else {"JAX_COMPILATION_CACHE_DIR": str(cache),
+                                          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+        out = subprocess.run([sys.executable, "-c", _CACHED_EVALUATION], env={**env, **extra}, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    compiled = lengths(None)
+    assert all(n > 0 for run in compiled for n in run), compiled
+    assert compiled[0] == compiled[1]  # jitted and eager
+    assert lengths(tmp_path / "cache") == compiled  # the process that writes the cache
+    assert any((tmp_path / "cache").iterdir())
+    assert lengths(tmp_path / "cache") == compiled  # one that loads from it

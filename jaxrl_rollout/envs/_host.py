@@ -25,6 +25,7 @@ import contextlib
 import functools
 import logging
 import math
+import re
 import threading
 import time
 import traceback
@@ -218,6 +219,24 @@ class HostParams:
     max_steps_in_episode: Any = struct.field(pytree_node=False, default=None)
 
 
+HOST_ENV_JAX = (0, 8, 2)
+"""The lowest jax that steps a host env: before it, every trace of `_host_call` (an ordered `io_callback` inside
+`custom_vmap`) failed with `KeyError: OrderedIOEffect`, vmapped or not (jax 0.6.1 to 0.8.1; 0.8.2, 0.8.3, 0.9.0,
+0.10.0 and 0.10.2 trained). The `gymnasium` and `envpool` extras ask for it."""
+
+
+def check_jax_runs_host_envs(name: str) -> None:
+    """A `MissingExtra` naming the jax to install where this jax cannot step a host env (`HOST_ENV_JAX`)."""
+    version = tuple(int(n) for n in re.findall(r"\d+", jax.__version__)[:3])
+    if version < HOST_ENV_JAX:
+        from jaxrl_rollout._extras import MissingExtra
+
+        need = ".".join(map(str, HOST_ENV_JAX))
+        raise MissingExtra(f"{name} is a host env, stepped through jax's io_callback, which needs jax >= {need} "
+                           f"(this is jax {jax.__version__}; the gymnasium and envpool extras ask for it). Install "
+                           f"it with: pip install -U 'jax>={need}'")
+
+
 class HostEnv:
     """B copies of a Python env in the vectorized gymnax>=1.0.1 protocol, stepped through `io_callback`.
 
@@ -244,6 +263,7 @@ class HostEnv:
     def __init__(self, name: str, action_space: Any, observation_space: Any, max_steps_in_episode: Any = None):
         from gymnasium import spaces as gym_spaces
 
+        check_jax_runs_host_envs(name)
         self._name = name
         self._params = HostParams(None if max_steps_in_episode is None else int(max_steps_in_episode))
         self._action_space = _to_gymnax_space(action_space, f"{name}'s action_space")
