@@ -83,19 +83,14 @@ def test_a_saved_state_is_donated_to_the_next_program(tmp_path):
 
 
 _CACHED_EVALUATION = """
-import json, jax, gymnax, jax.numpy as jnp, flax.linen as nn
+import json, jax, gymnax, jax.numpy as jnp
 import jaxrl_rollout as jr
 
-class ActorCritic(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-        h = nn.tanh(nn.Dense(16)(x))
-        return nn.Dense(2)(h), nn.Dense(1)(h)[:, 0]
-
-net = ActorCritic()
-params = net.init(jax.random.key(1), jnp.zeros((1, 4)))
+w1, w2 = jax.random.normal(jax.random.key(1), (4, 16)), jax.random.normal(jax.random.key(2), (16, 2))
+policy = jr.categorical_policy(lambda params, obs: (jnp.tanh(obs @ params[0]) @ params[1], jnp.zeros(obs.shape[0])),
+                               deterministic=True)
 env, env_params = gymnax.make("CartPole-v1")
-run = lambda key: jr.evaluate(env, env_params, jr.categorical_policy(net.apply, deterministic=True), params, key, 4)
+run = lambda key: jr.evaluate(env, env_params, policy, (w1, w2), key, 4)
 keys = jax.random.split(jax.random.key(8), 2)
 print(json.dumps([[int(n) for n in r.lengths] for r in (jax.jit(run)(keys[0]), run(keys[0]), run(keys[1]))]))
 """
