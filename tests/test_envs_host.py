@@ -873,6 +873,7 @@ def test_a_jax_that_cannot_step_a_host_env_is_one_line_naming_the_jax_to_install
     from jaxrl_rollout._extras import MissingExtra
 
     monkeypatch.setattr(jax, "__version__", "0.8.1")
+    monkeypatch.setattr(jax, "__version_info__", (0, 8, 1))
     with pytest.raises(MissingExtra, match=r" is a host env, stepped through jax's io_callback, which needs jax "
                                            r">= 0\.8\.2 \(this is jax 0\.8\.1; .*pip install -U 'jax>=0\.8\.2'$"):
         envs.make(env_id)
@@ -880,5 +881,6 @@ def test_a_jax_that_cannot_step_a_host_env_is_one_line_naming_the_jax_to_install
     err = capsys.readouterr().err
     assert err.startswith("jaxrl-rollout: error: ") and err.count("\n") == 1 and "jax >= 0.8.2" in err, err
     monkeypatch.setattr(jax, "__version__", "0.8.2")
+    monkeypatch.setattr(jax, "__version_info__", (0, 8, 2))
     env, _ = envs.make(env_id)
     env.close()

@@ -25,7 +25,6 @@ import contextlib
 import functools
 import logging
 import math
-import re
 import threading
 import time
 import traceback
@@ -227,8 +226,7 @@ HOST_ENV_JAX = (0, 8, 2)
 
 def check_jax_runs_host_envs(name: str) -> None:
     """A `MissingExtra` naming the jax to install where this jax cannot step a host env (`HOST_ENV_JAX`)."""
-    version = tuple(int(n) for n in re.findall(r"\d+", jax.__version__)[:3])
-    if version < HOST_ENV_JAX:
+    if tuple(jax.__version_info__[:3]) < HOST_ENV_JAX:
         from jaxrl_rollout._extras import MissingExtra
 
         need = ".".join(map(str, HOST_ENV_JAX))

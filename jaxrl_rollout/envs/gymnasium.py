@@ -75,7 +75,6 @@ def make(name: str, *, asynchronous: bool = False, **make_kwargs: Any) -> tuple[
       **make_kwargs: passed to `gymnasium.make` (e.g. `max_episode_steps`).
     """
     gymnasium = _base.require("gymnasium", "gymnasium", f"envs.make('gymnasium/{name}')")
-    _check_asynchronous(asynchronous)
     _check_registered(gymnasium, name)
     make_kwargs = _base.with_max_episode_steps(make_kwargs)
     drawing = {**make_kwargs, "render_mode": "rgb_array"}  # for videos only; a given render_mode is the user's
