@@ -161,16 +161,17 @@ def _float(text: str, no_limit: bool = False) -> float:
 
 
 def _env_option(text: str) -> tuple:
-    """`--env-option NAME=VALUE` as (name, value): VALUE read as true/false (a bool), none (None), an integer, a
-    number, or else the text itself (a string)."""
+    """`--env-option NAME=VALUE` as (name, value): VALUE read as true/false, yes/no or on/off (a bool, as the
+    command line's own switches read them: `continuous=no` stayed the text 'no', which a gymnasium constructor
+    took as true), none (None), an integer, a number, or else the text itself (a string)."""
     name, sep, raw = text.partition("=")
     name = name.strip()
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME an option of the env's make, e.g. "
                                          f"max_episode_steps=500, got {text!r}")
     lowered = raw.strip().lower()
-    if lowered in ("true", "false"):
-        return name, lowered == "true"
+    if lowered in ("true", "yes", "on", "false", "no", "off"):
+        return name, lowered in ("true", "yes", "on")
     if lowered == "none":
         return name, None
     integer = _integer(raw)
@@ -307,8 +308,8 @@ def _defaults_text(defaults: dict) -> str:
 
 _ENV_OPTION_HELP = ("an option of the env's make (envs.make(ENV, NAME=VALUE)), repeated for more, e.g. "
                     "max_episode_steps=500 (gymnasium, envpool, jumanji), episode_length=500 (brax), max_steps=100 "
-                    "(pgx, navix, xminigrid); VALUE is read as true/false, none, a number or else text; gymnax envs "
-                    "take none")
+                    "(pgx, navix, xminigrid); VALUE is read as true/false (or yes/no, on/off), none, a number or else "
+                    "text; gymnax envs take none")
 
 
 _COMPILE_CACHE_HELP = ("keep compiled XLA programs in a folder, so that a later command building the same program "

@@ -92,7 +92,9 @@ def test_self_play_refuses_the_options_it_sets_and_evaluates_within_max_steps():
 
 
 @pytest.mark.parametrize("text, value", [("max_steps=50", 50), ("x=0.5", 0.5), ("x=True", True), ("x=false", False),
-                                         ("x=none", None), ("backend=mjx", "mjx"), ("x=1_000", 1000), ("x=", "")])
+                                         ("x=none", None), ("backend=mjx", "mjx"), ("x=1_000", 1000), ("x=", ""),
+                                         ("continuous=no", False), ("x=Yes", True), ("x=on", True),
+                                         ("x=OFF", False), ("x=1", 1), ("x=nope", "nope")])
 def test_env_option_values_are_read_as_typed(text, value):
     name, parsed = cli._env_option(text)
     assert name == text.partition("=")[0] and parsed == value and type(parsed) is type(value)
