@@ -874,7 +874,7 @@ def test_a_jax_that_cannot_step_a_host_env_is_one_line_naming_the_jax_to_install
 
     monkeypatch.setattr(jax, "__version__", "0.8.1")
     monkeypatch.setattr(jax, "__version_info__", (0, 8, 1))
-    with pytest.raises(MissingExtra, match=r" is a host env, stepped through jax's io_callback, which needs jax "
+    with pytest.raises(MissingExtra, match=rf"^{env_id} is a host env, stepped through jax's io_callback, which needs jax "
                                            r">= 0\.8\.2 \(this is jax 0\.8\.1; .*pip install -U 'jax>=0\.8\.2'$"):
         envs.make(env_id)
     assert cli.main(["rollout", "--env", env_id, "--num-steps", "4"]) == 2

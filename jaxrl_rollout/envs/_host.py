@@ -257,11 +257,13 @@ class HostEnv:
     """
 
     vectorized = True
+    suite = ""
+    """The suite's prefix of env ids ("gymnasium"), for messages that name the env as a user types it."""
 
     def __init__(self, name: str, action_space: Any, observation_space: Any, max_steps_in_episode: Any = None):
         from gymnasium import spaces as gym_spaces
 
-        check_jax_runs_host_envs(name)
+        check_jax_runs_host_envs(f"{self.suite}/{name}" if self.suite else name)
         self._name = name
         self._params = HostParams(None if max_steps_in_episode is None else int(max_steps_in_episode))
         self._action_space = _to_gymnax_space(action_space, f"{name}'s action_space")

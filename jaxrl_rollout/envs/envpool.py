@@ -82,6 +82,8 @@ def _channels_first(space: Any) -> bool:
 class EnvpoolEnv(HostEnv):
     """B envs of one envpool task in the vectorized gymnax protocol, with same-step auto-reset."""
 
+    suite = "envpool"
+
     def __init__(self, name: str, **make_kwargs: Any):
         envpool = _base.require("envpool", "envpool", f"envs.make('envpool/{name}')")
         _base.require("gymnasium", "envpool", f"envs.make('envpool/{name}')")

@@ -170,6 +170,8 @@ class GymnasiumEnv(HostEnv):
         cannot be drawn (`check_drawable` says how to fix it).
     """
 
+    suite = "gymnasium"
+
     def __init__(self, env_fn: Callable[[], Any], *, asynchronous: bool = False, name: str | None = None,
                  render_env_fn: Callable[[], Any] | None = None):
         gymnasium = _base.require("gymnasium", "gymnasium", "GymnasiumEnv")
