@@ -42,6 +42,7 @@ import json
 import math
 import os
 import pathlib
+import shlex
 import sys
 import time
 import warnings
@@ -1528,6 +1529,18 @@ def read_spec_file(path) -> RunSpec:
         raise ValueError(f"{path} is not a valid run config: {error}") from None
 
 
+def _run_manifest(folder) -> dict:
+    """`checkpoint.read_manifest(folder)`, where a run that has trained nothing yet (its train stopped, or is
+    still running, before its first checkpoint) says so and how to continue it, not that `checkpoints/` holds no
+    committed step."""
+    if not checkpoint.exists(folder):
+        raise checkpoint.CheckpointError(
+            f"{folder} holds a run with nothing trained yet (no checkpoint: its train stopped before its first "
+            "chunk ended, or has not ended it yet); continue it with runner.train(runner.read_spec(folder), folder, "
+            f"resume=True), or from the command line: jaxrl-rollout train --resume {shlex.quote(str(folder))}")
+    return checkpoint.read_manifest(folder)
+
+
 def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
     """The latest checkpoint of the run in `folder`, checked against the state its config builds.
 
@@ -1541,7 +1554,7 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
         corrupt or mismatched checkpoint.
     """
     spec = read_spec(folder)
-    spec = run_spec(folder, spec, checkpoint.read_manifest(folder))
+    spec = run_spec(folder, spec, _run_manifest(folder))
     return (spec, *_load_state(folder, spec, make_algorithm(spec)))
 
 
@@ -1549,7 +1562,7 @@ def _load_run_policies(folder) -> tuple[RunSpec, Any, dict]:
     """`load_run` for what acts with the runs' policies alone (`evaluate`): (spec, train state with only the
     leaves of its policies read (`_load_policy_state`), manifest)."""
     spec = read_spec(folder)
-    spec = run_spec(folder, spec, checkpoint.read_manifest(folder))
+    spec = run_spec(folder, spec, _run_manifest(folder))
     return (spec, *_load_policy_state(folder, spec, make_algorithm(spec)))
 
 
@@ -1633,7 +1646,7 @@ def load_best_policies(folder) -> tuple[RunSpec, Any]:
         evaluation, or by a version that kept none); `checkpoint.CheckpointError` as `load_run`.
     """
     spec = read_spec(folder)
-    spec = run_spec(folder, spec, checkpoint.read_manifest(folder))
+    spec = run_spec(folder, spec, _run_manifest(folder))
     return spec, _load_best(folder, spec, make_algorithm(spec))[0]
 
 
@@ -1807,7 +1820,7 @@ def load_policy(folder, run: int = 0, *, deterministic: bool = True, best_policy
     if not deterministic and algorithm.policy_fn is None:
         raise ValueError(f"deterministic=False: {spec.algo.upper()}'s policy is deterministic (its exploration "
                          "belongs to training); load it with deterministic=True.")
-    saved = run_spec(folder, spec, checkpoint.read_manifest(folder))
+    saved = run_spec(folder, spec, _run_manifest(folder))
     if saved != spec:  # an extension stopped before it rewrote config.json: its checkpoint's spec is the run's
         spec, algorithm = saved, make_algorithm(saved)
     if best_policy:

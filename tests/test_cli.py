@@ -451,6 +451,15 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert capsys.readouterr().err == (
         f"jaxrl-rollout: error: {fresh} holds a run with nothing trained yet (no checkpoint: its train stopped before "
         f"the first chunk ended); continue it with: jaxrl-rollout train --resume {fresh}\n")
+    # and from Python: each loader says the same, not that checkpoints/ holds no committed step
+    from jaxrl_rollout import checkpoint, runner
+
+    for load in (runner.load_run, runner.load_best_policies, lambda folder: runner.load_policy(folder, 0)):
+        with pytest.raises(checkpoint.CheckpointError, match=(
+                rf"^{re.escape(str(fresh))} holds a run with nothing trained yet .*; continue it with "
+                rf"runner\.train\(runner\.read_spec\(folder\), folder, resume=True\), or from the command line: "
+                rf"jaxrl-rollout train --resume {re.escape(str(fresh))}$")):
+            load(fresh)
     # the same while a train holds the folder (compiling, or before its first checkpoint): not "--resume", which
     # the lock would refuse, but who writes it and when to come back; evaluate takes no lock and leaves none
     from jaxrl_rollout._lock import LOCK_NAME, FolderLock
