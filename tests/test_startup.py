@@ -10,6 +10,7 @@
   is traced into the caller's program.
 """
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -44,6 +45,37 @@ def test_the_console_script_starts_without_the_render_only_modules():
     """)
     # gymnax was imported (the help lists its envs' defaults); the three plotting modules were not
     assert "MODULES {'seaborn': '_Deferred', 'matplotlib.pyplot': '_Deferred', 'scipy.stats': 'NoneType'} True" in out
+
+
+def test_the_help_of_the_commands_but_train_imports_no_jax(monkeypatch):
+    """`jaxrl-rollout --help` took 2 to 4 s on this host, for jax's import (the parser's train options read the
+    algorithms' configs); the top-level, evaluate's and rollout's help need none of it, and print the same."""
+    out = _python("""
+        import contextlib, io, os, sys
+        os.environ["COLUMNS"] = "100"  # argparse's width, as below
+        from jaxrl_rollout import cli
+        for argv in (["--help"], ["-h"], ["evaluate", "--help"], ["rollout", "-h"], ["evaluate", "runs/x", "-h"]):
+            text = io.StringIO()
+            with contextlib.redirect_stdout(text):
+                try:
+                    cli.main(argv)
+                except SystemExit as exit:
+                    assert exit.code == 0, (argv, exit.code)
+            print("HELP", repr((argv, text.getvalue())))
+        print("JAX", "jax" in sys.modules)
+    """)
+    assert "JAX False" in out, out
+    from jaxrl_rollout import cli
+
+    monkeypatch.setenv("COLUMNS", "100")
+    full = cli.build_parser()
+    commands = full._subparsers._group_actions[0].choices
+    wanted = {"--help": full.format_help(), "-h": full.format_help(), "evaluate": commands["evaluate"].format_help(),
+              "rollout": commands["rollout"].format_help()}
+    helps = [ast.literal_eval(line.removeprefix("HELP ")) for line in out.splitlines() if line.startswith("HELP ")]
+    assert len(helps) == 5
+    for argv, text in helps:
+        assert text == wanted[argv[0]], argv  # the help the full parser prints
 
 
 def test_deferred_modules_work_when_used():
