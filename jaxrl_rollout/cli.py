@@ -86,18 +86,26 @@ def _positive_int(text: str) -> int:
 
 
 def _folder(text: str) -> str:
-    """A folder name; an empty one (`--resume "$RUN"` with RUN unset) is refused: it read as "not given", so a
-    fresh default run started (the whole main job) in place of the resume the script asked for."""
+    """A folder name, a leading ~ read as the home folder (`_home`); an empty one (`--resume "$RUN"` with RUN
+    unset) is refused: it read as "not given", so a fresh default run started (the whole main job) in place of the
+    resume the script asked for."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a folder, got {text!r}")
-    return text
+    return _home(text)
 
 
 def _file(text: str) -> str:
-    """A file name: an empty one, or one that ends in a separator, is refused (the folder would be written over)."""
+    """A file name, a leading ~ read as the home folder (`_home`): an empty one, or one that ends in a separator,
+    is refused (the folder would be written over)."""
     if not text.strip() or text.endswith(("/", os.sep)):
         raise argparse.ArgumentTypeError(f"expected a file name, got {text!r}")
-    return text
+    return _home(text)
+
+
+def _home(text: str) -> str:
+    """`~/runs/x` as the home folder's runs/x. The shell expands a ~ only at the start of a word, so `--out=~/runs`
+    (and a quoted "~/runs") reached the command as typed, which made a folder named ~ in the current one."""
+    return os.path.expanduser(text)
 
 
 def _int(text: str) -> int:
@@ -2261,7 +2269,7 @@ def build_parser(train_arguments: bool = True) -> argparse.ArgumentParser:
     roll.add_argument("--num-steps", type=_positive_int, default=1000, help="steps per env (default: %(default)s)")
     roll.add_argument("--num-eval", type=_positive_int, default=16, help="evaluation episodes (default: %(default)s)")
     roll.add_argument("--seed", type=_seed, default=0, help="PRNG seed (default: %(default)s)")
-    roll.add_argument("--video", nargs="?", const="videos", metavar="FOLDER",
+    roll.add_argument("--video", nargs="?", const="videos", type=_folder, metavar="FOLDER",
                       help="also write a video of one random-policy episode to FOLDER (default: videos) as "
                            "<env>_random_seed<S>_return<R>.mp4, to see what the env looks like; needs the video "
                            "extra")

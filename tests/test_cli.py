@@ -1391,3 +1391,21 @@ def test_commands_started_in_the_same_second_get_default_run_folders_of_their_ow
         made = list(pool.map(lambda _: cli._new_folder(base), range(8)))
     assert sorted(p.name for p in made) == sorted(f"{base.name}-{n}" for n in range(3, 11))
     assert all(p.is_dir() and not any(p.iterdir()) for p in made)
+
+
+def test_a_leading_tilde_in_a_folder_or_file_option_is_the_home_folder(tmp_path, monkeypatch, capsys):
+    """The shell expands ~ only at the start of a word: `--out=~/runs/x` (or a quoted "~/runs/x") reached the command
+    as typed and made a folder named ~ in the current one. Every folder and file option reads it as the home folder."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    parser = cli.build_parser()
+    for argv, name in ((["train", "--out=~/runs/x"], "out"), (["train", "--resume", "~/runs/x"], "resume"),
+                       (["train", "--config", "~/runs/x"], "config"), (["evaluate", "~/runs/x"], "folder"),
+                       (["evaluate", "runs/y", "--csv=~/runs/x"], "csv"), (["rollout", "--video=~/runs/x"], "video")):
+        assert getattr(parser.parse_args(argv), name) == str(home / "runs" / "x"), argv
+    assert parser.parse_args(["evaluate", "runs/y", "--csv", "-"]).csv == "-"  # stdout stays stdout
+    assert parser.parse_args(["rollout", "--video"]).video == "videos"
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["evaluate", "~/runs/x"]) == 2  # named as the home folder's, and nothing made
+    assert capsys.readouterr().err == f"jaxrl-rollout: error: {home / 'runs' / 'x'} does not exist.\n"
+    assert not (tmp_path / "~").exists()
