@@ -26,6 +26,9 @@ import jaxrl_rollout as jr
 from jaxrl_rollout import envs
 from jaxrl_rollout.envs.jumanji import JumanjiEnv  # noqa: E402
 
+# Connector, whose reward is one per agent: "Connector-v2" in jumanji 1.1.1, "Connector-v3" in 1.1.2
+CONNECTOR = next(name for name in jumanji.registered_environments() if name.startswith("Connector-v"))
+
 T, B = 8, 2
 SIZE = 4
 MAX_STEPS = 6
@@ -333,7 +336,7 @@ def test_unsupported_specs_are_named():
     with pytest.raises(NotImplementedError, match="BoundedArray.*bool"):
         JumanjiEnv(EchoEnv(specs.BoundedArray((2,), bool, False, True)))
     with pytest.raises(NotImplementedError, match=r"reward of shape \(10,\)"):
-        envs.make("jumanji/Connector-v3")
+        envs.make(f"jumanji/{CONNECTOR}")
 
 
 def test_make_default_snake():
@@ -388,7 +391,8 @@ def test_importing_the_package_does_not_import_jumanji():
      r"command line evaluates whole episodes .*; give it one: --env-option max_episode_steps=N\."),
     (["rollout", "--env", "jumanji/Knapsack-v1"], r"--env jumanji/Knapsack-v1: the env has no time limit"),
     # a multi-agent reward: a traceback ending in NotImplementedError
-    (["train", "--env", "jumanji/Connector-v3"], r"--env jumanji/Connector-v3: Connector has a reward of shape \(10,\) \(one per agent\)"),
+    (["train", "--env", f"jumanji/{CONNECTOR}"],
+     rf"--env jumanji/{CONNECTOR}: Connector has a reward of shape \(10,\) \(one per agent\)"),
     # a Tuple of Discrete actions: "uniform_random_policy supports Discrete and Box action spaces", a traceback
     (["rollout", "--env", "jumanji/RubiksCube-partly-scrambled-v0"],
      r"--env jumanji/RubiksCube-partly-scrambled-v0: rollout draws Discrete or Box actions, got Tuple\(.*\)\. A "

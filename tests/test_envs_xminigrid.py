@@ -188,12 +188,15 @@ def test_unknown_name_lists_close_matches_and_known_names():
         envs.make("xminigrid/MiniGrid-Empty-5")
 
 
-@pytest.mark.parametrize(
-    "name, kwargs",
-    [("trivial-21k", {}), ("XLand-MiniGrid-R1-9x9", {"benchmark": "trivial-21k"})],
-)
-def test_benchmarks_need_a_download_and_are_refused(name, kwargs):
-    with pytest.raises(ValueError, match="downloads from Hugging Face.*ruleset="):
+@pytest.mark.parametrize("as_name", [True, False])
+def test_benchmarks_need_a_download_and_are_refused(as_name):
+    """A benchmark's name is refused as an env and as a param, and the message's example is one this xminigrid
+    has (the smallest was "trivial-1m" before xminigrid 0.9.2, "trivial-21k" since)."""
+    import xminigrid
+
+    first = xminigrid.registered_benchmarks()[0]
+    name, kwargs = (first, {}) if as_name else ("XLand-MiniGrid-R1-9x9", {"benchmark": first})
+    with pytest.raises(ValueError, match=rf"downloads from Hugging Face.*load_benchmark\('{first}'\).*ruleset="):
         envs.make(f"xminigrid/{name}", **kwargs)
 
 

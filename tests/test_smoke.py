@@ -1,4 +1,4 @@
-"""Smoke test for every declared Python and jax (#26): import, a tiny rollout, a tiny PPO train.
+"""Smoke test for every declared Python and jax (#26): import, a tiny rollout, a tiny PPO and DQN train.
 
 It needs only `pip install -e . pytest`. CI runs it, besides the whole suite on the
 tested versions, on Python 3.12 and 3.13 and with the lowest version pyproject declares of each dependency.
@@ -65,6 +65,20 @@ def test_a_tiny_ppo_train():
     first = jax.tree.leaves(state.params)[0]
     assert not np.array_equal(np.asarray(first[0]), np.asarray(first[1]))  # two seeds, two runs
     assert np.asarray(metrics.num_episodes).shape[0] == 2
+
+
+def test_a_tiny_dqn_train():
+    """The off-policy learners' replay buffer is flashbax's, whose state is a chex dataclass: chex before 0.1.90
+    flattened it with jax.util, which jax 0.8.0 removed (every off-policy train failed there)."""
+    from jaxrl_rollout.algorithms import dqn
+
+    config = dqn.DQNConfig(total_timesteps=200, buffer_size=64, batch_size=8, learning_starts=20, train_frequency=2,
+                           target_network_frequency=20, log_interval=50, hidden_sizes=(8,))
+    state, metrics = jax.jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), 2))
+    leaves = jax.tree.leaves(state.params)
+    assert leaves and all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves)
+    assert not np.array_equal(np.asarray(leaves[0][0]), np.asarray(leaves[0][1]))  # two seeds, two runs
+    assert np.isfinite(np.asarray(metrics.loss)).all() and np.asarray(metrics.loss).shape[0] == 2
 
 
 def test_a_saved_state_is_donated_to_the_next_program(tmp_path):

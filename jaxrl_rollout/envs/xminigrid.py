@@ -29,7 +29,7 @@ Offline only: the MiniGrid ports ("MiniGrid-Empty-5x5", "MiniGrid-DoorKey-8x8",
 ...) and the XLand-MiniGrid layouts ("XLand-MiniGrid-R1-9x9", ...) build
 without network access, the latter with xminigrid's placeholder ruleset (no
 goal, so episodes only end at `max_steps`). Real XLand tasks come from the
-benchmark rulesets ("trivial-21k", "small-1m", ...), which
+benchmark rulesets ("small-1m", "medium-1m", ...), which
 `xminigrid.load_benchmark` downloads from Hugging Face; this adapter never
 downloads: load a benchmark yourself and pass `ruleset=benchmark.get_ruleset(i)`.
 
@@ -54,10 +54,13 @@ __all__ = ["XMiniGridEnv", "make"]
 
 
 def _needs_download(what: str) -> str:
+    import xminigrid
+
+    example = xminigrid.registered_benchmarks()[0]  # (the smallest: "trivial-21k", "trivial-1m" before 0.9.2)
     return (
         f"{what}: XLand-MiniGrid benchmarks are sets of rulesets that xminigrid.load_benchmark downloads "
         "from Hugging Face, and this adapter only builds what works offline. Load the benchmark yourself "
-        "(`bench = xminigrid.load_benchmark('trivial-21k')`) and pass one of its rulesets: "
+        f"(`bench = xminigrid.load_benchmark({example!r})`) and pass one of its rulesets: "
         "envs.make('xminigrid/XLand-MiniGrid-R1-9x9', ruleset=bench.get_ruleset(0))."
     )
 
