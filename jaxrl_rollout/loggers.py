@@ -184,7 +184,9 @@ class TensorBoardLogger:
             raise ImportError(
                 f"TensorBoard logs need tensorboardX ({err}); pip install tensorboardX, or pass --tensorboard false."
             ) from err
-        self._summary = summary
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        self._summary, self._proto = summary, Summary
         self._config = spec.config
         self.root = pathlib.Path(folder) / "tensorboard"
         self._spec, self._first_update, self._files = spec, first_update, None
@@ -221,15 +223,32 @@ class TensorBoardLogger:
         """Writes a chunk's metrics (name -> [R, updates] arrays) for updates first_update + 1, ...
 
         NaN values (no episode ended in that update) are skipped, as TensorBoard
-        would draw them as gaps anyway.
+        would draw them as gaps anyway. An update's scalars are one event (one
+        summary of several values, as TensorFlow's merged summaries are), not
+        one event each: PPO's ten metrics of the README's main job made 75,000
+        events, and writing them took 2.6 of its 16.4 s of run (2 cores,
+        2026-12-07).
         """
         files = self._open_files()
-        for name, values in _chunk_arrays(metrics, len(files)).items():
-            for events, row in zip(files, values):
-                for u, value in enumerate(row):
-                    if np.isfinite(value):
-                        events.add(self._summary.scalar(metric_tag(name), float(value)),
-                                   steps_at(self._config, first_update + u + 1))
+        arrays = _chunk_arrays(metrics, len(files))
+        if not arrays:
+            return
+        tags = [metric_tag(name) for name in arrays]
+        updates = {values.shape[1] for values in arrays.values()}
+        if len(updates) != 1:
+            raise ValueError(f"every metric of a chunk must be [runs, updates] with the same updates, got "
+                             f"{sorted(updates)} updates.")
+        # [updates, runs, metrics], as Python floats (what a proto's float field takes)
+        table = np.stack([values.astype(np.float64) for values in arrays.values()], axis=-1).transpose(1, 0, 2)
+        finite = np.isfinite(table).tolist()
+        table = table.tolist()
+        Value = self._proto.Value
+        for u, (rows, kept_rows) in enumerate(zip(table, finite)):
+            step = steps_at(self._config, first_update + u + 1)
+            for events, row, kept in zip(files, rows, kept_rows):
+                values = [Value(tag=tag, simple_value=x) for tag, x, k in zip(tags, row, kept) if k]
+                if values:
+                    events.add(self._proto(value=values), step)
         for events in files:
             events.flush()
 

@@ -81,6 +81,24 @@ def test_scalars_equal_the_metrics_csv_at_the_same_steps(logged_run):
     assert checked == 2 * 2 * 4  # two runs, two metrics, four updates of 512 steps
 
 
+
+def test_an_updates_scalars_are_one_event(logged_run):
+    """One event per update and run, its summary holding every metric of that update (TensorFlow's merged-summary
+    form, which TensorBoard reads value by value): an event per scalar made the README's main job write 75,000
+    events, 2.6 s of its 16.4 s run on 2 cores."""
+    from tensorboardX.proto import event_pb2
+
+    data, at, steps = next((logged_run / "tensorboard" / "g0_s0").glob("events.out.tfevents.*")).read_bytes(), 0, []
+    while at < len(data):
+        (length,) = struct.unpack("<Q", data[at:at + 8])
+        event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+        at += 16 + length
+        tags = [value.tag for value in event.summary.value if value.HasField("simple_value")]
+        if tags:
+            steps.append(event.step)
+            assert len(tags) == len(set(tags)) and {"train/policy_loss", "train/entropy"} <= set(tags), tags
+    assert steps == [512, 1024, 1536, 2048]
+
 def test_tensorboard_logs_do_not_import_torch(tmp_path):
     """tensorboardX imports torch, where installed, for torch tensors it is never given here (1.9 s a command)."""
     import subprocess
