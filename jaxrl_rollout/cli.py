@@ -1948,7 +1948,7 @@ def _training_videos(args, spec, folder: pathlib.Path, sinks: list, first_update
         algorithm.policy_params, keys, args.video_every, _video_runs(args), names=_video_names(spec),
         first_update=first_update, sinks=[log for log in sinks if hasattr(log, "log_video")],
         num_updates=spec.config.num_updates, max_steps=args.video_max_steps,
-        initial_carry=algorithm.module.initial_carry(1) if algorithm.recurrent else None)
+        initial_carry=algorithm.module.initial_carry(1) if algorithm.recurrent else None, progress=_video_progress)
     failed = []
 
     def on_state(state, updates_done: int) -> None:
@@ -1962,6 +1962,12 @@ def _training_videos(args, spec, folder: pathlib.Path, sinks: list, first_update
                   file=sys.stderr)
 
     return on_state
+
+
+def _video_progress(line: str) -> None:
+    """`train --video-every`'s and `evaluate --video`'s word on a video that takes long to draw (`video._reported`),
+    on stderr with the progress lines, and the option that shortens it."""
+    print(f"{line} (--video-max-steps N ends it sooner)", file=sys.stderr, flush=True)
 
 
 def _video_names(spec) -> list[str]:
@@ -2031,7 +2037,7 @@ def _write_videos(args, spec, state, key, algorithm, updates_done: int) -> None:
             _policy_params(algorithm, state), jax.random.split(key, spec.num_runs), args.runs,
             names=names, prefix=_video_prefix(args, None if best is not None else update),
             caption="  best policy" if best is not None else f"  update {updates_done}", initial_carry=carry,
-            max_steps=args.video_max_steps)
+            max_steps=args.video_max_steps, progress=_video_progress)
     except (ImportError, OSError, RuntimeError) as error:
         # a missing extra, a video that cannot be written (a folder of its name, a full disk), no OpenGL for
         # MuJoCo's renderer: one line

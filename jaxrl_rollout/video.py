@@ -83,6 +83,7 @@ import contextlib
 import functools
 import io
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -1078,6 +1079,7 @@ def write_episode_videos(
     fps: float = 30,
     initial_carry: PyTree | None = None,
     label: bool = True,
+    progress: Callable[[str], Any] | None = None,
 ) -> list[EpisodeVideo]:
     """Writes one video of one evaluation episode for each selected run.
 
@@ -1117,6 +1119,10 @@ def write_episode_videos(
         [1, ...]; None for a feedforward policy.
       label: write the run's name, the step and the return so far on the
         frames.
+      progress: called with one line (e.g. `print`) when a video has taken
+        `PROGRESS_AFTER_S` (10) seconds to draw and encode, then every
+        `PROGRESS_EVERY_S` (30): its frames done so far and the episode's
+        most steps. None (the default) says nothing.
 
     Returns:
       One `EpisodeVideo` (run, path, episode_return, length) per selected
@@ -1131,7 +1137,7 @@ def write_episode_videos(
     writer = _episode_writer(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
                              initial_carry=initial_carry, label=label)
     return [v for v, _ in writer.write(folder, params_per_run, keys, runs, names=names, prefix=prefix, caption=caption,
-                                       keep_frames=False)]
+                                       keep_frames=False, progress=progress)]
 
 
 def _episode_writer(env: Any, env_params: Any, policy_fn: Any, **options: Any) -> _EpisodeWriter:
@@ -1193,6 +1199,34 @@ def _recorded_steps(step: Callable, state: Any, active: jax.Array, t: jax.Array,
     return jax.lax.while_loop(cond, body, (state, active, jnp.int32(0), states, rewards))
 
 
+PROGRESS_AFTER_S = 10.0
+"""Seconds a video may take to draw and encode before `write`'s `progress` is told how far it is."""
+
+PROGRESS_EVERY_S = 30.0
+"""Seconds between `progress` lines after the first, while the same video is still being drawn."""
+
+
+def _reported(blocks: Iterator[np.ndarray], progress: Callable[[str], Any], what: str,
+              max_steps: int) -> Iterator[np.ndarray]:
+    """`blocks` as they come; once they have taken `PROGRESS_AFTER_S` seconds (drawn, and encoded as the encoder
+    takes them), then every `PROGRESS_EVERY_S`, `progress` is called with one line saying how many frames are done.
+
+    Drawing is the slow part of a long episode's video: jumanji's viewer draws about 40 frames a second, so the
+    4,000 steps an untrained Snake policy plays took 105 s per video, and `train --video-every` printed nothing
+    meanwhile (2026-12-07).
+    """
+    start = time.monotonic()
+    due, frames = start + PROGRESS_AFTER_S, 0
+    for block in blocks:
+        yield block
+        frames += len(block)
+        now = time.monotonic()
+        if now >= due:
+            progress(f"  {what}: {frames:,} frames drawn and encoded in {now - start:.0f} s, of an episode of at "
+                     f"most {max_steps:,} steps")
+            due = now + PROGRESS_EVERY_S
+
+
 class _EpisodeWriter:
     """`write_episode_videos`' work, its jitted functions kept for repeated calls (`TrainingVideos`).
 
@@ -1216,7 +1250,8 @@ class _EpisodeWriter:
 
     def write(self, folder: str | Path, params_per_run: PyTree, keys: jax.Array, runs: Any = "all", *,
               names: Sequence[str] | None = None, prefix: str = "", caption: str = "",
-              keep_frames: bool = True) -> list[tuple[EpisodeVideo, np.ndarray | None]]:
+              keep_frames: bool = True, progress: Callable[[str], Any] | None = None,
+              ) -> list[tuple[EpisodeVideo, np.ndarray | None]]:
         """(video, its first frames [min(frames, KEPT_FRAMES), H, W, 3], or None without `keep_frames`) for each
         selected run.
 
@@ -1230,7 +1265,8 @@ class _EpisodeWriter:
         `FRAMES_PER_BLOCK` states at a time, so without `keep_frames` its
         frames are never all in memory (4,000 steps of jumanji's Snake, 500 x
         500 pixels, are 3 GB), and with it the first `KEPT_FRAMES` are held
-        once, in the array returned.
+        once, in the array returned. `progress`, if given, is called with a
+        line on a video that takes long (`_reported`).
         """
         if not (prng.is_key(keys) or getattr(keys, "dtype", None) == np.uint32):
             got = f"{keys.dtype} array" if hasattr(keys, "dtype") else type(keys).__name__
@@ -1254,14 +1290,18 @@ class _EpisodeWriter:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         return [self._video(folder, jax.tree.map(lambda x: x[r], params_per_run), keys[r], r, names[r], prefix,
-                            caption, keep_frames) for r in selected]
+                            caption, keep_frames, progress) for r in selected]
 
     def _video(self, folder: Path, params: PyTree, key: jax.Array, run: int, name: str, prefix: str, caption: str,
-               keep_frames: bool) -> tuple[EpisodeVideo, np.ndarray | None]:
+               keep_frames: bool, progress: Callable[[str], Any] | None = None,
+               ) -> tuple[EpisodeVideo, np.ndarray | None]:
         """One run's episode recorded, drawn and encoded into `folder` (see `write`)."""
         played, kept = {}, []
         with self._drawing():
             blocks = self._frames(params, key, f"{name}{caption}", played)
+            if progress is not None:
+                what = f"video of {name}" + (f", {caption.strip()}" if caption.strip() else "")
+                blocks = _reported(blocks, progress, what, self._max_steps)
             # the return names the file, and is known once the episode ends: written under a hidden name first
             path = write_video(folder / f".{prefix}{name}.recording.mp4",
                                _kept(blocks, kept) if keep_frames else blocks, fps=self._fps)
@@ -1449,7 +1489,7 @@ class TrainingVideos:
         encoded a block of frames at a time (`write_episode_videos` too).
       num_updates: the run's total updates, if known: U is zero-padded to its
         digits in the file names, so they sort in training order.
-      max_steps, fps, initial_carry: as `write_episode_videos`.
+      max_steps, fps, initial_carry, progress: as `write_episode_videos`.
 
     Raises:
       ValueError: `every` not a positive int, or the env cannot be rendered (at construction).
@@ -1459,8 +1499,10 @@ class TrainingVideos:
     def __init__(self, folder: str | Path, env: Any, env_params: Any, policy_fn: Any, policy_params: Callable,
                  keys: jax.Array, every: int, runs: Any = "0", *, names: Sequence[str] | None = None,
                  first_update: int = 0, sinks: Sequence[Any] = (), num_updates: int | None = None,
-                 max_steps: int | None = None, fps: float = 30, initial_carry: PyTree | None = None):
+                 max_steps: int | None = None, fps: float = 30, initial_carry: PyTree | None = None,
+                 progress: Callable[[str], Any] | None = None):
         self.every = _checks.check_positive_int("every", every)
+        self._progress = progress
         self._writer = _episode_writer(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
                                        initial_carry=initial_carry)
         self._keys = jnp.asarray(keys)
@@ -1491,7 +1533,8 @@ class TrainingVideos:
             state = state()
         out = self._writer.write(self._folder, self._params(state), self._fold(self._keys, updates_done), self._runs,
                                  names=self._names, prefix=f"update{updates_done:0{self._digits}d}_",
-                                 caption=f"  update {updates_done}", keep_frames=self._keep_frames)
+                                 caption=f"  update {updates_done}", keep_frames=self._keep_frames,
+                                 progress=self._progress)
         for video, frames in out:
             for sink in self._sinks:
                 sink.log_video(video.run, video, frames, updates_done)

@@ -667,6 +667,30 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
     np.testing.assert_array_equal(first, np.arange(3 * 8 * 16 * 3, dtype=np.uint8).reshape(3, 8, 16, 3))
 
 
+
+def test_a_video_that_takes_long_says_how_far_it_is(tmp_path, monkeypatch):
+    """`progress` is given a line once a video has taken `PROGRESS_AFTER_S` to draw and encode, then every
+    `PROGRESS_EVERY_S`: 4,000 steps of jumanji's Snake took 105 s a video, and `train --video-every` said nothing
+    meanwhile. A fast video says nothing."""
+    pytest.importorskip("imageio.v3")
+    env, keys = DrawnCountingEnv(), jax.random.split(jax.random.key(0), 1)  # 5 steps, then the state it ended in
+    monkeypatch.setattr(video._EpisodeWriter, "FRAMES_PER_BLOCK", 2)
+    lines = []
+    video.write_episode_videos(tmp_path, env, None, _steady_policy, None, keys, "0", progress=lines.append)
+    assert lines == []
+
+    def said(**times):
+        for name, seconds in times.items():
+            monkeypatch.setattr(video, name, seconds)
+        lines.clear()
+        video.write_episode_videos(tmp_path, env, None, _steady_policy, None, keys, "0", caption="  update 4",
+                                   progress=lines.append)
+        return [re.sub(r"in \d+ s", "in * s", line) for line in lines]
+
+    line = "  video of run0, update 4: {} frames drawn and encoded in * s, of an episode of at most 5 steps"
+    assert said(PROGRESS_AFTER_S=0.0, PROGRESS_EVERY_S=0.0) == [line.format(n) for n in (2, 4, 5, 6)]
+    assert said(PROGRESS_EVERY_S=1e9) == [line.format(2)]  # the first block's, then none within the next 1e9 s
+
 def test_a_videos_episode_is_recorded_a_block_at_a_time_whatever_its_time_limit():
     """The device keeps `RECORD_BLOCK` steps' states of a video's episode, not its time limit's: one program kept
     them all (`record_episodes`), and full Craftax's 100,000 steps of 273 kB states (27 GB) ended `evaluate --video`
@@ -993,19 +1017,27 @@ def test_envpool_atari_videos_show_the_frames_the_agent_sees(tmp_path, monkeypat
     assert clip.path.exists()
 
 
-def test_a_gymnasium_run_records_videos_in_training_and_in_evaluate(tmp_path, monkeypatch, caplog):
+def test_a_gymnasium_run_records_videos_in_training_and_in_evaluate(tmp_path, monkeypatch, caplog, capsys):
     """`train --env gymnasium/... --video-every N` and `evaluate --video`, as a user types them (a relative folder):
-    each video decodes to one frame per step of its episode, and its name gives the episode's return."""
+    each video decodes to one frame per step of its episode, and its name gives the episode's return. A video that
+    takes long says so on stderr (here: at once), with the option that shortens it."""
     imageio = pytest.importorskip("imageio.v3")
     pytest.importorskip("pygame")
     pytest.importorskip("gymnasium")
     from jaxrl_rollout import cli
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(video, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(video, "PROGRESS_EVERY_S", 1e9)
     assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--seeds", "2", "--num-envs", "2", "--num-steps", "16",
                      "--total-steps", "256", "--chunk-updates", "4", "--num-eval", "1", "--tensorboard", "false",
                      "--video-every", "4", "--out", "runs/gym"]) == 0
+    progress = r"  video of seed0, update {}: \d+ frames drawn and encoded in \d+ s, of an episode of at most 500 " \
+               r"steps \(--video-max-steps N ends it sooner\)\n"
+    err = capsys.readouterr().err
+    assert re.search(progress.format(4), err) and re.search(progress.format(8), err), err
     assert cli.main(["evaluate", "runs/gym", "--video", "--runs", "best,worst", "--num-episodes", "2"]) == 0
+    assert re.search(progress.format(8), capsys.readouterr().err)
     training = sorted(p.name for p in (tmp_path / "runs/gym/videos/training").iterdir())
     assert [re.sub(r"return-?\d+\.\d", "return*", n) for n in training] == [
         "update4_seed0_return*.mp4", "update8_seed0_return*.mp4"]
