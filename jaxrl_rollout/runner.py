@@ -458,6 +458,8 @@ class RunResult(NamedTuple):
       updates_run: updates run by this call (fewer than updates_done after a resume).
       complete: every chunk has run.
       compile_s: seconds spent compiling in this call; run_s: seconds in the chunk loop.
+      chunks_s: the seconds of run_s that the chunks themselves took, from dispatch to their
+        results (the rest is the host's work outside them: checkpoints, logs, videos).
       num_devices: devices each group was sharded over.
       num_chunks: chunks in the whole run (`continued_lengths`).
       best_policy: with `spec.eval_every`, every run's best evaluated policy so far
@@ -475,6 +477,7 @@ class RunResult(NamedTuple):
     num_devices: int
     num_chunks: int = 0
     best_policy: Any = None
+    chunks_s: float = 0.0
 
 
 def choose_devices(group_sizes: Sequence[int], requested: int | None = None) -> list:
@@ -1128,6 +1131,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         # Host work between chunks (TensorBoard and W&B writes, videos, checkpoints): timed apart from the chunks,
         # so a chunk's steps/s is its own and the time left adds that work at its mean so far.
         between_s, between_n, computed = 0.0, 0, None
+        chunks_s = 0.0  # the chunks' own seconds, summed (the summary's steps/s; `between_s` is the rest's)
         last_eval = _last_eval(metrics, 0) if "eval_return" in metrics else None  # a resumed run's last one
         if stream and jax.process_index() == 0 and getattr(stream, "isatty", lambda: False)():
             bar = _ProgressBar(stream, spec, updates_done)
@@ -1173,6 +1177,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 chunk_steps = length * spec.config.steps_per_update * spec.num_runs
                 returns = chunk_return(chunk)
                 seconds = computed - dispatched
+                chunks_s += seconds
                 rate = chunk_steps / seconds if seconds > 0 else float("nan")
                 elapsed, pace = computed - run_start, seconds / length
                 if "eval_return" in chunk:
@@ -1226,7 +1231,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         merged = merge(states)
         updates_run = sum(lengths[chunks_done - ran:chunks_done])
         return RunResult(merged, metrics, updates_done, updates_run, chunks_done, chunks_done == len(lengths),
-                         compile_s, run_s, mesh.size, len(lengths), merge(bests) if evaluating else None)
+                         compile_s, run_s, mesh.size, len(lengths), merge(bests) if evaluating else None, chunks_s)
 
 
 def _split_runs(tree: Any, groups: list, sharding: NamedSharding) -> list:

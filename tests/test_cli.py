@@ -1409,3 +1409,30 @@ def test_a_leading_tilde_in_a_folder_or_file_option_is_the_home_folder(tmp_path,
     assert cli.main(["evaluate", "~/runs/x"]) == 2  # named as the home folder's, and nothing made
     assert capsys.readouterr().err == f"jaxrl-rollout: error: {home / 'runs' / 'x'} does not exist.\n"
     assert not (tmp_path / "~").exists()
+
+
+def test_the_run_line_gives_the_chunks_rate_and_the_time_outside_them_apart(tmp_path, capsys, monkeypatch):
+    """Host work outside the chunks (here a video hook taking 2 s) was counted in the run's env steps/s: a video of
+    jumanji's Snake took 107 of a run's 110 s, and its rate read 10 env steps/s against the chunks' 403. The rate is
+    the chunks' own now, and the work outside them is told apart."""
+    import time
+
+    from jaxrl_rollout import video
+
+    class Slow:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, state, updates_done):
+            if updates_done == 3:
+                time.sleep(2.0)
+
+    monkeypatch.setattr(video, "TrainingVideos", Slow)
+    assert cli.main(["train", *SWEEP, "--video-every", "3", "--tensorboard", "false", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    line = re.search(r"run (\d+\.\d) s \(([\d,]+) env steps/s over all runs.*; (\d+\.\d) s of the run went to "
+                     r"checkpoints, logs and videos outside the chunks\)", out)
+    assert line, out
+    run_s, rate, between = float(line.group(1)), int(line.group(2).replace(",", "")), float(line.group(3))
+    steps = 7 * 4 * 8 * 4  # updates x envs x steps x runs
+    assert 2.0 <= between <= run_s and rate >= 2 * steps / run_s, out
