@@ -81,7 +81,6 @@ def test_scalars_equal_the_metrics_csv_at_the_same_steps(logged_run):
     assert checked == 2 * 2 * 4  # two runs, two metrics, four updates of 512 steps
 
 
-
 def test_an_updates_scalars_are_one_event(logged_run):
     """One event per update and run, its summary holding every metric of that update (TensorFlow's merged-summary
     form, which TensorBoard reads value by value): an event per scalar made the README's main job write 75,000
@@ -98,6 +97,7 @@ def test_an_updates_scalars_are_one_event(logged_run):
             steps.append(event.step)
             assert len(tags) == len(set(tags)) and {"train/policy_loss", "train/entropy"} <= set(tags), tags
     assert steps == [512, 1024, 1536, 2048]
+
 
 def test_tensorboard_logs_do_not_import_torch(tmp_path):
     """tensorboardX imports torch, where installed, for torch tensors it is never given here (1.9 s a command)."""

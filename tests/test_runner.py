@@ -389,7 +389,6 @@ def test_digest_summed_block_by_block_equals_one_sum_over_the_leaf(monkeypatch, 
                 assert f"{int(got[0]):08x}{int(got[1]):08x}" == _reference_digest(leaf), (size, dtype)
 
 
-
 def test_small_leaves_are_digested_on_the_host_and_give_the_devices_digest(monkeypatch):
     """A leaf of at most HOST_DIGEST_WORDS words is digested on the host with numpy (compiling the device's program
     took 0.6 s of every save and load of PPO's state), a larger one where it is: the same digest either way, every
@@ -412,6 +411,7 @@ def test_small_leaves_are_digested_on_the_host_and_give_the_devices_digest(monke
         for words in (-1, 8):  # every leaf on the device; those of more than 8 words there, the rest on the host
             monkeypatch.setattr(checkpoint, "HOST_DIGEST_WORDS", words)
             assert checkpoint._digest_strings(on_device) == expected, words
+
 
 def test_digest_scratch_memory_is_a_blocks_not_the_leafs():
     """Summed in one piece, XLA on the CPU kept the leaf's weighted products whole: a checkpoint of a 1.3 GB

@@ -667,7 +667,6 @@ def test_a_long_episode_is_drawn_and_encoded_a_block_at_a_time_into_the_same_vid
     np.testing.assert_array_equal(first, np.arange(3 * 8 * 16 * 3, dtype=np.uint8).reshape(3, 8, 16, 3))
 
 
-
 def test_a_video_that_takes_long_says_how_far_it_is(tmp_path, monkeypatch):
     """`progress` is given a line once a video has taken `PROGRESS_AFTER_S` to draw and encode, then every
     `PROGRESS_EVERY_S`: 4,000 steps of jumanji's Snake took 105 s a video, and `train --video-every` said nothing
@@ -690,6 +689,7 @@ def test_a_video_that_takes_long_says_how_far_it_is(tmp_path, monkeypatch):
     line = "  video of run0, update 4: {} frames drawn and encoded in * s, of an episode of at most 5 steps"
     assert said(PROGRESS_AFTER_S=0.0, PROGRESS_EVERY_S=0.0) == [line.format(n) for n in (2, 4, 5, 6)]
     assert said(PROGRESS_EVERY_S=1e9) == [line.format(2)]  # the first block's, then none within the next 1e9 s
+
 
 def test_a_videos_episode_is_recorded_a_block_at_a_time_whatever_its_time_limit():
     """The device keeps `RECORD_BLOCK` steps' states of a video's episode, not its time limit's: one program kept
