@@ -26,6 +26,7 @@ different places (`a/exp`, `b/exp`) never share a W&B run.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pathlib
 import socket
@@ -60,11 +61,15 @@ def metric_tag(name: str) -> str:
 
 
 def _chunk_arrays(metrics: dict, runs: int) -> dict:
-    """A chunk's metrics as numpy arrays, each checked to be [runs, updates]."""
+    """A chunk's metrics as numpy arrays, each checked to be [runs, updates], all of the same updates (each logger
+    writes an update's metrics together)."""
     arrays = {name: np.asarray(values) for name, values in metrics.items()}
     for name, values in arrays.items():
         if values.ndim != 2 or values.shape[0] != runs:
             raise ValueError(f"metric {name!r} must be [runs={runs}, updates], got {values.shape}.")
+    if len({values.shape[1] for values in arrays.values()}) > 1:
+        counts = ", ".join(f"{name!r} {values.shape[1]}" for name, values in arrays.items())
+        raise ValueError(f"every metric of a chunk must have the same number of updates, got {counts}.")
     return arrays
 
 
@@ -234,19 +239,13 @@ class TensorBoardLogger:
         if not arrays:
             return
         tags = [metric_tag(name) for name in arrays]
-        updates = {values.shape[1] for values in arrays.values()}
-        if len(updates) != 1:
-            raise ValueError(f"every metric of a chunk must be [runs, updates] with the same updates, got "
-                             f"{sorted(updates)} updates.")
         # [updates, runs, metrics], as Python floats (what a proto's float field takes)
         table = np.stack([values.astype(np.float64) for values in arrays.values()], axis=-1).transpose(1, 0, 2)
-        finite = np.isfinite(table).tolist()
-        table = table.tolist()
         Value = self._proto.Value
-        for u, (rows, kept_rows) in enumerate(zip(table, finite)):
+        for u, rows in enumerate(table.tolist()):
             step = steps_at(self._config, first_update + u + 1)
-            for events, row, kept in zip(files, rows, kept_rows):
-                values = [Value(tag=tag, simple_value=x) for tag, x, k in zip(tags, row, kept) if k]
+            for events, row in zip(files, rows):
+                values = [Value(tag=tag, simple_value=x) for tag, x in zip(tags, row) if math.isfinite(x)]
                 if values:
                     events.add(self._proto(value=values), step)
         for events in files:

@@ -444,3 +444,13 @@ def test_a_video_that_fails_to_draw_is_reported_once_and_training_goes_on(tmp_pa
     err = capsys.readouterr().err
     assert err.count("--video-every: no more videos (RuntimeError: the OpenGL context was lost); training goes on") == 1
     assert not list((folder / "videos" / "training").glob("*.mp4")) and (folder / "metrics.csv").exists()
+
+
+def test_a_chunks_metrics_of_different_update_counts_are_refused_naming_them():
+    """Both loggers write an update's metrics together (TensorBoard one event, W&B one row); metrics of different
+    update counts are one ValueError naming each metric's count, not an IndexError or updates left unwritten."""
+    from jaxrl_rollout import loggers
+
+    with pytest.raises(ValueError, match=r"same number of updates, got 'entropy' 3, 'policy_loss' 2\."):
+        loggers._chunk_arrays({"entropy": np.zeros((2, 3)), "policy_loss": np.zeros((2, 2))}, 2)
+    assert loggers._chunk_arrays({"entropy": np.zeros((2, 3))}, 2)["entropy"].shape == (2, 3)
