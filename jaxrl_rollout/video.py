@@ -1131,6 +1131,7 @@ def write_episode_videos(
     Raises:
       ValueError: the env cannot be rendered, a bad selector or names, or
         params and keys of different run counts.
+      TypeError: `progress` neither None nor callable.
       ImportError: the `video` extra is missing (checked before anything runs).
       OSError: a video cannot be written (see `write_video`).
     """
@@ -1206,6 +1207,14 @@ PROGRESS_EVERY_S = 30.0
 """Seconds between `progress` lines after the first, while the same video is still being drawn."""
 
 
+def _check_progress(progress: Any) -> Callable[[str], Any] | None:
+    """`progress` itself, checked to be None or a callable (it is first called only 10 s into a video)."""
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be None or a callable taking one line of text (e.g. print), got "
+                        f"{type(progress).__name__}.")
+    return progress
+
+
 def _reported(blocks: Iterator[np.ndarray], progress: Callable[[str], Any], what: str,
               max_steps: int) -> Iterator[np.ndarray]:
     """`blocks` as they come; once they have taken `PROGRESS_AFTER_S` seconds (drawn, and encoded as the encoder
@@ -1268,6 +1277,7 @@ class _EpisodeWriter:
         once, in the array returned. `progress`, if given, is called with a
         line on a video that takes long (`_reported`).
         """
+        _check_progress(progress)
         if not (prng.is_key(keys) or getattr(keys, "dtype", None) == np.uint32):
             got = f"{keys.dtype} array" if hasattr(keys, "dtype") else type(keys).__name__
             raise TypeError(f"keys must be PRNG keys [R], one per run (jax.random.split(key, R)), got {got}.")
@@ -1493,6 +1503,7 @@ class TrainingVideos:
 
     Raises:
       ValueError: `every` not a positive int, or the env cannot be rendered (at construction).
+      TypeError: `progress` neither None nor callable (at construction).
       ImportError: the `video` extra is missing (at construction).
     """
 
@@ -1502,7 +1513,7 @@ class TrainingVideos:
                  max_steps: int | None = None, fps: float = 30, initial_carry: PyTree | None = None,
                  progress: Callable[[str], Any] | None = None):
         self.every = _checks.check_positive_int("every", every)
-        self._progress = progress
+        self._progress = _check_progress(progress)
         self._writer = _episode_writer(env, env_params, policy_fn, max_steps=max_steps, fps=fps,
                                        initial_carry=initial_carry)
         self._keys = jnp.asarray(keys)

@@ -689,6 +689,10 @@ def test_a_video_that_takes_long_says_how_far_it_is(tmp_path, monkeypatch):
     line = "  video of run0, update 4: {} frames drawn and encoded in * s, of an episode of at most 5 steps"
     assert said(PROGRESS_AFTER_S=0.0, PROGRESS_EVERY_S=0.0) == [line.format(n) for n in (2, 4, 5, 6)]
     assert said(PROGRESS_EVERY_S=1e9) == [line.format(2)]  # the first block's, then none within the next 1e9 s
+    with pytest.raises(TypeError, match="progress must be None or a callable .* got str"):
+        video.write_episode_videos(tmp_path, env, None, _steady_policy, None, keys, "0", progress="stderr")
+    with pytest.raises(TypeError, match="progress must be None or a callable .* got str"):
+        video.TrainingVideos(tmp_path, env, None, _steady_policy, lambda s: s, keys, 1, progress="stderr")
 
 
 def test_a_videos_episode_is_recorded_a_block_at_a_time_whatever_its_time_limit():
