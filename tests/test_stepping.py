@@ -183,6 +183,63 @@ def test_a_rollout_traces_the_env_step_twice_in_all(monkeypatch):
         collect.rollout_init(jax.random.key(0), OldApiEnv(), None, B)
 
 
+def test_the_fused_key_probe_is_traced_once_per_env_and_params_shapes(monkeypatch):
+    """`_fused_trace`'s answer is the env's: asked again for the same env object (another B, its params traced
+    under jit or concrete) it traces nothing; another env object, params of other shapes or a vectorized env at
+    another B are probed again; an env the probe rejects raises each time; the oldest entries go past
+    `_FUSED_PROBES_KEPT`."""
+    monkeypatch.setattr(stepping, "_FUSED_PROBES", type(stepping._FUSED_PROBES)())
+    probed, probe = [], stepping._fused_probe
+    monkeypatch.setattr(stepping, "_fused_probe", lambda env, *a: probed.append(env) or probe(env, *a))
+    env, key_env = CountingEnv(), _KeyInStateEnv()
+    params = env.default_params
+    assert stepping.takes_fused_keys(env, params, 4) and stepping.takes_fused_keys(env, params, 2)
+    jax.jit(lambda p: jnp.float32(stepping.takes_fused_keys(env, p, 3)))(params)  # traced params: the same entry
+    assert probed == [env]
+    assert not stepping.takes_fused_keys(key_env, key_env.default_params, 4)
+    assert not stepping.takes_fused_keys(key_env, key_env.default_params, 2) and probed == [env, key_env]
+    other = CountingEnv()  # another object: its own probe
+    assert stepping.takes_fused_keys(other, params, 4) and probed == [env, key_env, other]
+    wider = params.replace(max_steps_in_episode=jnp.zeros((2,), jnp.int32))  # other shapes: probed again
+    stepping._fused_trace(env, wider, 4)
+    assert probed[-1] is env and len(probed) == 4
+    # the answer kept is the one the probe gives
+    assert stepping._fused_trace(env, params, 5) is probe(env, params, 5, jax.random.PRNGKey(0)) is True
+
+    class Vectorized(CountingEnv):
+        vectorized = True  # B copies in one call: the probe's batch is the env's, so each B is its own
+
+    calls = len(probed)
+    vec = Vectorized()
+    for b in (4, 2, 4):
+        stepping._fused_trace(vec, vec.default_params, b)
+    assert len(probed) == calls + 2
+
+    class BadStep(CountingEnv):  # its step's observation is not its reset's: the env's error, each time
+        def step_env(self, key, state, action, params):
+            obs, *rest = super().step_env(key, state, action, params)
+            return (obs[:1], *rest)
+
+    from jaxrl_rollout import collect
+
+    bad = BadStep()
+    for _ in range(2):
+        with pytest.raises(TypeError, match="same shapes"):  # (in gymnax's auto-reset select)
+            collect.rollout_init(jax.random.key(0), bad, None, 4)
+    # a probe that raises keeps nothing: the next call probes again
+    failing = CountingEnv()
+    monkeypatch.setattr(stepping, "_fused_probe", lambda env, *a: (_ for _ in ()).throw(RuntimeError("probe")))
+    with pytest.raises(RuntimeError, match="probe"):
+        stepping._fused_trace(failing, params, 4)
+    monkeypatch.setattr(stepping, "_fused_probe", lambda env, *a: probed.append(env) or probe(env, *a))
+    assert stepping._fused_trace(failing, params, 4) is True and probed[-1] is failing
+    monkeypatch.setattr(stepping, "_FUSED_PROBES_KEPT", 3)
+    many = [CountingEnv() for _ in range(4)]
+    for e in many:
+        stepping._fused_trace(e, e.default_params, 2)
+    assert [entry[0] for entry in stepping._FUSED_PROBES.values()] == many[1:]
+
+
 def test_batch_where_and_reset_carry_select_rows():
     mask = jnp.array([True, False, True])
     on_true = {"a": jnp.ones((B, 2)), "b": jnp.ones((B,))}
