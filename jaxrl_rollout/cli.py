@@ -1768,7 +1768,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` command: per-run returns of a saved run's policies, deterministic and stochastic."""
     import jax
 
-    from jaxrl_rollout.runner import _load_run_policies, make_algorithm
+    from jaxrl_rollout.runner import _load_run_policies
 
     if args.runs != "all" and not args.video:  # before the checkpoint is read and every run evaluated
         raise ValueError("--runs selects the runs of --video; add --video.")
@@ -1790,22 +1790,23 @@ def run_evaluate(args: argparse.Namespace) -> int:
                          "before the first chunk ended); continue it with: "
                          f"jaxrl-rollout train --resume {args.folder}")
     if args.best_policy:  # every run's best policy, kept with the checkpoint: evaluated in place of the state
-        from jaxrl_rollout.runner import load_best_policies, no_evaluation_yet
+        from jaxrl_rollout.runner import _load_best_policies, no_evaluation_yet
 
-        spec, state = load_best_policies(args.folder)
+        spec, state, algorithm = _load_best_policies(args.folder)
         manifest = checkpoint.read_manifest(args.folder)
         why = no_evaluation_yet(spec, state, manifest["meta"]["updates_done"])
         if why is not None:
             raise ValueError(f"--best-policy: {why}; evaluate the latest policies without --best-policy.")
     else:
-        spec, state, manifest = _load_run_policies(args.folder)  # (a replay buffer is not read)
+        spec, state, manifest, algorithm = _load_run_policies(args.folder)  # (a replay buffer is not read)
     chunks_done, updates_done = manifest["meta"]["chunks_done"], manifest["meta"]["updates_done"]
     key = jax.random.key(args.seed)
     args.trained_options = spec.config.env_options
     if args.env_option:  # the evaluation's env: the run's with these options in place of its own
         spec, algorithm = _evaluation_spec(spec, _given_env_options(args.env_option))
-    else:
-        algorithm = make_algorithm(spec)  # once, for both columns and the videos (a host env: one pool)
+    # else the algorithm the checkpoint was read with: once, for both columns and the videos (a host env: one
+    # pool), its env the one whose reset and step were traced for the checkpoint's shapes
+    # (`stepping._fused_trace` is not traced again for it: 1.5 s of brax's inverted_pendulum on 2 cores)
     if args.video:  # before every run is evaluated: a bad selector, an env that cannot be drawn, no `video` extra
         import numpy as np
 

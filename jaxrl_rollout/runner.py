@@ -1563,12 +1563,14 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
     return (spec, *_load_state(folder, spec, make_algorithm(spec)))
 
 
-def _load_run_policies(folder) -> tuple[RunSpec, Any, dict]:
+def _load_run_policies(folder) -> tuple[RunSpec, Any, dict, Any]:
     """`load_run` for what acts with the runs' policies alone (`evaluate`): (spec, train state with only the
-    leaves of its policies read (`_load_policy_state`), manifest)."""
+    leaves of its policies read (`_load_policy_state`), manifest, the algorithm built for the spec, which the
+    caller can act with: building it again makes another env, whose traces are not shared)."""
     spec = read_spec(folder)
     spec = run_spec(folder, spec, _run_manifest(folder))
-    return (spec, *_load_policy_state(folder, spec, make_algorithm(spec)))
+    algorithm = make_algorithm(spec)
+    return (spec, *_load_policy_state(folder, spec, algorithm), algorithm)
 
 
 def _load_state(folder, spec: RunSpec, algorithm) -> tuple[Any, dict, dict]:
@@ -1650,9 +1652,15 @@ def load_best_policies(folder) -> tuple[RunSpec, Any]:
       ValueError: no run in `folder`, or a run that keeps no best policy (trained without periodic
         evaluation, or by a version that kept none); `checkpoint.CheckpointError` as `load_run`.
     """
+    return _load_best_policies(folder)[:2]
+
+
+def _load_best_policies(folder) -> tuple[RunSpec, Any, Any]:
+    """`load_best_policies`, and the algorithm built for the spec (`_load_run_policies`)."""
     spec = read_spec(folder)
     spec = run_spec(folder, spec, _run_manifest(folder))
-    return spec, _load_best(folder, spec, make_algorithm(spec))[0]
+    algorithm = make_algorithm(spec)
+    return spec, _load_best(folder, spec, algorithm)[0], algorithm
 
 
 def no_evaluation_yet(spec: RunSpec, best: Any, updates_done: int) -> str | None:

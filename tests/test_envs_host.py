@@ -359,12 +359,13 @@ def test_host_sweeps_refuse_groups_and_several_devices_in_one_line():
     runner.check_host_run(_small_spec("CartPole-v1", num_seeds=4, max_parallel=2), devices=2)  # gymnax: no limit
 
 
-def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_path, capsys):
+def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_path, capsys, monkeypatch):
     """The command line's defaults on a host env: eight seeds in one pool, evaluated every chunk (in a pool of their
-    own) with a best policy per run, which `evaluate --best-policy` reads."""
+    own) with a best policy per run, which `evaluate --best-policy` reads. `evaluate` makes one pool, acting with
+    the algorithm it read the checkpoint with."""
     import csv
 
-    from jaxrl_rollout import cli
+    from jaxrl_rollout import cli, runner
 
     folder = tmp_path / "host"
     assert cli.main(["train", "--env", "gymnasium/CartPole-v1", "--total-steps", "1024", "--num-eval", "2",
@@ -379,10 +380,14 @@ def test_cli_trains_the_default_eight_seeds_on_a_host_env_then_evaluates(tmp_pat
     with open(folder / "metrics.csv", newline="") as f:
         evaluated = [row for row in csv.DictReader(f) if row["metric"] == "eval_return"]
     assert len(evaluated) == 8 * 2 and all(float(row["value"]) > 0 for row in evaluated)  # 2 updates, chunks of 1
+    built, make = [], runner.make_algorithm
+    monkeypatch.setattr(runner, "make_algorithm", lambda spec: built.append(spec.algo) or make(spec))
     assert cli.main(["evaluate", str(folder), "--num-episodes", "2"]) == 0
     assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("  default")]) == 8
     assert cli.main(["evaluate", str(folder), "--num-episodes", "2", "--best-policy"]) == 0
     assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("  default")]) == 8
+    assert built == ["ppo", "ppo"]  # one algorithm (one pool of envs) per command
+    monkeypatch.undo()
     # evaluated in an env made with another time limit than training's (none: gymnasium's 500): CartPole cannot
     # fall within 6 steps, so every episode of every run returns exactly 6 under that bound
     table = tmp_path / "six.csv"

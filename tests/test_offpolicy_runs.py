@@ -65,7 +65,7 @@ def test_interrupted_and_resumed_run_ends_bit_identical(algo, full_runs, tmp_pat
         assert stored.shape[0] == 2 and spec.config.buffer_size in stored.shape and np.abs(stored).sum() > 0
         np.testing.assert_array_equal(np.asarray(saved.buffer.current_index), np.asarray(part.state.buffer.current_index))
     # what acts with the policies (`evaluate`, `load_policy`) reads their leaves alone: no replay buffer
-    _, acting, _ = runner._load_run_policies(tmp_path)
+    _, acting, _, _ = runner._load_run_policies(tmp_path)
     policies = jax.vmap(runner.make_algorithm(spec).policy_params)
     for a, b in zip(host_leaves(policies(saved)), host_leaves(policies(acting)), strict=True):
         np.testing.assert_array_equal(a, b)

@@ -827,7 +827,7 @@ def test_a_run_folder_of_version_0_1_loads_resumes_and_evaluates(tmp_path, capsy
         else:
             np.testing.assert_array_equal(old, new)
     np.testing.assert_array_equal(extras["metrics/num_episodes"], now.metrics["num_episodes"])
-    _, acting, _ = runner._load_run_policies(folder)  # (read whole, one .npz: the leaves not asked set to None)
+    _, acting, _, _ = runner._load_run_policies(folder)  # (read whole, one .npz: the leaves not asked set to None)
     policies = jax.vmap(runner.make_algorithm(spec).policy_params)
     _assert_identical(policies(acting), policies(state))
     assert all(x is None for x in jax.tree.leaves((acting.opt_state, acting.rollout), is_leaf=lambda x: x is None))
