@@ -433,6 +433,23 @@ def check_step_like_reset(env: Any, reset_obs: Any, step_obs: Any, batched: bool
             "are.")
 
 
+def check_step_state_like_reset(env: Any, reset_state: Any, step_state: Any) -> None:
+    """A ValueError naming `env` and the first state leaf (by its path) where the state its `step_env` returns
+    differs from its `reset_env`'s in pytree, shape or dtype: gymnax's auto-reset selects between the two."""
+    reset_leaves, reset_tree = jax.tree_util.tree_flatten_with_path(reset_state)
+    step_leaves, step_tree = jax.tree_util.tree_flatten_with_path(step_state)
+    if reset_tree != step_tree:
+        raise ValueError(f"env {type(env).__name__}: step_env returns a state of another pytree than reset_env's "
+                         f"({step_tree} against {reset_tree}); gymnax's step selects between the two at an "
+                         "auto-reset, so make step_env's state the pytree, shapes and dtypes reset_env's is.")
+    for (path, a), (_, b) in zip(reset_leaves, step_leaves):
+        if (jnp.shape(a), jnp.result_type(a)) != (jnp.shape(b), jnp.result_type(b)):
+            raise ValueError(f"env {type(env).__name__}: step_env returns a state whose "
+                             f"{jax.tree_util.keystr(path) or 'leaf'} is {tree_text(b)}, where reset_env's is "
+                             f"{tree_text(a)}; gymnax's step selects between the two at an auto-reset, so make "
+                             "step_env's state the pytree, shapes and dtypes reset_env's is.")
+
+
 def refuse_train_state(name: str, params: Any) -> None:
     """A TypeError naming `name` when a learner's whole train state (a `*State` NamedTuple of
     `jaxrl_rollout.algorithms`) is passed where a policy's params go."""

@@ -427,7 +427,9 @@ def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
       TypeError: the step's result is not the 6-tuple of the protocol, or its
         info has no "final_observation".
       ValueError: its observations are not the pytree, shapes and dtypes of
-        the reset's (`_checks.check_step_like_reset`).
+        the reset's (`_checks.check_step_like_reset`), also where a gymnax
+        env's own `step_env` is what differs and its `step` fails inside
+        gymnax's auto-reset select (`_explain_select_failure`).
     """
 
     def one_step(key, env_params):
@@ -443,9 +445,42 @@ def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
     if is_vectorized(env):
         obs, result = jax.eval_shape(all_steps, jax.random.split(key, num_envs), env_params)
     else:
-        obs, result = jax.eval_shape(one_step, key, env_params)
+        try:
+            obs, result = jax.eval_shape(one_step, key, env_params)
+        except Exception as error:
+            _explain_select_failure(env, env_params, key, error)
+            raise
     step_obs = _checks.unpack_step(result, env, batched=is_vectorized(env))[0]
     _checks.check_step_like_reset(env, obs, step_obs, batched=is_vectorized(env))
+
+
+def _explain_select_failure(env: Any, env_params: Any, key: jax.Array, error: Exception) -> None:
+    """A ValueError, from `error`, where a gymnax env's own `step_env` returns observations or a state unlike its
+    `reset_env`'s (`_checks.check_step_like_reset`, `_checks.check_step_state_like_reset`); else nothing (the
+    caller raises `error`).
+
+    gymnax's `Environment.step` selects between the two per leaf for its auto-reset, so such an env (a user's
+    own, say) failed there with "select cases must have the same shapes, got [(1,), (2,)]" or a dtype
+    mismatch, naming neither the env nor what differs."""
+    step_env, reset_env = getattr(env, "step_env", None), getattr(env, "reset_env", None)
+    if not (callable(step_env) and callable(reset_env)):
+        return
+
+    def parts(key, env_params):
+        obs, state = reset_env(key, env_params)
+        action = env.action_space(env_params).sample(key)
+        stepped = step_env(key, state, action, env_params)
+        return obs, state, stepped[0], stepped[1]
+
+    try:
+        reset_obs, reset_state, step_obs, step_state = jax.eval_shape(parts, key, env_params)
+    except Exception:  # noqa: BLE001 -- its own parts fail too: the caller raises the original error
+        return
+    try:
+        _checks.check_step_like_reset(env, reset_obs, step_obs)
+        _checks.check_step_state_like_reset(env, reset_state, step_state)
+    except ValueError as mismatch:
+        raise mismatch from error
 
 
 def takes_fused_keys(env: Any, env_params: Any, num_envs: int) -> bool:

@@ -426,6 +426,54 @@ def test_a_step_observation_unlike_the_resets_is_refused(monkeypatch):
         collect.rollout_init(jax.random.key(0), StepsInHalf(), None, 2)
 
 
+class StepEnvInHalf(MyCartPole):
+    """Written as gymnax's envs are, with a `step_env` whose observations are of another dtype than its
+    `reset_env`'s: gymnax's own `step` then fails in its auto-reset select."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return obs.astype(jnp.bfloat16), state, reward, done, info
+
+
+class PendulumStepEnvInHalf(Pendulum):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return obs[:2], state, reward, done, info  # a shape of its own
+
+
+class StateInHalf(MyCartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return obs, state.replace(x=state.x.astype(jnp.bfloat16)), reward, done, info
+
+
+def test_a_gymnax_step_env_unlike_its_reset_env_is_named_by_every_learner():
+    """It failed with gymnax's "select cases must have the same dtypes" (or shapes), from inside its auto-reset,
+    naming neither the env nor what differs; the off-policy learners built without a word and failed in their
+    first trace the same way. A state leaf of another dtype is named by its path."""
+    from jaxrl_rollout import collect
+    from jaxrl_rollout.algorithms import dqn, sac, td3
+
+    message = (r"^env StepEnvInHalf: step returns observations bfloat16\[4\], but reset returns float32\[4\]; a "
+               r"rollout carries one observation")
+    with pytest.raises(ValueError, match=message) as raised:
+        collect.rollout_init(jax.random.key(0), StepEnvInHalf(), None, 2)
+    assert isinstance(raised.value.__cause__, TypeError)  # gymnax's own error, kept as the cause
+    with pytest.raises(ValueError, match=message):
+        jax.eval_shape(ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=StepEnvInHalf()), jax.random.key(0))
+    with pytest.raises(ValueError, match=message):
+        dqn.make_train(dqn.DQNConfig(total_timesteps=200, learning_starts=10, log_interval=100,
+                                     target_network_frequency=50, buffer_size=100, batch_size=8), env=StepEnvInHalf())
+    with pytest.raises(ValueError, match=r"^env StateInHalf: step_env returns a state whose \.x is bfloat16\[\], where "
+                                         r"reset_env's is float32\[\]; gymnax's step selects between the two"):
+        ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=StateInHalf())(jax.random.key(0))
+    pendulum = r"^env PendulumStepEnvInHalf: step returns observations float32\[2\], but reset returns float32\[3\]"
+    for learner, config in ((sac, sac.SACConfig), (td3, td3.TD3Config)):
+        with pytest.raises(ValueError, match=pendulum):
+            learner.make_train(config(total_timesteps=200, learning_starts=10, log_interval=100, buffer_size=100,
+                                      batch_size=8), env=PendulumStepEnvInHalf())
+
+
 def test_bad_env_arguments_name_the_argument():
     config = ppo.PPOConfig(**TINY_PPO)
     with pytest.raises(TypeError, match=r"env must be an env object \(the gymnax protocol\), got the string "

@@ -50,7 +50,7 @@ import optax
 from jaxrl_rollout import _checks, envs, optim, prng
 from jaxrl_rollout.algorithms import _common, replay
 from jaxrl_rollout.networks import fused_init
-from jaxrl_rollout.stepping import env_reset, env_step, reset_keys, step_keys, takes_fused_keys
+from jaxrl_rollout.stepping import check_env_and_fused_keys, env_reset, env_step, reset_keys, step_keys
 
 __all__ = [
     "DQN", "DQNConfig", "DQNHParams", "DQNMetrics", "DQNState", "HPARAM_RANGES", "QNetwork", "check_hparams", "dqn_loss",
@@ -436,7 +436,7 @@ def make_dqn(config: DQNConfig, *, env: Any = None, env_params: Any = None, netw
     # The step keeps JAX's env keys: fused there, the 1-seed CartPole benchmark ran 40% longer on 2 CPU cores
     # (half the thunks and less kernel time, but 1.7 s of CPU time in 1.2 s of wall time: kernels ran side by
     # side on the two cores, which did not pay), where SAC and TD3 on Pendulum were unchanged.
-    fused_reset_keys = takes_fused_keys(env, env_params, B)
+    fused_reset_keys = check_env_and_fused_keys(env, env_params, jax.random.PRNGKey(0), B)  # (a broken step: check_env's error)
     duration_scale = float(config.num_iterations)
 
     def optimizer(hp: DQNHParams) -> optax.GradientTransformation:

@@ -51,7 +51,7 @@ from jaxrl_rollout import _checks, envs, optim, prng
 from jaxrl_rollout import actor_critic_losses as acl
 from jaxrl_rollout.algorithms import _common, replay
 from jaxrl_rollout.networks import fused_init
-from jaxrl_rollout.stepping import env_reset, env_step, reset_keys, step_keys, takes_fused_keys
+from jaxrl_rollout.stepping import check_env_and_fused_keys, env_reset, env_step, reset_keys, step_keys
 
 __all__ = [
     "HPARAM_RANGES", "SAC", "SACActor", "SACConfig", "SACCritic", "SACHParams", "SACMetrics", "SACState",
@@ -499,7 +499,7 @@ def make_sac(config: SACConfig, *, env: Any = None, env_params: Any = None, netw
     buffer = replay.for_config(config, env, env_params)
     B, pf = config.num_envs, config.policy_frequency
     bootstrap_on_truncation = config.bootstrap == "time_limits"
-    fused_env_keys = takes_fused_keys(env, env_params, B)
+    fused_env_keys = check_env_and_fused_keys(env, env_params, jax.random.PRNGKey(0), B)  # (a broken step: check_env's error)
 
     def q_both(critic_params, obs, action):
         """[2, N] Q-values of the twin critics (params stacked on a leading axis of 2)."""

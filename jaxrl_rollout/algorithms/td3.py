@@ -51,7 +51,7 @@ from jaxrl_rollout import _checks, envs, optim, prng
 from jaxrl_rollout import actor_critic_losses as acl
 from jaxrl_rollout.algorithms import _common, replay
 from jaxrl_rollout.networks import fused_init
-from jaxrl_rollout.stepping import env_reset, env_step, reset_keys, step_keys, takes_fused_keys
+from jaxrl_rollout.stepping import check_env_and_fused_keys, env_reset, env_step, reset_keys, step_keys
 
 __all__ = [
     "HPARAM_RANGES", "TD3", "TD3Actor", "TD3Config", "TD3Critic", "TD3HParams", "TD3Metrics", "TD3State",
@@ -416,7 +416,7 @@ def make_td3(config: TD3Config, *, env: Any = None, env_params: Any = None, netw
     _common.refuse_unread_network_fields(config, own_network)
     buffer = replay.for_config(config, env, env_params)
     B, A = config.num_envs, action_dim
-    fused_env_keys = takes_fused_keys(env, env_params, B)
+    fused_env_keys = check_env_and_fused_keys(env, env_params, jax.random.PRNGKey(0), B)  # (a broken step: check_env's error)
     bootstrap_on_truncation = config.bootstrap == "time_limits"
 
     def q_fn(params, obs, action):
