@@ -533,7 +533,8 @@ def check_env_and_fused_keys(env: Any, env_params: Any, key: jax.Array, num_envs
 # whether a key ends up in its state), not the batch's, and a command asked it once per `rollout_init` it traced
 # (training's, the periodic evaluation's, a checkpoint's template): each a traced reset and step, 1.5 s for brax's
 # inverted_pendulum and 1.2 s for craftax on 2 cores. Kept for the `_FUSED_PROBES_KEPT` envs probed last (an entry
-# holds its env, so an id is never another env's).
+# holds its env, so an id is never another env's). An env object changed after its probe (an attribute its step
+# reads) is not probed again: make a new env object instead.
 _FUSED_PROBES: collections.OrderedDict = collections.OrderedDict()
 _FUSED_PROBES_KEPT = 32
 _FUSED_PROBES_LOCK = threading.Lock()
