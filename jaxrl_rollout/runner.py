@@ -1558,18 +1558,22 @@ def load_run(folder) -> tuple[RunSpec, Any, dict, dict]:
       ValueError: no run in `folder`; `checkpoint.CheckpointError` for a missing,
         corrupt or mismatched checkpoint.
     """
-    spec = read_spec(folder)
-    spec = run_spec(folder, spec, _run_manifest(folder))
-    return (spec, *_load_state(folder, spec, make_algorithm(spec)))
+    spec, algorithm = _saved_spec_and_algorithm(folder)
+    return (spec, *_load_state(folder, spec, algorithm))
+
+
+def _saved_spec_and_algorithm(folder) -> tuple[RunSpec, Any]:
+    """The spec of the run in `folder` (its config.json, with the updates its checkpoint holds) and its
+    `Algorithm`, built once: a caller that acts with it after reading a checkpoint shares its env (building it
+    again makes another env, whose traces are not shared; for a host env another pool)."""
+    spec = run_spec(folder, read_spec(folder), _run_manifest(folder))
+    return spec, make_algorithm(spec)
 
 
 def _load_run_policies(folder) -> tuple[RunSpec, Any, dict, Any]:
     """`load_run` for what acts with the runs' policies alone (`evaluate`): (spec, train state with only the
-    leaves of its policies read (`_load_policy_state`), manifest, the algorithm built for the spec, which the
-    caller can act with: building it again makes another env, whose traces are not shared)."""
-    spec = read_spec(folder)
-    spec = run_spec(folder, spec, _run_manifest(folder))
-    algorithm = make_algorithm(spec)
+    leaves of its policies read (`_load_policy_state`), manifest, the algorithm it was read with)."""
+    spec, algorithm = _saved_spec_and_algorithm(folder)
     return (spec, *_load_policy_state(folder, spec, algorithm), algorithm)
 
 
@@ -1656,10 +1660,8 @@ def load_best_policies(folder) -> tuple[RunSpec, Any]:
 
 
 def _load_best_policies(folder) -> tuple[RunSpec, Any, Any]:
-    """`load_best_policies`, and the algorithm built for the spec (`_load_run_policies`)."""
-    spec = read_spec(folder)
-    spec = run_spec(folder, spec, _run_manifest(folder))
-    algorithm = make_algorithm(spec)
+    """`load_best_policies`, and the algorithm they were read with (`_saved_spec_and_algorithm`)."""
+    spec, algorithm = _saved_spec_and_algorithm(folder)
     return spec, _load_best(folder, spec, algorithm)[0], algorithm
 
 
