@@ -567,7 +567,7 @@ def _fused_trace(env: Any, env_params: Any, num_envs: int) -> bool | None:
     cache_key = _probe_key(env, env_params, num_envs)
     with _FUSED_PROBES_LOCK:
         kept = _FUSED_PROBES.get(cache_key) if cache_key is not None else None
-        if kept is not None and kept[0] is env:
+        if kept is not None:  # (its env is this one: the entry holds it, so its id is no other object's)
             _FUSED_PROBES.move_to_end(cache_key)
             return kept[1]
     found = _fused_probe(env, env_params, num_envs, key)
