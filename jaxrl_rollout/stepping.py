@@ -285,7 +285,7 @@ def env_step(
     for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
         if jnp.shape(x) != (batch_size,):
             raise ValueError(
-                f"env.step must return a scalar {name} per env ([B]=({batch_size},) "
+                f"env {type(env).__name__}: step must return a scalar {name} per env ([B]=({batch_size},) "
                 f"after vmap), got shape {jnp.shape(x)}."
             )
     return EnvStep(
@@ -428,8 +428,9 @@ def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
         info has no "final_observation".
       ValueError: its observations are not the pytree, shapes and dtypes of
         the reset's (`_checks.check_step_like_reset`), also where a gymnax
-        env's own `step_env` is what differs and its `step` fails inside
-        gymnax's auto-reset select (`_explain_select_failure`).
+        env's own `step_env` is what differs (or its done, or `is_truncated`,
+        is not one scalar) and its `step` fails inside gymnax's auto-reset
+        select (`_explain_select_failure`).
     """
 
     def one_step(key, env_params):
@@ -456,27 +457,37 @@ def check_env(env: Any, env_params: Any, key: jax.Array, num_envs: int) -> None:
 
 def _explain_select_failure(env: Any, env_params: Any, key: jax.Array, error: Exception) -> None:
     """A ValueError, from `error`, where a gymnax env's own `step_env` returns observations or a state unlike its
-    `reset_env`'s (`_checks.check_step_like_reset`, `_checks.check_step_state_like_reset`); else nothing (the
-    caller raises `error`).
+    `reset_env`'s (`_checks.check_step_like_reset`, `_checks.check_step_state_like_reset`), or a done (or
+    `is_truncated` a flag) that is not one scalar; else nothing (the caller raises `error`).
 
-    gymnax's `Environment.step` selects between the two per leaf for its auto-reset, so such an env (a user's
-    own, say) failed there with "select cases must have the same shapes, got [(1,), (2,)]" or a dtype
-    mismatch, naming neither the env nor what differs."""
+    gymnax's `Environment.step` selects between the two per leaf for its auto-reset, with
+    `terminated | is_truncated(state)`, so such an env (a user's own, say) failed there with "select cases must
+    have the same shapes, got [(1,), (2,)]", a dtype mismatch or "select `which` must be scalar or have the
+    same shape as cases", naming neither the env nor what differs."""
     step_env, reset_env = getattr(env, "step_env", None), getattr(env, "reset_env", None)
     if not (callable(step_env) and callable(reset_env)):
         return
 
-    def parts(key, env_params):
+    def parts(key, env_params):  # env_params resolved (check_env's)
         obs, state = reset_env(key, env_params)
         action = env.action_space(env_params).sample(key)
         stepped = step_env(key, state, action, env_params)
-        return obs, state, stepped[0], stepped[1]
+        is_truncated = getattr(env, "is_truncated", None)
+        truncated = is_truncated(stepped[1], env_params) if callable(is_truncated) else jnp.zeros((), bool)
+        return obs, state, stepped[0], stepped[1], stepped[3], truncated
 
     try:
-        reset_obs, reset_state, step_obs, step_state = jax.eval_shape(parts, key, env_params)
+        reset_obs, reset_state, step_obs, step_state, terminated, truncated = jax.eval_shape(parts, key, env_params)
     except Exception:  # noqa: BLE001 -- its own parts fail too: the caller raises the original error
         return
     try:
+        # gymnax's step selects with terminated | is_truncated(state): one bool per env
+        for name, flag in (("step_env returns a done (terminated) of", terminated), ("is_truncated returns", truncated)):
+            if [jnp.shape(x) for x in jax.tree.leaves(flag)] != [()]:
+                raise ValueError(
+                    f"env {type(env).__name__}: {name} {_checks.tree_text(flag)}; gymnax's step selects between "
+                    "reset_env's and step_env's observations and states with terminated | is_truncated(state), so "
+                    "each must be one scalar (a bool[]) per env.")
         _checks.check_step_like_reset(env, reset_obs, step_obs)
         _checks.check_step_state_like_reset(env, reset_state, step_state)
     except ValueError as mismatch:

@@ -447,6 +447,19 @@ class StateInHalf(MyCartPole):
         return obs, state.replace(x=state.x.astype(jnp.bfloat16)), reward, done, info
 
 
+class DonePerPole(MyCartPole):
+    """A done per something (here twice the same): gymnax's auto-reset select needs one bool."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return obs, state, reward, jnp.stack([done, done]), info
+
+
+class TruncatedPerPole(MyCartPole):
+    def is_truncated(self, state, params):
+        return jnp.stack([super().is_truncated(state, params)] * 2)
+
+
 def test_a_gymnax_step_env_unlike_its_reset_env_is_named_by_every_learner():
     """It failed with gymnax's "select cases must have the same dtypes" (or shapes), from inside its auto-reset,
     naming neither the env nor what differs; the off-policy learners built without a word and failed in their
@@ -467,6 +480,12 @@ def test_a_gymnax_step_env_unlike_its_reset_env_is_named_by_every_learner():
     with pytest.raises(ValueError, match=r"^env StateInHalf: step_env returns a state whose \.x is bfloat16\[\], where "
                                          r"reset_env's is float32\[\]; gymnax's step selects between the two"):
         ppo.make_train(ppo.PPOConfig(**TINY_PPO), env=StateInHalf())(jax.random.key(0))
+    with pytest.raises(ValueError, match=r"^env DonePerPole: step_env returns a done \(terminated\) of bool\[2\]; "
+                                         r"gymnax's step selects .* so each must be one scalar \(a bool\[\]\) per env"):
+        collect.rollout_init(jax.random.key(0), DonePerPole(), None, 2)
+    with pytest.raises(ValueError, match=r"^env TruncatedPerPole: is_truncated returns bool\[2\]"):
+        dqn.make_train(dqn.DQNConfig(total_timesteps=200, learning_starts=10, log_interval=100,
+                                     target_network_frequency=50, buffer_size=100, batch_size=8), env=TruncatedPerPole())
     pendulum = r"^env PendulumStepEnvInHalf: step returns observations float32\[2\], but reset returns float32\[3\]"
     for learner, config in ((sac, sac.SACConfig), (td3, td3.TD3Config)):
         with pytest.raises(ValueError, match=pendulum):
