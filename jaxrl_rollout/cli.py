@@ -32,6 +32,7 @@ import json
 import math
 import os
 import pathlib
+import shlex
 import shutil
 import sys
 import time
@@ -462,8 +463,6 @@ def _resume_command(args: argparse.Namespace, folder, total_steps: int | None = 
     e.g. "jaxrl-rollout train --resume runs/x --video-every 10", and
     `--total-steps` when given: a new total that the folder does not hold yet (an extension stopped before its
     first save)."""
-    import shlex
-
     defaults = build_parser().parse_args(["train"])
     parts = ["jaxrl-rollout", "train", "--resume", shlex.quote(str(folder))]
     if total_steps is not None:
@@ -1120,7 +1119,7 @@ def _check_new_folder(folder: pathlib.Path, spec) -> None:
 
     if (folder / "config.json").exists():
         saved = read_spec(folder)
-        what_next = f"choose another --out, or continue that run with --resume {folder}"
+        what_next = f"choose another --out, or continue that run with --resume {shlex.quote(str(folder))}"
         if saved.algo != spec.algo:  # every option would differ: the algorithm says it
             article = "an" if saved.algo.startswith("a") else "a"  # an A2C run, a DQN run
             raise ValueError(f"--out {folder} already holds {article} {saved.algo.upper()} run (this command trains "
@@ -1128,8 +1127,8 @@ def _check_new_folder(folder: pathlib.Path, spec) -> None:
         diff = _differences(_spec_options(saved), _spec_options(spec), _spec_options(spec))
         if diff:
             raise ValueError(f"--out {folder} already holds a different run ({'; '.join(diff)}); {what_next}.")
-        raise ValueError(f"--out {folder} already holds this run; continue it with --resume {folder} "
-                         "or choose another --out.")
+        raise ValueError(f"--out {folder} already holds this run; continue it with --resume "
+                         f"{shlex.quote(str(folder))} or choose another --out.")
     if any(p.name != LOCK_NAME for p in folder.iterdir()):
         raise ValueError(f"--out {folder} is not empty and holds no jaxrl-rollout run; choose another --out.")
 
@@ -1554,8 +1553,6 @@ def _output_failed(error: OSError, args, folder, result, unsaved_total) -> int:
     is no error: `ReaderMayClose`.)"""
     what = _os_error_text(error)
     if result.complete:
-        import shlex
-
         saved = (f"the run is complete and saved in {folder}: `jaxrl-rollout train --resume {shlex.quote(str(folder))}` "
                  "writes its metrics.csv and learning_curve.png and prints its summary again, and `jaxrl-rollout "
                  f"evaluate {shlex.quote(str(folder))}` evaluates it")
@@ -1681,8 +1678,6 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
     # The run is complete, saved and written: a signal now (or one that came during the last chunk or the writes)
     # stops the closing evaluation at once; it was acknowledged with "stopping at the next chunk boundary", then
     # ignored through the whole evaluation.
-    import shlex
-
     from jaxrl_rollout._signals import at_once
 
     try:
@@ -1788,7 +1783,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
                              "chunks); evaluate it once that is written.")
         raise ValueError(f"{args.folder} holds a run with nothing trained yet (no checkpoint: its train stopped "
                          "before the first chunk ended); continue it with: "
-                         f"jaxrl-rollout train --resume {args.folder}")
+                         f"jaxrl-rollout train --resume {shlex.quote(str(args.folder))}")
     if args.best_policy:  # every run's best policy, kept with the checkpoint: evaluated in place of the state
         from jaxrl_rollout.runner import _load_best_policies, no_evaluation_yet
 
@@ -2599,8 +2594,6 @@ def _out_of_memory_text(args: argparse.Namespace, error: BaseException) -> str:
         copy = ("--checkpoint-every 1 keeps one state of each run (between checkpoints a chunk is given a copy of the "
                 "state, replay buffers included)")
     if args.command == "train" and resume:
-        import shlex
-
         again = (f"a resumed run keeps its config: train it again, with `--config {shlex.quote(str(resume))}` and "
                  f"another --out, and lower {sizes}, {fewer}")
         if copy:  # the one option that lowers a resumed run's memory

@@ -1097,7 +1097,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             f"{mesh.devices.flat[0].platform} device(s); {chunks}" + _replay_text(states, spec.num_runs))
         if chunks_done and chunks_done == len(lengths):
             say(f"  the run is complete ({updates_done:,} update{'s' if updates_done != 1 else ''}): nothing left to "
-                f"train; its summary follows (to train it longer: jaxrl-rollout train --resume {folder} "
+                f"train; its summary follows (to train it longer: jaxrl-rollout train --resume {shlex.quote(str(folder))} "
                 "--total-steps N)")
         if resume and host is not None and chunks_done < len(lengths):
             say(f"  {spec.config.env_id} is a host env, whose state is not in the checkpoint: every env starts a new "

@@ -451,6 +451,14 @@ def test_bad_folders_and_resumes_exit_2_and_write_nothing(sweep_run, tmp_path, c
     assert capsys.readouterr().err == (
         f"jaxrl-rollout: error: {fresh} holds a run with nothing trained yet (no checkpoint: its train stopped before "
         f"the first chunk ended); continue it with: jaxrl-rollout train --resume {fresh}\n")
+    spaced = tmp_path / "fresh run"  # a command to paste quotes its folder
+    spaced.mkdir()
+    shutil.copy(sweep_run / "config.json", spaced / "config.json")
+    assert cli.main(["evaluate", str(spaced)]) == 2
+    assert capsys.readouterr().err.endswith(f"continue it with: jaxrl-rollout train --resume '{spaced}'\n")
+    assert cli.main(["train", *SWEEP, "--out", str(spaced)]) == 2
+    assert capsys.readouterr().err.endswith(f"already holds this run; continue it with --resume '{spaced}' or choose "
+                                            "another --out.\n")
     # and from Python: each loader says the same, not that checkpoints/ holds no committed step
     from jaxrl_rollout import checkpoint, runner
 
