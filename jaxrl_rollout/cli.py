@@ -839,7 +839,8 @@ def _check_video(args, spec, env=None, updates_done: int = 0) -> None:
     if updates_done // args.video_every == spec.config.num_updates // args.video_every:
         raise ValueError(f"--video-every {args.video_every}: the run has trained {updates_done} of its "
                          f"{spec.config.num_updates} updates, and no multiple of {args.video_every} is left, so it "
-                         f"would never record; record its policy with: jaxrl-rollout evaluate {args.resume} --video")
+                         "would never record; record its policy with: jaxrl-rollout evaluate "
+                         f"{shlex.quote(str(args.resume))} --video")
     import numpy as np
 
     from jaxrl_rollout import video

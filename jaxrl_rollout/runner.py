@@ -1518,7 +1518,8 @@ def read_spec(folder) -> RunSpec:
         given = pathlib.Path(folder)
         if config_removed(given):
             raise ValueError(f"{folder} holds a checkpoint but no config.json (removed?); jaxrl-rollout train "
-                             f"--resume {folder} writes config.json again from the spec saved with the checkpoint.")
+                             f"--resume {shlex.quote(str(folder))} writes config.json again from the spec saved with "
+                             "the checkpoint.")
         what = ("is a file, not a run folder" if given.is_file() else
                 "holds no run: config.json is missing" if given.exists() else "does not exist")
         raise ValueError(f"{folder} {what}.{_runs_near(given)}")
