@@ -332,9 +332,10 @@ class RunSpec:
             raise ValueError("grid must be a list of hyperparameter objects.")
         fields = {k: tuple(v) if isinstance(defaults[k], tuple) and k != "env_options" else v
                   for k, v in data["config"].items()}
-        if algo in ("sac", "td3") and "network" not in fields:
-            # saved before SAC and TD3 had `network` (2026-12-04): their networks flattened every observation,
-            # where "auto" now reads an Atari-sized image with a CNN (other params: the run would not resume)
+        if algo in ("dqn", "sac", "td3") and "network" not in fields:
+            # saved before the algorithm had `network` (DQN 2026-12-02, SAC and TD3 2026-12-04): its networks
+            # flattened every observation, where "auto" now reads an Atari-sized image with a CNN (other params:
+            # the run would not resume)
             fields["network"] = "mlp"
         grid = []
         for point in data["grid"]:
@@ -391,6 +392,20 @@ def spec_differences(a: dict, b: dict, names: tuple = ("config.json", "the check
             for k in dict.fromkeys([*fa, *fb]) if norm(fa.get(k)) != norm(fb.get(k))]
 
 
+def _as_read(saved: Any) -> Any:
+    """A checkpoint's saved spec (a `to_json` dict) as this version reads it: `RunSpec.from_json`, then `to_json`.
+
+    A field added since the run was saved is missing from both its config.json and its checkpoint's spec;
+    config.json is compared as read (the field at its default, or at the value `from_json` gives runs saved
+    before it), so the checkpoint's spec is too, or every such run would read as edited. One that this version
+    cannot read is compared as saved (its differences are then listed).
+    """
+    try:
+        return RunSpec.from_json(saved).to_json()
+    except (ValueError, TypeError, KeyError):
+        return saved
+
+
 def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tuple = (), given: bool = False) -> None:
     """Refuses a config.json `spec` that differs from the spec saved in the checkpoint's manifest.
 
@@ -410,7 +425,7 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
     if saved is None:
         return
     names = ("the spec given", "the run") if given else ("config.json", "the checkpoint")
-    diff = [d for d in spec_differences(spec.to_json(), saved, names) if d.split(":")[0] not in ignore]
+    diff = [d for d in spec_differences(spec.to_json(), _as_read(saved), names) if d.split(":")[0] not in ignore]
     if diff:
         why = (f"the spec given differs from the run in {folder} (only config.total_timesteps may grow, to train "
                "longer)") if given else (f"{pathlib.Path(folder) / 'config.json'} differs from the spec saved with "
@@ -435,7 +450,7 @@ def run_spec(folder, spec: RunSpec, manifest: dict) -> RunSpec:
     if isinstance(saved, dict) and isinstance(saved.get("config"), dict):
         total = saved["config"].get("total_timesteps")
         behind = _checks.is_int(total) and total > spec.config.total_timesteps
-        if behind and not [d for d in spec_differences(spec.to_json(), saved)
+        if behind and not [d for d in spec_differences(spec.to_json(), _as_read(saved))
                            if d.split(":")[0] != "config.total_timesteps"]:
             return RunSpec.from_json(saved)
     check_checkpoint_spec(folder, spec, manifest)
