@@ -409,6 +409,27 @@ def test_cli_reports_and_evaluates_each_runs_best_policy(runs, tmp_path, capsys)
         "--eval-every to keep each run's best policy).\n")
 
 
+def test_cli_gives_the_spread_of_more_runs_than_it_lists(runs, tmp_path, capsys, monkeypatch):
+    """Past `cli.LISTED_RUNS` runs (a 512-seed sweep printed two lines of 512 figures), `train`'s closing lines give
+    the spread of the runs' figures and the command whose table has a row per run (here with the limit at 1)."""
+    _, evaluated, _ = runs
+    monkeypatch.setattr(cli, "LISTED_RUNS", 1)
+    folder = tmp_path / "run"
+    assert cli.main([*ARGV, "--num-eval", "3", "--out", str(folder)]) == 0
+    out = capsys.readouterr().out
+
+    def spread(values):
+        values = np.asarray(values, np.float64)
+        low, middle, high = cli._figures([values.min(), np.median(values), values.max()])
+        return f"min {low}, median {middle}, max {high} over 2 runs"
+
+    last = evaluated.metrics["eval_return"][:, -1]
+    assert f"; per run: {spread(last)} (a row per run: jaxrl-rollout evaluate {folder})\n" in out
+    assert (f"  best policy per run (its periodic evaluation's return): {spread(evaluated.best_policy.eval_return)}; "
+            f"kept with the checkpoint: jaxrl-rollout evaluate {folder} --best-policy\n") in out
+    assert cli._spread([np.nan, 1.0, 3.0, 2.0]) == "min 1.0, median 2.0, max 3.0 over 4 runs"
+
+
 def test_best_policy_before_the_first_evaluation_is_refused_in_one_line(tmp_path, capsys):
     """A checkpoint before the first evaluation holds each run's initial policy as its "best" (update 0)."""
     spec = runner.RunSpec("ppo", PPO_CONFIG, (ppo.PPOHParams(),), num_seeds=2, chunk_updates=3, eval_every=6)
