@@ -845,24 +845,28 @@ def test_a_run_folder_of_version_0_1_loads_resumes_and_evaluates(tmp_path, capsy
     assert "checkpoint final" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["dqn_f1a3ed5", "sac_3f37f30"])
-def test_a_run_saved_before_later_config_fields_evaluates_and_resumes(name, tmp_path, capsys):
-    """Runs saved by earlier versions, stopped after 2 of 3 chunks (tests/fixtures/README.md has their commands):
-    DQN's before it had `network` (2026-11-30), SAC's before `optimize_memory_usage` and its own `network`
-    (2026-12-03). Neither field is in their config.json nor in their checkpoint's spec: each reads as what the run
-    trained with (network "mlp", no compact buffer) on both sides, so the run is not refused as edited (it was until
-    the checkpoint's spec was read as config.json is), its two chunks equal this version's, and it evaluates and
-    resumes from the command line."""
+@pytest.mark.parametrize("name", ["dqn_f1a3ed5", "ppo_3f37f30", "a2c_3f37f30", "pqn_3f37f30", "sac_3f37f30",
+                                  "td3_3f37f30"])
+def test_a_run_saved_by_an_earlier_version_evaluates_and_resumes(name, tmp_path, capsys):
+    """Runs saved by earlier versions, one per algorithm, stopped after 2 of 3 chunks (tests/fixtures/README.md has
+    their commands): each reads, its two chunks equal this version's, and it evaluates and resumes from the command
+    line. DQN's was saved before it had `network` (2026-11-30), SAC's and TD3's before `optimize_memory_usage` and
+    their own `network` (2026-12-03): neither field is in their config.json nor in their checkpoint's spec, and each
+    reads as what the run trained with (network "mlp", no compact buffer) on both sides, so the run is not refused
+    as edited (it was until the checkpoint's spec was read as config.json is)."""
     from jaxrl_rollout import cli
 
     folder = shutil.copytree(pathlib.Path(__file__).parent / "fixtures" / name, tmp_path / "run")
-    saved = checkpoint.read_manifest(folder)["meta"]["spec"]["config"]
-    written = json.loads((folder / "config.json").read_text())["config"]
-    for fields in (saved, written):
-        assert "optimize_memory_usage" not in fields and "network" not in fields
+    algo = name.split("_")[0]
+    if algo in ("dqn", "sac", "td3"):
+        saved = checkpoint.read_manifest(folder)["meta"]["spec"]["config"]
+        written = json.loads((folder / "config.json").read_text())["config"]
+        for fields in (saved, written):
+            assert "optimize_memory_usage" not in fields and "network" not in fields
     spec, state, _, _ = runner.load_run(folder)  # refused as edited before: config.json read, the spec saved not
-    assert spec == runner.read_spec(folder)
-    assert spec.config.network == "mlp" and spec.config.optimize_memory_usage is False
+    assert spec == runner.read_spec(folder) and spec.algo == algo
+    if algo in ("dqn", "sac", "td3"):
+        assert spec.config.network == "mlp" and spec.config.optimize_memory_usage is False
     now = runner.train(spec, stop_after_chunks=2, progress=None)  # the same two chunks with this version
     for old, new in zip(_leaves(state), _leaves(now.state), strict=True):
         assert old.dtype == new.dtype
