@@ -808,6 +808,19 @@ def test_the_progress_line_gives_the_time_left_at_the_last_chunk_pace():
                                                                                   "1h00m", "2h05m"]
 
 
+def _two_chunks_as_saved(spec, state, atol):
+    """This version's first two chunks of `spec`, whose state equals `state`, saved after them by an earlier version
+    (floats to float32 rounding: written on this machine's CPU; another CPU may round the last bit apart)."""
+    now = runner.train(spec, stop_after_chunks=2, progress=None)
+    for old, new in zip(_leaves(state), _leaves(now.state), strict=True):
+        assert old.dtype == new.dtype
+        if old.dtype.kind == "f":
+            np.testing.assert_allclose(old, new, rtol=1e-5, atol=atol)
+        else:
+            np.testing.assert_array_equal(old, new)
+    return now
+
+
 def test_a_run_folder_of_version_0_1_loads_resumes_and_evaluates(tmp_path, capsys):
     # tests/fixtures/run_0.1: the npz/JSON checkpoint format of 0.1, stopped after 2 of 3 chunks
     # (tests/fixtures/README.md has the command that wrote it).
@@ -819,13 +832,7 @@ def test_a_run_folder_of_version_0_1_loads_resumes_and_evaluates(tmp_path, capsy
     template = jax.eval_shape(jax.vmap(runner.make_algorithm(spec).init), spec.run_keys(), spec.run_hparams())
     state, extras, manifest = checkpoint.load(folder, template)
     assert manifest["meta"]["chunks_done"] == 2
-    now = runner.train(spec, stop_after_chunks=2, progress=None)  # the same two chunks with this version
-    for old, new in zip(_leaves(state), _leaves(now.state), strict=True):
-        assert old.dtype == new.dtype
-        if old.dtype.kind == "f":  # written on this machine's CPU; another CPU may round the last bit apart
-            np.testing.assert_allclose(old, new, rtol=1e-5, atol=1e-7)
-        else:
-            np.testing.assert_array_equal(old, new)
+    now = _two_chunks_as_saved(spec, state, atol=1e-7)
     np.testing.assert_array_equal(extras["metrics/num_episodes"], now.metrics["num_episodes"])
     _, acting, _, _ = runner._load_run_policies(folder)  # (read whole, one .npz: the leaves not asked set to None)
     policies = jax.vmap(runner.make_algorithm(spec).policy_params)
@@ -867,13 +874,7 @@ def test_a_run_saved_by_an_earlier_version_evaluates_and_resumes(name, tmp_path,
     assert spec == runner.read_spec(folder) and spec.algo == algo
     if algo in ("dqn", "sac", "td3"):
         assert spec.config.network == "mlp" and spec.config.optimize_memory_usage is False
-    now = runner.train(spec, stop_after_chunks=2, progress=None)  # the same two chunks with this version
-    for old, new in zip(_leaves(state), _leaves(now.state), strict=True):
-        assert old.dtype == new.dtype
-        if old.dtype.kind == "f":  # written on this machine's CPU; another CPU may round the last bit apart
-            np.testing.assert_allclose(old, new, rtol=1e-5, atol=1e-6)
-        else:
-            np.testing.assert_array_equal(old, new)
+    _two_chunks_as_saved(spec, state, atol=1e-6)
 
     assert cli.main(["evaluate", str(folder), "--num-episodes", "1"]) == 0
     assert "checkpoint after chunk 2, update 2 of 3 (run incomplete)" in capsys.readouterr().out
