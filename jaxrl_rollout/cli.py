@@ -1720,10 +1720,10 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
               f"draw {rates[:, 1].mean():.0%}, loss {rates[:, 2].mean():.0%}; per run (W/D/L): "
               + (" ".join("/".join(f"{x:.2f}" for x in r) for r in rates) if listed else table))
     if best is not None:
-        print(("  best policy per run (its periodic evaluation's return @ update): "
-               + " ".join(f"{v}@{int(u)}" for v, u in zip(_figures(best.eval_return), best.update)) if listed else
-               f"  best policy per run (its periodic evaluation's return): {_spread(best.eval_return)}")
-              + f"; kept with the checkpoint: jaxrl-rollout evaluate {shlex.quote(str(folder))} --best-policy")
+        figures = (" ".join(f"{v}@{int(u)}" for v, u in zip(_figures(best.eval_return), best.update)) if listed
+                   else _spread(best.eval_return))
+        print(f"  best policy per run (its periodic evaluation's return{' @ update' if listed else ''}): {figures}; "
+              f"kept with the checkpoint: jaxrl-rollout evaluate {shlex.quote(str(folder))} --best-policy")
     extras = [f"{folder / sub}/" for sub, on in (("tensorboard", args.tensorboard), ("videos/training", args.video_every
                                                                                   is not None)) if on]
     print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths, *extras])} and the checkpoint")
