@@ -308,6 +308,17 @@ def check_wandb_project(project: Any, option: str = "project") -> None:
 WANDB_TOKEN_FILE = "jaxrl_rollout.id"  # in FOLDER/wandb: the token of the folder's W&B run ids
 
 
+def _wandb_refusal(error: Exception) -> str:
+    """W&B's refusal in one line; where its settings refused a value that a WANDB_* variable of the environment
+    set (pydantic names the setting, `mode` for WANDB_MODE), that variable and its value too."""
+    text = " ".join(str(error).split()).rstrip(".") or type(error).__name__
+    text = text.split(" For further information visit https://errors.pydantic.dev")[0]
+    settings = [e["loc"][0] for e in getattr(error, "errors", list)() if isinstance(e, dict) and e.get("loc")]
+    names = [f"WANDB_{str(name).upper()}" for name in dict.fromkeys(settings)]
+    read = [f"{name}={os.environ[name]!r}" for name in names if name in os.environ]
+    return text + (f" (read from the environment: {', '.join(read)})" if read else "")
+
+
 def _wandb_token(folder: pathlib.Path) -> str:
     """The random token of `folder`'s W&B run ids, made and saved at its first W&B run, read after.
 
@@ -388,12 +399,13 @@ class WandbLogger:
                     id=wandb_run_id(f"{prefix}-g{g}-s{s}"), resume="allow", config=config,
                     reinit="create_new", settings=self._settings(),
                 ))
-            except wandb.errors.Error as error:  # "No API key configured. Use `wandb login` to log in.", ...
+            # "No API key configured. Use `wandb login` to log in.", ...; a ValueError: W&B's settings refused
+            # (pydantic's ValidationError, a page long), e.g. a WANDB_MODE of the environment it does not know
+            except (wandb.errors.Error, ValueError) as error:
                 started, self._runs = self._runs, None
                 for run in started:
                     run.finish(exit_code=1)
-                text = " ".join(str(error).split()).rstrip(".") or type(error).__name__
-                raise ValueError(f"W&B could not start its {mode} run g{g}_s{s}: {text}") from None
+                raise ValueError(f"W&B could not start its {mode} run g{g}_s{s}: {_wandb_refusal(error)}") from None
         return self._runs
 
     def _settings(self):

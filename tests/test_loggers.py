@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import struct
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -215,6 +218,34 @@ def test_wandb_offline_runs_hold_the_metrics(tmp_path, monkeypatch):
     assert sorted(logged) == sorted(expected) == [512, 1024, 1536, 2048]
     for step, value in expected.items():
         np.testing.assert_allclose(logged[step], value, rtol=1e-6)
+
+
+def test_a_wandb_setting_refused_from_the_environment_is_one_line_naming_its_variable(tmp_path):
+    """An unknown WANDB_MODE (W&B reads its settings from WANDB_* variables too) ended `--wandb online` in
+    pydantic's four-line ValidationError, its "For further information visit" link included, not naming the
+    variable. Now one line with W&B's reason and the variable's value; no run is started. (In a process of its
+    own: W&B reads the environment once per process, at its first run.)"""
+    pytest.importorskip("wandb")
+    script = textwrap.dedent(f"""
+        from jaxrl_rollout import loggers, runner
+        from jaxrl_rollout.algorithms import a2c
+
+        spec = runner.RunSpec("a2c", a2c.A2CConfig(total_timesteps=1024), (a2c.A2CHParams(),), 2)
+        try:
+            loggers.WandbLogger({str(tmp_path)!r}, spec, mode="online").start()
+        except ValueError as error:
+            print(error)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_MODE="bogus", WANDB_BASE_URL="http://127.0.0.1:9")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    message = out.stdout.strip()
+    assert "\n" not in message and "errors.pydantic.dev" not in message, message
+    assert message.startswith("W&B could not start its online run g0_s0: "), message
+    assert "input_value='bogus'" in message and message.endswith("(read from the environment: WANDB_MODE='bogus')"), \
+        message
+    assert not list(tmp_path.glob("wandb/*run-*"))
 
 
 def test_wandb_runs_are_named_by_the_folder_however_it_is_given(tmp_path, monkeypatch):
