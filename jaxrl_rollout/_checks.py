@@ -426,11 +426,29 @@ def check_step_like_reset(env: Any, reset_obs: Any, step_obs: Any, batched: bool
 
     if jax.tree.structure(reset_obs) != jax.tree.structure(step_obs) or leaves(reset_obs) != leaves(step_obs):
         per_env = " per env" if batched else ""
+        note = _x64_note(leaves(reset_obs), leaves(step_obs))
         raise ValueError(
             f"env {type(env).__name__}: step returns observations {tree_text(step_obs, batched)}{per_env}, but "
             f"reset returns {tree_text(reset_obs, batched)}; a rollout carries one observation from step to step, "
             "so make step's observations (and info['final_observation']) the pytree, shapes and dtypes reset's "
-            "are.")
+            f"are{note}.")
+
+
+_NARROW = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}
+
+
+def _x64_note(a: list, b: list) -> str:
+    """Where two lists of leaves ((shape, dtype) pairs) differ only in 64 against 32 bits and jax's 64-bit mode
+    is on, a note saying so (gymnax's envs make float64 state with it on, and a policy's float32 actions bring
+    float32 into their step); else ""."""
+    def narrow(leaf):
+        return leaf[0], _NARROW.get(jnp.dtype(leaf[1]).name, jnp.dtype(leaf[1]).name)
+
+    if not jax.config.jax_enable_x64 or len(a) != len(b) or [narrow(x) for x in a] != [narrow(x) for x in b]:
+        return ""
+    return (" (jax's 64-bit mode is on, JAX_ENABLE_X64 or jax_enable_x64, so the env's own values are 64-bit while "
+            "a policy's float32 actions bring 32-bit ones into its step; gymnax's envs are written for the mode off: "
+            "unset JAX_ENABLE_X64)")
 
 
 def check_step_state_like_reset(env: Any, reset_state: Any, step_state: Any) -> None:
@@ -444,10 +462,12 @@ def check_step_state_like_reset(env: Any, reset_state: Any, step_state: Any) -> 
                          "auto-reset, so make step_env's state the pytree, shapes and dtypes reset_env's is.")
     for (path, a), (_, b) in zip(reset_leaves, step_leaves):
         if (jnp.shape(a), jnp.result_type(a)) != (jnp.shape(b), jnp.result_type(b)):
+            note = _x64_note([(jnp.shape(x), jnp.result_type(x)) for _, x in reset_leaves],
+                             [(jnp.shape(x), jnp.result_type(x)) for _, x in step_leaves])
             raise ValueError(f"env {type(env).__name__}: step_env returns a state whose "
                              f"{jax.tree_util.keystr(path) or 'leaf'} is {tree_text(b)}, where reset_env's is "
                              f"{tree_text(a)}; gymnax's step selects between the two at an auto-reset, so make "
-                             "step_env's state the pytree, shapes and dtypes reset_env's is.")
+                             f"step_env's state the pytree, shapes and dtypes reset_env's is{note}.")
 
 
 def refuse_train_state(name: str, params: Any) -> None:

@@ -117,12 +117,44 @@ def _check_structure(folder, manifest: dict, template: Any) -> None:
         )
     if manifest["leaves"] != specs:
         bad = next(i for i, (a, b) in enumerate(zip(manifest["leaves"], specs)) if a != b)
+        _check_64_bit_mode(folder, manifest["leaves"], specs)
         raise CheckpointError(
             f"checkpoint in {folder}: state leaf {bad} is {manifest['leaves'][bad]}, this config expects {specs[bad]}"
             " (where the config is the run's own, the state this version builds for it differs: was the run written "
             "by an earlier jaxrl_rollout? network='auto' reads a NamedTuple observation's Discrete leaves one-hot "
             "since 2026-11-30, jumanji's step_count among them)."
         )
+
+
+_WIDTHS = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}
+"""The dtype a value of each 64-bit dtype takes with jax's 64-bit mode off (jax_enable_x64, JAX_ENABLE_X64)."""
+
+
+def _check_64_bit_mode(folder, saved: list[dict], expected: list[dict]) -> None:
+    """Refuses, naming jax's 64-bit mode, a checkpoint whose leaves differ from the template's only as that mode
+    makes them: gymnax's env states (CartPole's) are float64 and int64 with it on, float32 and int32 off, so a
+    run trained with JAX_ENABLE_X64=1 could not be read without it (and the reverse), and the message asked whether
+    an earlier version wrote it."""
+    def narrowed(spec: dict) -> dict:
+        return {**spec, "dtype": _WIDTHS.get(spec["dtype"], spec["dtype"])}
+
+    differ = [(i, a, b) for i, (a, b) in enumerate(zip(saved, expected)) if a != b]
+    if len(saved) != len(expected) or not all(narrowed(a) == narrowed(b) for _, a, b in differ):
+        return
+    on = bool(jax.config.jax_enable_x64)
+    if all(a["dtype"] in _WIDTHS for _, a, _ in differ) and not on:
+        i, a, b = differ[0]
+        raise CheckpointError(
+            f"checkpoint in {folder} was saved with jax's 64-bit mode on (JAX_ENABLE_X64=1, or jax.config.update("
+            f"'jax_enable_x64', True)): its state leaf {i} is {a['dtype']}, where this process, with the mode off, "
+            f"builds {b['dtype']}; read or resume it with the mode on again (e.g. JAX_ENABLE_X64=1 jaxrl-rollout "
+            "...), as it was trained.")
+    if all(b["dtype"] in _WIDTHS for _, _, b in differ) and on:
+        i, a, b = differ[0]
+        raise CheckpointError(
+            f"checkpoint in {folder} was saved with jax's 64-bit mode off: its state leaf {i} is {a['dtype']}, "
+            f"where this process, with the mode on (JAX_ENABLE_X64 or jax_enable_x64), builds {b['dtype']}; read "
+            "or resume it with the mode off (unset JAX_ENABLE_X64), as it was trained.")
 
 
 # ---------------------------------------------------------------------------------------------

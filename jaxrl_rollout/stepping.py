@@ -464,6 +464,8 @@ def _explain_select_failure(env: Any, env_params: Any, key: jax.Array, error: Ex
     `terminated | is_truncated(state)`, so such an env (a user's own, say) failed there with "select cases must
     have the same shapes, got [(1,), (2,)]", a dtype mismatch or "select `which` must be scalar or have the
     same shape as cases", naming neither the env nor what differs."""
+    while not callable(getattr(env, "step_env", None)) and getattr(env, "env", None) is not None:
+        env = env.env  # a wrapper's (`envs.ClipAction`, PPO's and A2C's on continuous actions) gymnax env
     step_env, reset_env = getattr(env, "step_env", None), getattr(env, "reset_env", None)
     if not (callable(step_env) and callable(reset_env)):
         return

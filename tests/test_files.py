@@ -147,6 +147,37 @@ def test_a_symlinked_checkpoint_step_is_refused_in_one_line(tmp_path):
             checkpoint.save(tmp_path / "run", step, {"x": jnp.ones(3)}, {}, {})
 
 
+def test_a_checkpoint_saved_in_the_other_64_bit_mode_names_the_mode(tmp_path):
+    """A run trained with JAX_ENABLE_X64=1 (gymnax's env states then float64 and int64) and read without it, or
+    the reverse, was refused with "state leaf 38 is int64, this config expects int32 (... was the run written by
+    an earlier jaxrl_rollout? ...)"; now one line naming jax's 64-bit mode and how to read it."""
+    import jax
+
+    with jax.enable_x64(True):
+        wide = {"obs": jnp.zeros((2, 4)), "time": jnp.zeros(2, int), "params": jnp.ones(3, jnp.float32)}
+        assert wide["obs"].dtype == np.float64 and wide["time"].dtype == np.int64
+        checkpoint.save(tmp_path / "x64", 1, wide, {}, {})
+    narrow = {"obs": jnp.zeros((2, 4)), "time": jnp.zeros(2, int), "params": jnp.ones(3, jnp.float32)}
+    with pytest.raises(checkpoint.CheckpointError) as refused:
+        checkpoint.load(tmp_path / "x64", narrow)
+    assert str(refused.value) == (
+        f"checkpoint in {tmp_path / 'x64'} was saved with jax's 64-bit mode on (JAX_ENABLE_X64=1, or "
+        "jax.config.update('jax_enable_x64', True)): its state leaf 0 is float64, where this process, with the mode "
+        "off, builds float32; read or resume it with the mode on again (e.g. JAX_ENABLE_X64=1 jaxrl-rollout ...), "
+        "as it was trained.")
+    checkpoint.save(tmp_path / "x32", 1, narrow, {}, {})
+    with jax.enable_x64(True):
+        with pytest.raises(checkpoint.CheckpointError, match=r"saved with jax's 64-bit mode off: its state leaf 0 is "
+                           r"float32, where this process, with the mode on .* builds float64; read or resume it with "
+                           r"the mode off \(unset JAX_ENABLE_X64\), as it was trained\.$"):
+            checkpoint.load(tmp_path / "x32", {**narrow, "obs": jnp.zeros((2, 4))})
+        (state, _, _) = checkpoint.load(tmp_path / "x64", wide)  # in its own mode it reads
+        assert state["time"].dtype == np.int64
+    # a leaf of another shape is no mode's doing: the message stays the general one
+    with pytest.raises(checkpoint.CheckpointError, match="state leaf 0 is .* this config expects .*earlier"):
+        checkpoint.load(tmp_path / "x64", {**narrow, "obs": jnp.zeros((2, 5))})
+
+
 @pytest.fixture
 def full_disk(tmp_path):
     """A 1 MiB tmpfs, mounted if this process may (root in a container that allows it), else skipped."""

@@ -83,6 +83,22 @@ def test_env_step_names_what_breaks_the_protocol():
         stepping.env_step(env, params, keys, state, jnp.zeros((B,), jnp.int32), 4)
 
 
+def test_a_gymnax_env_that_jax_64_bit_mode_breaks_is_named_with_the_mode():
+    """With JAX_ENABLE_X64=1, gymnax's Pendulum resets to a float64 state but steps a float32 action into it:
+    PPO (its actions clipped by `ClipAction`) ended in gymnax's "lax.select requires arguments to have the same
+    dtypes" traceback, SAC's message asked to fix the env's step_env. Both name the mode now."""
+    import gymnax
+
+    env, params = gymnax.make("Pendulum-v1")
+    with jax.enable_x64(True):
+        for wrapped in (env, ClipAction(env)):
+            with pytest.raises(ValueError, match=r"^env Pendulum: step_env returns a state whose \.last_u is "
+                               r"float32\[\], where reset_env's is float64\[\]; .* \(jax's 64-bit mode is on, "
+                               r"JAX_ENABLE_X64 or jax_enable_x64, .*unset JAX_ENABLE_X64\)\.$"):
+                stepping.check_env(wrapped, params, jax.random.key(0), B)
+    stepping.check_env(ClipAction(env), params, jax.random.key(0), B)  # the mode off: nothing to say
+
+
 def test_resolve_params_and_is_vectorized():
     env = CountingEnv()
     assert stepping.resolve_params(env, None) == env.default_params
