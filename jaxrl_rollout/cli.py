@@ -2531,6 +2531,12 @@ def _main(argv: list) -> int:
     except MissingExtra as error:  # a suite, `video` or `wandb` not installed: the line names the pip install
         print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
         return 2
+    except _float_errors() as error:  # JAX_DEBUG_NANS / JAX_DEBUG_INFS: jax stops at the first NaN (or inf)
+        text = _debug_nans_text(error)
+        if text is None:
+            raise
+        print(f"jaxrl-rollout: error: {text}", file=sys.stderr)
+        return 2
     except ValueError as error:  # bad configs, folders and checkpoints (CheckpointError is a ValueError)
         runner = sys.modules.get("jaxrl_rollout.runner")  # (imported by whatever raised StatesTooLarge)
         kept = _kept_config_text(args) if runner and isinstance(error, runner.StatesTooLarge) else ""
@@ -2552,6 +2558,41 @@ def _main(argv: list) -> int:
         _drop_failed_tokens()
         return 2
     return 0
+
+
+def _float_errors() -> tuple:
+    """What jax's NaN (inf) checks raise: FloatingPointError, and from a program compiled ahead of time (a chunk,
+    `jax.jit(...).lower(...).compile()`), jax's own InternalFloatingPointError, which is no FloatingPointError."""
+    try:
+        from jax._src.api_util import InternalFloatingPointError
+    except ImportError:
+        return (FloatingPointError,)
+    return (FloatingPointError, InternalFloatingPointError)
+
+
+def _debug_nans_text(error: Exception) -> str | None:
+    """One line for the FloatingPointError of jax's NaN (or inf) checks, where one is on; else None.
+
+    The metrics mark what was not measured with NaN (an update's episode_return where no episode ended, a loss
+    before the first gradient step), which `jax_debug_nans` (JAX_DEBUG_NANS=1) stops at, wherever a run is: it
+    ended SAC's first command in a traceback. A run whose state stops being finite is stopped without it (exit 3,
+    its last finite checkpoint kept).
+    """
+    import jax
+
+    modes = [f"{name.upper()} ({name})" for name in ("jax_debug_nans", "jax_debug_infs")
+             if getattr(jax.config, name, False)]
+    if not modes:
+        return None
+    if not isinstance(error, FloatingPointError) and len(error.args) == 2:  # ('jit(fn)', 'nan')
+        what = f"invalid value ({error.args[1]}) in the output of {error.args[0]}"
+    else:
+        what = " ".join(str(error).split("\n", 1)[0].split()) or "a NaN"
+    names = " and ".join(mode.split()[0] for mode in modes)
+    return (f"{what}, and jax stops there as {' and '.join(modes)} asks: the metrics mark what was not measured "
+            "with NaN (an update's episode_return where no episode ended, a loss before the first gradient step); "
+            f"unset {names} (a run whose state stops being finite is stopped without it, exit 3, its last finite "
+            "checkpoint kept).")
 
 
 def _drop_failed_tokens() -> None:

@@ -568,6 +568,31 @@ def test_rollout_video_writes_one_random_episode_after_checking_it_can(tmp_path,
     assert not (tmp_path / "clips").exists()
 
 
+def test_jax_debug_nans_stopping_at_the_metrics_nans_is_one_line_naming_it(capsys, monkeypatch, tmp_path):
+    """With JAX_DEBUG_NANS=1 (a user hunting a NaN), SAC's first command ended in a FloatingPointError traceback
+    (its metrics' NaN fill, made at build), and A2C's after a chunk in jax's InternalFloatingPointError, which
+    is no FloatingPointError (a chunk is compiled ahead of time). Both are one line now, naming the variable."""
+    import jax
+
+    monkeypatch.chdir(tmp_path)
+    tail = ("and jax stops there as JAX_DEBUG_NANS (jax_debug_nans) asks: the metrics mark what was not measured "
+            "with NaN (an update's episode_return where no episode ended, a loss before the first gradient step); "
+            "unset JAX_DEBUG_NANS (a run whose state stops being finite is stopped without it, exit 3, its last "
+            "finite checkpoint kept).\n")
+    with jax.debug_nans(True):
+        assert cli.main(["train", "--algo", "sac", "--total-steps", "400", "--learning-starts", "200", "--log-interval", "100",
+                         "--seeds", "1",
+                         "--out", "sac"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("jaxrl-rollout: error: invalid value (nan) encountered in ") and err.endswith(tail), err
+        assert cli.main(["train", "--algo", "a2c", "--num-envs", "2", "--num-steps", "4", "--total-steps", "16",
+                         "--hidden-sizes", "8", "--seeds", "1", "--eval-every", "off", "--tensorboard", "false",
+                         "--out", "a2c"]) == 2
+        err = capsys.readouterr().err.splitlines()[-1] + "\n"
+        assert err == "jaxrl-rollout: error: invalid value (nan) in the output of jit(fn), " + tail, err
+    assert not jax.config.jax_debug_nans
+
+
 def test_out_of_memory_is_one_line_naming_the_options_that_size_it(capsys, monkeypatch, tmp_path):
     """XLA's RESOURCE_EXHAUSTED (a JaxRuntimeError) was a traceback; another runtime error still is one."""
     import jax
