@@ -2502,6 +2502,36 @@ def _main(argv: list) -> int:
     if unavailable:
         print(f"jaxrl-rollout: error: {unavailable}", file=sys.stderr)
         return 2
+    with _jax_numpy_defaults():
+        return _run_command(argv)
+
+
+@contextlib.contextmanager
+def _jax_numpy_defaults():
+    """jax's default numpy promotion rules while a command runs, restored after (`main` may be called from Python).
+
+    A user's JAX_NUMPY_RANK_PROMOTION=raise (or warn) or JAX_NUMPY_DTYPE_PROMOTION=strict, set to check their
+    own code, ended every train in one of those checks inside the library's code or an env's (DQN's "could not be
+    broadcast together ... (128, 1) (1,)", PPO's "no available implicit dtype promotion path"): the programs a
+    command builds are the library's and the registered envs', written for jax's defaults. Set globally, not as
+    a thread's context, as a chunk may be traced in a thread of its own.
+    """
+    import jax
+
+    defaults = {"jax_numpy_rank_promotion": "allow", "jax_numpy_dtype_promotion": "standard"}
+    changed = {name: getattr(jax.config, name) for name, value in defaults.items()
+               if getattr(jax.config, name) != value}
+    for name in changed:
+        jax.config.update(name, defaults[name])
+    try:
+        yield
+    finally:
+        for name, value in changed.items():
+            jax.config.update(name, value)
+
+
+def _run_command(argv: list) -> int:
+    """`_main` once jax runs: parses `argv` and runs its command, each failure one line on stderr."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from jaxrl_rollout._extras import MissingExtra
