@@ -1182,10 +1182,15 @@ def _prepare_resume(folder: pathlib.Path, given: dict, args):
             behind, saved = saved, runner.run_spec(folder, saved, manifest)
         except ValueError as error:
             raise ValueError(f"{option}: {error}") from None
-        if saved != behind:  # an extension stopped between its checkpoint and config.json: config.json catches up
+        if saved.config.network != behind.config.network:  # runner.as_trained: "auto" meant another network then
+            print(f"jaxrl_rollout: {folder}/config.json says network {behind.config.network!r}, a CNN on this env's "
+                  f"images since 2026-12-02; the run was trained before, with the MLP, so config.json is rewritten "
+                  f"with network {saved.config.network!r}")
+        elif saved != behind:  # an extension stopped between its checkpoint and config.json: config.json catches up
             print(f"jaxrl_rollout: {folder}/config.json says {behind.config.total_timesteps:,} steps per run, its "
                   f"checkpoint {saved.config.total_timesteps:,} (an extension stopped before it rewrote config.json); "
                   "config.json is rewritten from the checkpoint")
+        if saved != behind:
             _write_config(folder, saved, option)
         done = manifest["meta"]["updates_done"]
     spec = saved

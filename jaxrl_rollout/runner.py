@@ -392,8 +392,9 @@ def spec_differences(a: dict, b: dict, names: tuple = ("config.json", "the check
             for k in dict.fromkeys([*fa, *fb]) if norm(fa.get(k)) != norm(fb.get(k))]
 
 
-def _as_read(saved: Any) -> Any:
-    """A checkpoint's saved spec (a `to_json` dict) as this version reads it: `RunSpec.from_json`, then `to_json`.
+def _as_read(saved: Any, manifest: dict) -> Any:
+    """A checkpoint's saved spec (a `to_json` dict) as this version reads it: `RunSpec.from_json`, then
+    `as_trained`, then `to_json`.
 
     A field added since the run was saved is missing from both its config.json and its checkpoint's spec;
     config.json is compared as read (the field at its default, or at the value `from_json` gives runs saved
@@ -401,9 +402,50 @@ def _as_read(saved: Any) -> Any:
     cannot read is compared as saved (its differences are then listed).
     """
     try:
-        return RunSpec.from_json(saved).to_json()
+        return as_trained(RunSpec.from_json(saved), manifest).to_json()
     except (ValueError, TypeError, KeyError):
         return saved
+
+
+def as_trained(spec: RunSpec, manifest: dict) -> RunSpec:
+    """`spec` with the network its checkpoint was trained with, where a name's meaning has changed since.
+
+    PQN's network "auto" meant its MLP on every observation until 2026-12-02; since then it reads an image of
+    36 x 36 or more (envpool's Atari frames, rendered pixels) with its CNN. A PQN run saved before, on such an
+    image, says "auto" in config.json and in its checkpoint alike, and its params are an MLP's: it is read as
+    network "mlp", what it trained with (the structure check refused it). Nothing else changes.
+
+    Args:
+      spec: a run's spec (its config.json's, or its checkpoint's).
+      manifest: the checkpoint's manifest (`checkpoint.read_manifest`), whose state structure tells the two
+        networks apart.
+    """
+    treedef = manifest.get("treedef")
+    if (spec.algo != "pqn" or spec.config.network != "auto" or not isinstance(treedef, str)
+            or "'Dense_0'" not in treedef or "'conv_0'" in treedef):
+        return spec
+    if not _auto_reads_an_image(spec.config.env_id, tuple(spec.config.env_options)):
+        return spec
+    return dataclasses.replace(spec, config=dataclasses.replace(spec.config, network="mlp"))
+
+
+@functools.lru_cache(maxsize=16)
+def _auto_reads_an_image(env_id: str, options: tuple) -> bool:
+    """Whether network "auto" gives the env's observations a CNN torso (`_common.choose_torso`); False where the
+    env cannot be made here (the run's own build then says why)."""
+    from jaxrl_rollout import envs
+    from jaxrl_rollout.algorithms import _common
+
+    try:
+        env, params = envs.make(env_id, **dict(options))
+        try:
+            return _common.choose_torso("auto", env.observation_space(params)) is not None
+        finally:
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+    except Exception:  # noqa: BLE001 -- a missing extra, a changed env: left to the build, which names it
+        return False
 
 
 def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tuple = (), given: bool = False) -> None:
@@ -425,7 +467,8 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
     if saved is None:
         return
     names = ("the spec given", "the run") if given else ("config.json", "the checkpoint")
-    diff = [d for d in spec_differences(spec.to_json(), _as_read(saved), names) if d.split(":")[0] not in ignore]
+    diff = [d for d in spec_differences(as_trained(spec, manifest).to_json(), _as_read(saved, manifest), names)
+            if d.split(":")[0] not in ignore]
     if diff:
         why = (f"the spec given differs from the run in {folder} (only config.total_timesteps may grow, to train "
                "longer)") if given else (f"{pathlib.Path(folder) / 'config.json'} differs from the spec saved with "
@@ -434,7 +477,8 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
 
 
 def run_spec(folder, spec: RunSpec, manifest: dict) -> RunSpec:
-    """The run's spec: config.json's `spec`, checked against its checkpoint's (`check_checkpoint_spec`).
+    """The run's spec: config.json's `spec`, checked against its checkpoint's (`check_checkpoint_spec`), with the
+    network it trained with (`as_trained`).
 
     An extension (`--total-steps` more) saves its checkpoint, then rewrites config.json; one stopped between the
     two (killed, or config.json not writable) leaves config.json one total behind. Where that is the only
@@ -446,13 +490,14 @@ def run_spec(folder, spec: RunSpec, manifest: dict) -> RunSpec:
       spec: the spec read from its config.json.
       manifest: `checkpoint.read_manifest(folder)`.
     """
+    spec = as_trained(spec, manifest)
     saved = manifest.get("meta", {}).get("spec")
     if isinstance(saved, dict) and isinstance(saved.get("config"), dict):
         total = saved["config"].get("total_timesteps")
         behind = _checks.is_int(total) and total > spec.config.total_timesteps
-        if behind and not [d for d in spec_differences(spec.to_json(), _as_read(saved))
+        if behind and not [d for d in spec_differences(spec.to_json(), _as_read(saved, manifest))
                            if d.split(":")[0] != "config.total_timesteps"]:
-            return RunSpec.from_json(saved)
+            return as_trained(RunSpec.from_json(saved), manifest)
     check_checkpoint_spec(folder, spec, manifest)
     return spec
 

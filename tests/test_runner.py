@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from jaxrl_rollout import _signals, checkpoint, runner
-from jaxrl_rollout.algorithms import a2c
+from jaxrl_rollout.algorithms import a2c, pqn
 
 # 7 updates in chunks of 3: two full chunks and a tail of 1. 2 grid points x 2 seeds
 # in groups of 2 runs. The CLI tests use the same config, so a pytest process compiles it once.
@@ -883,6 +883,41 @@ def test_a_run_saved_by_an_earlier_version_evaluates_and_resumes(name, tmp_path,
     assert checkpoint.read_manifest(folder)["meta"]["chunks_done"] == 3
     assert cli.main(["evaluate", str(folder), "--num-episodes", "1"]) == 0
     assert "checkpoint final" in capsys.readouterr().out
+
+
+def test_a_pqn_run_on_atari_frames_saved_when_auto_meant_the_mlp_evaluates_and_resumes(tmp_path, capsys):
+    """PQN's network "auto" meant its MLP until 2026-12-02 (commit 08a18b8), then its CNN for images of 36 x 36
+    or more: a PQN run on envpool's Atari frames (84 x 84 x 4) saved before says "auto" in config.json and in its
+    checkpoint, and holds an MLP's params, so `evaluate` and `--resume` refused it in the structure check (the
+    saved tree printed against a CNN's). It reads as network "mlp" now, and a resume says why it rewrites
+    config.json. (A host env: its state is not in the checkpoint, so its chunks are not compared.)"""
+    pytest.importorskip("envpool")
+    from jaxrl_rollout import cli
+
+    folder = shutil.copytree(pathlib.Path(__file__).parent / "fixtures" / "pqn_72825d0", tmp_path / "run")
+    assert json.loads((folder / "config.json").read_text())["config"]["network"] == "auto"
+    manifest = checkpoint.read_manifest(folder)
+    assert manifest["meta"]["spec"]["config"]["network"] == "auto" and "'Dense_0'" in manifest["treedef"]
+    spec, written = runner.load_run(folder)[0], runner.read_spec(folder)
+    assert spec.config.network == "mlp" and written.config.network == "auto"
+    policy = runner.load_policy(folder, 0)
+    assert policy.act(np.zeros((84, 84, 4), np.uint8)).shape == ()
+    assert cli.main(["evaluate", str(folder), "--num-episodes", "1"]) == 0
+    assert "checkpoint after chunk 2, update 2 of 3 (run incomplete)" in capsys.readouterr().out
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "1", "--tensorboard", "false"]) == 0
+    out, err = capsys.readouterr()
+    assert "config.json says network 'auto', a CNN on this env's images since 2026-12-02; the run was trained " \
+           "before, with the MLP, so config.json is rewritten with network 'mlp'" in out, out
+    assert "resuming after chunk 2" in err
+    assert json.loads((folder / "config.json").read_text())["config"]["network"] == "mlp"
+    assert checkpoint.read_manifest(folder)["meta"]["spec"]["config"]["network"] == "mlp"
+    assert cli.main(["evaluate", str(folder), "--num-episodes", "1"]) == 0
+    assert "checkpoint final" in capsys.readouterr().out
+    # a PQN run with "auto" whose params are the CNN's (trained since) or on small images (MinAtar) keeps "auto"
+    assert runner.as_trained(written, manifest) == spec
+    assert runner.as_trained(written, {"treedef": manifest["treedef"].replace("'Dense_0'", "'conv_0'")}) == written
+    minatar = runner.RunSpec("pqn", pqn.PQNConfig(env_id="Breakout-MinAtar"), (pqn.PQNHParams(),), 1)
+    assert runner.as_trained(minatar, manifest) == minatar
 
 
 def test_load_policy_acts_and_evaluates_as_the_evaluate_command(uninterrupted):
