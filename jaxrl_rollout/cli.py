@@ -255,21 +255,45 @@ _RUN_OPTIONS = ("algo", "env", "env_option", "seeds", "total_steps", "seed", "ch
                 "eval_every", "eval_episodes")
 
 
-def _config_fields() -> dict:
-    """Option name -> (default per algo, parser) for the static config fields of every algorithm."""
+def option_table() -> dict:
+    """What train's options are made from, read from the algorithms' classes (which imports jax and gymnax).
+
+    "algorithms": the names; "config": field -> {"defaults": {algo: default}, "kind": "bool", "int", "float",
+    "tuple" or "str" (the first algorithm's), "none": whether it may be None}; "hparams": name -> {algo: default};
+    "no_limit": the hyperparameters for which inf means no limit. `jaxrl_rollout._option_table.TABLE` holds a
+    copy, from which `train --help` is printed without importing jax (tests/test_cli.py checks the two agree;
+    `python -m jaxrl_rollout._option_table` writes it again).
+    """
     import typing
 
-    fields: dict = {}
-    for algo, (config_cls, _, _) in _algorithms().items():
+    from jaxrl_rollout.algorithms._common import NO_LIMIT
+
+    config: dict = {}
+    hparams: dict = {}
+    for algo, (config_cls, hparams_cls, _) in _algorithms().items():
         hints = typing.get_type_hints(config_cls)
         for f in dataclasses.fields(config_cls):
             if f.name in _RENAMED:
                 continue
             kind = type(f.default) if f.default is not None else _optional_kind(hints[f.name])
-            parse = {bool: _bool, int: _int, float: _float, tuple: _int_tuple}.get(kind, str)
-            if type(None) in typing.get_args(hints[f.name]):  # `X | None`: "none" gives None
-                parse = _or_none(parse)
-            fields.setdefault(f.name, ({}, parse))[0][algo] = f.default
+            entry = config.setdefault(f.name, {
+                "defaults": {}, "kind": kind.__name__ if kind in (bool, int, float, tuple) else "str",
+                "none": type(None) in typing.get_args(hints[f.name])})  # `X | None`: "none" gives None
+            entry["defaults"][algo] = f.default
+        for name, default in hparams_cls._field_defaults.items():
+            hparams.setdefault(name, {})[algo] = default
+    return {"algorithms": tuple(_algorithms()), "config": config, "hparams": hparams,
+            "no_limit": tuple(sorted(NO_LIMIT))}
+
+
+def _config_fields(table: dict | None = None) -> dict:
+    """Option name -> (default per algo, parser) for the static config fields of every algorithm (of `table`, an
+    `option_table()`, where given)."""
+    parsers = {"bool": _bool, "int": _int, "float": _float, "tuple": _int_tuple, "str": str}
+    fields: dict = {}
+    for name, entry in (table or option_table())["config"].items():
+        parse = parsers[entry["kind"]]
+        fields[name] = (dict(entry["defaults"]), _or_none(parse) if entry["none"] else parse)
     return fields
 
 
@@ -302,13 +326,9 @@ def _optional_kind(hint) -> type:
     return kinds[0] if len(kinds) == 1 and isinstance(kinds[0], type) else str
 
 
-def _hparam_fields() -> dict:
-    """Hyperparameter name -> {algo: default}."""
-    fields: dict = {}
-    for algo, (_, hparams_cls, _) in _algorithms().items():
-        for name, default in hparams_cls._field_defaults.items():
-            fields.setdefault(name, {})[algo] = default
-    return fields
+def _hparam_fields(table: dict | None = None) -> dict:
+    """Hyperparameter name -> {algo: default} (of `table`, an `option_table()`, where given)."""
+    return {name: dict(defaults) for name, defaults in (table or option_table())["hparams"].items()}
 
 
 def _defaults_text(defaults: dict) -> str:
@@ -328,10 +348,12 @@ _COMPILE_CACHE_HELP = ("keep compiled XLA programs in a folder, so that a later 
                        "(default: auto)")
 
 
-def _add_train_arguments(train: argparse.ArgumentParser) -> None:
-    # Every default is None so that `--resume` can tell which options were given.
+def _add_train_arguments(train: argparse.ArgumentParser, table: dict | None = None) -> None:
+    # Every default is None so that `--resume` can tell which options were given. `table`: an `option_table()`
+    # (the algorithms' own where None).
+    table = table or option_table()
     run = train.add_argument_group("run")
-    run.add_argument("--algo", type=str.lower, choices=tuple(_algorithms()),
+    run.add_argument("--algo", type=str.lower, choices=table["algorithms"],
                      help="algorithm, in any case (default: ppo)")
     run.add_argument("--env", help="gymnax env id, or SUITE/NAME for another suite (brax, jumanji, craftax, xminigrid, "
                      "navix, pgx, gymnasium, envpool), e.g. brax/ant (default: the algorithm's, "
@@ -416,15 +438,13 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                      help="stop after N chunks of this call, saved, as if interrupted, and exit 0 with the command "
                           "that continues the run (to split a long run across jobs) (default: run to the end)")
     config = train.add_argument_group("static config (one value each)")
-    for name, (defaults, parse) in _config_fields().items():
+    for name, (defaults, parse) in _config_fields(table).items():
         config.add_argument(f"--{name.replace('_', '-')}", dest=name, type=parse,
                             help=f"default: {_defaults_text(defaults)}"
                             + ("; 'none' sets None" if getattr(parse, "takes_none", False) else ""))
     sweep = train.add_argument_group("hyperparameters (comma lists; the grid is their cartesian product)")
-    from jaxrl_rollout.algorithms._common import NO_LIMIT
-
-    for name, defaults in _hparam_fields().items():
-        limit = name in NO_LIMIT  # inf is "no limit", as in Python (PPOHParams(max_grad_norm=inf))
+    for name, defaults in _hparam_fields(table).items():
+        limit = name in table["no_limit"]  # inf is "no limit", as in Python (PPOHParams(max_grad_norm=inf))
         sweep.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_float_list_no_limit if limit else _float_list,
                            metavar="X[,X...]", help=f"default: {_defaults_text(defaults)}"
                            + ("; inf: no limit" if limit else ""))
@@ -2238,10 +2258,11 @@ class _Parser(argparse.ArgumentParser):
         return namespace
 
 
-def build_parser(train_arguments: bool = True) -> argparse.ArgumentParser:
+def build_parser(train_arguments: bool = True, table: dict | None = None) -> argparse.ArgumentParser:
     """The command line's parser; without `train_arguments`, `train` has no options, for the help of the other
     commands and of the commands themselves: train's options take their defaults from the algorithms' configs,
-    whose import (jax, gymnax) takes seconds."""
+    whose import (jax, gymnax) takes seconds. `table`: train's options from this `option_table()` (`train --help`
+    from `_option_table.TABLE`, without that import)."""
     parser = _Parser(
         prog="jaxrl-rollout",
         description="JAX-native RL rollouts and training on gymnax environments. "
@@ -2262,7 +2283,7 @@ def build_parser(train_arguments: bool = True) -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train PPO, A2C, DQN, PQN, SAC or TD3 over vmapped seeds and sweep grids "
                                          "(the default command)")
     if train_arguments:
-        _add_train_arguments(train)
+        _add_train_arguments(train, table)
     evaluate = sub.add_parser("evaluate", help="evaluate a saved run's policies per seed")
     evaluate.add_argument("folder", type=_folder, help="a run folder written by train")
     evaluate.add_argument("--num-episodes", type=_positive_int, default=10,
@@ -2490,10 +2511,16 @@ def _enable_compile_cache(argv: list) -> None:
 
 
 def _main(argv: list) -> int:
-    if argv[0] != "train" and {"-h", "--help"} & set(argv):
-        # `--help`, `evaluate --help`, `rollout --help`: printed (and the process exits) without importing jax, in a
+    if {"-h", "--help"} & set(argv):
+        # `--help`, `evaluate --help`, `rollout --help`, `train --help` (its options from the copy of the
+        # algorithms' fields in `_option_table`): printed (and the process exits) without importing jax, in a
         # tenth of a second instead of seconds, and whether or not a backend starts
-        build_parser(train_arguments=False).parse_args(argv)
+        if argv[0] == "train":
+            from jaxrl_rollout._option_table import TABLE
+
+            build_parser(table=TABLE).parse_args(argv)
+        else:
+            build_parser(train_arguments=False).parse_args(argv)
     if argv[0] in ("train", "evaluate"):
         try:
             if argv[0] == "train":
