@@ -118,6 +118,7 @@ def _check_structure(folder, manifest: dict, template: Any) -> None:
     if manifest["leaves"] != specs:
         bad = next(i for i, (a, b) in enumerate(zip(manifest["leaves"], specs)) if a != b)
         _check_64_bit_mode(folder, manifest["leaves"], specs)
+        _check_prng_impl(folder, manifest["leaves"], specs)
         raise CheckpointError(
             f"checkpoint in {folder}: state leaf {bad} is {manifest['leaves'][bad]}, this config expects {specs[bad]}"
             " (where the config is the run's own, the state this version builds for it differs: was the run written "
@@ -155,6 +156,34 @@ def _check_64_bit_mode(folder, saved: list[dict], expected: list[dict]) -> None:
             f"checkpoint in {folder} was saved with jax's 64-bit mode off: its state leaf {i} is {a['dtype']}, "
             f"where this process, with the mode on (JAX_ENABLE_X64 or jax_enable_x64), builds {b['dtype']}; read "
             "or resume it with the mode off (unset JAX_ENABLE_X64), as it was trained.")
+
+
+# jax's key dtype tags ("key<fry>") -> the names JAX_DEFAULT_PRNG_IMPL and jax_default_prng_impl take
+_PRNG_NAMES = {"fry": "threefry2x32", "rbg": "rbg", "urbg": "unsafe_rbg"}
+
+
+def _prng_name(key_dtype: str) -> str:
+    tag = key_dtype.removeprefix("key<").removesuffix(">")
+    return _PRNG_NAMES.get(tag, tag)
+
+
+def _check_prng_impl(folder, saved: list[dict], expected: list[dict]) -> None:
+    """Refuses, naming jax's PRNG implementation, a checkpoint whose leaves differ from the template's only in
+    their keys' implementation: a run trained with JAX_DEFAULT_PRNG_IMPL=rbg (its keys 4 words, threefry's 2) and
+    read without it was refused as "state leaf 42 is ... key<rbg> ..., this config expects ... key<fry> ...
+    (was the run written by an earlier jaxrl_rollout? ...)"."""
+    differ = [(i, a, b) for i, (a, b) in enumerate(zip(saved, expected)) if a != b]
+    if len(saved) != len(expected) or not differ or not all(
+            a.get("key") and b.get("key") and a["key"] != b["key"] for _, a, b in differ):
+        return
+    i, a, b = differ[0]
+    name, here = _prng_name(a["key"]), _prng_name(b["key"])
+    how = ("unset JAX_DEFAULT_PRNG_IMPL (threefry2x32 is jax's default)" if name == "threefry2x32" else
+           f"JAX_DEFAULT_PRNG_IMPL={name} (or jax.config.update('jax_default_prng_impl', '{name}'))")
+    raise CheckpointError(
+        f"checkpoint in {folder} holds PRNG keys of jax's {name} implementation (state leaf {i}: {a['key']}), "
+        f"where this process makes {here} keys: read or resume it with the implementation it was trained with, "
+        f"{how}.")
 
 
 # ---------------------------------------------------------------------------------------------

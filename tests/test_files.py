@@ -178,6 +178,30 @@ def test_a_checkpoint_saved_in_the_other_64_bit_mode_names_the_mode(tmp_path):
         checkpoint.load(tmp_path / "x64", {**narrow, "obs": jnp.zeros((2, 5))})
 
 
+def test_a_checkpoint_whose_keys_are_another_prng_implementations_names_it(tmp_path):
+    """A run trained with JAX_DEFAULT_PRNG_IMPL=rbg (its keys 4 words) and read with jax's default threefry keys
+    (2 words), or the reverse, was refused as "state leaf 42 is ... key<rbg> ..., this config expects ... key<fry>
+    ... (was the run written by an earlier jaxrl_rollout? ...)"; now one line naming the implementation."""
+    import jax
+
+    def state(impl):
+        return {"key": jax.random.split(jax.random.key(0, impl=impl), 2), "x": jnp.ones(3)}
+
+    checkpoint.save(tmp_path / "rbg", 1, state("rbg"), {}, {})
+    with pytest.raises(checkpoint.CheckpointError) as refused:
+        checkpoint.load(tmp_path / "rbg", state("threefry2x32"))
+    assert str(refused.value) == (
+        f"checkpoint in {tmp_path / 'rbg'} holds PRNG keys of jax's rbg implementation (state leaf 0: key<rbg>), "
+        "where this process makes threefry2x32 keys: read or resume it with the implementation it was trained with, "
+        "JAX_DEFAULT_PRNG_IMPL=rbg (or jax.config.update('jax_default_prng_impl', 'rbg')).")
+    checkpoint.save(tmp_path / "fry", 1, state("threefry2x32"), {}, {})
+    with pytest.raises(checkpoint.CheckpointError, match=r"holds PRNG keys of jax's threefry2x32 implementation .* "
+                       r"makes unsafe_rbg keys: .* unset JAX_DEFAULT_PRNG_IMPL \(threefry2x32 is jax's default\)\.$"):
+        checkpoint.load(tmp_path / "fry", state("unsafe_rbg"))
+    loaded, _, _ = checkpoint.load(tmp_path / "rbg", state("rbg"))  # with its own implementation it reads
+    assert str(loaded["key"].dtype) == "key<rbg>"
+
+
 @pytest.fixture
 def full_disk(tmp_path):
     """A 1 MiB tmpfs, mounted if this process may (root in a container that allows it), else skipped."""
