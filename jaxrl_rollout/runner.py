@@ -467,7 +467,10 @@ def check_checkpoint_spec(folder, spec: RunSpec, manifest: dict, *, ignore: tupl
     if saved is None:
         return
     names = ("the spec given", "the run") if given else ("config.json", "the checkpoint")
-    diff = [d for d in spec_differences(as_trained(spec, manifest).to_json(), _as_read(saved, manifest), names)
+    # config.json reads as the run trained (`as_trained`), as the checkpoint's spec does; a caller's spec is taken
+    # as given (with network "auto" for a PQN run that trained the MLP, it is told that the run's is "mlp")
+    mine = spec if given else as_trained(spec, manifest)
+    diff = [d for d in spec_differences(mine.to_json(), _as_read(saved, manifest), names)
             if d.split(":")[0] not in ignore]
     if diff:
         why = (f"the spec given differs from the run in {folder} (only config.total_timesteps may grow, to train "

@@ -904,6 +904,9 @@ def test_a_pqn_run_on_atari_frames_saved_when_auto_meant_the_mlp_evaluates_and_r
     assert policy.act(np.zeros((84, 84, 4), np.uint8)).shape == ()
     assert cli.main(["evaluate", str(folder), "--num-episodes", "1"]) == 0
     assert "checkpoint after chunk 2, update 2 of 3 (run incomplete)" in capsys.readouterr().out
+    # from Python, the spec given is taken as given: config.json's "auto" is told the run's network
+    with pytest.raises(ValueError, match='config.network: "auto" in the spec given, "mlp" in the run'):
+        runner.train(written, folder, resume=True, progress=False)
     assert cli.main(["train", "--resume", str(folder), "--num-eval", "1", "--tensorboard", "false"]) == 0
     out, err = capsys.readouterr()
     assert "config.json says network 'auto', a CNN on this env's images since 2026-12-02; the run was trained " \
