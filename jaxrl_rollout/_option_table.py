@@ -1,8 +1,8 @@
 """`jaxrl-rollout train`'s options as the algorithms define them, written out (`cli.option_table()`).
 
-`train --help` is printed from `TABLE`, so that it needs neither jax nor gymnax (about 1.7 s of imports on
+`train --help` is printed from `TABLE`, so that it needs neither jax nor gymnax (about 2 s of imports on
 2 CPU cores against 0.1 s); every other use of the options reads the algorithms' classes themselves.
-tests/test_cli.py checks that `TABLE` equals `cli.option_table()` and that both give the same help. After a
+tests/test_startup.py checks that `TABLE` equals `cli.option_table()` and that both give the same help. After a
 change to a config's or a hyperparameter record's fields, write it again:
 
     python -m jaxrl_rollout._option_table

@@ -261,7 +261,7 @@ def option_table() -> dict:
     "algorithms": the names; "config": field -> {"defaults": {algo: default}, "kind": "bool", "int", "float",
     "tuple" or "str" (the first algorithm's), "none": whether it may be None}; "hparams": name -> {algo: default};
     "no_limit": the hyperparameters for which inf means no limit. `jaxrl_rollout._option_table.TABLE` holds a
-    copy, from which `train --help` is printed without importing jax (tests/test_cli.py checks the two agree;
+    copy, from which `train --help` is printed without importing jax (tests/test_startup.py checks the two agree;
     `python -m jaxrl_rollout._option_table` writes it again).
     """
     import typing
