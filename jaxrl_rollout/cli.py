@@ -2534,25 +2534,34 @@ def _main(argv: list) -> int:
     if unavailable:
         print(f"jaxrl-rollout: error: {unavailable}", file=sys.stderr)
         return 2
-    with _jax_numpy_defaults():
+    with _jax_defaults():
         return _run_command(argv)
 
 
+# jax's checks a user may turn on for their own code, at the values a command runs with (the transfer guards'
+# general setting first: it is what the other three read where they are unset)
+_JAX_DEFAULTS = {"jax_numpy_rank_promotion": "allow", "jax_numpy_dtype_promotion": "standard",
+                 "jax_transfer_guard": "allow", "jax_transfer_guard_host_to_device": "allow",
+                 "jax_transfer_guard_device_to_host": "allow", "jax_transfer_guard_device_to_device": "allow"}
+
+
 @contextlib.contextmanager
-def _jax_numpy_defaults():
-    """jax's default numpy promotion rules while a command runs, restored after (`main` may be called from Python).
+def _jax_defaults():
+    """jax's default numpy promotion rules and transfer guards while a command runs, restored after (`main` may be
+    called from Python).
 
     A user's JAX_NUMPY_RANK_PROMOTION=raise (or warn) or JAX_NUMPY_DTYPE_PROMOTION=strict, set to check their
     own code, ended every train in one of those checks inside the library's code or an env's (DQN's "could not be
-    broadcast together ... (128, 1) (1,)", PPO's "no available implicit dtype promotion path"): the programs a
-    command builds are the library's and the registered envs', written for jax's defaults. Set globally, not as
-    a thread's context, as a chunk may be traced in a thread of its own.
+    broadcast together ... (128, 1) (1,)", PPO's "no available implicit dtype promotion path"), and
+    JAX_TRANSFER_GUARD=disallow in gymnax's import (its module-level arrays): the programs a command builds and
+    the transfers it makes (its metrics, its checkpoints) are the library's and the registered envs', written
+    for jax's defaults. Set globally, not as a thread's context, as a chunk may be traced in a thread of its own.
     """
     import jax
 
-    defaults = {"jax_numpy_rank_promotion": "allow", "jax_numpy_dtype_promotion": "standard"}
+    defaults = {name: value for name, value in _JAX_DEFAULTS.items() if hasattr(jax.config, name)}
     changed = {name: getattr(jax.config, name) for name, value in defaults.items()
-               if getattr(jax.config, name) != value}
+               if getattr(jax.config, name) not in (value, None)}
     for name in changed:
         jax.config.update(name, defaults[name])
     try:

@@ -568,17 +568,18 @@ def test_rollout_video_writes_one_random_episode_after_checking_it_can(tmp_path,
     assert not (tmp_path / "clips").exists()
 
 
-def test_a_users_strict_jax_numpy_modes_do_not_reach_the_commands_programs(capsys, monkeypatch, tmp_path):
-    """JAX_NUMPY_RANK_PROMOTION=raise and JAX_NUMPY_DTYPE_PROMOTION=strict (set to check one's own code) ended
-    every train in those checks inside the library's code (DQN: "could not be broadcast together ... (128, 1)
-    (1,)", PPO: "no available implicit dtype promotion path"). A command runs with jax's defaults and gives the
-    user's modes back when it returns."""
+def test_a_users_strict_jax_modes_do_not_reach_the_commands_programs(capsys, monkeypatch, tmp_path):
+    """JAX_NUMPY_RANK_PROMOTION=raise, JAX_NUMPY_DTYPE_PROMOTION=strict and JAX_TRANSFER_GUARD=disallow (set to
+    check one's own code) ended every train in those checks inside the library's code (DQN: "could not be
+    broadcast together ... (128, 1) (1,)", PPO: "no available implicit dtype promotion path", the guard in gymnax's
+    import). A command runs with jax's defaults and gives the user's modes back when it returns."""
     import jax
 
     monkeypatch.chdir(tmp_path)
     small = ["--seeds", "1", "--eval-every", "off", "--tensorboard", "false", "--hidden-sizes", "8"]
     jax.config.update("jax_numpy_rank_promotion", "raise")
     jax.config.update("jax_numpy_dtype_promotion", "strict")
+    jax.config.update("jax_transfer_guard", "disallow")
     try:
         assert cli.main(["train", "--algo", "dqn", "--total-steps", "48", "--log-interval", "16", "--learning-starts",
                          "16", "--buffer-size", "64", "--batch-size", "8", "--train-frequency", "2",
@@ -586,7 +587,9 @@ def test_a_users_strict_jax_numpy_modes_do_not_reach_the_commands_programs(capsy
         assert cli.main(["train", "--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2", "--total-steps",
                          "32", "--out", "ppo", *small]) == 0, capsys.readouterr().err
         assert (jax.config.jax_numpy_rank_promotion, jax.config.jax_numpy_dtype_promotion) == ("raise", "strict")
+        assert jax.config.jax_transfer_guard == "disallow"
     finally:
+        jax.config.update("jax_transfer_guard", "allow")
         jax.config.update("jax_numpy_rank_promotion", "allow")
         jax.config.update("jax_numpy_dtype_promotion", "standard")
 
