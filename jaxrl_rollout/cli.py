@@ -1441,6 +1441,11 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    import jax
+
+    if jax.config.jax_disable_jit:  # it failed after writing config.json, in jax's "not supported in the AOT path"
+        raise ValueError("JAX_DISABLE_JIT is set (jax_disable_jit): train compiles each chunk ahead of time, which "
+                         "jax cannot do with jit disabled; unset it.")
     cluster = {"coordinator_address": args.coordinator, "num_processes": args.num_processes,
                "process_id": args.process_id}
     if any(v is not None for v in cluster.values()) and not args.distributed:

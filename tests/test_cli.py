@@ -594,6 +594,20 @@ def test_a_users_strict_jax_modes_do_not_reach_the_commands_programs(capsys, mon
         jax.config.update("jax_numpy_dtype_promotion", "standard")
 
 
+def test_jax_disable_jit_is_one_line_before_train_writes_anything(capsys, monkeypatch, tmp_path):
+    """With JAX_DISABLE_JIT=1, train wrote config.json, then ended in jax's "Disable jit is not supported in the AOT
+    path" (a chunk is compiled ahead of time); now one line naming the variable, before anything is written."""
+    import jax
+
+    monkeypatch.chdir(tmp_path)
+    with jax.disable_jit():
+        assert cli.main(["train", "--total-steps", "1024", "--seeds", "1", "--out", "runs/x"]) == 2
+    assert capsys.readouterr().err == (
+        "jaxrl-rollout: error: JAX_DISABLE_JIT is set (jax_disable_jit): train compiles each chunk ahead of time, "
+        "which jax cannot do with jit disabled; unset it.\n")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_jax_debug_nans_stopping_at_the_metrics_nans_is_one_line_naming_it(capsys, monkeypatch, tmp_path):
     """With JAX_DEBUG_NANS=1 (a user hunting a NaN), SAC's first command ended in a FloatingPointError traceback
     (its metrics' NaN fill, made at build), and A2C's after a chunk in jax's InternalFloatingPointError, which
