@@ -2790,10 +2790,14 @@ def entry() -> None:
     The process is the command's own, so it first defers the plotting modules
     that gymnax's package import loads for two envs' `render` alone
     (`_deferred.defer`): every command starts about 1.4 s sooner; and it runs
-    Python's cycle collector less often (`fewer_collections`).
+    Python's cycle collector less often (`fewer_collections`). Its figures are
+    drawn on Agg canvases, never in a window, so matplotlib's backend is Agg
+    whatever MPLBACKEND says (an unknown one failed matplotlib's import, inside
+    gymnax's, in a traceback).
     """
     from jaxrl_rollout import _deferred
 
+    os.environ["MPLBACKEND"] = "agg"
     _deferred.defer()
     fewer_collections()
     code = main()

@@ -93,6 +93,20 @@ def test_the_option_table_is_the_algorithms():
     assert _option_table.TABLE == cli.option_table()
 
 
+def test_the_console_script_draws_on_agg_whatever_mplbackend_says():
+    """An unknown MPLBACKEND (a typo, a backend of another machine) failed matplotlib's import inside gymnax's, a
+    traceback before any option was read; the command's figures are drawn on Agg canvases, so it runs as with
+    none (here: the parser, which imports gymnax, refuses --seeds 0 in its one line)."""
+    import os
+
+    env = dict(os.environ, MPLBACKEND="bogus")
+    done = subprocess.run([sys.executable, "-m", "jaxrl_rollout", "train", "--seeds", "0"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr == ("jaxrl-rollout train: error: argument --seeds: expected a positive integer, got 0 (see "
+                           "jaxrl-rollout train --help)\n")
+
+
 def test_deferred_modules_work_when_used():
     out = _python("""
         import sys
