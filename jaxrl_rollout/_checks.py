@@ -434,7 +434,8 @@ def check_step_like_reset(env: Any, reset_obs: Any, step_obs: Any, batched: bool
             f"are{note}.")
 
 
-_NARROW = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}
+NARROW_64 = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}
+"""The dtype a value of each 64-bit dtype takes with jax's 64-bit mode off (jax_enable_x64, JAX_ENABLE_X64)."""
 
 
 def _x64_note(a: list, b: list) -> str:
@@ -442,7 +443,7 @@ def _x64_note(a: list, b: list) -> str:
     is on, a note saying so (gymnax's envs make float64 state with it on, and a policy's float32 actions bring
     float32 into their step); else ""."""
     def narrow(leaf):
-        return leaf[0], _NARROW.get(jnp.dtype(leaf[1]).name, jnp.dtype(leaf[1]).name)
+        return leaf[0], NARROW_64.get(jnp.dtype(leaf[1]).name, jnp.dtype(leaf[1]).name)
 
     if not jax.config.jax_enable_x64 or len(a) != len(b) or [narrow(x) for x in a] != [narrow(x) for x in b]:
         return ""

@@ -116,9 +116,11 @@ def _check_structure(folder, manifest: dict, template: Any) -> None:
             f"  saved:    {manifest['treedef'][:400]}\n  expected: {treedef_str[:400]}"
         )
     if manifest["leaves"] != specs:
-        bad = next(i for i, (a, b) in enumerate(zip(manifest["leaves"], specs)) if a != b)
-        _check_64_bit_mode(folder, manifest["leaves"], specs)
-        _check_prng_impl(folder, manifest["leaves"], specs)
+        # (as many leaves on both sides: the treedefs are equal)
+        differ = [(i, a, b) for i, (a, b) in enumerate(zip(manifest["leaves"], specs)) if a != b]
+        bad = differ[0][0]
+        _check_64_bit_mode(folder, differ)
+        _check_prng_impl(folder, differ)
         raise CheckpointError(
             f"checkpoint in {folder}: state leaf {bad} is {manifest['leaves'][bad]}, this config expects {specs[bad]}"
             " (where the config is the run's own, the state this version builds for it differs: was the run written "
@@ -127,30 +129,25 @@ def _check_structure(folder, manifest: dict, template: Any) -> None:
         )
 
 
-_WIDTHS = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}
-"""The dtype a value of each 64-bit dtype takes with jax's 64-bit mode off (jax_enable_x64, JAX_ENABLE_X64)."""
-
-
-def _check_64_bit_mode(folder, saved: list[dict], expected: list[dict]) -> None:
+def _check_64_bit_mode(folder, differ: list[tuple]) -> None:
     """Refuses, naming jax's 64-bit mode, a checkpoint whose leaves differ from the template's only as that mode
     makes them: gymnax's env states (CartPole's) are float64 and int64 with it on, float32 and int32 off, so a
     run trained with JAX_ENABLE_X64=1 could not be read without it (and the reverse), and the message asked whether
-    an earlier version wrote it."""
+    an earlier version wrote it. `differ`: (leaf index, saved spec, expected spec) of each leaf that differs."""
     def narrowed(spec: dict) -> dict:
-        return {**spec, "dtype": _WIDTHS.get(spec["dtype"], spec["dtype"])}
+        return {**spec, "dtype": _checks.NARROW_64.get(spec["dtype"], spec["dtype"])}
 
-    differ = [(i, a, b) for i, (a, b) in enumerate(zip(saved, expected)) if a != b]
-    if len(saved) != len(expected) or not all(narrowed(a) == narrowed(b) for _, a, b in differ):
+    if not all(narrowed(a) == narrowed(b) for _, a, b in differ):
         return
     on = bool(jax.config.jax_enable_x64)
-    if all(a["dtype"] in _WIDTHS for _, a, _ in differ) and not on:
+    if all(a["dtype"] in _checks.NARROW_64 for _, a, _ in differ) and not on:
         i, a, b = differ[0]
         raise CheckpointError(
             f"checkpoint in {folder} was saved with jax's 64-bit mode on (JAX_ENABLE_X64=1, or jax.config.update("
             f"'jax_enable_x64', True)): its state leaf {i} is {a['dtype']}, where this process, with the mode off, "
             f"builds {b['dtype']}; read or resume it with the mode on again (e.g. JAX_ENABLE_X64=1 jaxrl-rollout "
             "...), as it was trained.")
-    if all(b["dtype"] in _WIDTHS for _, _, b in differ) and on:
+    if all(b["dtype"] in _checks.NARROW_64 for _, _, b in differ) and on:
         i, a, b = differ[0]
         raise CheckpointError(
             f"checkpoint in {folder} was saved with jax's 64-bit mode off: its state leaf {i} is {a['dtype']}, "
@@ -167,14 +164,12 @@ def _prng_name(key_dtype: str) -> str:
     return _PRNG_NAMES.get(tag, tag)
 
 
-def _check_prng_impl(folder, saved: list[dict], expected: list[dict]) -> None:
+def _check_prng_impl(folder, differ: list[tuple]) -> None:
     """Refuses, naming jax's PRNG implementation, a checkpoint whose leaves differ from the template's only in
     their keys' implementation: a run trained with JAX_DEFAULT_PRNG_IMPL=rbg (its keys 4 words, threefry's 2) and
     read without it was refused as "state leaf 42 is ... key<rbg> ..., this config expects ... key<fry> ...
-    (was the run written by an earlier jaxrl_rollout? ...)"."""
-    differ = [(i, a, b) for i, (a, b) in enumerate(zip(saved, expected)) if a != b]
-    if len(saved) != len(expected) or not differ or not all(
-            a.get("key") and b.get("key") and a["key"] != b["key"] for _, a, b in differ):
+    (was the run written by an earlier jaxrl_rollout? ...)". `differ`: as `_check_64_bit_mode`'s."""
+    if not all(a.get("key") and b.get("key") and a["key"] != b["key"] for _, a, b in differ):
         return
     i, a, b = differ[0]
     name, here = _prng_name(a["key"]), _prng_name(b["key"])
