@@ -47,6 +47,7 @@ import logging
 import math
 import os
 import pathlib
+import re
 import sys
 import tempfile
 import warnings
@@ -426,6 +427,38 @@ def _raise_after_failure(message: str) -> None:
     raise CheckpointError(message)
 
 
+class _HeldThreadFailures(logging.Filter):
+    """Holds back Orbax's log of an exception in one of its save threads (absl's logger, with its traceback).
+
+    Orbax logs such an exception where its thread catches it, then raises it from the save; there it becomes
+    the save's one-line CheckpointError, so the log (a traceback per thread: two for a full disk) is dropped.
+    Records held during a save that succeeds are logged after it (`release`). Every other record passes.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "_SignalingThread.run() raised an exception" in str(record.msg):
+            self.records.append(record)
+            return False
+        return True
+
+    def release(self) -> None:
+        log = logging.getLogger("absl")
+        for record in self.records:
+            log.handle(record)
+        self.records.clear()
+
+
+def _os_error_code(error: BaseException) -> int | None:
+    """The errno TensorStore puts in the message of a system error it met (`[os_error_code='28']`: a full disk),
+    else None. (Its message names files inside Orbax's temporary folders, of no use to the reader.)"""
+    found = re.search(r"os_error_code='?(\d+)", str(error))
+    return int(found.group(1)) if found and int(found.group(1)) else None
+
+
 def _one_line(error: BaseException) -> str:
     """An exception as one short line (Orbax and TensorStore errors can span pages)."""
     text = " ".join(str(error).split()) or type(error).__name__
@@ -538,6 +571,7 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     if not _checks.is_int(step) or step < 0:
         raise ValueError(f"step must be a non-negative int (the chunks done), got {step!r}.")
     step = int(step)
+    shown = pathlib.Path(folder)  # the messages name the folder as the caller gave it
     folder = _absolute(folder)
     _refuse_links(folder)
     treedef_str, specs = _leaf_specs(state)
@@ -560,17 +594,22 @@ def save(folder, step: int, state: Any, extras: dict[str, np.ndarray], meta: dic
     if extras:
         items["extras"] = ocp.args.StandardSave(extras)
     failure = None
+    held = _HeldThreadFailures()
     try:
         manager = _manager(folder, create=True)
         try:
-            with _quiet_failures():
+            with _quiet_failures(), filtered("absl", held):
                 manager.save(step, args=ocp.args.Composite(**items), force=True)
                 manager.wait_until_finished()
         finally:
             manager.close()
     except Exception as error:  # noqa: BLE001 - Orbax, TensorStore and the OS raise many types; one line says which
         _drop_late_orbax_noise()
-        failure = f"could not save the checkpoint in {folder / SUBFOLDER}: {_one_line(error)}"
+        code = _os_error_code(error)
+        failure = (f"could not save the checkpoint in {shown / SUBFOLDER}: "
+                   + (f"{os.strerror(code)} (errno {code})" if code is not None else _one_line(error)))
+    else:
+        held.release()  # a thread's error that the save did not raise: logged as Orbax logs it
     if stored:
         # the device arrays made from views of the state's memory (`_without_unit_axes`) end in reference cycles of
         # Orbax's: until they are collected, jax 0.11 does not donate the state's leaves they view (a full

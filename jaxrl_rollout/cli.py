@@ -1576,15 +1576,23 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
                                   checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks,
                                   on_chunk=loggers.chain(*(log.log_chunk for log in logs)), on_save=on_save,
                                   on_state=videos)
-        except BaseException:
+        except BaseException as error:
             for log in logs:  # the error in flight (a signal, a divergence, a full disk) is the one to report
                 try:
                     log.close()
                 except Exception:  # noqa: BLE001 - e.g. the same full disk again
                     pass
+            if isinstance(error, (runner.SaveFailed, OSError)):  # a full disk: what the folder keeps, how to go on
+                return _failed_in_training(error, args, folder, unsaved_total)
             raise
-        for log in logs:
-            log.close()
+        failed = None
+        for log in logs:  # (TensorBoard's last events are written here: a full disk fails here too)
+            try:
+                log.close()
+            except OSError as error:
+                failed = failed or error
+        if failed is not None:
+            return _output_failed(failed, args, folder, result, unsaved_total)
     except KeyboardInterrupt as stop:
         print(f"interrupted; continue with: {_resume_command(args, folder, unsaved_total)}", file=sys.stderr)
         return getattr(stop, "exit_code", 130)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
@@ -1607,6 +1615,27 @@ def _output_failed(error: OSError, args, folder, result, unsaved_total) -> int:
         saved = (f"the run is saved after chunk {result.chunks_done} of {result.num_chunks} in {folder}; continue "
                  f"with: {_resume_command(args, folder, unsaved_total)}")
     print(f"jaxrl-rollout: error: {what}, after training: {saved}.", file=sys.stderr)
+    return 2
+
+
+def _failed_in_training(error: Exception, args, folder, unsaved_total) -> int:
+    """One line for a checkpoint that could not be saved (`runner.SaveFailed`: its message says what the folder
+    keeps) or a file written during training that could not be (an OSError: a TensorBoard event file on a full
+    disk), and the command that continues the run once the cause is gone."""
+    from jaxrl_rollout import checkpoint, runner
+
+    if isinstance(error, runner.SaveFailed):
+        what = str(error)
+    else:
+        try:
+            saved = checkpoint.read_manifest(folder)["meta"]["chunks_done"] if checkpoint.exists(folder) else 0
+        except (OSError, ValueError, KeyError):
+            saved = None
+        kept = ("" if saved is None else f"; the run is saved after chunk {saved}" if saved
+                else "; no checkpoint was saved before")
+        what = f"{_os_error_text(error)}, during training{kept}"
+    print(f"jaxrl-rollout: error: {what}; continue with: {_resume_command(args, folder, unsaved_total)}",
+          file=sys.stderr)
     return 2
 
 

@@ -75,7 +75,8 @@ from jaxrl_rollout.types import RolloutState
 
 __all__ = ["BEST_POLICY", "DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "TrainedPolicy", "check_finite",
            "check_host_run", "default_chunk_updates", "host_env", "load_best_policies", "load_policy", "load_run",
-           "make_algorithm", "map_runs", "read_spec", "read_spec_file", "reopen_host_envs", "returns_text", "train", "write_spec"]
+           "make_algorithm", "map_runs", "read_spec", "read_spec_file", "reopen_host_envs", "returns_text", "SaveFailed", "train",
+           "write_spec"]
 
 FORMAT = "jaxrl_rollout.run/1"
 
@@ -1027,6 +1028,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
         working memory cannot fit in the host's free memory; checked before
         the states are made (or read from the checkpoint) and before the first
         chunk runs.
+      SaveFailed: a checkpoint could not be saved (a full disk); the folder
+        keeps the one before it.
     """
     from jaxrl_rollout._checks import check_positive_int
 
@@ -1178,6 +1181,8 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                                 {f"metrics/{k}": v for k, v in metrics.items()},
                                 {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json(),
                                  **({BEST_POLICY: True} if evaluating else {})})
+            except checkpoint.CheckpointError as error:  # a full disk: the message says what the folder keeps
+                raise SaveFailed(str(error), chunks_done, last_saved) from error
             finally:
                 signals.saving = False
             if spec_unsaved and jax.process_index() == 0:  # an extended run: config.json follows its checkpoint
@@ -1370,6 +1375,20 @@ def _group_shapes(inits: list, algorithm, spec: RunSpec, groups: list) -> list:
             whole = _train_state_shapes(spec, algorithm)
         shapes.append(jax.tree.map(lambda s, n=b - a: jax.ShapeDtypeStruct((n, *s.shape[1:]), s.dtype), whole))
     return shapes
+
+
+class SaveFailed(checkpoint.CheckpointError):
+    """`train` could not save a checkpoint (a full disk, a folder made read-only): the run stopped there.
+
+    The folder keeps its last committed checkpoint whole (Orbax commits a new one only once it is written),
+    after `last_saved` chunks (0: none yet), and `train(spec, folder, resume=True)` continues from it (or starts
+    the run again). `chunks_done`: the chunks trained when the save failed.
+    """
+
+    def __init__(self, reason: str, chunks_done: int, last_saved: int):
+        kept = (f"its checkpoint after chunk {last_saved} is kept" if last_saved else "no checkpoint was saved before")
+        super().__init__(f"{reason}; the run stopped after chunk {chunks_done}, and {kept}")
+        self.chunks_done, self.last_saved = chunks_done, last_saved
 
 
 class StatesTooLarge(ValueError):

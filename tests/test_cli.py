@@ -130,6 +130,69 @@ def test_interrupted_and_resumed_cli_run_ends_identical(sweep_run, tmp_path, cap
         assert np.array_equal(whole[k], resumed[k], equal_nan=whole[k].dtype.kind == "f"), k
 
 
+def test_a_full_disk_during_training_is_one_line_with_what_is_kept_and_the_resume_ends_identical(
+        sweep_run, tmp_path, capsys, monkeypatch):
+    """A checkpoint that cannot be saved (a full disk: Orbax's error, runner.SaveFailed) and a TensorBoard event
+    file that cannot be written: one line each saying what the folder keeps and the command that goes on from it
+    (the TensorBoard one said only "FILE: No space left on device"); the run resumed from the kept checkpoint ends
+    as the uninterrupted one. (The checkpoint's own one line and its quiet threads: tests/test_runner.py.)"""
+    import errno
+
+    from jaxrl_rollout import checkpoint, loggers
+
+    save, saves = checkpoint.save, []
+
+    def full_at_the_second_save(folder, step, *args, **kwargs):
+        saves.append(step)
+        if len(saves) == 2:
+            raise checkpoint.CheckpointError(f"could not save the checkpoint in {folder}/checkpoints: No space left on "
+                                             "device (errno 28)")
+        return save(folder, step, *args, **kwargs)
+
+    folder = tmp_path / "full"
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint, "save", full_at_the_second_save)
+        assert cli.main(["train", *SWEEP, "--out", str(folder), "--tensorboard", "false", "--checkpoint-every", "1"]) == 2
+    assert saves == [1, 2]
+    assert capsys.readouterr().err.splitlines(keepends=True)[-1] == (
+        f"jaxrl-rollout: error: could not save the checkpoint in {folder}/checkpoints: No space left on device (errno "
+        "28); the run stopped after chunk 2, and its checkpoint after chunk 1 is kept; continue with: jaxrl-rollout "
+        f"train --resume {folder} --num-eval 2 --tensorboard false --checkpoint-every 1\n")
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "2"]) == 0
+    assert "resuming after chunk 1" in capsys.readouterr().err
+    assert _files(folder)["metrics.csv"] == _files(sweep_run)["metrics.csv"]
+    whole, resumed = _saved_arrays(sweep_run), _saved_arrays(folder)
+    assert whole.keys() == resumed.keys()
+    for k in whole:
+        assert np.array_equal(whole[k], resumed[k], equal_nan=whole[k].dtype.kind == "f"), k
+
+    log_chunk, logged = loggers.TensorBoardLogger.log_chunk, []
+
+    def full_at_the_second_chunk(self, chunk, first_update):
+        logged.append(first_update)
+        if len(logged) == 2:  # chunk 2 is logged before it is saved
+            raise OSError(errno.ENOSPC, "No space left on device", str(folder / "tensorboard" / "events"))
+        return log_chunk(self, chunk, first_update)
+
+    folder = tmp_path / "full_tb"
+    monkeypatch.setattr(loggers.TensorBoardLogger, "log_chunk", full_at_the_second_chunk)
+    assert cli.main(["train", *SWEEP, "--out", str(folder), "--checkpoint-every", "1"]) == 2
+    assert capsys.readouterr().err.splitlines(keepends=True)[-1] == (
+        f"jaxrl-rollout: error: {folder}/tensorboard/events: No space left on device, during training; the run is "
+        f"saved after chunk 1; continue with: jaxrl-rollout train --resume {folder} --num-eval 2 --checkpoint-every 1\n")
+
+    def full_at_close(self):  # TensorBoard's last events, written after the last chunk (it was a bare OSError line)
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "tensorboard" / "events"))
+
+    monkeypatch.setattr(loggers.TensorBoardLogger, "log_chunk", log_chunk)
+    monkeypatch.setattr(loggers.TensorBoardLogger, "close", full_at_close)
+    assert cli.main(["train", "--resume", str(folder), "--num-eval", "2"]) == 2
+    assert capsys.readouterr().err.splitlines(keepends=True)[-1] == (
+        f"jaxrl-rollout: error: {folder}/tensorboard/events: No space left on device, after training: the run is "
+        f"complete and saved in {folder}: `jaxrl-rollout train --resume {folder}` writes its metrics.csv and "
+        f"learning_curve.png and prints its summary again, and `jaxrl-rollout evaluate {folder}` evaluates it.\n")
+
+
 def test_a_run_started_from_a_saved_runs_config_is_that_run_again(sweep_run, tmp_path, capsys):
     """`train --config FOLDER --out NEW` trains the saved run's algorithm, env, grid, seeds and chunks again: the
     same config.json, metrics and checkpoint, bit for bit (nothing but the folder given)."""

@@ -551,6 +551,38 @@ def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2"]
 
 
+def test_a_save_past_the_file_system_limit_is_one_line_naming_the_system_error(tmp_path, capfd, caplog):
+    """A full disk failed the save in Orbax's threads, which logged a traceback each (absl, "_SignalingThread.run()
+    raised an exception") before the save's line, itself 300 characters of TensorStore's paths in Orbax's
+    temporary folders. Now that line names the system error only, and the threads' logs are held back. The
+    limit here is the process's file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored: EFBIG, "File too large"),
+    the one such failure a test can make without a file system of its own; a full one is ENOSPC the same way."""
+    import logging
+    import resource
+    import signal
+
+    state = {"w": np.random.default_rng(0).standard_normal((2, 64 * 1024), np.float32)}  # 512 kB, incompressible
+    checkpoint.save(tmp_path, 1, state, {"m": np.ones(3)}, {"chunks_done": 1})  # (compiles what the save does)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    capfd.readouterr()
+    with caplog.at_level(logging.DEBUG):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+        try:
+            with pytest.raises(checkpoint.CheckpointError) as failed:
+                checkpoint.save(tmp_path, 2, {"w": state["w"] + 1}, {"m": np.zeros(3)}, {"chunks_done": 2})
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            signal.signal(signal.SIGXFSZ, previous)
+    assert str(failed.value) == f"could not save the checkpoint in {tmp_path}/checkpoints: File too large (errno 27)"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage()[:200] for r in caplog.records]
+    assert capfd.readouterr() == ("", "")
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if "tmp" not in p.name) == ["1"]
+    loaded, _, manifest = checkpoint.load(tmp_path, jax.eval_shape(lambda: state))
+    assert manifest["meta"] == {"chunks_done": 1}
+    np.testing.assert_array_equal(loaded["w"], state["w"])
+
+
 def test_a_successful_save_and_load_run_no_garbage_collection_and_leave_no_noise(tmp_path, monkeypatch):
     """Only a failed Orbax call pays for a full collection (its abandoned coroutines); one that succeeds leaves
     none behind (a full collection took about half of each save of a small run's checkpoint)."""
