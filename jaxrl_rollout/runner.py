@@ -73,10 +73,10 @@ from jaxrl_rollout.run_metrics import chunk_return, grid_label, returns_text, st
 from jaxrl_rollout.stepping import is_vectorized
 from jaxrl_rollout.types import RolloutState
 
-__all__ = ["BEST_POLICY", "DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "TrainedPolicy", "check_finite",
-           "check_host_run", "default_chunk_updates", "host_env", "load_best_policies", "load_policy", "load_run",
-           "make_algorithm", "map_runs", "read_spec", "read_spec_file", "reopen_host_envs", "returns_text", "SaveFailed", "train",
-           "write_spec"]
+__all__ = ["BEST_POLICY", "DEFAULT_CHUNKS", "Diverged", "RunResult", "RunSpec", "SaveFailed", "TrainedPolicy",
+           "check_finite", "check_host_run", "default_chunk_updates", "host_env", "load_best_policies", "load_policy",
+           "load_run", "make_algorithm", "map_runs", "read_spec", "read_spec_file", "reopen_host_envs", "returns_text",
+           "train", "write_spec"]
 
 FORMAT = "jaxrl_rollout.run/1"
 
