@@ -69,8 +69,14 @@ class FolderLock:
             if not same:  # locked a file that was removed meanwhile: lock the one there now
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
+            except OSError as error:  # a full disk: no lock, and no lock file this call made (nor its folder)
+                os.close(fd)
+                if self.created:
+                    self.path.unlink(missing_ok=True)
+                raise OSError(error.errno, error.strerror, str(self.path)) from None
             self._fd = fd
             return self
         raise FolderLocked(f"{option}: could not lock the run folder (it keeps being removed).")

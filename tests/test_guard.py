@@ -100,6 +100,29 @@ def test_a_dead_holders_lock_is_taken_over(small_run, tmp_path, capsys):
             FolderLock(folder).acquire("test")  # a second descriptor, even in the same process, is refused
 
 
+def test_a_lock_file_that_cannot_be_written_leaves_no_folder_and_names_the_file(small_run, tmp_path, capsys,
+                                                                              monkeypatch):
+    """On a full disk the lock file is made (an inode) but its holder line cannot be written: that was a bare "error:
+    No space left on device", and the new run folder stayed behind with an empty lock file in it."""
+    write = os.write
+
+    def full_for_locks(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(LOCK_NAME):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_locks)
+    folder = tmp_path / "runs" / "x"
+    assert cli.main(["train", *SMALL, "--out", str(folder)]) == 2
+    assert capsys.readouterr().err == f"jaxrl-rollout: error: {folder / LOCK_NAME}: No space left on device\n"
+    assert not (tmp_path / "runs").exists()
+    resumed = tmp_path / "resumed"  # a run's own lock file stays (it is not this command's to remove)
+    shutil.copytree(small_run, resumed)
+    assert cli.main(["train", "--resume", str(resumed)]) == 2
+    assert capsys.readouterr().err == f"jaxrl-rollout: error: {resumed / LOCK_NAME}: No space left on device\n"
+    assert (resumed / LOCK_NAME).exists() and (resumed / "config.json").exists()
+
+
 @pytest.mark.parametrize("bad", [
     ["--devices", "3", "--seeds", "4"], ["--lr", "-1"], ["--gamma", "2"], ["--gae-lambda", "-3"],
     ["--lr", "1e-3,0"], ["--max-grad-norm", "0"], ["--ent-coef", "-0.1"]])
