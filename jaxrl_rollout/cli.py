@@ -1621,9 +1621,15 @@ def _output_failed(error: OSError, args, folder, result, unsaved_total) -> int:
 def _failed_in_training(error: Exception, args, folder, unsaved_total) -> int:
     """One line for a checkpoint that could not be saved (`runner.SaveFailed`: its message says what the folder
     keeps) or a file written during training that could not be (an OSError: a TensorBoard event file on a full
-    disk), and the command that continues the run once the cause is gone."""
+    disk), and the command that continues the run once the cause is gone. A save asked for by an interruption
+    or a divergence (`SaveFailed.stopped_by`) exits as they do (130, 143, 129; 3, without a command: resuming would
+    diverge again)."""
     from jaxrl_rollout import checkpoint, runner
 
+    stopped_by = getattr(error, "stopped_by", None)
+    if isinstance(stopped_by, runner.Diverged):
+        print(f"jaxrl-rollout: error: {error}", file=sys.stderr)
+        return 3
     if isinstance(error, runner.SaveFailed):
         what = str(error)
     else:
@@ -1636,7 +1642,7 @@ def _failed_in_training(error: Exception, args, folder, unsaved_total) -> int:
         what = f"{_os_error_text(error)}, during training{kept}"
     print(f"jaxrl-rollout: error: {what}; continue with: {_resume_command(args, folder, unsaved_total)}",
           file=sys.stderr)
-    return 2
+    return getattr(stopped_by, "exit_code", 130) if isinstance(stopped_by, KeyboardInterrupt) else 2
 
 
 def _os_error_text(error: OSError) -> str:

@@ -93,11 +93,14 @@ class Diverged(ValueError):
       update: the first bad update, counted from 1 over the whole run.
       run: the first run (g * S + s) with a bad update there.
       what: what was not finite, e.g. ["loss", "gradients"].
+      finding: the message without its advice (`Diverged.ADVICE`).
     """
 
-    def __init__(self, message: str, update: int, run: int, what: list):
-        super().__init__(message)
-        self.update, self.run, self.what = update, run, what
+    ADVICE = "Lower the learning rate, check the env's rewards and observations for NaN or inf, or clip them."
+
+    def __init__(self, finding: str, update: int, run: int, what: list):
+        super().__init__(f"{finding}. {self.ADVICE}")
+        self.finding, self.update, self.run, self.what = finding, update, run, what
 
 
 _NONFINITE_NAMES = ((NONFINITE_LOSS, "loss"), (NONFINITE_GRADIENTS, "gradients"), (NONFINITE_PARAMS, "params"))
@@ -124,8 +127,7 @@ def check_finite(spec: RunSpec, chunk: dict, first_update: int) -> None:
     raise Diverged(
         f"training diverged at update {update} (step {steps_at(spec.config, update):,}) of run {r} (grid point "
         f"{g}, seed {s}){f' and {runs - 1} other run(s)' if runs > 1 else ''}: non-finite {', '.join(what)}"
-        + (f" (metrics {', '.join(bad)})" if bad else "") + ". Lower the learning rate, check the env's rewards "
-        "and observations for NaN or inf, or clip them.", update, r, what)
+        + (f" (metrics {', '.join(bad)})" if bad else ""), update, r, what)
 
 
 DEFAULT_CHUNKS = 20
@@ -1169,7 +1171,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             say(f"  {spec.config.env_id} is a host env, whose state is not in the checkpoint: every env starts a new "
                 "episode now (the episodes in progress at the checkpoint are dropped)")
 
-        def save(state_list):
+        def save(state_list, stopped_by=None):
             nonlocal spec_unsaved
             if folder is None:
                 return
@@ -1182,7 +1184,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                                 {"chunks_done": chunks_done, "updates_done": updates_done, "spec": spec.to_json(),
                                  **({BEST_POLICY: True} if evaluating else {})})
             except checkpoint.CheckpointError as error:  # a full disk: the message says what the folder keeps
-                raise SaveFailed(str(error), chunks_done, last_saved) from error
+                raise SaveFailed(str(error), chunks_done, last_saved, stopped_by) from error
             finally:
                 signals.saving = False
             if spec_unsaved and jax.process_index() == 0:  # an extended run: config.json follows its checkpoint
@@ -1229,7 +1231,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                     check_finite(spec, chunk, updates_done)
                 except Diverged as diverged:
                     if chunks_done > last_saved:  # the chunks before this one were finite: keep them
-                        save(states)
+                        save(states, stopped_by=diverged)
                     kept = f"; the checkpoint after chunk {chunks_done} (update {updates_done}) in {folder} " \
                            "is the last finite state" if folder is not None and chunks_done else ""
                     say(f"  stopped: {diverged}{kept}")
@@ -1281,7 +1283,7 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 raise
             saved = ""
             if chunks_done > last_saved:
-                save(states)
+                save(states, stopped_by=error if isinstance(error, KeyboardInterrupt) else Interrupted(stopped))
                 saved = f"; checkpoint saved in {folder}" if folder else ""
             elif folder:  # saved after that chunk already, or the checkpoint resumed from, before any chunk here ran
                 saved = f"; its checkpoint is in {folder}"
@@ -1382,13 +1384,23 @@ class SaveFailed(checkpoint.CheckpointError):
 
     The folder keeps its last committed checkpoint whole (Orbax commits a new one only once it is written),
     after `last_saved` chunks (0: none yet), and `train(spec, folder, resume=True)` continues from it (or starts
-    the run again). `chunks_done`: the chunks trained when the save failed.
+    the run again). `chunks_done`: the chunks trained when the save failed. `stopped_by`: what stopped the run
+    and asked for this save, if not the schedule: an interruption (a KeyboardInterrupt, `Interrupted` for a
+    signal) or a `Diverged` next chunk; the message says it too.
     """
 
-    def __init__(self, reason: str, chunks_done: int, last_saved: int):
+    def __init__(self, reason: str, chunks_done: int, last_saved: int, stopped_by: BaseException | None = None):
         kept = (f"its checkpoint after chunk {last_saved} is kept" if last_saved else "no checkpoint was saved before")
-        super().__init__(f"{reason}; the run stopped after chunk {chunks_done}, and {kept}")
-        self.chunks_done, self.last_saved = chunks_done, last_saved
+        if isinstance(stopped_by, Diverged):
+            why = (f"{stopped_by.finding}; the run stopped after chunk {chunks_done}, the last finite one, and {kept}. "
+                   f"{Diverged.ADVICE}")
+        elif isinstance(stopped_by, KeyboardInterrupt):
+            name = getattr(stopped_by, "signal_name", None)
+            why = f"the run was interrupted{f' ({name})' if name else ''} after chunk {chunks_done}, and {kept}"
+        else:
+            why = f"the run stopped after chunk {chunks_done}, and {kept}"
+        super().__init__(f"{reason}; {why}")
+        self.chunks_done, self.last_saved, self.stopped_by = chunks_done, last_saved, stopped_by
 
 
 class StatesTooLarge(ValueError):

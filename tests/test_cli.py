@@ -137,8 +137,10 @@ def test_a_full_disk_during_training_is_one_line_with_what_is_kept_and_the_resum
     (the TensorBoard one said only "FILE: No space left on device"); the run resumed from the kept checkpoint ends
     as the uninterrupted one. (The checkpoint's own one line and its quiet threads: tests/test_runner.py.)"""
     import errno
+    import os
+    import signal
 
-    from jaxrl_rollout import checkpoint, loggers
+    from jaxrl_rollout import checkpoint, loggers, runner
 
     save, saves = checkpoint.save, []
 
@@ -165,6 +167,28 @@ def test_a_full_disk_during_training_is_one_line_with_what_is_kept_and_the_resum
     assert whole.keys() == resumed.keys()
     for k in whole:
         assert np.array_equal(whole[k], resumed[k], equal_nan=whole[k].dtype.kind == "f"), k
+
+    # SIGTERM (SLURM's, Kubernetes') in chunk 1, and the save it asks for fails: its exit code (it was 2) and a
+    # line that says the run was interrupted (it said "the run stopped", as if a schedule had stopped it).
+    progress_line = runner._progress_line
+
+    def sigterm_in_the_first_chunk(spec, updates_done, *args):
+        if updates_done == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return progress_line(spec, updates_done, *args)
+
+    folder = tmp_path / "full_stopped"
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint, "save", full_at_the_second_save)
+        patch.setattr(runner, "_progress_line", sigterm_in_the_first_chunk)
+        saves.clear()
+        saves.append(0)  # the first save this run asks for fails
+        assert cli.main(["train", *SWEEP, "--out", str(folder), "--tensorboard", "false"]) == 143
+    assert saves == [0, 1] and not folder.joinpath("checkpoints").exists()
+    assert capsys.readouterr().err.splitlines(keepends=True)[-1] == (
+        f"jaxrl-rollout: error: could not save the checkpoint in {folder}/checkpoints: No space left on device (errno "
+        "28); the run was interrupted (SIGTERM) after chunk 1, and no checkpoint was saved before; continue with: "
+        f"jaxrl-rollout train --resume {folder} --num-eval 2 --tensorboard false\n")
 
     log_chunk, logged = loggers.TensorBoardLogger.log_chunk, []
 

@@ -58,10 +58,11 @@ def test_runner_stops_at_the_first_bad_chunk_keeping_the_last_finite_checkpoint(
     assert extras["metrics/nonfinite"].shape == (2, 2) and not extras["metrics/nonfinite"].any()
 
 
-def test_cli_divergence_is_one_line_and_exit_3(nan_env, tmp_path, capsys):
-    code = cli.main(["train", "--env", nan_env, "--num-envs", "4", "--num-steps", "8", "--total-steps", "128",
-                     "--num-minibatches", "2", "--update-epochs", "1", "--seeds", "1", "--chunk-updates", "1",
-                     "--tensorboard", "false", "--out", str(tmp_path / "run"), "--host-devices", "1"])
+def test_cli_divergence_is_one_line_and_exit_3(nan_env, tmp_path, capsys, monkeypatch):
+    argv = ["train", "--env", nan_env, "--num-envs", "4", "--num-steps", "8", "--total-steps", "128",
+            "--num-minibatches", "2", "--update-epochs", "1", "--seeds", "1", "--chunk-updates", "1",
+            "--tensorboard", "false", "--host-devices", "1"]
+    code = cli.main([*argv, "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 3
     errors = [line for line in err.splitlines() if line.startswith("jaxrl-rollout: error:")]
@@ -69,6 +70,22 @@ def test_cli_divergence_is_one_line_and_exit_3(nan_env, tmp_path, capsys):
     assert "Traceback" not in err
     assert checkpoint.read_manifest(tmp_path / "run")["meta"]["chunks_done"] == 2
     assert not (tmp_path / "run" / "metrics.csv").exists()
+
+    # The save of the finite chunks before the diverged one fails (a full disk): still the divergence's exit 3,
+    # and the one line says both (it said only the save's failure, with exit 2 and a --resume that diverges again).
+    def full(folder, *args, **kwargs):
+        raise checkpoint.CheckpointError(f"could not save the checkpoint in {folder}/checkpoints: No space left on "
+                                         "device (errno 28)")
+
+    monkeypatch.setattr(checkpoint, "save", full)
+    folder = tmp_path / "full"
+    assert cli.main([*argv, "--out", str(folder)]) == 3
+    assert capsys.readouterr().err.splitlines(keepends=True)[-1] == (
+        f"jaxrl-rollout: error: could not save the checkpoint in {folder}/checkpoints: No space left on device (errno "
+        "28); training diverged at update 3 (step 96) of run 0 (grid point 0, seed 0): non-finite loss, gradients, "
+        "params (metrics approx_kl, entropy, policy_loss, value_loss); the run stopped after chunk 2, the last finite "
+        "one, and no checkpoint was saved before. Lower the learning rate, check the env's rewards and observations for NaN or "
+        "inf, or clip them.\n")
 
 
 def _metrics(returns, episodes):

@@ -613,6 +613,25 @@ def test_ctrl_c_saves_the_last_whole_chunk(uninterrupted, tmp_path):
 
 
 
+def test_a_save_that_fails_after_ctrl_c_says_the_run_was_interrupted(uninterrupted, tmp_path, monkeypatch):
+    """The save a Ctrl-C asks for can fail too (a full disk): `SaveFailed` then keeps the interruption
+    (`stopped_by`) and says it ("the run stopped after chunk 1" read as if the schedule had stopped it)."""
+    def full(folder, *args, **kwargs):
+        raise checkpoint.CheckpointError(f"could not save the checkpoint in {folder}/checkpoints: No space left on "
+                                         "device (errno 28)")
+
+    def press_ctrl_c(metrics, first_update):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save", full)
+    with pytest.raises(runner.SaveFailed) as failed:
+        runner.train(SPEC, tmp_path, checkpoint_every=5, progress=None, on_chunk=press_ctrl_c)
+    assert str(failed.value) == (f"could not save the checkpoint in {tmp_path}/checkpoints: No space left on device "
+                                 "(errno 28); the run was interrupted after chunk 1, and no checkpoint was saved before")
+    assert isinstance(failed.value.stopped_by, KeyboardInterrupt)
+    assert (failed.value.chunks_done, failed.value.last_saved) == (1, 0)
+
+
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_stops_at_the_chunk_boundary_and_saves(uninterrupted, tmp_path, name):
     """SIGTERM (what SLURM and Kubernetes send), a first Ctrl-C and SIGHUP (a terminal gone: an ssh connection
