@@ -1187,7 +1187,9 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
                 raise SaveFailed(str(error), chunks_done, last_saved, stopped_by) from error
             finally:
                 signals.saving = False
-            if spec_unsaved and jax.process_index() == 0:  # an extended run: config.json follows its checkpoint
+            # an extended run: config.json follows its checkpoint; a folder removed while it trains is written
+            # again by Orbax, and config.json with it (`evaluate` and `--resume` read it)
+            if (spec_unsaved or not (folder / "config.json").exists()) and jax.process_index() == 0:
                 write_spec(folder, spec)
                 spec_unsaved = False
             if on_save is not None and jax.process_index() == 0:

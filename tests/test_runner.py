@@ -613,6 +613,23 @@ def test_ctrl_c_saves_the_last_whole_chunk(uninterrupted, tmp_path):
 
 
 
+def test_a_folder_removed_while_its_run_trains_is_written_again_whole(uninterrupted, tmp_path):
+    """The folder removed after chunk 1 (`rm -rf runs/x` while it trains): the next save makes it again (Orbax),
+    and config.json with it, so it opens, evaluates and resumes as any run (it had the checkpoint without its
+    config.json, while the command's last line listed config.json as written)."""
+    folder = tmp_path / "run"
+
+    def remove_the_folder(metrics, first_update):
+        if first_update == 0:
+            shutil.rmtree(folder)
+
+    result = runner.train(SPEC, folder, checkpoint_every=1, progress=None, on_chunk=remove_the_folder)
+    assert result.complete and runner.read_spec(folder) == SPEC
+    spec, state, _, manifest = runner.load_run(folder)
+    assert spec == SPEC and manifest["meta"]["chunks_done"] == result.chunks_done
+    _assert_identical(uninterrupted[1].state, state)
+
+
 def test_a_save_that_fails_after_ctrl_c_says_the_run_was_interrupted(uninterrupted, tmp_path, monkeypatch):
     """The save a Ctrl-C asks for can fail too (a full disk): `SaveFailed` then keeps the interruption
     (`stopped_by`) and says it ("the run stopped after chunk 1" read as if the schedule had stopped it)."""
