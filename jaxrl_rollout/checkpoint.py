@@ -456,7 +456,7 @@ def _os_error_code(error: BaseException) -> int | None:
     """The errno TensorStore puts in the message of a system error it met (`[os_error_code='28']`: a full disk),
     else None. (Its message names files inside Orbax's temporary folders, of no use to the reader.)"""
     found = re.search(r"os_error_code='?(\d+)", str(error))
-    return int(found.group(1)) if found and int(found.group(1)) else None
+    return (int(found.group(1)) or None) if found else None
 
 
 def _one_line(error: BaseException) -> str:

@@ -1682,7 +1682,11 @@ class ReaderMayClose:
         self.reader_closed = stream is None  # no stream at all (`>&-`: Python's sys.stdout is None): text dropped
 
     def write(self, text: str) -> int:
-        self._unless_gone("write", text)
+        try:
+            self._unless_gone("write", text)
+        except UnicodeEncodeError:  # a stream that cannot spell a folder's name (PYTHONIOENCODING=ascii): escaped,
+            encoding = self._stream.encoding  # as Python's own stderr does, not "'ascii' codec can't encode ..."
+            self._unless_gone("write", text.encode(encoding, "backslashreplace").decode(encoding))
         return len(text)
 
     def writelines(self, lines) -> None:

@@ -483,6 +483,17 @@ def test_a_stream_whose_reader_is_gone_drops_its_text_and_points_at_devnull(code
     assert not full.reader_closed
 
 
+def test_a_stream_that_cannot_spell_a_folders_name_writes_it_escaped():
+    """`PYTHONIOENCODING=ascii jaxrl-rollout train --out runs/über`: the header line naming the folder ended the
+    command with "error: 'ascii' codec can't encode character '\\xfc' ..."; it is escaped as Python's stderr does."""
+    raw = io.BytesIO()
+    text = io.TextIOWrapper(raw, encoding="ascii")
+    stream = cli.ReaderMayClose(text)
+    assert stream.write("output in runs/\u00fcber\n") == 20
+    text.flush()
+    assert raw.getvalue() == b"output in runs/\\xfcber\n"
+
+
 def test_a_command_started_without_stdout_drops_its_text(capsys):
     """`jaxrl-rollout rollout >&-`: Python's sys.stdout is None, where print writes nothing; the stream wrapper
     raised AttributeError on it (and the flush at exit did before the wrapper)."""
