@@ -11,6 +11,8 @@ The lock file stays in the folder after the run: removing it while another
 process may be opening it would let two processes lock two different files.
 `FolderLock.acquire` checks that the file it locked is still the one at the
 path (a refused command removes the folder it created), and tries again if not.
+A folder removed while its run trains takes its lock file with it: `take_again`
+locks the file at the path anew before the run writes the folder again.
 """
 
 from __future__ import annotations
@@ -80,6 +82,27 @@ class FolderLock:
             self._fd = fd
             return self
         raise FolderLocked(f"{option}: could not lock the run folder (it keeps being removed).")
+
+    def take_again(self, option: str) -> bool:
+        """Locks the file at the path again when it is no longer the one this lock holds (the folder was removed
+        while its run trained): True if it did, False while the lock holds the file there (or nothing). Raises
+        `FolderLocked` naming the holder when another process locked the file there meanwhile (a new run in a
+        folder of the same name); this lock then still holds only its removed file."""
+        if self._fd is None:
+            return False
+        try:
+            if os.path.samestat(os.fstat(self._fd), os.stat(self.path)):
+                return False
+        except FileNotFoundError:
+            pass
+        held, self._fd = self._fd, None
+        try:
+            self.acquire(option)
+        except BaseException:
+            self._fd = held
+            raise
+        os.close(held)
+        return True
 
     def holder(self, wait: float = 0.5) -> str:
         """Who holds the lock, as written in the lock file.

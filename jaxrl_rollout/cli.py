@@ -1065,6 +1065,7 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
             lock.release(remove=lock.created)
             raise
         stack.callback(lock.release)
+        args.folder_lock = (lock, option)  # taken again should the folder be removed while it trains
         return prepared
     try:
         spec = _build_spec(given)
@@ -1115,6 +1116,7 @@ def _prepare_folder_here(args, given: dict, stack: contextlib.ExitStack):
         lock.release(remove=lock.created)
         raise
     stack.callback(lock.release)
+    args.folder_lock = (lock, option)
     return spec, folder, False
 
 
@@ -1574,7 +1576,8 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
                     _start_wandb(args, log, folder, unsaved_total)
             result = runner.train(spec, folder, resume=resume, devices=args.devices,
                                   checkpoint_every=args.checkpoint_every, stop_after_chunks=args.stop_after_chunks,
-                                  on_chunk=loggers.chain(*(log.log_chunk for log in logs)), on_save=on_save,
+                                  on_chunk=loggers.chain(_folder_guard(args, folder),
+                                                         *(log.log_chunk for log in logs)), on_save=on_save,
                                   on_state=videos)
         except BaseException as error:
             for log in logs:  # the error in flight (a signal, a divergence, a full disk) is the one to report
@@ -1600,6 +1603,30 @@ def _train_in_folder(args: argparse.Namespace, given: dict, stack: contextlib.Ex
         return _after_training(args, spec, folder, result, resume, hits_before, unsaved_total)
     except OSError as error:  # an output file that cannot be written (a folder in its place, a full disk)
         return _output_failed(error, args, folder, result, unsaved_total)
+
+
+def _folder_guard(args, folder):
+    """An `on_chunk` hook, first of all: the run folder removed while it trains (`rm -rf runs/ppo`) is written
+    again by the run's next save, so its lock is taken again first; had another command locked a folder of that
+    name meanwhile, both would write it: this run stops there instead, writing nothing more. (None without a lock:
+    a process other than 0.)"""
+    held = getattr(args, "folder_lock", None)
+    if held is None:
+        return None
+    lock, option = held
+    from jaxrl_rollout._lock import FolderLocked
+
+    def guard(metrics, first_update):
+        try:
+            taken = lock.take_again(option)
+        except FolderLocked:
+            raise FolderLocked(f"{folder} was removed while this run trained, and another command writes a folder "
+                               f"of that name now ({lock.holder()}): this run stops, writing nothing there.") from None
+        if taken:
+            print(f"  {folder} was removed while this run trained: the run writes it again from its next checkpoint",
+                  file=sys.stderr)
+
+    return guard
 
 
 def _output_failed(error: OSError, args, folder, result, unsaved_total) -> int:
@@ -1793,8 +1820,9 @@ def _after_training(args, spec, folder, result, resume: bool, hits_before: int, 
                    else _spread(best.eval_return))
         print(f"  best policy per run (its periodic evaluation's return{' @ update' if listed else ''}): {figures}; "
               f"kept with the checkpoint: jaxrl-rollout evaluate {shlex.quote(str(folder))} --best-policy")
+    # (a folder removed while the run trained is written again without the event files and videos made before)
     extras = [f"{folder / sub}/" for sub, on in (("tensorboard", args.tensorboard), ("videos/training", args.video_every
-                                                                                  is not None)) if on]
+                                                                                  is not None)) if on and (folder / sub).is_dir()]
     print(f"  wrote {', '.join(str(p) for p in [folder / 'config.json', *paths, *extras])} and the checkpoint")
     return 0
 

@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -121,6 +122,44 @@ def test_a_lock_file_that_cannot_be_written_leaves_no_folder_and_names_the_file(
     assert cli.main(["train", "--resume", str(resumed)]) == 2
     assert capsys.readouterr().err == f"jaxrl-rollout: error: {resumed / LOCK_NAME}: No space left on device\n"
     assert (resumed / LOCK_NAME).exists() and (resumed / "config.json").exists()
+
+
+def test_a_folder_removed_while_its_run_trains_is_locked_again_or_the_run_stops(tmp_path, capsys, monkeypatch):
+    """`rm -rf runs/x` while it trains: the run writes the folder again at its next save, so it takes its lock
+    again first (a `train --resume runs/x` started then was not refused: two writers); and where another command
+    has locked a new folder of that name meanwhile, the run stops, writing nothing there."""
+    progress_line, holders = runner._progress_line, []
+
+    def remove_at_the_last_chunk(spec, updates_done, *args):  # (chunk 2's line: TensorBoard's files are open)
+        if updates_done == 2:
+            shutil.rmtree(folder)
+            if holders:  # another command locks a folder of that name
+                holders[0] = _holder(folder)
+        return progress_line(spec, updates_done, *args)
+
+    monkeypatch.setattr(runner, "_progress_line", remove_at_the_last_chunk)
+    folder = tmp_path / "removed"
+    assert cli.main(["train", *SMALL, "--out", str(folder), "--tensorboard", "true"]) == 0
+    out, err = capsys.readouterr()
+    assert f"  {folder} was removed while this run trained: the run writes it again from its next checkpoint\n" in err
+    # TensorBoard's files went with the folder (its writers write to the removed ones): not listed as written
+    assert out.splitlines()[-1] == (f"  wrote {folder}/config.json, {folder}/metrics.csv, {folder}/learning_curve.png "
+                                    "and the checkpoint")
+    assert FolderLock(folder).held_by() is None  # released at the end, as ever
+    assert cli.main(["evaluate", str(folder), "--num-episodes", "1"]) == 0  # whole again: config.json included
+
+    folder = tmp_path / "taken"
+    holders.append(None)
+    try:
+        assert cli.main(["train", *SMALL, "--out", str(folder)]) == 2
+    finally:
+        if holders[0] is not None:
+            holders[0].stdin.close()
+            holders[0].wait(timeout=60)
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"jaxrl-rollout: error: {folder} was removed while this run trained, and another command writes a folder of "
+        f"that name now (pid {holders[0].pid} on host {socket.gethostname()}): this run stops, writing nothing there.")
+    assert os.listdir(folder) == [LOCK_NAME]
 
 
 @pytest.mark.parametrize("bad", [
