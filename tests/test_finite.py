@@ -84,8 +84,8 @@ def test_cli_divergence_is_one_line_and_exit_3(nan_env, tmp_path, capsys, monkey
         f"jaxrl-rollout: error: could not save the checkpoint in {folder}/checkpoints: No space left on device (errno "
         "28); training diverged at update 3 (step 96) of run 0 (grid point 0, seed 0): non-finite loss, gradients, "
         "params (metrics approx_kl, entropy, policy_loss, value_loss); the run stopped after chunk 2, the last finite "
-        "one, and no checkpoint was saved before. Lower the learning rate, check the env's rewards and observations for NaN or "
-        "inf, or clip them.\n")
+        "one, and no checkpoint was saved before. Lower the learning rate, check the env's rewards and observations "
+        "for NaN or inf, or clip them.\n")
 
 
 def _metrics(returns, episodes):

@@ -137,9 +137,17 @@ def test_a_folder_removed_while_its_run_trains_is_locked_again_or_the_run_stops(
                 holders[0] = _holder(folder)
         return progress_line(spec, updates_done, *args)
 
+    save, holders_at_save = checkpoint.save, []
+
+    def save_noting_the_holder(*args, **kwargs):  # the folder is locked again when the run writes it again
+        holders_at_save.append(FolderLock(folder).held_by())
+        return save(*args, **kwargs)
+
     monkeypatch.setattr(runner, "_progress_line", remove_at_the_last_chunk)
+    monkeypatch.setattr(checkpoint, "save", save_noting_the_holder)
     folder = tmp_path / "removed"
     assert cli.main(["train", *SMALL, "--out", str(folder), "--tensorboard", "true"]) == 0
+    assert holders_at_save == [f"pid {os.getpid()} on host {socket.gethostname()}"]
     out, err = capsys.readouterr()
     assert f"  {folder} was removed while this run trained: the run writes it again from its next checkpoint\n" in err
     # TensorBoard's files went with the folder (its writers write to the removed ones): not listed as written
