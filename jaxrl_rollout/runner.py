@@ -1283,16 +1283,17 @@ def train(spec: RunSpec, folder=None, *, resume: bool = False, devices: int | No
             stopped = stopped_at_once()
             if not isinstance(error, KeyboardInterrupt) and stopped is None:
                 raise
+            interruption = error if isinstance(error, KeyboardInterrupt) else Interrupted(stopped)
             saved = ""
             if chunks_done > last_saved:
-                save(states, stopped_by=error if isinstance(error, KeyboardInterrupt) else Interrupted(stopped))
+                save(states, stopped_by=interruption)
                 saved = f"; checkpoint saved in {folder}" if folder else ""
             elif folder:  # saved after that chunk already, or the checkpoint resumed from, before any chunk here ran
                 saved = f"; its checkpoint is in {folder}"
             say(f"  interrupted after chunk {chunks_done}{saved}" if chunks_done else
                 "  interrupted before the first chunk")
-            if not isinstance(error, KeyboardInterrupt):
-                raise Interrupted(stopped) from error
+            if interruption is not error:
+                raise interruption from error
             raise
         finally:
             if bar is not None:
