@@ -1448,12 +1448,22 @@ def _free_to_check(platform: str) -> int | None:
 
 
 def _temp_bytes(programs) -> int | None:
-    """The largest working memory (XLA's temp buffers) of compiled `programs`, or None where the backend or a
-    program gives no analysis (nothing known: nothing is refused)."""
+    """The largest working memory (XLA's temp buffers) of compiled `programs` on this host, or None where the
+    backend or a program gives no analysis (nothing known: nothing is refused).
+
+    XLA's analysis is of one device's share of a program; the host's CPU devices (`devices.use_host_cores`) all
+    take theirs from its one memory, so a program sharded over N of them works in N times that (a chunk of 8 runs
+    over 2 CPU devices was counted at half its need)."""
     try:
-        return max(program.memory_analysis().temp_size_in_bytes for program in programs)
+        return max(program.memory_analysis().temp_size_in_bytes * _local_devices(program) for program in programs)
     except Exception:
         return None
+
+
+def _local_devices(program) -> int:
+    """How many of this process's devices a compiled program runs on (those its inputs are laid out over)."""
+    shardings = jax.tree.leaves(program.input_shardings, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))
+    return max((len(s.addressable_devices) for s in shardings), default=1)
 
 
 def _cannot_fit(free: int, what: str = "run") -> str:

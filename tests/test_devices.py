@@ -45,6 +45,12 @@ LIBRARY = textwrap.dedent("""
     out["close"] = all(np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True) for a, b in pairs if a.dtype.kind == "f")
     out["max_abs_diff"] = max(float(np.nanmax(np.abs(a - b))) for a, b in pairs if a.dtype.kind == "f" and a.size)
     out["odd_runs_devices"] = len(devices.shard_runs(np.zeros((3, 2))).sharding.device_set)
+    # the working memory a memory check counts: every device's share, from the host's one memory
+    from jaxrl_rollout import runner
+
+    programs = [train.lower(jax.device_put(keys, jax.devices()[0])).compile(), train.lower(sharded_keys).compile()]
+    out["temp_counted"] = [runner._temp_bytes([p]) for p in programs]
+    out["temp_per_device"] = [p.memory_analysis().temp_size_in_bytes for p in programs]
     print(json.dumps(out))
 """)
 
@@ -65,6 +71,10 @@ def test_host_cores_shard_runs_and_equal_one_device():
     # Same episodes and counters; floats to float32 rounding (XLA compiles a 2-run partition).
     assert result["ints_identical"] and result["close"], result
     assert result["odd_runs_devices"] == 1  # 3 runs do not divide over 2 devices
+    # XLA analyses one device's share of a program: a chunk over both CPU devices works in twice that of the host's
+    # memory, and the checks before a chunk or an evaluation count it so (they counted one device's share)
+    one, two = result["temp_per_device"]
+    assert one > 0 and two > 0 and result["temp_counted"] == [one, 2 * two], result
 
 
 def test_cli_splits_the_host_and_keeps_an_explicit_count(tmp_path):
