@@ -1274,7 +1274,8 @@ def evaluate_runs(spec, state, num_episodes: int, key, deterministic: bool, algo
     return _evaluator(spec, algorithm, num_episodes, policy_fn, option)(_policy_params(algorithm, state), key)
 
 
-def evaluate_both(spec, state, num_episodes: int, keys, algorithm):
+def evaluate_both(spec, state, num_episodes: int, keys, algorithm, *, deterministic_only: bool = False,
+                  option: str = "--num-episodes"):
     """`evaluate_runs` of the deterministic and the stochastic policy (keys[0], keys[1]), compiled once.
 
     The two columns are one program whose policy computes both actions and
@@ -1284,14 +1285,21 @@ def evaluate_both(spec, state, num_episodes: int, keys, algorithm):
     the two policies' outputs differ in structure, shape or dtype, each is
     compiled on its own.
 
+    `deterministic_only`: the deterministic column alone (keys[1] unused), by
+    the same program: `train`'s closing evaluation, so that an `evaluate` of as
+    many episodes afterwards loads that program from the persistent
+    compilation cache instead of compiling it again. `option`: the command
+    line's option of `num_episodes` (`evaluate_runs`).
+
     Returns:
       (deterministic [R, N], stochastic [R, N] or None).
     """
     import jax
     import jax.numpy as jnp
 
+    flags = (True,) if deterministic_only else (True, False)
     if algorithm.policy_fn is None:
-        return evaluate_runs(spec, state, num_episodes, keys[0], True, algorithm), None
+        return evaluate_runs(spec, state, num_episodes, keys[0], True, algorithm, option), None
     deterministic_fn, stochastic_fn = algorithm.eval_policy_fn, algorithm.policy_fn
 
     def either(flagged, *args):
@@ -1303,11 +1311,13 @@ def evaluate_both(spec, state, num_episodes: int, keys, algorithm):
         return jax.tree.map(lambda a, b: jnp.where(flag, a, b), chosen, other)
 
     params = _policy_params(algorithm, state)
-    run = _evaluator(spec, algorithm, num_episodes, either)
+    run = _evaluator(spec, algorithm, num_episodes, either, option)
     try:
-        return tuple(run((jnp.full((spec.num_runs,), flag), params), key) for flag, key in zip((True, False), keys))
+        returns = tuple(run((jnp.full((spec.num_runs,), flag), params), key) for flag, key in zip(flags, keys))
     except _PoliciesDiffer:
-        return tuple(evaluate_runs(spec, state, num_episodes, key, flag, algorithm) for flag, key in zip((True, False), keys))
+        returns = tuple(evaluate_runs(spec, state, num_episodes, key, flag, algorithm, option)
+                        for flag, key in zip(flags, keys))
+    return returns if len(returns) == 2 else (returns[0], None)
 
 
 class _PoliciesDiffer(Exception):
@@ -1340,18 +1350,29 @@ def _evaluator(spec, algorithm, num_episodes: int, policy_fn, option: str = "--n
 
     import jaxrl_rollout as jr
     from jaxrl_rollout._signals import compiled, wait_ready
-    from jaxrl_rollout.envs._host import run_interruptibly
+    from jaxrl_rollout.devices import shard_runs
+    from jaxrl_rollout.envs._host import host_env, run_interruptibly
     from jaxrl_rollout.runner import _check_evaluation_fits
 
     # A recurrent policy starts every evaluation episode from a zero carry, as in training.
     carry = algorithm.module.initial_carry(num_episodes) if algorithm.recurrent else None
     # every run at once (a host env's in lockstep: one pool of R x num_episodes envs, see `collect.evaluate`)
-    run = jax.jit(jax.vmap(lambda p, k: jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, p, k,
-                                                    num_episodes, initial_carry=carry).returns))
+    def evaluation(params, key):  # (its name names the program: `jit_evaluation` in JAX's compilation cache)
+        return jr.evaluate(algorithm.env, algorithm.env_params, policy_fn, params, key, num_episodes,
+                           initial_carry=carry).returns
+
+    run = jax.jit(jax.vmap(evaluation))
     executable = []  # compiled on the first call, where a signal's handler runs during XLA's compile
+    # The runs spread over the devices (the most that divide them: every core of a CPU host, `--host-devices` in
+    # train, as `evaluate` splits the host too), laid out alike in `train`'s closing evaluation and in `evaluate`:
+    # the same program, which `evaluate` then loads from the persistent compilation cache. A host env's runs
+    # share one pool, stepped by one device's callback.
+    spread = host_env(algorithm.env) is None and jax.process_count() == 1
 
     def evaluator(params, key):
         keys = jax.random.split(key, spec.num_runs)
+        if spread:
+            params, keys = shard_runs((params, keys))
         if not executable:
             program = compiled(run, params, keys)
             _check_evaluation_fits(program, num_episodes, spec.num_runs, option)
@@ -1868,8 +1889,12 @@ def _closing_evaluation(args, spec, state, metrics: dict):
         last = [np.asarray(metrics[f][:, -1], np.float64) for f in fields]
         if all(np.isfinite(x).all() for x in last):
             return last[0], (np.stack(last[1:], axis=1) if game else None)
-    games = evaluate_runs(spec, state, args.num_eval, jax.random.fold_in(jax.random.key(spec.seed), 1),
-                          deterministic=True, option="--num-eval")
+    # the program `evaluate` compiles for as many episodes (both policies, a flag choosing): an `evaluate` after this
+    # train loads it from the persistent compilation cache (craftax's took 20 s to compile on 2 cores)
+    from jaxrl_rollout.runner import make_algorithm
+
+    games, _ = evaluate_both(spec, state, args.num_eval, [jax.random.fold_in(jax.random.key(spec.seed), 1)],
+                             make_algorithm(spec), deterministic_only=True, option="--num-eval")
     if not game:
         return games.mean(axis=1), None
     from jaxrl_rollout.envs.pgx import outcome_rates
@@ -2444,6 +2469,22 @@ def backend_problem() -> str | None:
     return None
 
 
+def _use_host_cores_by_default() -> None:
+    """`--host-devices auto`: a CPU device per usable core (`devices.use_host_cores`), unless XLA_FLAGS or JAX's
+    config already set a count, or JAX already runs in this process (`main` called from Python), whose devices
+    are kept."""
+    import jax
+
+    from jaxrl_rollout import devices
+
+    if devices.forced_host_device_count() is not None or jax.config.jax_num_cpu_devices != -1:
+        return
+    try:
+        devices.use_host_cores()
+    except RuntimeError:
+        pass
+
+
 def _configure_jax_early(argv: Sequence[str]) -> None:
     """`train`'s JAX set-up, before anything imports gymnax: host CPU devices, then `jax.distributed`.
 
@@ -2464,12 +2505,8 @@ def _configure_jax_early(argv: Sequence[str]) -> None:
     from jaxrl_rollout import devices
 
     if known.host_devices == "auto":
-        forced = devices.forced_host_device_count() is not None
-        if not (known.distributed or forced or jax.config.jax_num_cpu_devices != -1):
-            try:
-                devices.use_host_cores()
-            except RuntimeError:
-                pass  # JAX already runs in this process (main() called from Python): auto keeps its devices
+        if not known.distributed:
+            _use_host_cores_by_default()
     else:
         try:
             count = _host_devices(known.host_devices)
@@ -2597,6 +2634,8 @@ def _main(argv: list) -> int:
         try:
             if argv[0] == "train":
                 _configure_jax_early(argv)  # before building the parser imports gymnax
+            else:  # the host's cores as train splits them (`--host-devices auto`), where nothing else set a count
+                _use_host_cores_by_default()
             if not {"-h", "--help"} & set(argv):
                 _enable_compile_cache(argv)  # after the devices (it imports jax), before anything compiles
         except ValueError as error:
