@@ -2408,6 +2408,12 @@ def build_parser(train_arguments: bool = True, table: dict | None = None) -> arg
                                "27000; repeated for more; the env must have the observations and actions the run "
                                "trained on; with --csv, an env_options column holds the options used")
     evaluate.add_argument("--compile-cache", default="auto", metavar="{auto,off,FOLDER}", help=_COMPILE_CACHE_HELP)
+    evaluate.add_argument("--host-devices", type=_host_devices, default="auto", metavar="{N,auto}",
+                          help="split this host's CPU into N JAX devices, over which the runs' episodes are played, "
+                               "as train's --host-devices; auto: one per usable core, except when XLA_FLAGS already "
+                               "sets --xla_force_host_platform_device_count. The same count as the run's train lets "
+                               "evaluate load the program of its closing evaluation from the compilation cache "
+                               "(default: auto)")
     evaluate.add_argument("--best-policy", action="store_true",
                           help="evaluate each run's best policy, the one of its best periodic evaluation (kept by "
                                "train --eval-every), instead of the checkpoint's latest")
@@ -2486,7 +2492,8 @@ def _use_host_cores_by_default() -> None:
 
 
 def _configure_jax_early(argv: Sequence[str]) -> None:
-    """`train`'s JAX set-up, before anything imports gymnax: host CPU devices, then `jax.distributed`.
+    """`train`'s and `evaluate`'s JAX set-up, before anything imports gymnax: host CPU devices, then (`train`)
+    `jax.distributed`.
 
     Both must precede every use of an XLA backend, and importing gymnax (which
     building the parser does, through the algorithm configs) already uses one.
@@ -2495,10 +2502,12 @@ def _configure_jax_early(argv: Sequence[str]) -> None:
     """
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--host-devices", default="auto")
-    early.add_argument("--distributed", action="store_true")
-    early.add_argument("--coordinator")
-    early.add_argument("--num-processes")
-    early.add_argument("--process-id")
+    early.set_defaults(distributed=False)
+    if argv[0] == "train":
+        early.add_argument("--distributed", action="store_true")
+        early.add_argument("--coordinator")
+        early.add_argument("--num-processes")
+        early.add_argument("--process-id")
     known, _ = early.parse_known_args(argv)
     import jax
 
@@ -2632,10 +2641,7 @@ def _main(argv: list) -> int:
             build_parser(train_arguments=False).parse_args(argv)
     if argv[0] in ("train", "evaluate"):
         try:
-            if argv[0] == "train":
-                _configure_jax_early(argv)  # before building the parser imports gymnax
-            else:  # the host's cores as train splits them (`--host-devices auto`), where nothing else set a count
-                _use_host_cores_by_default()
+            _configure_jax_early(argv)  # before building the parser imports gymnax
             if not {"-h", "--help"} & set(argv):
                 _enable_compile_cache(argv)  # after the devices (it imports jax), before anything compiles
         except ValueError as error:

@@ -90,6 +90,30 @@ def test_cli_splits_the_host_and_keeps_an_explicit_count(tmp_path):
     assert "over 1 cpu device(s)" in forced.stderr
 
 
+def test_evaluate_splits_the_host_as_train_does_and_loads_the_program_of_its_closing_evaluation(tmp_path):
+    """`evaluate` makes the host's devices as `train` (`--host-devices`, auto by default) and lays the runs out over
+    them as `train`'s closing evaluation does, in the same program: after a train whose closing evaluation compiled,
+    an `evaluate` of as many episodes loads it from the compilation cache; one on another device count compiles its
+    own, and gives the same returns."""
+    cache, run = tmp_path / "xla", tmp_path / "run"
+    every = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}  # CartPole's evaluation compiles in under a second
+    _run(["-m", "jaxrl_rollout", "--seeds", "2", "--total-steps", "1024", "--eval-every", "off", "--num-eval", "3",
+          "--tensorboard", "false", "--compile-cache", str(cache), "--out", str(run)], **every)
+
+    def programs():
+        return sorted(p.name for p in cache.glob("jit_evaluation-*-cache"))
+
+    compiled = programs()
+    assert len(compiled) == 1, compiled
+    evaluate = ["-m", "jaxrl_rollout", "evaluate", str(run), "--num-episodes", "3", "--compile-cache", str(cache)]
+    auto = _run(evaluate, **every)
+    assert programs() == compiled  # loaded, not compiled again
+    one = _run([*evaluate, "--host-devices", "1"], **every)
+    assert len(programs()) == 2  # one device: a program of its own
+    rows = [[line for line in out.stdout.splitlines() if line.startswith("  default")] for out in (auto, one)]
+    assert len(rows[0]) == 2 and rows[0] == rows[1], rows
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, "auto"])
 def test_bad_counts_name_the_argument(bad):
     with pytest.raises(ValueError, match="count must be an int >= 1"):
