@@ -310,9 +310,14 @@ class HostEnv:
     def abandon(self) -> None:
         """Closes the host env for good: its next reset or step raises `Abandoned` (quietly: JAX logs no
         traceback for it). For a program left running after an interruption (`runner.train`'s chunk in its
-        helper thread): it ends at its next step instead of stepping, or reopening, the pool."""
+        helper thread): it ends at its next step instead of stepping, or reopening, the pool.
+
+        The flag is set before the lock is waited for: the step running holds the lock, and when it lets go the
+        program's next step could take it first (a lock is not handed to the thread that waited longest), and
+        then the next and the next, while this thread waits to be scheduled (seen on a loaded 2-core machine: a
+        chunk stepped on to its end); with the flag set first, the next step raises whichever thread wins."""
+        self._abandoned = True
         with self._lock:
-            self._abandoned = True
             if self._shape:
                 self._host_close()
             self._shape = ()
